@@ -1,0 +1,43 @@
+// Package cli holds the cobra commands of the invisible-dots binary. Commands
+// are wiring only: each one parses its flags and calls the package that does
+// the work.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// subcommands lists the constructors of every top-level command. A new command
+// adds one line here.
+var subcommands = []func() *cobra.Command{}
+
+// NewRootCommand builds the invisible-dots command tree.
+func NewRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "invisible-dots",
+		Short:         "Persistent AI agents, each with a computer of its own, managed as Kubernetes resources",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	for _, sub := range subcommands {
+		root.AddCommand(sub())
+	}
+	return root
+}
+
+// Execute runs the command line and returns the process exit code.
+func Execute() int {
+	if err := NewRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		var coded *exitError
+		if errors.As(err, &coded) {
+			return coded.code
+		}
+		return 1
+	}
+	return 0
+}
