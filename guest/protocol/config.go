@@ -1,0 +1,231 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// RuntimeConfig is DotRuntimeConfig (ref 7): what PUT /config carries to the
+// guest. It is the Dot's configuration minus `computer`, with `permissions`
+// resolved by the host (one decision per permission the registry knows plus
+// one per declared MCP server); the guest applies the map as it is and denies
+// a permission missing from it.
+type RuntimeConfig struct {
+	Name         string                     `json:"name"`
+	Instructions string                     `json:"instructions,omitempty"`
+	Model        ModelRef                   `json:"model"`
+	Models       map[string]string          `json:"models,omitempty"`
+	Permissions  map[string]Decision        `json:"permissions"`
+	Limits       Limits                     `json:"limits"`
+	MCPServers   map[string]MCPServerConfig `json:"mcp_servers,omitempty"`
+}
+
+// ModelRef names the Dot's model; provider is always "openrouter".
+type ModelRef struct {
+	Provider string `json:"provider"`
+	ID       string `json:"id"`
+}
+
+// ProviderOpenRouter is the one accepted model provider.
+const ProviderOpenRouter = "openrouter"
+
+// Limits are the per-task limits. A zero value stands for an absent key and
+// takes the default of Bounds (ApplyDefaults).
+type Limits struct {
+	MaxStepsPerTask   int     `json:"max_steps_per_task"`
+	MaxCostPerTaskUSD float64 `json:"max_cost_per_task_usd"`
+}
+
+// MCPServerConfig is one declared MCP server: a command with args and env, or
+// a url with headers. Secrets name env variables (command) or headers (url)
+// whose values travel apart, in POST /secrets.
+type MCPServerConfig struct {
+	Command         string            `json:"command,omitempty"`
+	Args            []string          `json:"args,omitempty"`
+	Env             map[string]string `json:"env,omitempty"`
+	URL             string            `json:"url,omitempty"`
+	Headers         map[string]string `json:"headers,omitempty"`
+	Secrets         []string          `json:"secrets,omitempty"`
+	TimeoutS        int               `json:"timeout_s,omitempty"`
+	StartupTimeoutS int               `json:"startup_timeout_s,omitempty"`
+}
+
+// DecodeRuntimeConfig reads a PUT /config body strictly: an unknown key (a
+// goal, browser settings, context tokens of old configs) is refused, as the
+// host's schema refuses it. The result has its defaults applied and is valid.
+func DecodeRuntimeConfig(body []byte) (RuntimeConfig, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var c RuntimeConfig
+	if err := dec.Decode(&c); err != nil {
+		return RuntimeConfig{}, fmt.Errorf("config is not a valid DotRuntimeConfig: %w", err)
+	}
+	if dec.More() {
+		return RuntimeConfig{}, fmt.Errorf("config holds more than one JSON value")
+	}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		return RuntimeConfig{}, err
+	}
+	return c, nil
+}
+
+// ApplyDefaults fills the limits a config left out with Bounds' defaults.
+func (c *RuntimeConfig) ApplyDefaults() {
+	if c.Limits.MaxStepsPerTask == 0 {
+		c.Limits.MaxStepsPerTask = Bounds.MaxStepsPerTask.Default
+	}
+	if c.Limits.MaxCostPerTaskUSD == 0 {
+		c.Limits.MaxCostPerTaskUSD = Bounds.MaxCostPerTaskUSD.Default
+	}
+}
+
+var (
+	dotNameRe = regexp.MustCompile(NamePattern)
+	envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// Validate applies the rules of ref 7 to a runtime config. The error names
+// the field and the rule, never a secret (a config holds none).
+func (c RuntimeConfig) Validate() error {
+	if !dotNameRe.MatchString(c.Name) {
+		return fmt.Errorf("name %q must be 1 to 40 of [a-z0-9-]", c.Name)
+	}
+	if c.Model.Provider != ProviderOpenRouter {
+		return fmt.Errorf("model.provider %q is not accepted (the only provider is %s)", c.Model.Provider, ProviderOpenRouter)
+	}
+	if strings.TrimSpace(c.Model.ID) == "" {
+		return fmt.Errorf("model.id is empty: name an OpenRouter model id")
+	}
+	for role, id := range c.Models {
+		if !contains(ModelRoles, role) {
+			return fmt.Errorf("unknown model role %q (the roles are: %s)", role, strings.Join(ModelRoles, ", "))
+		}
+		if strings.TrimSpace(id) == "" {
+			return fmt.Errorf("models.%s is empty: name an OpenRouter model id or leave the role out", role)
+		}
+	}
+	if !Bounds.MaxStepsPerTask.Contains(c.Limits.MaxStepsPerTask) {
+		return fmt.Errorf("limits.max_steps_per_task %d is outside %d..%d", c.Limits.MaxStepsPerTask,
+			Bounds.MaxStepsPerTask.Min, Bounds.MaxStepsPerTask.Max)
+	}
+	if !Bounds.MaxCostPerTaskUSD.Contains(c.Limits.MaxCostPerTaskUSD) {
+		return fmt.Errorf("limits.max_cost_per_task_usd %g is outside %g..%g", c.Limits.MaxCostPerTaskUSD,
+			Bounds.MaxCostPerTaskUSD.Min, Bounds.MaxCostPerTaskUSD.Max)
+	}
+	for _, name := range sortedKeys(c.MCPServers) {
+		if err := validateMCPServer(name, c.MCPServers[name]); err != nil {
+			return err
+		}
+	}
+	for _, name := range sortedKeys(c.Permissions) {
+		d := c.Permissions[name]
+		if d != Allow && d != Ask && d != Deny {
+			return fmt.Errorf("permissions.%s is %q: use allow, ask or deny", name, d)
+		}
+		if _, known := LookupPermission(name); known {
+			continue
+		}
+		server, isServer := MCPServerOfPermission(name)
+		if !isServer {
+			return fmt.Errorf("unknown permission %q", name)
+		}
+		if _, declared := c.MCPServers[server]; !declared {
+			return fmt.Errorf("permission %q names MCP server %q, which the config does not declare", name, server)
+		}
+	}
+	return nil
+}
+
+func validateMCPServer(name string, s MCPServerConfig) error {
+	if !mcpServerNameRe.MatchString(name) {
+		return fmt.Errorf("mcp_servers name %q must be 1 to 32 of [a-z0-9-], starting with a letter or a digit", name)
+	}
+	where := "mcp_servers." + name
+	hasCommand, hasURL := s.Command != "", s.URL != ""
+	switch {
+	case hasCommand == hasURL:
+		return fmt.Errorf("%s needs exactly one of command or url", where)
+	case hasCommand && len(s.Headers) > 0:
+		return fmt.Errorf("%s.headers belong to a url server, not a command", where)
+	case hasURL && (len(s.Args) > 0 || len(s.Env) > 0):
+		return fmt.Errorf("%s.args and env belong to a command server, not a url", where)
+	}
+	if hasURL {
+		u, err := url.Parse(s.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s.url must be an http or https URL", where)
+		}
+	}
+	if s.TimeoutS != 0 && !Bounds.MCPTimeoutS.Contains(s.TimeoutS) {
+		return fmt.Errorf("%s.timeout_s %d is outside %d..%d", where, s.TimeoutS, Bounds.MCPTimeoutS.Min, Bounds.MCPTimeoutS.Max)
+	}
+	if s.StartupTimeoutS != 0 && !Bounds.MCPStartupTimeoutS.Contains(s.StartupTimeoutS) {
+		return fmt.Errorf("%s.startup_timeout_s %d is outside %d..%d", where, s.StartupTimeoutS,
+			Bounds.MCPStartupTimeoutS.Min, Bounds.MCPStartupTimeoutS.Max)
+	}
+	seen := map[string]bool{}
+	for _, sec := range s.Secrets {
+		if sec == "" {
+			return fmt.Errorf("%s.secrets has an empty name", where)
+		}
+		key := sec
+		if hasURL {
+			key = strings.ToLower(sec) // header names are case-insensitive
+		}
+		if seen[key] {
+			return fmt.Errorf("%s.secrets names %q twice", where, sec)
+		}
+		seen[key] = true
+		if hasCommand {
+			if !envNameRe.MatchString(sec) {
+				return fmt.Errorf("%s.secrets: %q is not an environment variable name", where, sec)
+			}
+			if _, ok := s.Env[sec]; ok {
+				return fmt.Errorf("%s.secrets names %q, which env also writes", where, sec)
+			}
+		} else {
+			for h := range s.Headers {
+				if strings.EqualFold(h, sec) {
+					return fmt.Errorf("%s.secrets names %q, which headers also writes", where, sec)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// ServerNames returns the declared MCP servers by name, sorted.
+func (c RuntimeConfig) ServerNames() []string { return sortedKeys(c.MCPServers) }
+
+// Decision returns the pushed decision for a permission; a permission missing
+// from the map is denied (the guest applies the resolved map as it is).
+func (c RuntimeConfig) Decision(permission string) Decision {
+	if d, ok := c.Permissions[permission]; ok {
+		return d
+	}
+	return Deny
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
