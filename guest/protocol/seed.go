@@ -1,0 +1,180 @@
+package protocol
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+)
+
+// This file is the contract between what the host writes and what the guest
+// reads at boot: the labels of the two ISOs, the names of the files in them,
+// the JSON the guest reads its token from, and the manifest of an image under
+// $INVISIBLE_DOTS_HOME/images/. Each label and name is defined here once
+// (ref 3.3); the host's writer, the image builders and the test image's init
+// all take them from here.
+//
+// Both ISOs are written with github.com/kdomanski/iso9660, which records plain
+// ISO 9660 names (no Rock Ridge, no Joliet): lower-case letters, digits, '-'
+// and '_', at most one '.', 30 characters. Linux shows them as written. Every
+// name below keeps to that, and a test holds them to it.
+
+// SeedVolumeLabel is the NoCloud seed's volume label: cloud-init finds its
+// datasource by it, and the test image's init mounts the seed by it.
+const SeedVolumeLabel = "cidata"
+
+// Files of the NoCloud seed (vms/<namespace>/<name>/seed.iso).
+const (
+	// SeedMetaDataFile is NoCloud's meta-data: instance-id
+	// (iid-<name>-<hash of seed content>) and local-hostname.
+	SeedMetaDataFile = "meta-data"
+	// SeedUserDataFile is the #cloud-config a golden image's cloud-init runs:
+	// it writes GuestConfigPath and the sudoers rule of ref 4.1.
+	SeedUserDataFile = "user-data"
+	// SeedGuestConfigFile holds the GuestConfig as JSON, the same bytes the
+	// user-data writes to GuestConfigPath. The test image, which has no
+	// cloud-init, copies it from here.
+	SeedGuestConfigFile = "dot-config.json"
+)
+
+// RuntimeVolumeLabel is the runtime ISO's volume label (ref 3.3): the guest
+// mounts it at RuntimeMountPoint, read-only.
+const RuntimeVolumeLabel = "DOTS_RUNTIME"
+
+// Files of the runtime ISO (images/runtime-<version>.iso).
+const (
+	RuntimeAgentdFile   = "dot-agentd"    // the static dot-agentd binary
+	RuntimeEngineFile   = "dot-engine"    // the static engine, when built
+	RuntimeManifestFile = "manifest.json" // RuntimeContents as JSON
+	RuntimeUnitsDir     = "units"         // the systemd units of ref 4.1
+)
+
+// GuestConfig is what the Dot's seed gives the guest (ref 4.2, 9.4): the
+// Dot's identity and its token, the one secret in the seed. It is written to
+// GuestConfigPath, 0600, owned by dotagentd.
+type GuestConfig struct {
+	// DotID is how the host names the Dot ("<namespace>/<name>").
+	DotID string `json:"dotId"`
+	// Token is the bearer token of every request to this guest. Never logged.
+	Token string `json:"token"`
+	// Hostname is the guest's host name (the same as meta-data's
+	// local-hostname); empty keeps the image's.
+	Hostname string `json:"hostname,omitempty"`
+}
+
+// MinTokenLength is the shortest token dot-agentd accepts from its config.
+const MinTokenLength = 16
+
+// Validate refuses a config dot-agentd cannot serve with. It never quotes
+// the token.
+func (c GuestConfig) Validate() error {
+	if c.DotID == "" {
+		return fmt.Errorf("guest config has no dotId")
+	}
+	if len(c.Token) < MinTokenLength {
+		return fmt.Errorf("guest config token is shorter than %d characters", MinTokenLength)
+	}
+	for _, r := range c.Token {
+		if r < 0x21 || r > 0x7e {
+			return fmt.Errorf("guest config token must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// RuntimeContents is manifest.json on the runtime ISO: what it carries.
+type RuntimeContents struct {
+	Version string `json:"version"`
+	// Files maps each file's path on the ISO to its SHA-256 (hex).
+	Files map[string]string `json:"files"`
+}
+
+// Image kinds of ImageManifest.Kind; the same words as the file prefixes of
+// hostagent/paths.
+const (
+	ImageKindGolden  = "golden"
+	ImageKindRuntime = "runtime"
+)
+
+// ImageManifest is images/<kind>-<version>.json (ref 3.2): what was built,
+// from what, and the digest of the result, so doctor can tell an image that
+// changed after it was registered.
+type ImageManifest struct {
+	Kind    string `json:"kind"`
+	Version string `json:"version"`
+	// File is the image's base name in images/.
+	File   string `json:"file"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+	// Created is RFC 3339.
+	Created string `json:"created"`
+	// Description says what the image is ("test image: Debian cloud kernel
+	// 6.1.0-57 + busybox initramfs").
+	Description string `json:"description,omitempty"`
+	// Inputs names each input (a Debian package, our binary) with its
+	// version or digest.
+	Inputs map[string]string `json:"inputs,omitempty"`
+	// Boot, for a golden image only, asks the host to boot the kernel and
+	// initramfs named here (QEMU -kernel, -initrd, -append) instead of the
+	// disk's own boot loader. The test image has no boot loader; a full
+	// golden image leaves Boot empty.
+	Boot *DirectBoot `json:"boot,omitempty"`
+}
+
+// DirectBoot names a kernel and an initramfs beside the image in images/ and
+// the kernel's command line.
+type DirectBoot struct {
+	Kernel       string `json:"kernel"`
+	KernelSHA256 string `json:"kernelSha256"`
+	Initrd       string `json:"initrd"`
+	InitrdSHA256 string `json:"initrdSha256"`
+	Append       string `json:"append"`
+}
+
+var (
+	sha256RE   = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	baseNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$`)
+	// appendRE keeps the kernel command line to what QEMU's -append carries
+	// unquoted in an argv: printable ASCII without commas.
+	appendRE = regexp.MustCompile(`^[\x20-\x2b\x2d-\x7e]*$`)
+)
+
+// Validate refuses a manifest that does not describe one file in images/.
+func (m ImageManifest) Validate() error {
+	if m.Kind != ImageKindGolden && m.Kind != ImageKindRuntime {
+		return fmt.Errorf("image manifest kind %q is neither %q nor %q", m.Kind, ImageKindGolden, ImageKindRuntime)
+	}
+	if m.Version == "" {
+		return fmt.Errorf("image manifest has no version")
+	}
+	if err := checkBaseName("file", m.File); err != nil {
+		return err
+	}
+	if !sha256RE.MatchString(m.SHA256) {
+		return fmt.Errorf("image manifest sha256 %q is not 64 lowercase hex characters", m.SHA256)
+	}
+	if b := m.Boot; b != nil {
+		if m.Kind != ImageKindGolden {
+			return fmt.Errorf("image manifest of a %s image has a boot section; only a golden image boots", m.Kind)
+		}
+		if err := checkBaseName("boot.kernel", b.Kernel); err != nil {
+			return err
+		}
+		if err := checkBaseName("boot.initrd", b.Initrd); err != nil {
+			return err
+		}
+		if !sha256RE.MatchString(b.KernelSHA256) || !sha256RE.MatchString(b.InitrdSHA256) {
+			return fmt.Errorf("image manifest boot digests must be 64 lowercase hex characters")
+		}
+		if !appendRE.MatchString(b.Append) {
+			return fmt.Errorf("image manifest boot.append must be printable ASCII without commas")
+		}
+	}
+	return nil
+}
+
+func checkBaseName(field, name string) error {
+	if !baseNameRE.MatchString(name) || path.Base(name) != name || name == "." || name == ".." {
+		return fmt.Errorf("image manifest %s %q is not a plain file name in images/", field, name)
+	}
+	return nil
+}
