@@ -1,0 +1,189 @@
+package guestclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+const token = "0123456789abcdef0123456789abcdef"
+
+// guest is a test listener: it proves with proofToken (a different token
+// plays a foreign listener) and records every Authorization header it saw.
+type guest struct {
+	mu         sync.Mutex
+	proofs     int
+	authSeen   []string
+	proofToken string
+	proofBody  string // when set, answered instead of the proof
+}
+
+func (g *guest) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+protocol.PathProof, func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		g.proofs++
+		g.mu.Unlock()
+		if g.proofBody != "" {
+			w.Write([]byte(g.proofBody))
+			return
+		}
+		json.NewEncoder(w).Encode(protocol.ProofResponse{Proof: protocol.ComputeProof(g.proofToken, r.URL.Query().Get(protocol.QueryNonce))})
+	})
+	record := func(r *http.Request) bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.authSeen = append(g.authSeen, r.Header.Get("Authorization"))
+		return r.Header.Get("Authorization") == "Bearer "+token
+	}
+	mux.HandleFunc("GET "+protocol.PathHealth, func(w http.ResponseWriter, r *http.Request) {
+		if !record(r) {
+			w.WriteHeader(401)
+			return
+		}
+		json.NewEncoder(w).Encode(protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage("null"), UptimeS: 7})
+	})
+	mux.HandleFunc("POST "+protocol.PathPoweroff, func(w http.ResponseWriter, r *http.Request) {
+		record(r)
+		w.WriteHeader(http.StatusAccepted)
+		json.NewEncoder(w).Encode(protocol.PoweroffResponse{Status: protocol.PoweroffStatus})
+	})
+	mux.HandleFunc("GET "+protocol.PathFiles, func(w http.ResponseWriter, r *http.Request) {
+		record(r)
+		w.WriteHeader(http.StatusForbidden)
+		json.NewEncoder(w).Encode(protocol.ErrorResponse{Error: protocol.ErrOutsideHome, Message: "/etc is outside /home/dot"})
+	})
+	mux.HandleFunc(protocol.PathAgentPrefix+"health", func(w http.ResponseWriter, r *http.Request) {
+		record(r)
+		w.Write([]byte(`{"status":"ok"}`))
+	})
+	return mux
+}
+
+func start(t *testing.T, g *guest) Target {
+	t.Helper()
+	srv := httptest.NewServer(g.handler())
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	var p int
+	json.Unmarshal([]byte(port), &p)
+	return Target{Port: p, PID: 4242, Token: token}
+}
+
+func TestProvenGuest(t *testing.T) {
+	ctx := context.Background()
+	g := &guest{proofToken: token}
+	tgt := start(t, g)
+	c := New()
+	for i := 0; i < 3; i++ {
+		h, err := c.Health(ctx, tgt)
+		if err != nil {
+			t.Fatalf("Health() = %v", err)
+		}
+		if h.Agentd != protocol.AgentdOK || h.UptimeS != 7 {
+			t.Errorf("Health() = %+v", h)
+		}
+	}
+	if g.proofs != 1 {
+		t.Errorf("proof asked %d times for 3 calls on a kept-alive connection, want 1", g.proofs)
+	}
+	if err := c.Poweroff(ctx, tgt); err != nil {
+		t.Errorf("Poweroff() = %v", err)
+	}
+	var agent map[string]string
+	if err := c.Agent(ctx, tgt, http.MethodGet, "/health", nil, &agent); err != nil || agent["status"] != "ok" {
+		t.Errorf("Agent(health) = %v, %v", agent, err)
+	}
+
+	// Another pid on the same port is another QEMU: proven again.
+	other := tgt
+	other.PID++
+	if _, err := c.Health(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if g.proofs != 2 {
+		t.Errorf("proof asked %d times after the pid changed, want 2", g.proofs)
+	}
+}
+
+func TestUnprovenListenerNeverSeesToken(t *testing.T) {
+	tests := map[string]struct {
+		reason string
+		g      *guest
+	}{
+		"other token":  {"a guest of another Dot (or a replay) proves with its own token", &guest{proofToken: "ffffffffffffffffffffffffffffffff"}},
+		"not json":     {"a foreign HTTP server answers something else", &guest{proofBody: "<html>hello</html>"}},
+		"empty proof":  {"a listener that answers without a proof", &guest{proofBody: `{"proof":""}`}},
+		"replay proof": {"a fixed proof cannot match a fresh nonce", &guest{proofBody: `{"proof":"` + protocol.ComputeProof(token, "00") + `"}`}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tgt := start(t, tc.g)
+			c := New()
+			_, err := c.Health(context.Background(), tgt)
+			if !errors.Is(err, ErrGuestUnproven) {
+				t.Fatalf("%s: Health() = %v, want ErrGuestUnproven", tc.reason, err)
+			}
+			if strings.Contains(err.Error(), token) {
+				t.Errorf("the error quotes the token: %v", err)
+			}
+			if diff := cmp.Diff([]string(nil), tc.g.authSeen); diff != "" {
+				t.Errorf("%s: the listener saw Authorization headers (-want +got):\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func TestRawTCPListenerNeverSeesToken(t *testing.T) {
+	// A process that is not HTTP at all: it reads what it is sent and
+	// answers garbage. Whatever the client wrote must not hold the token.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		buf := make([]byte, 4096)
+		n, _ := conn.Read(buf)
+		conn.Write([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
+		got <- string(buf[:n])
+	}()
+	c := New()
+	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: 1, Token: token})
+	if !errors.Is(err, ErrGuestUnproven) {
+		t.Fatalf("Health() against a non-HTTP listener = %v, want ErrGuestUnproven", err)
+	}
+	if sent := <-got; strings.Contains(sent, token) || strings.Contains(sent, "Authorization") {
+		t.Errorf("the client sent the token to an unproven listener: %q", sent)
+	}
+}
+
+func TestStatusError(t *testing.T) {
+	tgt := start(t, &guest{proofToken: token})
+	c := New()
+	err := c.DoJSON(context.Background(), tgt, http.MethodGet, protocol.PathFiles+"?path=/etc/passwd", nil, nil)
+	var se *StatusError
+	if !errors.As(err, &se) {
+		t.Fatalf("DoJSON() = %v, want a *StatusError", err)
+	}
+	want := &StatusError{Method: "GET", Path: protocol.PathFiles + "?path=/etc/passwd", Status: 403, Code: protocol.ErrOutsideHome, Message: "/etc is outside /home/dot"}
+	if diff := cmp.Diff(want, se); diff != "" {
+		t.Errorf("StatusError mismatch (-want +got):\n%s", diff)
+	}
+}
