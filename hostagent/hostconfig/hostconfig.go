@@ -1,0 +1,171 @@
+// Package hostconfig reads and writes $HOME/config/host.yaml: the decisions
+// about this host's QEMU that DESIGN.md 5 records instead of guessing at run
+// time. The accelerator is kvm unless the file says tcg (test hosts only,
+// never chosen automatically). The CPU model is host,-vmx,-svm unless setup
+// recorded the override that the doctor's probe needs on nested
+// virtualization hosts.
+package hostconfig
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+)
+
+// Accelerators.
+const (
+	KVM = "kvm"
+	TCG = "tcg"
+)
+
+// CPU models (ref 3.4; DESIGN.md 5).
+const (
+	// CPUModel is the host's CPU without the virtualization extensions: a Dot
+	// never runs a hypervisor.
+	CPUModel = "host,-vmx,-svm"
+	// CPUModelNoArchCapabilities is the recorded override for hosts where KVM
+	// refuses the first (measured on nested virtualization: "failed to set
+	// MSR 0x10a"). setup records it only after the probe passes with it.
+	CPUModelNoArchCapabilities = "host,-vmx,-svm,-arch-capabilities"
+	// CPUModelTCG is the model under tcg: TCG cannot emulate "host" ("CPU
+	// model 'host' requires KVM or HVF", QEMU 7.2), and "max" is the richest
+	// it emulates, again without the virtualization extensions.
+	CPUModelTCG = "max,-vmx,-svm"
+)
+
+// MinQEMU is the oldest QEMU accepted: Debian 12's own package (DESIGN.md 5).
+var MinQEMU = Version{7, 2, 0}
+
+// Version is a QEMU version.
+type Version struct{ Major, Minor, Patch int }
+
+func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// Less reports whether v is older than w.
+func (v Version) Less(w Version) bool {
+	if v.Major != w.Major {
+		return v.Major < w.Major
+	}
+	if v.Minor != w.Minor {
+		return v.Minor < w.Minor
+	}
+	return v.Patch < w.Patch
+}
+
+// Config is host.yaml.
+type Config struct {
+	// Accelerator is "kvm" (the default when empty) or "tcg".
+	Accelerator string `json:"accelerator,omitempty"`
+	// CPUModel overrides the CPU model; empty means the default for the
+	// accelerator.
+	CPUModel string `json:"cpuModel,omitempty"`
+	// CPUModelReason says why the override was recorded (setup writes the
+	// probe's error that the default met).
+	CPUModelReason string `json:"cpuModelReason,omitempty"`
+}
+
+// EffectiveAccelerator is the accelerator QEMU is started with.
+func (c Config) EffectiveAccelerator() string {
+	if c.Accelerator == "" {
+		return KVM
+	}
+	return c.Accelerator
+}
+
+// EffectiveCPUModel is the -cpu value QEMU is started with.
+func (c Config) EffectiveCPUModel() string {
+	if c.CPUModel != "" {
+		return c.CPUModel
+	}
+	if c.EffectiveAccelerator() == TCG {
+		return CPUModelTCG
+	}
+	return CPUModel
+}
+
+// Validate refuses what QEMU would misread or what was never decided.
+func (c Config) Validate() error {
+	switch c.Accelerator {
+	case "", KVM, TCG:
+	default:
+		return fmt.Errorf("host.yaml accelerator %q is neither %q nor %q", c.Accelerator, KVM, TCG)
+	}
+	switch c.CPUModel {
+	case "", CPUModel, CPUModelNoArchCapabilities, CPUModelTCG:
+	default:
+		// Only recorded decisions are accepted: a guessed model is exactly
+		// what ref 3.4 rules out.
+		return fmt.Errorf("host.yaml cpuModel %q is not one of the recorded models %q, %q, %q", c.CPUModel, CPUModel, CPUModelNoArchCapabilities, CPUModelTCG)
+	}
+	if c.EffectiveAccelerator() == TCG && strings.HasPrefix(c.CPUModel, "host") {
+		return fmt.Errorf("host.yaml cpuModel %q needs kvm, but the accelerator is tcg: remove cpuModel", c.CPUModel)
+	}
+	return nil
+}
+
+// Load reads host.yaml; a missing file is the default config.
+func Load(h paths.Home) (Config, error) {
+	b, err := os.ReadFile(h.HostConfig())
+	if errors.Is(err, os.ErrNotExist) {
+		return Config{}, nil
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("read %s: %w", h.HostConfig(), err)
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return Config{}, fmt.Errorf("parse %s (fix or remove it): %w", h.HostConfig(), err)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", h.HostConfig(), err)
+	}
+	return c, nil
+}
+
+// header is written above the YAML so a person reading the file knows what
+// the fields mean and who writes them.
+const header = `# invisible-dots host settings (DESIGN.md 5). Written by "invisible-dots setup";
+# read by the server and "invisible-dots doctor".
+#   accelerator: kvm (default) | tcg (test hosts only: slow, always a doctor warning)
+#   cpuModel: recorded only when the default host,-vmx,-svm fails the probe
+`
+
+// Save writes host.yaml atomically (temporary file, then rename).
+func Save(h paths.Home, c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode host.yaml: %w", err)
+	}
+	if err := os.MkdirAll(h.Config(), paths.PrivateDirMode); err != nil {
+		return fmt.Errorf("create %s: %w", h.Config(), err)
+	}
+	tmp, err := os.CreateTemp(h.Config(), ".host.yaml.*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", h.HostConfig(), err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(header + string(b)); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", h.HostConfig(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", h.HostConfig(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", h.HostConfig(), err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Clean(h.HostConfig())); err != nil {
+		return fmt.Errorf("write %s: %w", h.HostConfig(), err)
+	}
+	return nil
+}

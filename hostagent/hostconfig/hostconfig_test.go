@@ -1,0 +1,74 @@
+package hostconfig
+
+import (
+	"os"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+)
+
+func TestLoadSave(t *testing.T) {
+	h := paths.Home{Root: t.TempDir()}
+	c, err := Load(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EffectiveAccelerator() != KVM || c.EffectiveCPUModel() != CPUModel {
+		t.Errorf("default config = %q %q, want kvm and %q", c.EffectiveAccelerator(), c.EffectiveCPUModel(), CPUModel)
+	}
+	want := Config{CPUModel: CPUModelNoArchCapabilities, CPUModelReason: "failed to set MSR 0x10a"}
+	if err := Save(h, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Load(Save(c)) mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadRefuses(t *testing.T) {
+	tests := map[string]string{
+		"unknown accelerator": "accelerator: hvf\n",
+		"guessed cpu model":   "cpuModel: Skylake-Client\n",
+		"host model on tcg":   "accelerator: tcg\ncpuModel: host,-vmx,-svm\n",
+		"unknown field":       "acceleratr: tcg\n",
+		"not yaml":            "accelerator: [\n",
+	}
+	for name, body := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := paths.Home{Root: t.TempDir()}
+			os.MkdirAll(h.Config(), 0o700)
+			os.WriteFile(h.HostConfig(), []byte(body), 0o600)
+			if c, err := Load(h); err == nil {
+				t.Errorf("Load(%q) = %+v, want an error", body, c)
+			}
+		})
+	}
+}
+
+func TestEffective(t *testing.T) {
+	tests := map[string]struct {
+		c          Config
+		accel, cpu string
+	}{
+		"default":  {Config{}, KVM, CPUModel},
+		"tcg":      {Config{Accelerator: TCG}, TCG, CPUModelTCG},
+		"override": {Config{CPUModel: CPUModelNoArchCapabilities}, KVM, CPUModelNoArchCapabilities},
+	}
+	for name, tc := range tests {
+		if a, c := tc.c.EffectiveAccelerator(), tc.c.EffectiveCPUModel(); a != tc.accel || c != tc.cpu {
+			t.Errorf("%s: %+v -> %q %q, want %q %q", name, tc.c, a, c, tc.accel, tc.cpu)
+		}
+	}
+}
+
+func TestVersionLess(t *testing.T) {
+	if !(Version{7, 1, 9}).Less(MinQEMU) || (Version{7, 2, 0}).Less(MinQEMU) || (Version{10, 0, 0}).Less(MinQEMU) {
+		t.Error("Version.Less disagrees with the 7.2 minimum")
+	}
+}
