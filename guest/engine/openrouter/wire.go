@@ -1,0 +1,286 @@
+package openrouter
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// The JSON of OpenRouter's OpenAI-compatible chat API, as far as the engine
+// uses it.
+
+type wireRequest struct {
+	Model         string         `json:"model"`
+	Messages      []wireMessage  `json:"messages"`
+	Tools         []wireTool     `json:"tools,omitempty"`
+	ToolChoice    string         `json:"tool_choice,omitempty"`
+	Stream        bool           `json:"stream"`
+	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+	MaxTokens     int            `json:"max_tokens,omitempty"`
+	Provider      *wireProvider  `json:"provider,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type wireProvider struct {
+	Only []string `json:"only"`
+}
+
+type wireMessage struct {
+	Role       string         `json:"role"`
+	Content    any            `json:"content"` // string, []wirePart, or nil for an assistant message with only calls
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+}
+
+type wirePart struct {
+	Type     string        `json:"type"`
+	Text     string        `json:"text,omitempty"`
+	ImageURL *wireImageURL `json:"image_url,omitempty"`
+}
+
+type wireImageURL struct {
+	URL string `json:"url"`
+}
+
+type wireToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+type wireFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type wireTool struct {
+	Type     string          `json:"type"`
+	Function wireToolFuncDef `json:"function"`
+}
+
+type wireToolFuncDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+func wireRequestOf(req Request) wireRequest {
+	w := wireRequest{
+		Model:         req.Model,
+		Stream:        true,
+		StreamOptions: &streamOptions{IncludeUsage: true},
+		MaxTokens:     req.MaxTokens,
+		Messages:      make([]wireMessage, 0, len(req.Messages)),
+	}
+	if len(req.ProviderOnly) > 0 {
+		w.Provider = &wireProvider{Only: req.ProviderOnly}
+	}
+	for _, t := range req.Tools {
+		w.Tools = append(w.Tools, wireTool{Type: "function", Function: wireToolFuncDef{
+			Name: t.Name, Description: t.Description, Parameters: t.Parameters,
+		}})
+	}
+	if len(w.Tools) > 0 {
+		w.ToolChoice = "auto"
+	}
+	for _, m := range req.Messages {
+		wm := wireMessage{Role: m.Role, ToolCallID: m.ToolCallID}
+		switch {
+		case len(m.ImageURLs) > 0:
+			parts := []wirePart{{Type: "text", Text: m.Content}}
+			for _, u := range m.ImageURLs {
+				parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: u}})
+			}
+			wm.Content = parts
+		case m.Content == "" && len(m.ToolCalls) > 0:
+			wm.Content = nil
+		default:
+			wm.Content = m.Content
+		}
+		for _, tc := range m.ToolCalls {
+			args := tc.Arguments
+			if args == "" {
+				args = "{}"
+			}
+			wm.ToolCalls = append(wm.ToolCalls, wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: args}})
+		}
+		w.Messages = append(w.Messages, wm)
+	}
+	return w
+}
+
+type wireError struct {
+	Code     any             `json:"code"`
+	Message  string          `json:"message"`
+	Metadata json.RawMessage `json:"metadata"`
+}
+
+// text returns the error's message, with the upstream provider's own words
+// when OpenRouter passed them on (metadata.raw), and its code as text.
+func (e *wireError) text() (msg, code string) {
+	msg = strings.TrimSpace(e.Message)
+	if e.Code != nil {
+		code = strings.Trim(fmt.Sprint(e.Code), `"`)
+	}
+	var meta struct {
+		Raw          any    `json:"raw"`
+		ProviderName string `json:"provider_name"`
+	}
+	if len(e.Metadata) > 0 && json.Unmarshal(e.Metadata, &meta) == nil {
+		if raw, ok := meta.Raw.(string); ok && raw != "" && !strings.Contains(msg, raw) {
+			if len(raw) > 300 {
+				raw = raw[:300] + "…"
+			}
+			if meta.ProviderName != "" {
+				msg += " (" + meta.ProviderName + ": " + raw + ")"
+			} else {
+				msg += " (" + raw + ")"
+			}
+		}
+	}
+	return msg, code
+}
+
+type wireChunk struct {
+	Provider string `json:"provider"`
+	Choices  []struct {
+		Delta struct {
+			Content   *string `json:"content"`
+			ToolCalls []struct {
+				Index    *int   `json:"index"`
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int      `json:"prompt_tokens"`
+		CompletionTokens int      `json:"completion_tokens"`
+		Cost             *float64 `json:"cost"`
+		IsBYOK           bool     `json:"is_byok"`
+		CostDetails      *struct {
+			UpstreamInferenceCost *float64 `json:"upstream_inference_cost"`
+		} `json:"cost_details"`
+	} `json:"usage"`
+	Error *wireError `json:"error"`
+}
+
+// assembler builds one response from the chunks of a stream. Tool calls come
+// in pieces: the first delta of a call carries its index, id and name, later
+// ones pieces of its arguments, keyed by index (some providers leave the index
+// out and repeat the id instead; both are handled).
+type assembler struct {
+	content  strings.Builder
+	calls    map[int]*ToolCall
+	order    []int
+	lastIdx  int
+	finish   string
+	usage    Usage
+	provider string
+}
+
+func newAssembler() *assembler { return &assembler{calls: map[int]*ToolCall{}, lastIdx: -1} }
+
+func (a *assembler) add(payload []byte, emit func(string)) error {
+	var ch wireChunk
+	if err := json.Unmarshal(payload, &ch); err != nil {
+		return fmt.Errorf("%w: a chunk is not JSON: %v", ErrStreamCut, err)
+	}
+	if ch.Error != nil {
+		msg, code := ch.Error.text()
+		e := &APIError{Code: code, Message: msg}
+		// A mid-stream error carries the status as its code when it has one.
+		var status int
+		if _, err := fmt.Sscanf(code, "%d", &status); err == nil && status >= 400 && status < 600 {
+			e.Status = status
+		}
+		return e
+	}
+	if ch.Provider != "" {
+		a.provider = ch.Provider
+	}
+	for _, c := range ch.Choices {
+		if c.Delta.Content != nil && *c.Delta.Content != "" {
+			a.content.WriteString(*c.Delta.Content)
+			emit(*c.Delta.Content)
+		}
+		for _, d := range c.Delta.ToolCalls {
+			idx := a.indexOf(d.Index, d.ID)
+			tc, ok := a.calls[idx]
+			if !ok {
+				tc = &ToolCall{}
+				a.calls[idx] = tc
+				a.order = append(a.order, idx)
+			}
+			a.lastIdx = idx
+			if tc.ID == "" {
+				tc.ID = d.ID
+			}
+			// A name comes whole in the first delta; a provider repeating it
+			// in every delta must not double it.
+			if d.Function.Name != "" && tc.Name != d.Function.Name {
+				if tc.Name == "" {
+					tc.Name = d.Function.Name
+				} else {
+					tc.Name += d.Function.Name
+				}
+			}
+			tc.Arguments += d.Function.Arguments
+		}
+		if c.FinishReason != nil && *c.FinishReason != "" {
+			a.finish = *c.FinishReason
+		}
+	}
+	if u := ch.Usage; u != nil {
+		a.usage.PromptTokens = u.PromptTokens
+		a.usage.CompletionTokens = u.CompletionTokens
+		a.usage.CostUSD = nil
+		if u.Cost != nil {
+			cost := *u.Cost
+			// BYOK: OpenRouter's fee is usage.cost and the provider's charge is
+			// the upstream cost beside it; count both (ref 8.2), which may count
+			// more than was charged and never less.
+			if u.IsBYOK && u.CostDetails != nil && u.CostDetails.UpstreamInferenceCost != nil {
+				cost += *u.CostDetails.UpstreamInferenceCost
+			}
+			a.usage.CostUSD = &cost
+		}
+	}
+	return nil
+}
+
+func (a *assembler) indexOf(index *int, id string) int {
+	if index != nil {
+		return *index
+	}
+	if id != "" {
+		for idx, tc := range a.calls {
+			if tc.ID == id {
+				return idx
+			}
+		}
+		return len(a.calls)
+	}
+	if a.lastIdx >= 0 {
+		return a.lastIdx
+	}
+	return 0
+}
+
+func (a *assembler) response() Response {
+	r := Response{Content: a.content.String(), FinishReason: a.finish, Usage: a.usage, Provider: a.provider}
+	idxs := append([]int(nil), a.order...)
+	sort.Ints(idxs)
+	for _, i := range idxs {
+		r.ToolCalls = append(r.ToolCalls, *a.calls[i])
+	}
+	return r
+}
