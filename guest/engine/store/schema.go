@@ -1,0 +1,128 @@
+package store
+
+// schema is the engine's tables (ref 8.8). Every statement is idempotent, so
+// applying it at every start is the migration.
+const schema = `
+CREATE TABLE IF NOT EXISTS dots_outbox (
+	seq  INTEGER PRIMARY KEY AUTOINCREMENT,
+	id   TEXT NOT NULL UNIQUE,
+	type TEXT NOT NULL,
+	ts   TEXT NOT NULL,
+	data TEXT NOT NULL
+);
+-- Accepted inputs. state: pending (waits for a chat turn), transcript (in the
+-- chat's transcript, not yet answered), answered, applied (an event whose
+-- effect was made in the transaction that accepted it).
+CREATE TABLE IF NOT EXISTS dots_inbound (
+	id       TEXT PRIMARY KEY,
+	type     TEXT NOT NULL,
+	ts       TEXT NOT NULL,
+	data     TEXT NOT NULL,
+	arrival  INTEGER NOT NULL,
+	state    TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dots_inbound_state ON dots_inbound(state, arrival);
+-- status: queued, running, waiting (an approval of its session is open),
+-- completed, failed, cancelled. starts counts the runs that began and were
+-- not given back (ref 8.7's three interruptions).
+CREATE TABLE IF NOT EXISTS dots_tasks (
+	task_id     TEXT PRIMARY KEY,
+	description TEXT NOT NULL,
+	priority    INTEGER NOT NULL,
+	arrival     INTEGER NOT NULL,
+	status      TEXT NOT NULL,
+	starts      INTEGER NOT NULL DEFAULT 0,
+	steps       INTEGER NOT NULL DEFAULT 0,
+	interrupted INTEGER NOT NULL DEFAULT 0
+);
+-- A call that started: written with agent.state EXECUTING before the tool
+-- runs, removed in the transaction that stores its result.
+CREATE TABLE IF NOT EXISTS dots_tool_intents (
+	session     TEXT NOT NULL,
+	message_id  INTEGER NOT NULL,
+	call_id     TEXT NOT NULL,
+	tool        TEXT NOT NULL,
+	permission  TEXT NOT NULL,
+	decision    TEXT NOT NULL,
+	target      TEXT,
+	tty         INTEGER NOT NULL DEFAULT 0,
+	started_ms  INTEGER NOT NULL,
+	approval_id TEXT,
+	PRIMARY KEY (session, message_id, call_id)
+);
+-- A gate decision that is not a run (park, deny, skip), kept until the call's
+-- result is written.
+CREATE TABLE IF NOT EXISTS dots_tool_decisions (
+	session    TEXT NOT NULL,
+	message_id INTEGER NOT NULL,
+	call_id    TEXT NOT NULL,
+	tool       TEXT NOT NULL,
+	permission TEXT NOT NULL,
+	kind       TEXT NOT NULL,
+	PRIMARY KEY (session, message_id, call_id)
+);
+-- status: pending, approved, rejected (decided, not yet told), granted,
+-- told (a turn tells the session), running (the approved call runs), done.
+CREATE TABLE IF NOT EXISTS dots_approvals (
+	id         TEXT PRIMARY KEY,
+	session    TEXT NOT NULL,
+	task_id    TEXT,
+	message_id INTEGER NOT NULL,
+	call_id    TEXT NOT NULL,
+	tool       TEXT NOT NULL,
+	permission TEXT NOT NULL,
+	arguments  TEXT NOT NULL,
+	canonical  TEXT NOT NULL,
+	reason     TEXT NOT NULL,
+	status     TEXT NOT NULL,
+	note       TEXT,
+	created    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dots_approvals_session ON dots_approvals(session, status);
+CREATE TABLE IF NOT EXISTS dots_spend (
+	session  TEXT PRIMARY KEY,
+	usd      REAL NOT NULL DEFAULT 0,
+	unpriced INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS dots_browser_identities (
+	id           TEXT PRIMARY KEY,
+	name         TEXT NOT NULL,
+	proxy        TEXT,
+	created_ms   INTEGER NOT NULL,
+	last_used_ms INTEGER
+);
+CREATE TABLE IF NOT EXISTS dots_kv (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+);
+-- The Dot's automations. They live here rather than in a jobs.json so that a
+-- firing's inbound row and the job's next run commit together.
+CREATE TABLE IF NOT EXISTS dots_cron_jobs (
+	name        TEXT PRIMARY KEY,
+	schedule    TEXT NOT NULL,
+	at_ms       INTEGER,
+	message     TEXT NOT NULL,
+	enabled     INTEGER NOT NULL DEFAULT 1,
+	next_run_ms INTEGER,
+	last_run_ms INTEGER,
+	created_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+	id           TEXT PRIMARY KEY,
+	summary      TEXT,
+	summary_upto INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS messages (
+	id           INTEGER PRIMARY KEY AUTOINCREMENT,
+	session      TEXT NOT NULL,
+	role         TEXT NOT NULL,
+	content      TEXT NOT NULL,
+	tool_calls   TEXT,
+	tool_call_id TEXT,
+	tool_name    TEXT,
+	inbound_id   TEXT,
+	ts_ms        INTEGER NOT NULL,
+	cleared      INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS messages_session ON messages(session, id);
+`
