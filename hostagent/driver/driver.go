@@ -12,6 +12,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
 	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 )
@@ -117,8 +118,16 @@ type Driver interface {
 	// Destroy kills the VM without a poweroff and removes its directory and
 	// logs. Destroying a VM that does not exist succeeds.
 	Destroy(ctx context.Context, id paths.VMID) error
+	// Health asks the running VM's guest GET /v1/health through the proven
+	// channel (ref 5.1): the token goes only to a listener that proved it
+	// holds it. An unproven listener is guestclient.ErrGuestUnproven, not
+	// retried.
+	Health(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error)
 }
 
 // ErrVMError is wrapped by Start, Stop and Destroy when the VM is in state
 // Error: the driver refuses to act on something it cannot prove is its own.
 var ErrVMError = errors.New("vm is in state ERROR")
+
+// ErrNotRunning is wrapped by Health when the VM has no running QEMU.
+var ErrNotRunning = errors.New("vm is not running")

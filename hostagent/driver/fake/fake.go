@@ -6,9 +6,11 @@ package fake
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
 	"github.com/invisible-dots/invisible-dots/hostagent/paths"
@@ -22,6 +24,7 @@ type DriverFns struct {
 	StopFn    func(ctx context.Context, id paths.VMID, token string) (driver.StopResult, error)
 	RebootFn  func(ctx context.Context, spec driver.Spec) (driver.Observation, error)
 	DestroyFn func(ctx context.Context, id paths.VMID) error
+	HealthFn  func(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error)
 }
 
 var _ driver.Driver = DriverFns{}
@@ -61,6 +64,15 @@ func (f DriverFns) Destroy(ctx context.Context, id paths.VMID) error {
 	return f.DestroyFn(ctx, id)
 }
 
+// Health implements driver.Driver; nil answers a healthy guest without an
+// engine.
+func (f DriverFns) Health(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error) {
+	if f.HealthFn == nil {
+		return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage("null")}, nil
+	}
+	return f.HealthFn(ctx, id, token)
+}
+
 // Host is an in-memory host: Start makes a VM Running with a fresh pid and
 // port, Stop powers it off, Crash makes it exit unasked, Reboot fakes a host
 // restart. Safe for concurrent use.
@@ -73,6 +85,9 @@ type Host struct {
 	// FailStart, when set, is returned by Start for that VM (a start failure
 	// for crash-loop backoff tests).
 	FailStart map[paths.VMID]error
+	// Unhealthy, when set, is returned by Health for that VM (a guest that
+	// never comes up).
+	Unhealthy map[paths.VMID]error
 }
 
 type vm struct {
@@ -89,6 +104,7 @@ func NewHost() *Host {
 		vms:       map[paths.VMID]*vm{},
 		calls:     map[string]int{},
 		FailStart: map[paths.VMID]error{},
+		Unhealthy: map[paths.VMID]error{},
 	}
 }
 
@@ -176,6 +192,22 @@ func (h *Host) Destroy(_ context.Context, id paths.VMID) error {
 	h.calls["Destroy"]++
 	delete(h.vms, id)
 	return nil
+}
+
+// Health implements driver.Driver: a running VM answers healthy, with the
+// engine's answer {"status":"ok"}.
+func (h *Host) Health(_ context.Context, id paths.VMID, _ string) (protocol.HealthResponse, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls["Health"]++
+	v, ok := h.vms[id]
+	if !ok || v.obs.State != driver.Running || !h.boot.SameBoot(v.obs.Boot) {
+		return protocol.HealthResponse{}, fmt.Errorf("fake host: %s: %w", id, driver.ErrNotRunning)
+	}
+	if err := h.Unhealthy[id]; err != nil {
+		return protocol.HealthResponse{}, err
+	}
+	return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage(`{"status":"ok"}`), UptimeS: 1}, nil
 }
 
 // Crash makes a running VM exit unasked (QEMU killed, guest powered itself

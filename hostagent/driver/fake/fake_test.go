@@ -41,3 +41,16 @@ func TestHostLifecycle(t *testing.T) {
 		t.Errorf("after Destroy, Observe() = %+v; want not provisioned", got)
 	}
 }
+
+func TestHostHealth(t *testing.T) {
+	ctx := context.Background()
+	h := NewHost()
+	id := paths.VMID{Namespace: "default", Name: "helper"}
+	if _, err := h.Health(ctx, id, "t"); err == nil {
+		t.Error("Health() of a VM never started: want an error")
+	}
+	h.Start(ctx, driver.Spec{ID: id})
+	if got, err := h.Health(ctx, id, "t"); err != nil || got.Agentd != "ok" {
+		t.Errorf("Health() of a running VM = %+v, %v", got, err)
+	}
+}
