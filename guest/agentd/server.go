@@ -1,0 +1,310 @@
+// Package agentd is dot-agentd (ref 4.1, 5.2): the daemon inside a Dot's
+// computer that serves the host on TCP port 1024 (with the Dot's token) and
+// the engine on a local unix socket, and does every piece of the model's work
+// as the Dot's user.
+package agentd
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// Config is what one dot-agentd serves with.
+type Config struct {
+	// Token authorizes every TCP request but the proof. Never logged.
+	Token string
+	// Home is the Dot's home (DOT_HOME, default /home/dot): relative paths
+	// resolve against it and the TCP file routes are confined to it.
+	Home string
+	// RunAs is the user every command and file operation acts as; nil is the
+	// development mode (the daemon's own user).
+	RunAs *Identity
+	// AgentSocket is the engine's API, the target of /v1/agent/* and of the
+	// agent part of /v1/health.
+	AgentSocket string
+	// Display is the X display screenshots are taken of and commands see;
+	// X11SocketDir holds its socket (X<n>), whose presence says it exists.
+	Display      string
+	X11SocketDir string
+	// ScreenshotArgv writes a PNG of Display to its standard output; it runs
+	// as RunAs.
+	ScreenshotArgv []string
+	// PoweroffArgv is started, detached, as the daemon itself.
+	PoweroffArgv []string
+	// Shell runs POST /v1/exec commands as Shell -lc COMMAND.
+	Shell string
+	Log   *slog.Logger
+}
+
+// DefaultConfig is the product's configuration before the token, the user
+// and the home are filled in.
+func DefaultConfig() Config {
+	return Config{
+		Home:           protocol.DefaultDotHome,
+		AgentSocket:    protocol.AgentSocketPath,
+		Display:        protocol.DefaultDisplay,
+		X11SocketDir:   "/tmp/.X11-unix",
+		ScreenshotArgv: []string{"/usr/bin/import", "-silent", "-window", "root", "-display", protocol.DefaultDisplay, "png:-"},
+		PoweroffArgv:   protocol.PoweroffArgv,
+		Shell:          protocol.ExecShell,
+	}
+}
+
+// Server serves the routes of ref 5.2.
+type Server struct {
+	cfg Config
+}
+
+// New checks cfg and returns a server. It does not touch the network.
+func New(cfg Config) (*Server, error) {
+	if cfg.Home == "" || !filepath.IsAbs(cfg.Home) {
+		return nil, fmt.Errorf("the Dot's home %q must be an absolute path (set %s)", cfg.Home, protocol.DotHomeEnv)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if cfg.Shell == "" {
+		cfg.Shell = protocol.ExecShell
+	}
+	return &Server{cfg: cfg}, nil
+}
+
+func (s *Server) log() *slog.Logger { return s.cfg.Log }
+
+// TCPHandler is the host's door: every route, the token on all but the proof,
+// the file routes confined to home.
+func (s *Server) TCPHandler() http.Handler {
+	files := fileAccess{home: s.cfg.Home, confined: true}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+protocol.PathProof, s.handleProof)
+	authed := http.NewServeMux()
+	s.commonRoutes(authed, files)
+	authed.HandleFunc("POST "+protocol.PathPoweroff, s.handlePoweroff)
+	authed.Handle(protocol.PathAgentPrefix, s.agentProxy())
+	mux.Handle("/", s.requireToken(authed))
+	return s.logged("tcp", mux)
+}
+
+// LocalHandler is the engine's socket: no token (its directory says who can
+// connect), file routes unconfined, no proof, no poweroff, no proxy, and
+// POST /v1/proc.
+func (s *Server) LocalHandler() http.Handler {
+	files := fileAccess{home: s.cfg.Home, confined: false}
+	mux := http.NewServeMux()
+	s.commonRoutes(mux, files)
+	mux.HandleFunc("POST "+protocol.PathProc, s.handleProc)
+	return s.logged("local", mux)
+}
+
+func (s *Server) commonRoutes(mux *http.ServeMux, files fileAccess) {
+	mux.HandleFunc("GET "+protocol.PathHealth, s.handleHealth)
+	mux.HandleFunc("GET "+protocol.PathSystem, s.handleSystem)
+	mux.HandleFunc("POST "+protocol.PathExec, s.handleExec)
+	mux.HandleFunc("GET "+protocol.PathFiles, s.handleFileGet(files))
+	mux.HandleFunc("PUT "+protocol.PathFiles, s.handleFilePut(files))
+	mux.HandleFunc("GET "+protocol.PathFilesList, s.handleFileList(files))
+	mux.HandleFunc("GET "+protocol.PathScreenshot, s.handleScreenshot)
+	mux.HandleFunc("/", notFound)
+}
+
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, errorf(http.StatusNotFound, protocol.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
+}
+
+// logged logs a request's method, path and status, never a body, a query
+// (a path may be private) or a header (the token).
+func (s *Server) logged(listener string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		h.ServeHTTP(rec, r)
+		s.log().Info("request", "listener", listener, "method", r.Method, "path", r.URL.Path, "status", rec.status, "ms", time.Since(start).Milliseconds())
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach Hijack and Flush.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (s *Server) requireToken(h http.Handler) http.Handler {
+	want := []byte("Bearer " + s.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if s.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+			writeError(w, errorf(http.StatusUnauthorized, protocol.ErrUnauthorized, "a valid bearer token is required"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+var nonceRE = regexp.MustCompile(fmt.Sprintf(`^[0-9a-f]{%d,%d}$`, protocol.ProofNonceMinHex, protocol.ProofNonceMaxHex))
+
+func (s *Server) handleProof(w http.ResponseWriter, r *http.Request) {
+	nonce := r.URL.Query().Get(protocol.QueryNonce)
+	if !nonceRE.MatchString(nonce) {
+		writeError(w, errorf(http.StatusBadRequest, protocol.ErrBadNonce, "nonce must be %d to %d lowercase hex characters", protocol.ProofNonceMinHex, protocol.ProofNonceMaxHex))
+		return
+	}
+	writeJSON(w, http.StatusOK, protocol.ProofResponse{Proof: protocol.ComputeProof(s.cfg.Token, nonce)})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	resp := protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage("null")}
+	if up, err := uptimeSeconds(); err == nil {
+		resp.UptimeS = up
+	}
+	if agent, err := s.agentHealth(r.Context()); err == nil {
+		resp.Agent = agent
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// agentHealth asks the engine's GET /health; its answer is passed on as is.
+func (s *Server) agentHealth(ctx context.Context) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/health", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.agentClient().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var raw json.RawMessage
+	if err := json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<20)).Decode(&raw); err != nil {
+		return nil, fmt.Errorf("engine health answer does not parse: %w", err)
+	}
+	return raw, nil
+}
+
+func (s *Server) agentClient() *http.Client {
+	return &http.Client{Transport: s.agentTransport()}
+}
+
+func (s *Server) agentTransport() *http.Transport {
+	sock := s.cfg.AgentSocket
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+		DisableKeepAlives: true,
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = errorf(http.StatusInternalServerError, protocol.ErrInternal, "%v", err)
+	}
+	writeJSON(w, ae.status, protocol.ErrorResponse{Error: ae.code, Message: ae.msg})
+}
+
+// decodeBody reads a JSON body of at most limit bytes, refusing unknown
+// fields so a misspelt option is not silently ignored.
+func decodeBody(r *http.Request, limit int64, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "the body is not valid JSON for %s: %v", r.URL.Path, err)
+	}
+	return nil
+}
+
+// resolveCwd makes a working directory absolute against home.
+func (s *Server) resolveCwd(cwd string) string {
+	if cwd == "" {
+		return s.cfg.Home
+	}
+	if !filepath.IsAbs(cwd) {
+		return filepath.Join(s.cfg.Home, cwd)
+	}
+	return filepath.Clean(cwd)
+}
+
+// checkDir answers whether dir is a directory the Dot's user can enter.
+func (s *Server) checkDir(dir string) error {
+	_, err := asUser(s.cfg.RunAs, func() (struct{}, error) {
+		f, err := os.Open(dir)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return struct{}{}, err
+		}
+		if !fi.IsDir() {
+			return struct{}{}, fmt.Errorf("not a directory")
+		}
+		return struct{}{}, f.Chdir()
+	})
+	if err != nil {
+		return errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "cwd %s is not a directory the Dot's user can enter: %v", dir, err)
+	}
+	return nil
+}
+
+// env is the environment of everything the daemon starts for the Dot's user
+// (ref 4.1 execEnv): the daemon's own, with the account's HOME, USER,
+// LOGNAME and SHELL, a PATH that puts ~/.local/bin before the system's, and
+// DISPLAY; extra entries come last and win.
+func (s *Server) env(extra []string) []string {
+	home, name, shell := s.cfg.Home, "", "/bin/sh"
+	if id := s.cfg.RunAs; id != nil {
+		name, shell = id.Name, id.Shell
+	} else if u := os.Getenv("USER"); u != "" {
+		name = u
+	}
+	set := map[string]string{
+		"HOME":    home,
+		"USER":    name,
+		"LOGNAME": name,
+		"SHELL":   shell,
+		"PATH":    home + "/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"DISPLAY": s.cfg.Display,
+	}
+	var out []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, over := set[k]; over || k == protocol.RunAsEnv {
+			continue
+		}
+		out = append(out, kv)
+	}
+	for _, k := range []string{"HOME", "USER", "LOGNAME", "SHELL", "PATH", "DISPLAY"} {
+		out = append(out, k+"="+set[k])
+	}
+	return append(out, extra...)
+}
