@@ -50,17 +50,9 @@ CREATE TABLE IF NOT EXISTS dots_tool_intents (
 	approval_id TEXT,
 	PRIMARY KEY (session, message_id, call_id)
 );
--- A gate decision that is not a run (park, deny, skip), kept until the call's
--- result is written.
-CREATE TABLE IF NOT EXISTS dots_tool_decisions (
-	session    TEXT NOT NULL,
-	message_id INTEGER NOT NULL,
-	call_id    TEXT NOT NULL,
-	tool       TEXT NOT NULL,
-	permission TEXT NOT NULL,
-	kind       TEXT NOT NULL,
-	PRIMARY KEY (session, message_id, call_id)
-);
+-- A gate decision that is not a run (park, deny, skip) commits in the same
+-- transaction as the call's result message, so no decisions table is kept:
+-- the transcript itself says what was decided.
 -- status: pending, approved, rejected (decided, not yet told), granted,
 -- told (a turn tells the session), running (the approved call runs), done.
 CREATE TABLE IF NOT EXISTS dots_approvals (

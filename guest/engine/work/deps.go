@@ -1,0 +1,82 @@
+// Package work is the Dot's runtime (ref 8.1 to 8.8): it accepts the host's
+// inbound events, decides which turn runs (the chat, one task at a time),
+// drives each turn against the model, decides every tool call at the gate,
+// parks calls for approval, and recovers after a crash without running a
+// call twice. Every commit point is one store transaction that carries the
+// outbox rows describing it.
+package work
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// Model is the OpenRouter client the turns use.
+type Model interface {
+	Complete(ctx context.Context, key string, req openrouter.Request, onText func(string)) (openrouter.Response, error)
+	ModelLimits(ctx context.Context, key, model string) (openrouter.Limits, error)
+}
+
+// Tool is one row of the tool table as the engine needs it.
+type Tool struct {
+	Name        string
+	Permission  string
+	Description string
+	Parameters  json.RawMessage
+}
+
+// ToolResult is a call's outcome.
+type ToolResult struct {
+	Text        string
+	OK          bool
+	Interrupted bool
+	TTY         bool
+}
+
+// Toolbox is the tool table and the tools (guest/engine/tools in the product).
+type Toolbox interface {
+	// Tools is the table, in its order.
+	Tools() []Tool
+	// Validate checks a call's arguments against the tool's schema; an
+	// invalid call never reaches the gate.
+	Validate(name string, raw json.RawMessage) (map[string]any, error)
+	// Target is what a call acts on (tool.called target), "" for nothing.
+	Target(name string, args map[string]any) string
+	// ApprovalArguments are the arguments an approval.requested may carry.
+	ApprovalArguments(name string, args map[string]any) map[string]any
+	// Run runs a validated, admitted call.
+	Run(ctx context.Context, name string, args json.RawMessage) ToolResult
+}
+
+// Memory is what the engine asks of the Dot's memory and context (ref 8.6).
+type Memory interface {
+	// SystemPrompt is the Dot's section of the system prompt for a turn.
+	SystemPrompt(ctx context.Context, cfg protocol.RuntimeConfig, tools []Tool, now time.Time) string
+	// Transcribe writes a session's conversation file from its transcript,
+	// after a turn. Failures are logged, never fatal.
+	Transcribe(ctx context.Context, session string, title string, msgs []Message)
+}
+
+// Message is one transcript row.
+type Message struct {
+	ID         int64
+	Role       string // user, assistant, tool
+	Content    string
+	ToolCalls  []Call
+	ToolCallID string
+	ToolName   string
+	InboundID  string
+	At         time.Time
+	Cleared    bool
+}
+
+// Call is one tool call of an assistant message.
+type Call struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}

@@ -1,0 +1,563 @@
+package work
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/store"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// Options configure an Engine.
+type Options struct {
+	Store   *store.Store
+	Model   Model
+	Tools   Toolbox
+	Memory  Memory // nil: a plain system prompt and no conversation files
+	Log     *slog.Logger
+	Now     func() time.Time
+	Grace   time.Duration // a tool's grace on a stop; default 20 s (ref 8.7)
+	MaxCuts int           // answers cut at max_tokens before a turn fails; default 3
+}
+
+// ErrInvalid is an input the engine refuses (a malformed event, config or
+// key); the API answers it 400.
+var ErrInvalid = errors.New("invalid")
+
+// Engine is the Dot's runtime.
+type Engine struct {
+	st    *store.Store
+	model Model
+	tools Toolbox
+	mem   Memory
+	log   *slog.Logger
+	now   func() time.Time
+	grace time.Duration
+	cuts  int
+
+	mu       sync.Mutex
+	cfg      *protocol.RuntimeConfig
+	cfgRaw   string
+	key      string
+	sleeping bool // a prepare-sleep holds new work
+	stopping bool // the process is ending
+	started  bool
+	chat     *turn
+	task     *turn
+	state    protocol.AgentState // last emitted agent.state
+	pending  int                 // approvals waiting for the person
+
+	kick chan struct{}
+	wg   sync.WaitGroup
+	loop context.CancelFunc
+}
+
+const kvConfig = "runtime_config"
+
+// New returns an engine over opts. Start recovers and starts the work.
+func New(opts Options) *Engine {
+	e := &Engine{
+		st: opts.Store, model: opts.Model, tools: opts.Tools, mem: opts.Memory, log: opts.Log,
+		now: opts.Now, grace: opts.Grace, cuts: opts.MaxCuts, kick: make(chan struct{}, 1),
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.grace == 0 {
+		e.grace = protocol.PrepareSleepGraceSeconds * time.Second
+	}
+	if e.cuts == 0 {
+		e.cuts = 3
+	}
+	return e
+}
+
+// Start is the entry of every process start (ref 8.8 "After a crash"):
+// agent.started first, every open call closed once, tasks left running
+// resumed or failed, then the work loop.
+func (e *Engine) Start(ctx context.Context) error {
+	if raw, ok, err := e.st.KV(ctx, kvConfig); err != nil {
+		return err
+	} else if ok {
+		cfg, err := protocol.DecodeRuntimeConfig([]byte(raw))
+		if err != nil {
+			// A stored config that no longer validates is not applied; the
+			// host pushes one again after agent.started.
+			e.log.Warn("stored config does not validate; waiting for the host's", "err", err)
+		} else {
+			e.cfg, e.cfgRaw = &cfg, raw
+		}
+	}
+	err := e.st.Write(ctx, "recover", func(tx *store.Tx) error {
+		if _, err := tx.Emit(ctx, protocol.EventAgentStarted, protocol.AgentStarted{}); err != nil {
+			return err
+		}
+		if _, err := tx.Emit(ctx, protocol.EventAgentState, protocol.AgentStateChanged{State: protocol.StateIdle}); err != nil {
+			return err
+		}
+		sessions, err := sessionsWithCalls(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, s := range sessions {
+			if err := e.closeOpenCalls(ctx, tx, s); err != nil {
+				return err
+			}
+		}
+		// An approval still running was used by a call that was just
+		// reported interrupted; closeOpenCalls ended it. Any other left
+		// running (its call never got an intent) is over too.
+		if _, err := tx.Exec(ctx, "UPDATE dots_approvals SET status = 'done' WHERE status = 'running'"); err != nil {
+			return fmt.Errorf("end running approvals: %w", err)
+		}
+		return e.recoverTasks(ctx, tx)
+	})
+	if err != nil {
+		return fmt.Errorf("recover engine state: %w", err)
+	}
+	e.mu.Lock()
+	e.state = protocol.StateIdle
+	e.started = true
+	e.mu.Unlock()
+	if err := e.refreshPending(ctx); err != nil {
+		return err
+	}
+	if err := e.transition(ctx, nil); err != nil {
+		return err
+	}
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.loop = cancel
+	e.wg.Add(1)
+	go e.run(loopCtx)
+	e.Kick()
+	return nil
+}
+
+func sessionsWithCalls(ctx context.Context, tx *store.Tx) ([]string, error) {
+	rows, err := tx.Query(ctx, "SELECT DISTINCT session FROM messages WHERE tool_calls IS NOT NULL ORDER BY session")
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// recoverTasks marks tasks left running as interrupted, or fails them on
+// their third start (ref 8.7).
+func (e *Engine) recoverTasks(ctx context.Context, tx *store.Tx) error {
+	rows, err := tx.Query(ctx, "SELECT task_id, starts FROM dots_tasks WHERE status = 'running'")
+	if err != nil {
+		return fmt.Errorf("read running tasks: %w", err)
+	}
+	type left struct {
+		id     string
+		starts int
+	}
+	var tasks []left
+	for rows.Next() {
+		var l left
+		if err := rows.Scan(&l.id, &l.starts); err != nil {
+			rows.Close()
+			return err
+		}
+		tasks = append(tasks, l)
+	}
+	rows.Close()
+	for _, t := range tasks {
+		if t.starts >= 3 {
+			if err := e.failTask(ctx, tx, t.id, fmt.Sprintf("stopped: the task was interrupted %d times", t.starts)); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := tx.Exec(ctx, "UPDATE dots_tasks SET interrupted = 1 WHERE task_id = ?", t.id); err != nil {
+			return fmt.Errorf("mark task %s interrupted: %w", t.id, err)
+		}
+	}
+	return nil
+}
+
+// Kick asks the loop to look for work.
+func (e *Engine) Kick() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) run(ctx context.Context) {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.kick:
+		}
+		if err := e.schedule(ctx); err != nil && ctx.Err() == nil {
+			e.log.Error("schedule work", "err", err)
+		}
+	}
+}
+
+// ready reports whether new work may start: config and key pushed, no
+// prepare-sleep holding it, not stopping.
+func (e *Engine) readyLocked() bool {
+	return e.started && e.cfg != nil && e.key != "" && !e.sleeping && !e.stopping
+}
+
+// schedule starts the chat's next turn and the next task's turn when each is
+// free (ref 8.8 Work).
+func (e *Engine) schedule(ctx context.Context) error {
+	e.mu.Lock()
+	ready, chatFree, taskFree := e.readyLocked(), e.chat == nil, e.task == nil
+	e.mu.Unlock()
+	if !ready {
+		return nil
+	}
+	if chatFree {
+		if plan, err := e.nextChat(ctx); err != nil {
+			return err
+		} else if plan != nil {
+			e.startTurn(ctx, plan)
+		}
+	}
+	if taskFree {
+		if plan, err := e.nextTask(ctx); err != nil {
+			return err
+		} else if plan != nil {
+			e.startTurn(ctx, plan)
+		}
+	}
+	return nil
+}
+
+// plan is a turn about to start.
+type plan struct {
+	session string
+	taskID  string
+	kind    string // "input", "owed", "tell", "task"
+}
+
+func (e *Engine) nextChat(ctx context.Context) (*plan, error) {
+	var p *plan
+	err := e.st.Read(ctx, func(q store.Querier) error {
+		if n, err := count(ctx, q, "SELECT COUNT(*) FROM dots_approvals WHERE session = ? AND status IN ('approved','rejected','granted','told')", chatSession); err != nil {
+			return err
+		} else if n > 0 {
+			p = &plan{session: chatSession, kind: "tell"}
+			return nil
+		}
+		if n, err := count(ctx, q, "SELECT COUNT(*) FROM dots_inbound WHERE state = ?", inboundPending); err != nil {
+			return err
+		} else if n > 0 {
+			p = &plan{session: chatSession, kind: "input"}
+			return nil
+		}
+		// The answer the chat owes (ref 8.7): a row in the transcript that no
+		// answer covered, and no open approval holding the chat.
+		owed, err := count(ctx, q, "SELECT COUNT(*) FROM dots_inbound WHERE state = ?", inboundTranscript)
+		if err != nil {
+			return err
+		}
+		open, err := count(ctx, q, "SELECT COUNT(*) FROM dots_approvals WHERE session = ? AND status = 'pending'", chatSession)
+		if err != nil {
+			return err
+		}
+		if owed > 0 && open == 0 {
+			p = &plan{session: chatSession, kind: "owed"}
+		}
+		return nil
+	})
+	return p, err
+}
+
+func (e *Engine) nextTask(ctx context.Context) (*plan, error) {
+	var p *plan
+	err := e.st.Read(ctx, func(q store.Querier) error {
+		// A task whose approval was decided is told first.
+		var id string
+		err := q.QueryRowContext(ctx, `SELECT t.task_id FROM dots_tasks t JOIN dots_approvals a ON a.session = 'task:' || t.task_id
+			WHERE t.status IN ('waiting','running') AND a.status IN ('approved','rejected','granted','told')
+			ORDER BY t.priority DESC, t.arrival LIMIT 1`).Scan(&id)
+		if err == nil {
+			p = &plan{session: taskSession(id), taskID: id, kind: "tell"}
+			return nil
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("read decided approvals: %w", err)
+		}
+		// A running task (resumed after a restart) goes on unless an approval
+		// of its session is open; then the queue by priority, then arrival.
+		err = q.QueryRowContext(ctx, `SELECT task_id FROM dots_tasks t WHERE
+			(status = 'running' AND NOT EXISTS (SELECT 1 FROM dots_approvals a WHERE a.session = 'task:' || t.task_id AND a.status = 'pending'))
+			OR status = 'queued'
+			ORDER BY CASE status WHEN 'running' THEN 0 ELSE 1 END, priority DESC, arrival LIMIT 1`).Scan(&id)
+		if err == nil {
+			p = &plan{session: taskSession(id), taskID: id, kind: "task"}
+			return nil
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("read task queue: %w", err)
+		}
+		return nil
+	})
+	return p, err
+}
+
+func count(ctx context.Context, q store.Querier, query string, args ...any) (int, error) {
+	var n int
+	if err := q.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count: %w", err)
+	}
+	return n, nil
+}
+
+// Accept records an inbound event and applies it in one transaction
+// (ref 5.4). An id already held is ignored. A malformed event wraps
+// ErrInvalid.
+func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
+	parsed, err := protocol.ParseInbound(ev)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if ev.TS == "" {
+		ev.TS = e.now().UTC().Format(time.RFC3339Nano)
+	}
+	var cancelTask string
+	var approvalDecided bool
+	err = e.st.Write(ctx, "inbound", func(tx *store.Tx) error {
+		state := inboundApplied
+		if ev.Type == protocol.InboundUserMessage {
+			state = inboundPending
+		}
+		fresh, err := InsertInbound(ctx, tx, ev.ID, ev.Type, ev.TS, ev.Data, state)
+		if err != nil || !fresh {
+			return err
+		}
+		switch d := parsed.(type) {
+		case *protocol.TaskCreated:
+			var arrival int64
+			if err := tx.QueryRow(ctx, "SELECT arrival FROM dots_inbound WHERE id = ?", ev.ID).Scan(&arrival); err != nil {
+				return fmt.Errorf("read arrival: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO dots_tasks(task_id, description, priority, arrival, status)
+				VALUES (?, ?, ?, ?, 'queued') ON CONFLICT(task_id) DO NOTHING`, d.TaskID, d.Description, d.Priority, arrival); err != nil {
+				return fmt.Errorf("queue task %s: %w", d.TaskID, err)
+			}
+		case *protocol.ApprovalReceived:
+			status := "approved"
+			if d.Decision == protocol.ApprovalReject {
+				status = "rejected"
+			}
+			res, err := tx.Exec(ctx, "UPDATE dots_approvals SET status = ?, note = ? WHERE id = ? AND status = 'pending'",
+				status, d.Note, d.ApprovalID)
+			if err != nil {
+				return fmt.Errorf("record decision of approval %s: %w", d.ApprovalID, err)
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				e.log.Info("decision for an unknown or decided approval ignored", "approval", d.ApprovalID)
+			} else {
+				approvalDecided = true
+			}
+		case *protocol.SystemEvent:
+			if d.Name == protocol.SystemEventTaskCancelled {
+				var c protocol.TaskCancelled
+				_ = json.Unmarshal(d.Data, &c)
+				res, err := tx.Exec(ctx, `UPDATE dots_tasks SET status = 'cancelled'
+					WHERE task_id = ? AND status IN ('queued','running','waiting')`, c.TaskID)
+				if err != nil {
+					return fmt.Errorf("cancel task %s: %w", c.TaskID, err)
+				}
+				if n, _ := res.RowsAffected(); n > 0 {
+					cancelTask = c.TaskID
+					if _, err := tx.Exec(ctx, "UPDATE dots_approvals SET status = 'done' WHERE session = ? AND status != 'done'",
+						taskSession(c.TaskID)); err != nil {
+						return fmt.Errorf("end approvals of task %s: %w", c.TaskID, err)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.sleeping = false // a new inbound event lifts a prepare-sleep (ref 5.3)
+	if cancelTask != "" && e.task != nil && e.task.taskID == cancelTask {
+		e.task.cancel(errTaskCancelled)
+	}
+	e.mu.Unlock()
+	if approvalDecided || cancelTask != "" {
+		if err := e.refreshPending(ctx); err != nil {
+			return err
+		}
+		if err := e.transition(ctx, nil); err != nil {
+			return err
+		}
+	}
+	e.Kick()
+	return nil
+}
+
+var keyRe = regexp.MustCompile(protocol.OpenRouterKeyPattern)
+
+// SetSecrets holds the OpenRouter key in memory (ref 4.3). The same key
+// again changes nothing; a running turn keeps the key it began with. It also
+// lifts a prepare-sleep.
+func (e *Engine) SetSecrets(req protocol.SecretsRequest) error {
+	if err := req.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	e.mu.Lock()
+	e.key = req.OpenRouterAPIKey
+	e.sleeping = false
+	e.mu.Unlock()
+	e.Kick()
+	return nil
+}
+
+// PutConfig validates, stores and applies a runtime config. The same config
+// again changes nothing.
+func (e *Engine) PutConfig(ctx context.Context, body []byte) error {
+	cfg, err := protocol.DecodeRuntimeConfig(body)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	canon, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("encode config: %w", err)
+	}
+	e.mu.Lock()
+	same := e.cfgRaw == string(canon)
+	e.mu.Unlock()
+	if same {
+		return nil
+	}
+	if err := e.st.Write(ctx, "config", func(tx *store.Tx) error {
+		return tx.SetKV(ctx, kvConfig, string(canon))
+	}); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.cfg, e.cfgRaw = &cfg, string(canon)
+	e.mu.Unlock()
+	e.Kick()
+	return nil
+}
+
+// Config returns the config in force, or nil before the first push.
+func (e *Engine) Config() *protocol.RuntimeConfig {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg
+}
+
+func (e *Engine) keyNow() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.key
+}
+
+// KeyConfigured reports whether the host pushed the key.
+func (e *Engine) KeyConfigured() bool { return e.keyNow() != "" }
+
+// Key returns the key for masking secrets in the conversation files; it
+// never leaves the engine otherwise.
+func (e *Engine) Key() string { return e.keyNow() }
+
+// State is GET /state.
+func (e *Engine) State(ctx context.Context) (protocol.State, error) {
+	e.mu.Lock()
+	out := protocol.State{State: e.state}
+	if e.task != nil {
+		id := e.task.taskID
+		out.CurrentTaskID = &id
+	}
+	e.mu.Unlock()
+	err := e.st.Read(ctx, func(q store.Querier) error {
+		var id string
+		err := q.QueryRowContext(ctx, "SELECT id FROM dots_approvals WHERE status = 'pending' ORDER BY created, rowid LIMIT 1").Scan(&id)
+		if err == nil {
+			out.PendingApproval = &id
+			return nil
+		}
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return fmt.Errorf("read pending approval: %w", err)
+	})
+	return out, err
+}
+
+// ToolsInfo is GET /tools: the table in its order, with what the model is
+// offered now (before the first config, nothing).
+func (e *Engine) ToolsInfo() protocol.Tools {
+	cfg := e.Config()
+	out := protocol.Tools{Tools: []protocol.ToolInfo{}, MCPServers: []protocol.MCPServerStatus{}}
+	for _, t := range e.tools.Tools() {
+		offered := cfg != nil && cfg.Decision(t.Permission) != protocol.Deny
+		out.Tools = append(out.Tools, protocol.ToolInfo{Name: t.Name, Permission: t.Permission, Offered: offered, Description: t.Description})
+	}
+	if cfg != nil {
+		// MCP servers are not run yet (a later issue): each declared one is
+		// reported failed, with why, so the host shows the truth.
+		for _, name := range cfg.ServerNames() {
+			msg := "this engine does not run MCP servers yet"
+			out.MCPServers = append(out.MCPServers, protocol.MCPServerStatus{Name: name, State: protocol.MCPFailed, Error: &msg})
+		}
+	}
+	return out
+}
+
+// Stop ends the work (prepare-sleep or SIGTERM, ref 8.7): no new work; a turn
+// with no tool running is cancelled at once, one with a tool running gets
+// the grace for the tool to commit its result and is cancelled at the
+// deadline. The attempt of a cut task is given back. When sleep is true a
+// later key push or inbound event lifts it; otherwise the engine is ending.
+func (e *Engine) Stop(ctx context.Context, sleep bool) error {
+	e.mu.Lock()
+	if sleep {
+		e.sleeping = true
+	} else {
+		e.stopping = true
+	}
+	turns := []*turn{}
+	for _, t := range []*turn{e.chat, e.task} {
+		if t != nil {
+			turns = append(turns, t)
+		}
+	}
+	e.mu.Unlock()
+	for _, t := range turns {
+		t.stop(e.grace)
+	}
+	for _, t := range turns {
+		select {
+		case <-t.done:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for turns to end: %w", ctx.Err())
+		}
+	}
+	if !sleep && e.loop != nil {
+		e.loop()
+		e.wg.Wait()
+	}
+	return e.st.Checkpoint(ctx)
+}

@@ -1,0 +1,215 @@
+package work
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/store"
+)
+
+// Sessions: the chat is "chat", a task is "task:<id>".
+const chatSession = "chat"
+
+func taskSession(taskID string) string { return "task:" + taskID }
+
+func taskOf(session string) (string, bool) { return strings.CutPrefix(session, "task:") }
+
+// querier is a read inside or outside a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+// txq adapts a store.Tx to querier.
+type txq struct{ tx *store.Tx }
+
+func (t txq) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return t.tx.Query(ctx, q, args...)
+}
+func (t txq) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return t.tx.QueryRow(ctx, q, args...)
+}
+
+func appendMessage(ctx context.Context, tx *store.Tx, session string, m Message) (int64, error) {
+	var calls any
+	if len(m.ToolCalls) > 0 {
+		b, err := json.Marshal(m.ToolCalls)
+		if err != nil {
+			return 0, fmt.Errorf("encode tool calls: %w", err)
+		}
+		calls = string(b)
+	}
+	res, err := tx.Exec(ctx, `INSERT INTO messages(session, role, content, tool_calls, tool_call_id, tool_name, inbound_id, ts_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, session, m.Role, m.Content, calls, nullStr(m.ToolCallID), nullStr(m.ToolName),
+		nullStr(m.InboundID), tx.Now().UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("append %s message to %s: %w", m.Role, session, err)
+	}
+	return res.LastInsertId()
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// loadMessages returns the session's messages with id > after, oldest first.
+func loadMessages(ctx context.Context, q querier, session string, after int64) ([]Message, error) {
+	rows, err := q.QueryContext(ctx, `SELECT id, role, content, tool_calls, tool_call_id, tool_name, inbound_id, ts_ms, cleared
+		FROM messages WHERE session = ? AND id > ? ORDER BY id`, session, after)
+	if err != nil {
+		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
+	}
+	defer rows.Close()
+	var out []Message
+	for rows.Next() {
+		var m Message
+		var calls, callID, toolName, inbound sql.NullString
+		var ts int64
+		if err := rows.Scan(&m.ID, &m.Role, &m.Content, &calls, &callID, &toolName, &inbound, &ts, &m.Cleared); err != nil {
+			return nil, fmt.Errorf("read message of %s: %w", session, err)
+		}
+		if calls.Valid {
+			if err := json.Unmarshal([]byte(calls.String), &m.ToolCalls); err != nil {
+				return nil, fmt.Errorf("decode tool calls of message %d: %w", m.ID, err)
+			}
+		}
+		m.ToolCallID, m.ToolName, m.InboundID = callID.String, toolName.String, inbound.String
+		m.At = time.UnixMilli(ts)
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// sessionSummary returns the summary of a session and the last message id it
+// covers.
+func sessionSummary(ctx context.Context, q querier, session string) (string, int64, error) {
+	var summary sql.NullString
+	var upto int64
+	err := q.QueryRowContext(ctx, "SELECT summary, summary_upto FROM sessions WHERE id = ?", session).Scan(&summary, &upto)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("read summary of %s: %w", session, err)
+	}
+	return summary.String, upto, nil
+}
+
+// spend is a session's ledger row (ref 8.2).
+type spend struct {
+	USD      float64
+	Unpriced bool
+}
+
+func readSpend(ctx context.Context, q querier, session string) (spend, error) {
+	var s spend
+	err := q.QueryRowContext(ctx, "SELECT usd, unpriced FROM dots_spend WHERE session = ?", session).Scan(&s.USD, &s.Unpriced)
+	if errors.Is(err, sql.ErrNoRows) {
+		return spend{}, nil
+	}
+	if err != nil {
+		return spend{}, fmt.Errorf("read spend of %s: %w", session, err)
+	}
+	return s, nil
+}
+
+// addSpend adds a response's cost to the session's ledger; a nil cost marks
+// the ledger unpriced.
+func addSpend(ctx context.Context, tx *store.Tx, session string, cost *float64) error {
+	usd, unpriced := 0.0, 0
+	if cost != nil {
+		usd = *cost
+	} else {
+		unpriced = 1
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO dots_spend(session, usd, unpriced) VALUES (?, ?, ?)
+		ON CONFLICT(session) DO UPDATE SET usd = usd + excluded.usd, unpriced = MAX(unpriced, excluded.unpriced)`,
+		session, usd, unpriced)
+	if err != nil {
+		return fmt.Errorf("record spend of %s: %w", session, err)
+	}
+	return nil
+}
+
+func resetSpend(ctx context.Context, tx *store.Tx, session string) error {
+	if _, err := tx.Exec(ctx, "DELETE FROM dots_spend WHERE session = ?", session); err != nil {
+		return fmt.Errorf("reset spend of %s: %w", session, err)
+	}
+	return nil
+}
+
+// nextArrival is the arrival number of the next accepted input.
+func nextArrival(ctx context.Context, tx *store.Tx) (int64, error) {
+	var n int64
+	if err := tx.QueryRow(ctx, "SELECT COALESCE(MAX(arrival), 0) + 1 FROM dots_inbound").Scan(&n); err != nil {
+		return 0, fmt.Errorf("number inbound row: %w", err)
+	}
+	return n, nil
+}
+
+// InsertInbound records an accepted input under its id. It reports false,
+// and does nothing, for an id the engine already holds (ref 5.4: the host may
+// send an event again; an automation's firing is recorded once).
+func InsertInbound(ctx context.Context, tx *store.Tx, id, typ, ts string, data json.RawMessage, state string) (bool, error) {
+	arrival, err := nextArrival(ctx, tx)
+	if err != nil {
+		return false, err
+	}
+	res, err := tx.Exec(ctx, `INSERT INTO dots_inbound(id, type, ts, data, arrival, state) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT(id) DO NOTHING`, id, typ, ts, string(data), arrival, state)
+	if err != nil {
+		return false, fmt.Errorf("record inbound %s: %w", typ, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Inbound row states.
+const (
+	inboundPending    = "pending"    // waits for a chat turn
+	inboundTranscript = "transcript" // in the chat's transcript, not yet answered
+	inboundAnswered   = "answered"
+	inboundApplied    = "applied" // applied in the transaction that accepted it
+)
+
+// TypeAutomationFired is the inbound row of an automation's firing (ref 8.8).
+const TypeAutomationFired = "automation.fired"
+
+// AutomationFired is its data.
+type AutomationFired struct {
+	Job     string `json:"job"`
+	Message string `json:"message"`
+	AtMS    int64  `json:"at_ms"`
+}
+
+type inboundRow struct {
+	ID, Type string
+	Data     json.RawMessage
+}
+
+func pendingInbound(ctx context.Context, q querier) ([]inboundRow, error) {
+	rows, err := q.QueryContext(ctx, "SELECT id, type, data FROM dots_inbound WHERE state = ? ORDER BY arrival", inboundPending)
+	if err != nil {
+		return nil, fmt.Errorf("read waiting inputs: %w", err)
+	}
+	defer rows.Close()
+	var out []inboundRow
+	for rows.Next() {
+		var r inboundRow
+		var data string
+		if err := rows.Scan(&r.ID, &r.Type, &data); err != nil {
+			return nil, fmt.Errorf("read waiting input: %w", err)
+		}
+		r.Data = json.RawMessage(data)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

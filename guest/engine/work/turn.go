@@ -1,0 +1,625 @@
+package work
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
+	"github.com/invisible-dots/invisible-dots/guest/engine/store"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+var (
+	errTaskCancelled = errors.New("the task was cancelled")
+	errStopping      = errors.New("the engine is stopping")
+)
+
+// turn is one running unit of work of a session.
+type turn struct {
+	session, taskID, kind string
+
+	ctx    context.Context // tools run under it; cancelled at the grace deadline
+	cancel context.CancelCauseFunc
+	req    context.Context // model requests; cancelled at once on a stop
+	reqEnd context.CancelFunc
+	done   chan struct{}
+
+	mu        sync.Mutex
+	executing bool
+	stopped   bool
+}
+
+func (t *turn) stop(grace time.Duration) {
+	t.mu.Lock()
+	t.stopped = true
+	executing := t.executing
+	t.mu.Unlock()
+	t.reqEnd()
+	if !executing {
+		t.cancel(errStopping)
+		return
+	}
+	time.AfterFunc(grace, func() { t.cancel(errStopping) })
+}
+
+func (t *turn) isStopped() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stopped
+}
+
+func (t *turn) setExecuting(v bool) {
+	t.mu.Lock()
+	t.executing = v
+	t.mu.Unlock()
+}
+
+// outcome is how a turn ended.
+type outcome int
+
+const (
+	outcomeAnswered  outcome = iota // final answer stored (chat answered, task completed)
+	outcomeParked                   // a call waits for approval
+	outcomeFailed                   // ended with a failure, recorded
+	outcomeCancelled                // the task was cancelled
+	outcomeAbandoned                // a stop cut it; given back
+	outcomeNothing                  // nothing to do
+)
+
+func (e *Engine) startTurn(ctx context.Context, p *plan) {
+	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	rctx, rcancel := context.WithCancel(tctx)
+	t := &turn{session: p.session, taskID: p.taskID, kind: p.kind, ctx: tctx, cancel: cancel, req: rctx, reqEnd: rcancel,
+		done: make(chan struct{})}
+	e.mu.Lock()
+	if p.taskID != "" {
+		e.task = t
+	} else {
+		e.chat = t
+	}
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer close(t.done)
+		defer rcancel()
+		e.runTurn(t)
+		e.mu.Lock()
+		if e.task == t {
+			e.task = nil
+		}
+		if e.chat == t {
+			e.chat = nil
+		}
+		e.mu.Unlock()
+		if err := e.transition(context.Background(), nil); err != nil {
+			e.log.Error("record agent state", "err", err)
+		}
+		e.Kick()
+	}()
+}
+
+// limits is what a turn reads once at its start.
+type limits struct {
+	cfg     protocol.RuntimeConfig
+	key     string
+	model   openrouter.Limits
+	offered []Tool
+}
+
+func (e *Engine) runTurn(t *turn) {
+	ctx := t.ctx
+	var err error
+	out, reason := e.turnBody(t)
+	bg := context.WithoutCancel(ctx)
+	switch out {
+	case outcomeFailed:
+		err = e.st.Write(bg, "fail", func(tx *store.Tx) error { return e.endFailed(bg, tx, t, reason) })
+	case outcomeCancelled:
+		err = e.st.Write(bg, "cancelled", func(tx *store.Tx) error {
+			if err := e.closeOpenCalls(bg, tx, t.session); err != nil {
+				return err
+			}
+			return endApprovals(bg, tx, t.session)
+		})
+	case outcomeAbandoned:
+		if t.taskID != "" {
+			// The attempt a stop cut is given back (ref 8.7) and the next
+			// start says it was interrupted.
+			err = e.st.Write(bg, "give-back", func(tx *store.Tx) error {
+				_, err := tx.Exec(bg, `UPDATE dots_tasks SET starts = MAX(starts - 1, 0), interrupted = 1
+					WHERE task_id = ? AND status = 'running'`, t.taskID)
+				return err
+			})
+		}
+	case outcomeAnswered, outcomeParked:
+		err = e.st.Write(bg, "turn-end", func(tx *store.Tx) error { return endApprovals(bg, tx, t.session) })
+	}
+	if err != nil {
+		e.log.Error("end turn", "session", t.session, "err", err)
+	}
+	if out != outcomeNothing && out != outcomeAbandoned {
+		e.transcribe(bg, t)
+	}
+}
+
+// endApprovals ends the approvals a turn was telling (ref 8.8: granted or
+// told before the turn, done when it ends).
+func endApprovals(ctx context.Context, tx *store.Tx, session string) error {
+	if _, err := tx.Exec(ctx, "UPDATE dots_approvals SET status = 'done' WHERE session = ? AND status IN ('granted','told')", session); err != nil {
+		return fmt.Errorf("end told approvals of %s: %w", session, err)
+	}
+	return nil
+}
+
+func (e *Engine) transcribe(ctx context.Context, t *turn) {
+	if e.mem == nil {
+		return
+	}
+	var msgs []Message
+	title := "Chat"
+	err := e.st.Read(ctx, func(q store.Querier) error {
+		var err error
+		msgs, err = loadMessages(ctx, q, t.session, 0)
+		if err != nil {
+			return err
+		}
+		if t.taskID != "" {
+			var d string
+			if err := q.QueryRowContext(ctx, "SELECT description FROM dots_tasks WHERE task_id = ?", t.taskID).Scan(&d); err == nil {
+				title = d
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.log.Warn("read transcript for the conversation file", "session", t.session, "err", err)
+		return
+	}
+	e.mem.Transcribe(ctx, t.session, title, msgs)
+}
+
+// turnBody runs the turn and says how it ended; reason is the failure's.
+func (e *Engine) turnBody(t *turn) (outcome, string) {
+	ctx := t.ctx
+	e.mu.Lock()
+	cfg, key := e.cfg, e.key
+	e.mu.Unlock()
+	if cfg == nil || key == "" {
+		return outcomeNothing, ""
+	}
+	l := limits{cfg: *cfg, key: key}
+	for _, tool := range e.tools.Tools() {
+		if cfg.Decision(tool.Permission) != protocol.Deny {
+			l.offered = append(l.offered, tool)
+		}
+	}
+	proceed := false
+	if err := e.st.Write(ctx, "turn-open", func(tx *store.Tx) error {
+		var err error
+		proceed, err = e.openTurn(ctx, tx, t)
+		return err
+	}); err != nil {
+		if e.st != nil && ctx.Err() != nil {
+			return outcomeAbandoned, ""
+		}
+		e.log.Error("open turn", "session", t.session, "err", err)
+		return outcomeNothing, ""
+	}
+	if !proceed {
+		return outcomeNothing, ""
+	}
+	if err := e.transition(ctx, nil); err != nil {
+		e.log.Error("record agent state", "err", err)
+	}
+	ml, err := e.model.ModelLimits(t.req, key, cfg.Model.ID)
+	if err != nil {
+		if out, ok := e.interrupted(t); ok {
+			return out, ""
+		}
+		if errors.Is(err, openrouter.ErrUnknownModel) {
+			return outcomeFailed, fmt.Sprintf("OpenRouter does not know the model %s", cfg.Model.ID)
+		}
+		return outcomeFailed, fmt.Sprintf("the model's limits could not be read: %v", err)
+	}
+	l.model = ml
+	steps, cuts := 0, 0
+	for {
+		if out, ok := e.interrupted(t); ok {
+			return out, ""
+		}
+		if t.taskID == "" {
+			if err := e.st.Write(ctx, "inject", func(tx *store.Tx) error { return e.injectInputs(ctx, tx) }); err != nil {
+				return outcomeFailed, fmt.Sprintf("an input could not be recorded: %v", err)
+			}
+		}
+		if reason, err := e.checkLimits(ctx, t, l, steps); err != nil {
+			return outcomeFailed, fmt.Sprintf("the limits could not be read: %v", err)
+		} else if reason != "" {
+			return outcomeFailed, reason
+		}
+		req, err := e.buildRequest(ctx, t, l)
+		if err != nil {
+			if out, ok := e.interrupted(t); ok {
+				return out, ""
+			}
+			return outcomeFailed, err.Error()
+		}
+		resp, err := e.model.Complete(t.req, key, req, nil)
+		if err != nil {
+			if out, ok := e.interrupted(t); ok {
+				return out, ""
+			}
+			return outcomeFailed, fmt.Sprintf("the model request failed: %v", err)
+		}
+		steps++
+		var out outcome = -1
+		var reason string
+		var calls []Call
+		var assistantID int64
+		err = e.st.Write(ctx, "assistant", func(tx *store.Tx) error {
+			out, reason, calls, assistantID = -1, "", nil, 0
+			if err := addSpend(ctx, tx, t.session, resp.Usage.CostUSD); err != nil {
+				return err
+			}
+			if t.taskID != "" {
+				if _, err := tx.Exec(ctx, "UPDATE dots_tasks SET steps = steps + 1 WHERE task_id = ?", t.taskID); err != nil {
+					return fmt.Errorf("count step: %w", err)
+				}
+			}
+			if resp.Usage.CostUSD == nil {
+				// Nothing is done on an unpriced response (ref 8.2).
+				out, reason = outcomeFailed, "stopped: OpenRouter reported no cost for a request, so limits.max_cost_per_task_usd cannot be enforced"
+				return nil
+			}
+			if resp.Cut() {
+				cuts++
+				if strings.TrimSpace(resp.Content) != "" {
+					if _, err := appendMessage(ctx, tx, t.session, Message{Role: "assistant", Content: resp.Content}); err != nil {
+						return err
+					}
+				}
+				if cuts > e.cuts {
+					out, reason = outcomeFailed, fmt.Sprintf("stopped: the model's answers were cut at its output limit %d times", cuts)
+					return nil
+				}
+				note := "[Your previous answer was cut at the output limit; none of its tool calls ran. Go on from where it stopped, in smaller steps.]"
+				if strings.TrimSpace(resp.Content) == "" {
+					note = "[Your previous answer was cut at the output limit before any text: nothing ran. Do the work in smaller steps.]"
+				}
+				_, err := appendMessage(ctx, tx, t.session, Message{Role: "user", Content: note})
+				return err
+			}
+			if len(resp.ToolCalls) == 0 {
+				id, err := appendMessage(ctx, tx, t.session, Message{Role: "assistant", Content: resp.Content})
+				if err != nil {
+					return err
+				}
+				out = outcomeAnswered
+				return e.finalAnswer(ctx, tx, t, id, resp.Content)
+			}
+			for _, c := range resp.ToolCalls {
+				calls = append(calls, Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+			}
+			id, err := appendMessage(ctx, tx, t.session, Message{Role: "assistant", Content: resp.Content, ToolCalls: calls})
+			if err != nil {
+				return err
+			}
+			assistantID = id
+			if text := strings.TrimSpace(resp.Content); t.taskID != "" && text != "" {
+				sp, err := readSpend(ctx, txq{tx}, t.session)
+				if err != nil {
+					return err
+				}
+				usd := protocol.RoundUSD(sp.USD)
+				if _, err := tx.Emit(ctx, protocol.EventTaskProgress, protocol.TaskProgress{
+					TaskID: t.taskID, Text: cutText(text, protocol.TaskProgressMax), SpentUSD: &usd}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			if out, ok := e.interrupted(t); ok {
+				return out, ""
+			}
+			return outcomeFailed, fmt.Sprintf("the answer could not be recorded: %v", err)
+		}
+		if out >= 0 {
+			return out, reason
+		}
+		if len(calls) == 0 {
+			continue // a cut answer: ask again
+		}
+		if out, reason := e.runCalls(t, l, assistantID, calls); out >= 0 {
+			return out, reason
+		}
+	}
+}
+
+// interrupted reports how a turn ends that a stop or a cancel cut.
+func (e *Engine) interrupted(t *turn) (outcome, bool) {
+	if errors.Is(context.Cause(t.ctx), errTaskCancelled) {
+		return outcomeCancelled, true
+	}
+	if t.isStopped() || context.Cause(t.ctx) != nil {
+		return outcomeAbandoned, true
+	}
+	return 0, false
+}
+
+// cutText trims text to max code points, the last an ellipsis.
+func cutText(s string, max int) string {
+	if utf8.RuneCountInString(s) <= max {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:max-1]) + "…"
+}
+
+// openTurn is the opening commit of a turn: the calls the previous unit left
+// open are closed, then the opening messages appended. It reports whether
+// the turn has anything to do.
+func (e *Engine) openTurn(ctx context.Context, tx *store.Tx, t *turn) (bool, error) {
+	if err := e.closeOpenCalls(ctx, tx, t.session); err != nil {
+		return false, err
+	}
+	if t.taskID != "" {
+		var status, desc string
+		var starts, interrupted int
+		err := tx.QueryRow(ctx, "SELECT status, description, starts, interrupted FROM dots_tasks WHERE task_id = ?", t.taskID).
+			Scan(&status, &desc, &starts, &interrupted)
+		if err != nil {
+			return false, fmt.Errorf("read task %s: %w", t.taskID, err)
+		}
+		switch status {
+		case "queued", "running", "waiting":
+		default:
+			return false, nil
+		}
+		if t.kind == "tell" {
+			if _, err := tx.Exec(ctx, "UPDATE dots_tasks SET status = 'running' WHERE task_id = ?", t.taskID); err != nil {
+				return false, err
+			}
+			return e.tellApprovals(ctx, tx, t.session)
+		}
+		if status != "queued" && starts >= 3 {
+			return false, e.failTask(ctx, tx, t.taskID, fmt.Sprintf("stopped: the task was interrupted %d times", starts))
+		}
+		if _, err := tx.Exec(ctx, "UPDATE dots_tasks SET status = 'running', starts = starts + 1, interrupted = 0 WHERE task_id = ?", t.taskID); err != nil {
+			return false, fmt.Errorf("start task %s: %w", t.taskID, err)
+		}
+		if _, err := tx.Emit(ctx, protocol.EventTaskStarted, protocol.TaskStarted{TaskID: t.taskID}); err != nil {
+			return false, err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, "SELECT COUNT(*) FROM messages WHERE session = ?", t.session).Scan(&n); err != nil {
+			return false, err
+		}
+		if n == 0 {
+			if _, err := appendMessage(ctx, tx, t.session, Message{Role: "user", Content: desc}); err != nil {
+				return false, err
+			}
+		}
+		if status == "running" || interrupted == 1 {
+			note := "[The previous attempt at this task was interrupted by a restart. Check what was already done before going on; a call reported interrupted may have taken effect.]"
+			if _, err := appendMessage(ctx, tx, t.session, Message{Role: "user", Content: note}); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}
+	switch t.kind {
+	case "tell":
+		return e.tellApprovals(ctx, tx, t.session)
+	case "input":
+		if err := e.injectInputs(ctx, tx); err != nil {
+			return false, err
+		}
+	}
+	// A chat turn answers what the transcript holds unanswered.
+	var n int
+	if err := tx.QueryRow(ctx, "SELECT COUNT(*) FROM dots_inbound WHERE state = ?", inboundTranscript).Scan(&n); err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}
+
+// injectInputs appends the accepted inputs waiting for the chat as user
+// messages, in the order accepted, and marks them in the transcript.
+func (e *Engine) injectInputs(ctx context.Context, tx *store.Tx) error {
+	rows, err := pendingInbound(ctx, txq{tx})
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		var text string
+		switch r.Type {
+		case protocol.InboundUserMessage:
+			var d protocol.UserMessage
+			if err := json.Unmarshal(r.Data, &d); err != nil {
+				return fmt.Errorf("decode input %s: %w", r.ID, err)
+			}
+			text = d.Text
+		case TypeAutomationFired:
+			var d AutomationFired
+			if err := json.Unmarshal(r.Data, &d); err != nil {
+				return fmt.Errorf("decode firing %s: %w", r.ID, err)
+			}
+			text = fmt.Sprintf("[Automation %q fired] %s", d.Job, d.Message)
+		default:
+			continue
+		}
+		if _, err := appendMessage(ctx, tx, chatSession, Message{Role: "user", Content: text, InboundID: r.ID}); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "UPDATE dots_inbound SET state = ? WHERE id = ?", inboundTranscript, r.ID); err != nil {
+			return fmt.Errorf("mark input %s in the transcript: %w", r.ID, err)
+		}
+	}
+	return nil
+}
+
+// tellApprovals appends, for each decided approval of the session, the
+// message that tells the model the decision (ref 8.8 Approvals).
+func (e *Engine) tellApprovals(ctx context.Context, tx *store.Tx, session string) (bool, error) {
+	rows, err := tx.Query(ctx, `SELECT id, tool, canonical, status, COALESCE(note, '') FROM dots_approvals
+		WHERE session = ? AND status IN ('approved','rejected','granted','told') ORDER BY created, rowid`, session)
+	if err != nil {
+		return false, fmt.Errorf("read decided approvals: %w", err)
+	}
+	type decided struct{ id, tool, args, status, note string }
+	var list []decided
+	for rows.Next() {
+		var d decided
+		if err := rows.Scan(&d.id, &d.tool, &d.args, &d.status, &d.note); err != nil {
+			rows.Close()
+			return false, err
+		}
+		list = append(list, d)
+	}
+	rows.Close()
+	for _, d := range list {
+		var text, next string
+		if d.status == "approved" || d.status == "granted" {
+			next = "granted"
+			text = fmt.Sprintf("[Approval] The person approved your call of %s. It has not run yet. Make the same call again now, with exactly these arguments: %s", d.tool, d.args)
+		} else {
+			next = "told"
+			text = fmt.Sprintf("[Approval] The person rejected your call of %s with the arguments %s. It did not run.", d.tool, d.args)
+		}
+		if d.note != "" {
+			text += " Their note: " + d.note
+		}
+		if _, err := appendMessage(ctx, tx, session, Message{Role: "user", Content: text}); err != nil {
+			return false, err
+		}
+		if _, err := tx.Exec(ctx, "UPDATE dots_approvals SET status = ? WHERE id = ?", next, d.id); err != nil {
+			return false, fmt.Errorf("mark approval %s %s: %w", d.id, next, err)
+		}
+	}
+	return len(list) > 0, nil
+}
+
+// checkLimits applies the step limit and the cost cap before a model
+// request (ref 8.2); it returns the failure's reason, or "".
+func (e *Engine) checkLimits(ctx context.Context, t *turn, l limits, steps int) (string, error) {
+	unit := "the turn"
+	if t.taskID != "" {
+		unit = "the task"
+	}
+	var sp spend
+	err := e.st.Read(ctx, func(q store.Querier) error {
+		var err error
+		sp, err = readSpend(ctx, q, t.session)
+		if err != nil {
+			return err
+		}
+		if t.taskID != "" {
+			return q.QueryRowContext(ctx, "SELECT steps FROM dots_tasks WHERE task_id = ?", t.taskID).Scan(&steps)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if steps >= l.cfg.Limits.MaxStepsPerTask {
+		return fmt.Sprintf("stopped: %s reached limits.max_steps_per_task (%d steps)", unit, l.cfg.Limits.MaxStepsPerTask), nil
+	}
+	if sp.Unpriced {
+		return "stopped: OpenRouter reported no cost for a request, so limits.max_cost_per_task_usd cannot be enforced", nil
+	}
+	if sp.USD >= l.cfg.Limits.MaxCostPerTaskUSD {
+		return fmt.Sprintf("stopped: %s reached limits.max_cost_per_task_usd (spent %.4f USD of %.2f)", unit, sp.USD, l.cfg.Limits.MaxCostPerTaskUSD), nil
+	}
+	return "", nil
+}
+
+// finalAnswer records what a final assistant message means (ref 8.8
+// record_transcript_append): the chat's answer, or the task's completion.
+func (e *Engine) finalAnswer(ctx context.Context, tx *store.Tx, t *turn, msgID int64, text string) error {
+	if t.taskID != "" {
+		sp, err := readSpend(ctx, txq{tx}, t.session)
+		if err != nil {
+			return err
+		}
+		usd := protocol.RoundUSD(sp.USD)
+		if _, err := tx.Exec(ctx, "UPDATE dots_tasks SET status = 'completed' WHERE task_id = ?", t.taskID); err != nil {
+			return fmt.Errorf("complete task %s: %w", t.taskID, err)
+		}
+		_, err = tx.Emit(ctx, protocol.EventTaskCompleted, protocol.TaskCompleted{TaskID: t.taskID, Summary: text, SpentUSD: &usd})
+		return err
+	}
+	return e.answerChat(ctx, tx, text)
+}
+
+// answerChat emits message.assistant, applies every input the transcript
+// holds and takes the chat's spend with it.
+func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string) error {
+	sp, err := readSpend(ctx, txq{tx}, chatSession)
+	if err != nil {
+		return err
+	}
+	usd := protocol.RoundUSD(sp.USD)
+	var replyTo sql.NullString
+	err = tx.QueryRow(ctx, "SELECT id FROM dots_inbound WHERE state = ? AND type = ? ORDER BY arrival DESC LIMIT 1",
+		inboundTranscript, protocol.InboundUserMessage).Scan(&replyTo)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read the message answered: %w", err)
+	}
+	ev := protocol.MessageAssistant{Text: text, SpentUSD: &usd}
+	if replyTo.Valid {
+		ev.InReplyTo = &replyTo.String
+	}
+	if _, err := tx.Emit(ctx, protocol.EventMessageAssistant, ev); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "UPDATE dots_inbound SET state = ? WHERE state = ?", inboundAnswered, inboundTranscript); err != nil {
+		return fmt.Errorf("apply answered inputs: %w", err)
+	}
+	return resetSpend(ctx, tx, chatSession)
+}
+
+// endFailed is the transaction that ends a failed turn: its open calls
+// closed, then the task failed, or the chat answered "I could not answer".
+func (e *Engine) endFailed(ctx context.Context, tx *store.Tx, t *turn, reason string) error {
+	if err := e.closeOpenCalls(ctx, tx, t.session); err != nil {
+		return err
+	}
+	if err := endApprovals(ctx, tx, t.session); err != nil {
+		return err
+	}
+	if t.taskID != "" {
+		return e.failTask(ctx, tx, t.taskID, reason)
+	}
+	text := "I could not answer: " + reason
+	if _, err := appendMessage(ctx, tx, chatSession, Message{Role: "assistant", Content: text}); err != nil {
+		return err
+	}
+	return e.answerChat(ctx, tx, text)
+}
+
+// failTask fails a task with task.failed, unless it already ended.
+func (e *Engine) failTask(ctx context.Context, tx *store.Tx, taskID, reason string) error {
+	res, err := tx.Exec(ctx, "UPDATE dots_tasks SET status = 'failed' WHERE task_id = ? AND status IN ('queued','running','waiting')", taskID)
+	if err != nil {
+		return fmt.Errorf("fail task %s: %w", taskID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil
+	}
+	sp, err := readSpend(ctx, txq{tx}, taskSession(taskID))
+	if err != nil {
+		return err
+	}
+	usd := protocol.RoundUSD(sp.USD)
+	_, err = tx.Emit(ctx, protocol.EventTaskFailed, protocol.TaskFailed{TaskID: taskID, Error: reason, SpentUSD: &usd})
+	return err
+}
