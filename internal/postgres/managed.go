@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 )
 
 const (
@@ -51,8 +53,11 @@ type managed struct {
 // startManaged brings up the managed instance under home: initdb on first
 // start, then postgres on a unix socket in home/run only.
 func startManaged(ctx context.Context, home string, log logr.Logger) (*managed, error) {
-	dataDir := filepath.Join(home, "db")
-	runDir := filepath.Join(home, "run")
+	h, err := paths.New(home)
+	if err != nil {
+		return nil, err
+	}
+	home, dataDir, runDir := h.Root, h.DB(), h.Run()
 	if sock := filepath.Join(runDir, socketName); len(sock) > maxSocketPath {
 		return nil, fmt.Errorf("the PostgreSQL socket path %s is %d bytes, longer than the %d a unix socket allows: choose a shorter INVISIBLE_DOTS_HOME or set DATABASE_URL",
 			sock, len(sock), maxSocketPath)

@@ -1,0 +1,195 @@
+// Package store is the pgx access to the control plane's own tables
+// (DESIGN.md 4): the event log (`events`, ref 9.1) and the host-to-guest
+// outbox (`inbound_events`, ref 9.2). Writes are idempotent: a row derived
+// from a resource has a deterministic id and is inserted with ON CONFLICT DO
+// NOTHING, so a control plane killed between two writes converges on its next
+// reconcile without storing or sending anything twice.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/invisible-dots/invisible-dots/internal/postgres/migrate"
+)
+
+// Dot identifies a Dot's rows: namespace and name for people, the UID for the
+// rows themselves (a Dot made again under the same name starts afresh).
+type Dot struct {
+	Namespace string
+	Name      string
+	UID       string
+}
+
+func (d Dot) valid() error {
+	if d.Namespace == "" || d.Name == "" || d.UID == "" {
+		return fmt.Errorf("dot %s/%s (uid %q) lacks its namespace, name or uid", d.Namespace, d.Name, d.UID)
+	}
+	return nil
+}
+
+// Source says who told of an event.
+type Source string
+
+const (
+	SourceHost  Source = "host"
+	SourceGuest Source = "guest"
+)
+
+// Event is one row of the event log.
+type Event struct {
+	ID   int64
+	Dot  Dot
+	Type string
+	// Data is the event's JSON body; empty means {}.
+	Data   json.RawMessage
+	Source Source
+	// GuestSeq is the guest's sequence number of a guest event; a guest event
+	// seen again (same Dot, same GuestSeq) is not stored twice. Nil for the
+	// host's events.
+	GuestSeq  *int64
+	CreatedAt time.Time
+}
+
+// Store reads and writes the tables through a pgx pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool (postgres.Instance.Pool).
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// AppendEvents stores events in one transaction, in order, and returns the
+// ones it stored with their ids; those already stored (a guest sequence number
+// or a channel message id seen before) are left out. Event ids become visible
+// in id order: the transaction takes the events lock before its first id is
+// drawn and holds it to commit (ref 9.1), so a reader that resumes after id N
+// never misses a smaller id committed later.
+func (s *Store) AppendEvents(ctx context.Context, events ...Event) ([]Event, error) {
+	var stored []Event
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		stored, err = AppendEventsTx(ctx, tx, events...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return stored, nil
+}
+
+// AppendEventsTx is AppendEvents inside the caller's transaction, for a change
+// stored together with its event. Insert the event before changing other rows
+// (ref 9.1): the events lock must not be waited for while holding row locks.
+func AppendEventsTx(ctx context.Context, tx pgx.Tx, events ...Event) ([]Event, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	for _, e := range events {
+		if err := e.Dot.valid(); err != nil {
+			return nil, err
+		}
+		if e.Type == "" {
+			return nil, fmt.Errorf("event of dot %s/%s has no type", e.Dot.Namespace, e.Dot.Name)
+		}
+		if e.Source != SourceHost && e.Source != SourceGuest {
+			return nil, fmt.Errorf("event %s of dot %s/%s has source %q, want host or guest", e.Type, e.Dot.Namespace, e.Dot.Name, e.Source)
+		}
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", migrate.LockClass, migrate.LockEvents); err != nil {
+		return nil, fmt.Errorf("take the events lock: %w", err)
+	}
+	var stored []Event
+	for _, e := range events {
+		e.Data = jsonOrEmpty(e.Data)
+		err := tx.QueryRow(ctx, `
+INSERT INTO events (dot_namespace, dot_name, dot_uid, type, data, source, guest_seq)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT DO NOTHING
+RETURNING id, created_at`,
+			e.Dot.Namespace, e.Dot.Name, e.Dot.UID, e.Type, e.Data, string(e.Source), e.GuestSeq,
+		).Scan(&e.ID, &e.CreatedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("store event %s of dot %s/%s: %w", e.Type, e.Dot.Namespace, e.Dot.Name, err)
+		}
+		stored = append(stored, e)
+	}
+	return stored, nil
+}
+
+// EventsAfter returns up to limit events of the Dot with ids above afterID,
+// oldest first.
+func (s *Store) EventsAfter(ctx context.Context, dotUID string, afterID int64, limit int) ([]Event, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("read events: limit %d, want at least 1", limit)
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT id, dot_namespace, dot_name, dot_uid, type, data, source, guest_seq, created_at
+FROM events WHERE dot_uid = $1 AND id > $2 ORDER BY id LIMIT $3`, dotUID, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events of dot %s: %w", dotUID, err)
+	}
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		var src string
+		err := r.Scan(&e.ID, &e.Dot.Namespace, &e.Dot.Name, &e.Dot.UID, &e.Type, &e.Data, &src, &e.GuestSeq, &e.CreatedAt)
+		e.Source = Source(src)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events of dot %s: %w", dotUID, err)
+	}
+	return events, nil
+}
+
+// LastGuestSeq is the highest guest sequence number stored for the Dot, 0 when
+// none: where the event pump resumes reading the guest.
+func (s *Store) LastGuestSeq(ctx context.Context, dotUID string) (int64, error) {
+	var seq int64
+	err := s.pool.QueryRow(ctx, "SELECT COALESCE(max(guest_seq), 0) FROM events WHERE dot_uid = $1", dotUID).Scan(&seq)
+	if err != nil {
+		return 0, fmt.Errorf("read the last guest sequence number of dot %s: %w", dotUID, err)
+	}
+	return seq, nil
+}
+
+// DeleteDot removes every row of the Dot, for its finalizer.
+func (s *Store) DeleteDot(ctx context.Context, dotUID string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "DELETE FROM inbound_events WHERE dot_uid = $1", dotUID); err != nil {
+			return fmt.Errorf("delete the outbox of dot %s: %w", dotUID, err)
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM events WHERE dot_uid = $1", dotUID); err != nil {
+			return fmt.Errorf("delete the events of dot %s: %w", dotUID, err)
+		}
+		return nil
+	})
+}
+
+// TaskCreatedID is the outbox id of a task's task.created for run (DESIGN.md
+// 4): the same task and run always give the same id.
+func TaskCreatedID(taskUID string, run int) string {
+	return "task-" + taskUID + "-" + strconv.Itoa(run)
+}
+
+// ApprovalDecisionID is the outbox id of an approval's decision.
+func ApprovalDecisionID(approvalUID string) string {
+	return "approval-" + approvalUID
+}
+
+func jsonOrEmpty(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("{}")
+	}
+	return b
+}
