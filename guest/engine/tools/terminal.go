@@ -83,7 +83,9 @@ func (s *screenText) feed(b []byte) string {
 
 func (s *screenText) flush(out *strings.Builder) string {
 	if s.dirty {
-		out.WriteString(strings.TrimRight(string(s.line), " "))
+		// The current line as it is: a prompt's trailing space is part of
+		// what the screen shows.
+		out.WriteString(string(s.line))
 		s.dirty = false
 	}
 	return out.String()
