@@ -1,0 +1,281 @@
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/images"
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+)
+
+// machine is a fake host: which programs exist, what they answer.
+type machine struct {
+	version   string            // qemu --version output
+	probe     map[string]Result // by CPU model
+	kvmErr    error
+	free      uint64
+	pgDir     string
+	noQEMU    bool
+	noQEMUImg bool
+	probes    []string
+}
+
+func (m *machine) deps(t *testing.T, h paths.Home) Deps {
+	t.Helper()
+	bin := t.TempDir()
+	mk := func(name string) {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !m.noQEMU {
+		mk("qemu-system-x86_64")
+	}
+	if !m.noQEMUImg {
+		mk("qemu-img")
+	}
+	env := map[string]string{"PATH": bin}
+	return Deps{
+		Home:   h,
+		Getenv: func(k string) string { return env[k] },
+		Run: func(_ context.Context, _ time.Duration, argv ...string) (Result, error) {
+			if len(argv) == 2 && argv[1] == "--version" {
+				return Result{Output: m.version}, nil
+			}
+			for i, a := range argv {
+				if a == "-cpu" {
+					m.probes = append(m.probes, argv[i+1])
+					if r, ok := m.probe[argv[i+1]]; ok {
+						return r, nil
+					}
+					return Result{ExitCode: 1, Output: "unexpected model " + argv[i+1]}, nil
+				}
+			}
+			return Result{}, errors.New("unexpected command " + strings.Join(argv, " "))
+		},
+		OpenKVM:      func() error { return m.kvmErr },
+		FreeBytes:    func(string) (uint64, error) { return m.free, nil },
+		PostgresDirs: func() []string { return []string{m.pgDir} },
+		ProbeTimeout: time.Second,
+	}
+}
+
+func goodMachine(t *testing.T) *machine {
+	pg := t.TempDir()
+	for _, p := range []string{"postgres", "initdb"} {
+		os.WriteFile(filepath.Join(pg, p), []byte("#!/bin/sh\n"), 0o755)
+	}
+	return &machine{
+		version: "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)\n",
+		probe:   map[string]Result{hostconfig.CPUModel: {}, hostconfig.CPUModelTCG: {}},
+		free:    100 << 30,
+		pgDir:   pg,
+	}
+}
+
+func registerImages(t *testing.T, h paths.Home) {
+	t.Helper()
+	os.MkdirAll(h.Images(), 0o755)
+	for _, kind := range []paths.ImageKind{paths.Golden, paths.Runtime} {
+		f := h.ImageFile(kind, "20261130T000000Z-abc")
+		os.WriteFile(f, []byte(string(kind)), 0o644)
+		sum, size, _ := images.FileSHA256(f)
+		b, _ := json.Marshal(protocol.ImageManifest{Kind: string(kind), Version: "20261130T000000Z-abc", File: filepath.Base(f), SHA256: sum, Size: size})
+		os.WriteFile(h.ImageManifest(kind, "20261130T000000Z-abc"), b, 0o644)
+	}
+}
+
+func statuses(r Report) map[string]Status {
+	out := map[string]Status{}
+	for _, c := range r.Checks {
+		out[c.Name] = c.Status
+	}
+	return out
+}
+
+func TestDoctor(t *testing.T) {
+	allOK := map[string]Status{RowQEMU: OK, RowQEMUImg: OK, RowAccelerator: OK, RowCPUModel: OK, RowHome: OK, RowGolden: OK, RowRuntime: OK, RowPostgres: OK}
+	with := func(changes map[string]Status) map[string]Status {
+		out := map[string]Status{}
+		for k, v := range allOK {
+			out[k] = v
+		}
+		for k, v := range changes {
+			out[k] = v
+		}
+		return out
+	}
+	tests := map[string]struct {
+		reason string
+		setup  func(t *testing.T, m *machine, h *paths.Home)
+		want   map[string]Status
+		ok     bool
+		fixHas map[string]string // row -> substring of its fix
+	}{
+		"healthy kvm host": {reason: "everything in place", want: allOK, ok: true},
+		"qemu too old": {
+			reason: "QEMU 7.1 is under the 7.2 minimum",
+			setup:  func(t *testing.T, m *machine, h *paths.Home) { m.version = "QEMU emulator version 7.1.0" },
+			want:   with(map[string]Status{RowQEMU: Failed, RowAccelerator: Failed}), fixHas: map[string]string{RowQEMU: "apt-get install -y qemu-system-x86"},
+		},
+		"no qemu": {
+			reason: "nothing installed",
+			setup:  func(t *testing.T, m *machine, h *paths.Home) { m.noQEMU, m.noQEMUImg = true, true },
+			want:   with(map[string]Status{RowQEMU: Missing, RowQEMUImg: Missing, RowAccelerator: Failed}),
+			fixHas: map[string]string{RowQEMU: "qemu-system-x86", RowQEMUImg: "qemu-utils"},
+		},
+		"kvm not accessible": {
+			reason: "/dev/kvm denied and the probe fails: the group line",
+			setup: func(t *testing.T, m *machine, h *paths.Home) {
+				m.kvmErr = os.ErrPermission
+				m.probe[hostconfig.CPUModel] = Result{ExitCode: 1, Output: "Could not access KVM kernel module: Permission denied"}
+			},
+			want: with(map[string]Status{RowAccelerator: Missing}), fixHas: map[string]string{RowAccelerator: "usermod -aG kvm"},
+		},
+		"probe has the last word": {
+			reason: "/dev/kvm check fails but QEMU runs with kvm: ok",
+			setup:  func(t *testing.T, m *machine, h *paths.Home) { m.kvmErr = os.ErrPermission },
+			want:   allOK, ok: true,
+		},
+		"nested virtualization": {
+			reason: "the default model fails with MSR 0x10a, the recorded override runs",
+			setup: func(t *testing.T, m *machine, h *paths.Home) {
+				m.probe[hostconfig.CPUModel] = Result{ExitCode: 134, Output: "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69"}
+				m.probe[hostconfig.CPUModelNoArchCapabilities] = Result{}
+			},
+			want:   with(map[string]Status{RowAccelerator: Failed, RowCPUModel: Failed}),
+			fixHas: map[string]string{RowAccelerator: "invisible-dots setup", RowCPUModel: hostconfig.CPUModelNoArchCapabilities},
+		},
+		"override recorded": {
+			reason: "setup recorded the override; the probe runs it",
+			setup: func(t *testing.T, m *machine, h *paths.Home) {
+				m.probe = map[string]Result{hostconfig.CPUModelNoArchCapabilities: {}}
+				hostconfig.Save(*h, hostconfig.Config{CPUModel: hostconfig.CPUModelNoArchCapabilities, CPUModelReason: "failed to set MSR 0x10a"})
+			},
+			want: allOK, ok: true,
+		},
+		"vcpu hangs": {
+			reason: "a probe still running at its timeout is a virtual CPU that does not run",
+			setup: func(t *testing.T, m *machine, h *paths.Home) {
+				m.probe[hostconfig.CPUModel] = Result{TimedOut: true, ExitCode: -1}
+			},
+			want: with(map[string]Status{RowAccelerator: Failed}), fixHas: map[string]string{RowAccelerator: "KVM"},
+		},
+		"tcg": {
+			reason: "accelerator: tcg is always a warning, not a failure",
+			setup: func(t *testing.T, m *machine, h *paths.Home) {
+				hostconfig.Save(*h, hostconfig.Config{Accelerator: hostconfig.TCG})
+			},
+			want: with(map[string]Status{RowAccelerator: Warning}), ok: true, fixHas: map[string]string{RowAccelerator: "accelerator: tcg"},
+		},
+		"comma in home": {
+			reason: "a home QEMU cannot be given",
+			setup: func(t *testing.T, m *machine, h *paths.Home) {
+				old := h.Root
+				h.Root = filepath.Join(old, "a,b")
+				os.MkdirAll(h.Root, 0o700)
+				registerImages(t, *h)
+			},
+			want: with(map[string]Status{RowHome: Failed}), fixHas: map[string]string{RowHome: paths.EnvHome},
+		},
+		"disk full": {
+			reason: "under 2 GiB free",
+			setup:  func(t *testing.T, m *machine, h *paths.Home) { m.free = 1 << 20 },
+			want:   with(map[string]Status{RowHome: Failed}), fixHas: map[string]string{RowHome: "free space"},
+		},
+		"no images": {
+			reason: "a fresh home",
+			setup:  func(t *testing.T, m *machine, h *paths.Home) { os.RemoveAll(h.Images()) },
+			want:   with(map[string]Status{RowGolden: Missing, RowRuntime: Missing}), fixHas: map[string]string{RowGolden: "make test-image"},
+		},
+		"tampered image": {
+			reason: "the golden image changed after it was registered",
+			setup: func(t *testing.T, m *machine, h *paths.Home) {
+				os.WriteFile(h.Golden("20261130T000000Z-abc"), []byte("changed"), 0o644)
+			},
+			want: with(map[string]Status{RowGolden: Failed}), fixHas: map[string]string{RowGolden: "make test-image"},
+		},
+		"no postgres": {
+			reason: "no server binaries",
+			setup:  func(t *testing.T, m *machine, h *paths.Home) { m.pgDir = t.TempDir() },
+			want:   with(map[string]Status{RowPostgres: Missing}), fixHas: map[string]string{RowPostgres: "apt-get install -y postgresql"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := paths.Home{Root: t.TempDir()}
+			registerImages(t, h)
+			m := goodMachine(t)
+			if tc.setup != nil {
+				tc.setup(t, m, &h)
+			}
+			rep := Run(context.Background(), m.deps(t, h))
+			if diff := cmp.Diff(tc.want, statuses(rep)); diff != "" {
+				t.Errorf("%s: statuses mismatch (-want +got):\n%s\n%s", tc.reason, diff, Render(rep))
+			}
+			if rep.OK != tc.ok {
+				t.Errorf("%s: OK = %v, want %v", tc.reason, rep.OK, tc.ok)
+			}
+			for _, c := range rep.Checks {
+				if c.Status != OK && c.Fix == "" {
+					t.Errorf("%s: row %q is %s without a fix", tc.reason, c.Name, c.Status)
+				}
+			}
+			for row, sub := range tc.fixHas {
+				if c, _ := rep.Row(row); !strings.Contains(c.Fix, sub) {
+					t.Errorf("%s: fix of %q = %q, want it to name %q", tc.reason, row, c.Fix, sub)
+				}
+			}
+		})
+	}
+}
+
+func TestDoctorOrderAndJSON(t *testing.T) {
+	h := paths.Home{Root: t.TempDir()}
+	registerImages(t, h)
+	m := goodMachine(t)
+	rep := Run(context.Background(), m.deps(t, h))
+	var names []string
+	for _, c := range rep.Checks {
+		names = append(names, c.Name)
+	}
+	want := []string{RowQEMU, RowQEMUImg, RowAccelerator, RowCPUModel, RowHome, RowGolden, RowRuntime, RowPostgres}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("row order mismatch (-want +got):\n%s", diff)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil || !strings.Contains(string(b), `"status":"ok"`) || !strings.Contains(string(b), `"checks"`) {
+		t.Errorf("JSON = %s, %v", b, err)
+	}
+	probe := ProbeArgs("/usr/bin/qemu-system-x86_64", "kvm", hostconfig.CPUModel)
+	wantProbe := []string{"/usr/bin/qemu-system-x86_64", "-nodefaults", "-no-user-config", "-machine", "q35", "-accel", "kvm", "-cpu", "host,-vmx,-svm", "-display", "none", "-no-reboot", "-boot", "reboot-timeout=0"}
+	if diff := cmp.Diff(wantProbe, probe); diff != "" {
+		t.Errorf("ProbeArgs mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestRealProbe runs the real probe under tcg when QEMU is installed: exit 0
+// means QEMU ran the firmware with that CPU model.
+func TestRealProbe(t *testing.T) {
+	d := Real(paths.Home{Root: t.TempDir()})
+	bin := "/usr/bin/qemu-system-x86_64"
+	if _, err := os.Stat(bin); err != nil {
+		t.Skip("QEMU is not installed")
+	}
+	if err := Probe(context.Background(), d, bin, hostconfig.TCG, hostconfig.CPUModelTCG); err != nil {
+		t.Errorf("tcg probe = %v, want success", err)
+	}
+	if err := Probe(context.Background(), d, bin, hostconfig.TCG, hostconfig.CPUModel); err == nil || !strings.Contains(err.Error(), "requires KVM") {
+		t.Errorf("tcg probe with the host model = %v, want QEMU's refusal", err)
+	}
+}
