@@ -91,7 +91,9 @@ CREATE TABLE IF NOT EXISTS dots_kv (
 -- firing's inbound row and the job's next run commit together.
 CREATE TABLE IF NOT EXISTS dots_cron_jobs (
 	name        TEXT PRIMARY KEY,
-	schedule    TEXT NOT NULL,
+	every_s     INTEGER NOT NULL DEFAULT 0,
+	cron_expr   TEXT NOT NULL DEFAULT '',
+	tz          TEXT NOT NULL DEFAULT '',
 	at_ms       INTEGER,
 	message     TEXT NOT NULL,
 	enabled     INTEGER NOT NULL DEFAULT 1,

@@ -475,6 +475,13 @@ func (e *Engine) keyNow() string {
 	return e.key
 }
 
+// Started reports whether the engine recovered and serves work.
+func (e *Engine) Started() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.started
+}
+
 // KeyConfigured reports whether the host pushed the key.
 func (e *Engine) KeyConfigured() bool { return e.keyNow() != "" }
 

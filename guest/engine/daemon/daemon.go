@@ -1,0 +1,315 @@
+// Package daemon wires the engine's parts into the running dot-engine: the
+// environment read once at start (ref 8.8), the store, the runtime, the
+// tools, the automations, memory and the API on the unix socket, and the
+// stop of ref 8.7 (cron first, then the turns with the tools' grace, then a
+// checkpoint).
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/user"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/api"
+	"github.com/invisible-dots/invisible-dots/guest/engine/automation"
+	"github.com/invisible-dots/invisible-dots/guest/engine/memory"
+	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
+	"github.com/invisible-dots/invisible-dots/guest/engine/store"
+	"github.com/invisible-dots/invisible-dots/guest/engine/tools"
+	"github.com/invisible-dots/invisible-dots/guest/engine/work"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// Defaults of the guest layout (ref 4.2).
+const (
+	DefaultStateDir      = "/home/dotengine/state"
+	DefaultBuiltinSkills = protocol.RuntimeMountPoint + "/engine/skills"
+	// EnvBuiltinSkills overrides the built-in skills directory (tests and
+	// development; the runtime disk has them at DefaultBuiltinSkills).
+	EnvBuiltinSkills = "INVISIBLE_DOTS_BUILTIN_SKILLS"
+	// EnvTestCrashAt is a test hook: "<commit point>[:<n>]" makes the engine
+	// kill itself with SIGKILL right after the n-th commit of that point
+	// ("before:<point>[:<n>]" right before it). The crash tests use it; no
+	// unit sets it.
+	EnvTestCrashAt = "INVISIBLE_DOTS_TEST_CRASH_AT"
+)
+
+// Config is the environment, read once at start.
+type Config struct {
+	AgentSocket   string
+	AgentdSocket  string
+	AgentdBin     string
+	Workspace     string
+	StateDir      string
+	NetworkCheck  string
+	MCPCommand    string
+	ModelUser     string
+	OpenRouterURL string
+	BuiltinSkills string
+	CrashAt       string
+}
+
+// ConfigFromEnv reads the environment once (ref 8.8).
+func ConfigFromEnv(getenv func(string) string) Config {
+	or := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	home := or(getenv(protocol.DotHomeEnv), protocol.DefaultDotHome)
+	return Config{
+		AgentSocket:   or(getenv(protocol.EnvAgentSocket), protocol.AgentSocketPath),
+		AgentdSocket:  or(getenv(protocol.EnvAgentdSocket), protocol.AgentdSocketPath),
+		AgentdBin:     or(getenv(protocol.EnvAgentdBin), protocol.RuntimeMountPoint+"/bin/dot-agentd"),
+		Workspace:     or(getenv(protocol.EnvWorkspace), path.Join(home, "workspace")),
+		StateDir:      or(getenv(protocol.EnvEngineState), DefaultStateDir),
+		NetworkCheck:  getenv(protocol.EnvNetworkCheck),
+		MCPCommand:    getenv(protocol.EnvMCPCommand),
+		ModelUser:     or(getenv(protocol.EnvModelUser), protocol.DefaultModelUser),
+		OpenRouterURL: or(getenv(protocol.EnvOpenRouterURL), openrouter.DefaultBaseURL),
+		BuiltinSkills: or(getenv(EnvBuiltinSkills), DefaultBuiltinSkills),
+		CrashAt:       getenv(EnvTestCrashAt),
+	}
+}
+
+// Deps are parts a test may replace; nil means the product's own.
+type Deps struct {
+	Model work.Model
+	Tools work.Toolbox
+	Files memory.Files
+	Log   *slog.Logger
+	// Ready, when set, is called once the API serves.
+	Ready func()
+}
+
+// Run serves the Dot until ctx ends (SIGTERM), then stops as ref 8.7 says.
+func Run(ctx context.Context, cfg Config, deps Deps) error {
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	u, err := user.Lookup(cfg.ModelUser)
+	if err != nil {
+		return fmt.Errorf("the model's user %q does not exist (%s): the engine refuses every connection of that user, so it must exist: %w",
+			cfg.ModelUser, protocol.EnvModelUser, err)
+	}
+	modelUID, err := strconv.Atoi(u.Uid)
+	if err != nil {
+		return fmt.Errorf("uid %q of user %q is not a number", u.Uid, cfg.ModelUser)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("make the engine's state directory: %w", err)
+	}
+	st, err := store.Open(ctx, filepath.Join(cfg.StateDir, store.FileName))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if cfg.CrashAt != "" {
+		installCrashHook(st, cfg.CrashAt)
+	}
+	home := path.Dir(cfg.Workspace)
+
+	late := &lateKicker{}
+	cron := automation.New(st, late, nil, log)
+	var runner *tools.Runner
+	toolbox := deps.Tools
+	if toolbox == nil {
+		runner = tools.NewRunner(tools.Env{AgentdSocket: cfg.AgentdSocket, RelayPath: cfg.AgentdBin, Home: home,
+			Workspace: cfg.Workspace, Cron: cron, Term: os.Getenv("TERM")})
+		defer runner.Close()
+		toolbox = Toolbox{Runner: runner}
+	}
+	model := deps.Model
+	if model == nil {
+		model = openrouter.New(cfg.OpenRouterURL, &http.Client{})
+	}
+	files := deps.Files
+	if files == nil {
+		files = memory.NewAgentdFiles(cfg.AgentdSocket)
+	}
+	var eng *work.Engine
+	mem := &memory.Memory{Files: files, Home: home, BuiltinSkills: cfg.BuiltinSkills, Log: log,
+		Target: toolbox.Target, Secrets: func() []string { return []string{eng.Key()} }}
+	eng = work.New(work.Options{Store: st, Model: model, Tools: toolbox, Memory: mem, Log: log})
+	late.set(eng)
+	if err := eng.Start(ctx); err != nil {
+		return err
+	}
+
+	ln, err := api.Listen(cfg.AgentSocket, modelUID)
+	if err != nil {
+		return err
+	}
+	srv := &api.Server{Engine: eng, Store: st, Skills: mem, Log: log, Checks: []api.Checker{
+		func(context.Context) protocol.HealthCheck { return protocol.HealthCheck{Name: "database", OK: true} },
+		func(context.Context) protocol.HealthCheck {
+			c := protocol.HealthCheck{Name: "config", OK: eng.Config() != nil}
+			if !c.OK {
+				c.Detail = "no config pushed yet"
+			}
+			return c
+		},
+		func(context.Context) protocol.HealthCheck {
+			c := protocol.HealthCheck{Name: "openrouter_key", OK: eng.KeyConfigured()}
+			if !c.OK {
+				c.Detail = "no key pushed yet"
+			}
+			return c
+		},
+		func(context.Context) protocol.HealthCheck {
+			c := protocol.HealthCheck{Name: "agentd_socket", OK: true}
+			if fi, err := os.Stat(cfg.AgentdSocket); err != nil || fi.Mode()&os.ModeSocket == 0 {
+				c.OK, c.Detail = false, "dot-agentd's socket is not there"
+			}
+			return c
+		},
+	}}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+
+	cronCtx, stopCron := context.WithCancel(ctx)
+	var cronDone sync.WaitGroup
+	cronDone.Add(1)
+	go func() {
+		defer cronDone.Done()
+		_ = cron.Run(cronCtx)
+	}()
+	if deps.Ready != nil {
+		deps.Ready()
+	}
+	log.Info("engine serving", "socket", cfg.AgentSocket)
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("api stopped", "err", err)
+		}
+	}
+	// The cron timer ends before the engine does, so no firing falls on a
+	// stopped engine (ref 8.8).
+	stopCron()
+	cronDone.Wait()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	if err := eng.Stop(stopCtx, false); err != nil {
+		log.Error("stop engine", "err", err)
+	}
+	shutCtx, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel2()
+	_ = hs.Shutdown(shutCtx)
+	hs.Close()
+	_ = os.Remove(cfg.AgentSocket)
+	return nil
+}
+
+type lateKicker struct {
+	mu  sync.Mutex
+	eng *work.Engine
+}
+
+func (l *lateKicker) set(e *work.Engine) { l.mu.Lock(); l.eng = e; l.mu.Unlock() }
+func (l *lateKicker) Kick() {
+	l.mu.Lock()
+	e := l.eng
+	l.mu.Unlock()
+	if e != nil {
+		e.Kick()
+	}
+}
+
+// installCrashHook kills the process with SIGKILL at a commit point (the
+// crash tests' hook; see EnvTestCrashAt).
+func installCrashHook(st *store.Store, spec string) {
+	before := false
+	if rest, ok := strings.CutPrefix(spec, "before:"); ok {
+		before, spec = true, rest
+	}
+	point, nth := spec, 1
+	if p, n, ok := strings.Cut(spec, ":"); ok {
+		point = p
+		if v, err := strconv.Atoi(n); err == nil && v > 0 {
+			nth = v
+		}
+	}
+	var mu sync.Mutex
+	seen := 0
+	hook := func(p string) {
+		if p != point {
+			return
+		}
+		mu.Lock()
+		seen++
+		hit := seen == nth
+		mu.Unlock()
+		if hit {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal arrives; nothing more runs
+		}
+	}
+	if before {
+		st.BeforeCommit = hook
+	} else {
+		st.AfterCommit = hook
+	}
+}
+
+// Toolbox adapts the tool table and its runner to the engine.
+type Toolbox struct{ Runner *tools.Runner }
+
+// Tools is the table in its order.
+func (t Toolbox) Tools() []work.Tool {
+	out := make([]work.Tool, 0, len(tools.Table))
+	for _, s := range tools.Table {
+		out = append(out, work.Tool{Name: s.Name, Permission: s.Permission, Description: s.Description, Parameters: s.Parameters})
+	}
+	return out
+}
+
+// Validate checks a call's arguments against its row's schema.
+func (t Toolbox) Validate(name string, raw json.RawMessage) (map[string]any, error) {
+	s, ok := tools.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("there is no tool named %q", name)
+	}
+	return s.Validate(raw)
+}
+
+// Target is the tool.called target of a call.
+func (t Toolbox) Target(name string, args map[string]any) string {
+	s, ok := tools.Lookup(name)
+	if !ok {
+		return ""
+	}
+	return s.TargetOf(args)
+}
+
+// ApprovalArguments are what an approval may show of a call.
+func (t Toolbox) ApprovalArguments(name string, args map[string]any) map[string]any {
+	s, ok := tools.Lookup(name)
+	if !ok {
+		return map[string]any{}
+	}
+	return s.ApprovalArguments(args)
+}
+
+// Run runs an admitted call.
+func (t Toolbox) Run(ctx context.Context, name string, args json.RawMessage) work.ToolResult {
+	r := t.Runner.Run(ctx, name, args)
+	return work.ToolResult{Text: r.Text, OK: r.OK, Interrupted: r.Interrupted, TTY: r.TTY}
+}

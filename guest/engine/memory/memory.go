@@ -1,0 +1,341 @@
+// Package memory is the Dot's memory and context (ref 8.6): the system
+// prompt (the Dot's name and instructions, its notes and MEMORY.md, its past
+// conversations, its skills, the day), the conversation files written after
+// every turn, and the skills listed from their SKILL.md frontmatter. The
+// Dot's files are reached through dot-agentd's file routes, as dot.
+package memory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/work"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// Files is the Dot's file system as dot sees it.
+type Files interface {
+	Read(ctx context.Context, p string) ([]byte, error)
+	Write(ctx context.Context, p string, data []byte) error
+	List(ctx context.Context, p string) ([]protocol.ListEntry, error)
+}
+
+// Limits of ref 8.6.
+const (
+	memoryFileMax = 25000 // characters of MEMORY.md in every prompt
+	recentNotes   = 20    // notes named in the prompt
+)
+
+// Memory implements work.Memory and the skills listing.
+type Memory struct {
+	Files Files
+	// Home is the Dot's home (/home/dot).
+	Home string
+	// BuiltinSkills is the engine's own skills directory, on its runtime
+	// disk (/opt/invisible-dots/engine/skills); read directly.
+	BuiltinSkills string
+	// Target names what a call acted on, for the conversation files.
+	Target func(name string, args map[string]any) string
+	// Secrets returns the values masked as *** in the files (the key).
+	Secrets func() []string
+	Log     *slog.Logger
+
+	mu      sync.Mutex
+	written map[string]int64 // session -> newest message id written
+}
+
+func (m *Memory) log() *slog.Logger {
+	if m.Log == nil {
+		return slog.Default()
+	}
+	return m.Log
+}
+
+func (m *Memory) home() string {
+	if m.Home == "" {
+		return protocol.DefaultDotHome
+	}
+	return m.Home
+}
+
+var _ work.Memory = (*Memory)(nil)
+
+// SystemPrompt builds the Dot's system prompt for a turn. A listing that
+// fails (dot-agentd not answering) leaves its part out; the turn goes on.
+func (m *Memory) SystemPrompt(ctx context.Context, cfg protocol.RuntimeConfig, tools []work.Tool, now time.Time) string {
+	home := m.home()
+	var b strings.Builder
+	fmt.Fprintf(&b, "You are %s, a Dot: a persistent agent that owns a computer, a Linux machine of your own, and works for one person.\n", cfg.Name)
+	if strings.TrimSpace(cfg.Instructions) != "" {
+		fmt.Fprintf(&b, "\n# Your instructions\n%s\n", strings.TrimSpace(cfg.Instructions))
+	}
+	b.WriteString("\n# How you work\n" +
+		"You act only through your tools, calling them as functions; a call written in your text runs nothing. " +
+		"The calls of one answer run one at a time, in your order. Some calls need the person's approval: such a call waits, " +
+		"has not run, and you are told the decision in a later turn. A call the Dot's policy denies is not to be worked around. " +
+		"When the work is done, answer without tool calls: that answer is what the person reads.\n")
+	if len(tools) > 0 {
+		names := make([]string, 0, len(tools))
+		for _, t := range tools {
+			names = append(names, t.Name)
+		}
+		fmt.Fprintf(&b, "Your tools now: %s.\n", strings.Join(names, ", "))
+	}
+	fmt.Fprintf(&b, "\n# Your computer\nCommands run as the user dot with the home %s; your workspace is %s/workspace, "+
+		"where relative paths start. What you install or write stays between conversations.\n", home, home)
+	b.WriteString(m.memorySection(ctx, now))
+	fmt.Fprintf(&b, "\n# Past conversations\nWhat was said before is in %s/conversations: chat/<day>.md, one file a day of the chat, "+
+		"and tasks/, one file a task. Search there with grep when something said before matters, and before advice or a recommendation for the person.\n", home)
+	if skills, err := m.Skills(ctx); err == nil && len(skills) > 0 {
+		b.WriteString("\n# Skills\nHow to do a kind of task, one SKILL.md each. Read the file before a task it covers. " +
+			"Write your own as " + home + "/skills/<name>/SKILL.md (frontmatter with name and description, then the steps); one of yours replaces a built-in one of the same name.\n")
+		for _, s := range skills {
+			fmt.Fprintf(&b, "- %s: %s (%s)\n", s.Name, s.Description, s.Path)
+		}
+	}
+	fmt.Fprintf(&b, "\nToday is %s (UTC).\n", now.UTC().Format("Monday 2 January 2006, 15:04"))
+	return b.String()
+}
+
+func (m *Memory) memorySection(ctx context.Context, now time.Time) string {
+	dir := path.Join(m.home(), "memory")
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n# Your memory\nYour long-term notes are files in %s, which you keep yourself with the file tools. "+
+		"MEMORY.md is given to you in every prompt: what you should always know about the person, each fact with its day, "+
+		"and one line for every other note. Put longer matters in other notes. Change or delete a note that is no longer true.\n", dir)
+	if m.Files == nil {
+		return b.String()
+	}
+	entries, err := m.Files.List(ctx, dir)
+	if err != nil {
+		m.log().Debug("list memory notes", "err", err)
+	} else {
+		sort.Slice(entries, func(i, j int) bool { return entries[i].Mtime > entries[j].Mtime })
+		var names []string
+		for _, e := range entries {
+			if e.Type == "file" && len(names) < recentNotes {
+				names = append(names, e.Name)
+			}
+		}
+		if len(names) > 0 {
+			fmt.Fprintf(&b, "Notes changed most recently: %s.\n", strings.Join(names, ", "))
+		}
+	}
+	data, err := m.Files.Read(ctx, path.Join(dir, "MEMORY.md"))
+	if err != nil {
+		return b.String()
+	}
+	text := string(data)
+	if utf8.RuneCountInString(text) > memoryFileMax {
+		text = string([]rune(text)[:memoryFileMax]) + "\n[MEMORY.md is cut here: it is longer than 25000 characters. Shorten it, moving details to other notes.]"
+	}
+	fmt.Fprintf(&b, "\n## MEMORY.md\n%s\n", text)
+	return b.String()
+}
+
+// Transcribe writes the session's conversation files from its transcript
+// (ref 8.6): chat/<day>.md for the chat, tasks/<day>-<id>.md for a task. Each
+// call is one line, never what it returned; known secrets are masked.
+func (m *Memory) Transcribe(ctx context.Context, session, title string, msgs []work.Message) {
+	if m.Files == nil || len(msgs) == 0 {
+		return
+	}
+	m.mu.Lock()
+	if m.written == nil {
+		m.written = map[string]int64{}
+	}
+	since := m.written[session]
+	m.mu.Unlock()
+	base := path.Join(m.home(), "conversations")
+	files := map[string][]work.Message{}
+	var order []string
+	if taskID, ok := strings.CutPrefix(session, "task:"); ok {
+		name := path.Join(base, "tasks", msgs[0].At.UTC().Format("2006-01-02")+"-"+safeName(taskID)+".md")
+		files[name], order = msgs, []string{name}
+	} else {
+		touched := map[string]bool{}
+		for _, msg := range msgs {
+			day := msg.At.UTC().Format("2006-01-02")
+			name := path.Join(base, "chat", day+".md")
+			if _, seen := files[name]; !seen {
+				order = append(order, name)
+			}
+			files[name] = append(files[name], msg)
+			if msg.ID > since {
+				touched[name] = true
+			}
+		}
+		var keep []string
+		for _, n := range order {
+			if touched[n] {
+				keep = append(keep, n)
+			}
+		}
+		order = keep
+	}
+	var secrets []string
+	if m.Secrets != nil {
+		secrets = m.Secrets()
+	}
+	for _, name := range order {
+		heading := title
+		if !strings.HasPrefix(session, "task:") {
+			heading = "Chat, " + strings.TrimSuffix(path.Base(name), ".md")
+		}
+		text := mask(render(heading, files[name], m.Target), secrets)
+		if err := m.Files.Write(ctx, name, []byte(text)); err != nil {
+			m.log().Warn("write conversation file", "file", name, "err", err)
+			return
+		}
+	}
+	m.mu.Lock()
+	m.written[session] = msgs[len(msgs)-1].ID
+	m.mu.Unlock()
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == '\\' || r < 0x20 {
+			return '-'
+		}
+		return r
+	}, s)
+}
+
+func render(title string, msgs []work.Message, target func(string, map[string]any) string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# %s\n", strings.ReplaceAll(title, "\n", " "))
+	for _, msg := range msgs {
+		at := msg.At.UTC().Format("2006-01-02 15:04")
+		switch msg.Role {
+		case "user":
+			who := "Person"
+			if msg.InboundID == "" {
+				who = "Engine"
+			}
+			fmt.Fprintf(&b, "\n## %s %s\n\n%s\n", at, who, msg.Content)
+		case "assistant":
+			fmt.Fprintf(&b, "\n## %s Dot\n\n", at)
+			if strings.TrimSpace(msg.Content) != "" {
+				b.WriteString(msg.Content + "\n")
+			}
+			for _, c := range msg.ToolCalls {
+				line := "- called " + c.Name
+				if target != nil {
+					var args map[string]any
+					if json.Unmarshal([]byte(c.Arguments), &args) == nil {
+						if t := target(c.Name, args); t != "" {
+							line += ": " + t
+						}
+					}
+				}
+				b.WriteString(line + "\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+func mask(text string, secrets []string) string {
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			text = strings.ReplaceAll(text, s, "***")
+		}
+	}
+	return text
+}
+
+// Skills lists the built-in skills and the Dot's own by name; one of the
+// Dot's replaces a built-in one of the same name. A SKILL.md that does not
+// parse is left out and logged.
+func (m *Memory) Skills(ctx context.Context) ([]protocol.Skill, error) {
+	byName := map[string]protocol.Skill{}
+	if m.BuiltinSkills != "" {
+		dirs, err := os.ReadDir(m.BuiltinSkills)
+		if err != nil && !os.IsNotExist(err) {
+			m.log().Warn("read built-in skills", "err", err)
+		}
+		for _, d := range dirs {
+			if !d.IsDir() {
+				continue
+			}
+			p := filepath.Join(m.BuiltinSkills, d.Name(), "SKILL.md")
+			data, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			if s, err := parseSkill(d.Name(), p, string(data), protocol.SkillBuiltin); err != nil {
+				m.log().Warn("skill left out", "path", p, "err", err)
+			} else {
+				byName[s.Name] = s
+			}
+		}
+	}
+	if m.Files != nil {
+		dir := path.Join(m.home(), "skills")
+		entries, err := m.Files.List(ctx, dir)
+		if err == nil {
+			for _, e := range entries {
+				if e.Type != "dir" {
+					continue
+				}
+				p := path.Join(dir, e.Name, "SKILL.md")
+				data, err := m.Files.Read(ctx, p)
+				if err != nil {
+					continue
+				}
+				if s, err := parseSkill(e.Name, p, string(data), protocol.SkillDot); err != nil {
+					m.log().Warn("skill left out", "path", p, "err", err)
+				} else {
+					byName[s.Name] = s
+				}
+			}
+		}
+	}
+	out := make([]protocol.Skill, 0, len(byName))
+	for _, s := range byName {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// parseSkill reads a SKILL.md's frontmatter: name (the folder's) and a
+// one-line description.
+func parseSkill(folder, p, content, source string) (protocol.Skill, error) {
+	rest, ok := strings.CutPrefix(strings.TrimLeft(content, "\ufeff"), "---\n")
+	if !ok {
+		return protocol.Skill{}, fmt.Errorf("no frontmatter: the file must start with a --- line")
+	}
+	front, _, ok := strings.Cut(rest, "\n---")
+	if !ok {
+		return protocol.Skill{}, fmt.Errorf("the frontmatter has no closing --- line")
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(front, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		v = strings.Trim(v, `"'`)
+		fields[strings.TrimSpace(k)] = v
+	}
+	if fields["name"] != folder {
+		return protocol.Skill{}, fmt.Errorf("name %q is not the folder's (%q)", fields["name"], folder)
+	}
+	if fields["description"] == "" {
+		return protocol.Skill{}, fmt.Errorf("no description")
+	}
+	return protocol.Skill{Name: folder, Description: fields["description"], Source: source, Path: p, Content: content}, nil
+}
