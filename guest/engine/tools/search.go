@@ -320,7 +320,7 @@ func (r *Runner) grep(ctx context.Context, a map[string]any) Result {
 				if to >= len(fileLines) {
 					to = len(fileLines) - 1
 				}
-				if shown >= 0 && from > shown+1 {
+				if contextLines > 0 && shown >= 0 && from > shown+1 {
 					b.WriteString("--\n")
 				}
 				if from <= shown {
