@@ -3,7 +3,6 @@ package postgres
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -320,7 +319,7 @@ func stopOrphan(ctx context.Context, dataDir string, log logr.Logger) error {
 	_ = proc.Signal(syscall.SIGINT)
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if err := proc.Signal(syscall.Signal(0)); errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH) {
+		if exited(pid) {
 			return nil
 		}
 		select {
@@ -330,6 +329,23 @@ func stopOrphan(ctx context.Context, dataDir string, log logr.Logger) error {
 		}
 	}
 	return fmt.Errorf("a PostgreSQL (pid %d) left by an earlier server still runs on %s and did not stop: stop it and start again", pid, dataDir)
+}
+
+// exited reports whether pid is gone or a zombie: a zombie holds no files and
+// no shared memory, only a slot its parent has yet to reap.
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name, which is in parentheses and may
+	// itself hold spaces or parentheses.
+	rest := string(b)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	return len(f) > 0 && f[0] == "Z"
 }
 
 func ensureDatabase(ctx context.Context, dsn, name string) error {

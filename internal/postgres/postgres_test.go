@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
+	if home := os.Getenv(helperHomeEnv); home != "" {
+		return runHelper(home)
+	}
 	home, err := os.MkdirTemp("", "pgtest-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -305,5 +309,92 @@ func TestVersionOrder(t *testing.T) {
 		if got, err := majorFromVersion(in); err != nil || got != want {
 			t.Errorf("majorFromVersion(%q) = %q, %v; want %q", in, got, err, want)
 		}
+	}
+}
+
+// helperHomeEnv makes the test binary a stand-in server: it starts the
+// managed database on that home, prints the postgres pid and waits to be
+// killed.
+const helperHomeEnv = "INVISIBLE_DOTS_PGTEST_HELPER_HOME"
+
+func runHelper(home string) int {
+	inst, err := Start(context.Background(), Options{Home: home})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("postgres %d\n", inst.managed.cmd.Process.Pid)
+	select {}
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	// A bound on a wait, not a timing assertion: a fast shutdown of an idle
+	// server takes well under a second.
+	deadline := time.Now().Add(60 * time.Second)
+	for !exited(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("postgres pid %d still runs", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestKilledServerTakesPostgresDown(t *testing.T) {
+	home := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperHomeEnv+"="+home)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Fscanf(out, "postgres %d\n", &pid); err != nil {
+		_ = cmd.Process.Kill()
+		t.Fatalf("the stand-in server did not report its postgres: %v", err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitGone(t, pid)
+
+	// The next server on the home starts cleanly on the data left behind.
+	inst, err := Start(context.Background(), Options{Home: home})
+	if err != nil {
+		t.Fatalf("start after a killed server: %v", err)
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOrphanStopped(t *testing.T) {
+	ctx := context.Background()
+	home := t.TempDir()
+	// An earlier server's postgres that never got its parent-death signal.
+	orphan, err := startManaged(ctx, home, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &lines{}
+	inst, err := Start(ctx, Options{Home: home, Logger: log.logger()})
+	if err != nil {
+		_ = orphan.stop(ctx)
+		t.Fatalf("start beside an orphan: %v", err)
+	}
+	defer inst.Stop(ctx)
+	// Start returned once the orphan was a zombie; our own wait reaps it.
+	select {
+	case <-orphan.exited:
+	case <-time.After(30 * time.Second):
+		t.Errorf("the orphan postgres (pid %d) still runs", orphan.cmd.Process.Pid)
+	}
+	if !log.contains("left running by an earlier server") {
+		t.Errorf("no log line about the orphan:\n%s", strings.Join(log.all, "\n"))
 	}
 }
