@@ -7,6 +7,9 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	// The zones are in the binary: a Dot's guest image need not carry
+	// /usr/share/zoneinfo for a job's tz to work.
+	_ "time/tzdata"
 
 	"github.com/robfig/cron/v3"
 )
