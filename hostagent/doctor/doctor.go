@@ -265,6 +265,8 @@ func Probe(ctx context.Context, d Deps, binary, accel, cpuModel string) error {
 		return fmt.Errorf("run the probe: %w", err)
 	case res.TimedOut:
 		return fmt.Errorf("the probe with -accel %s -cpu %s still ran after %s and was killed: a virtual CPU that does not run (%s)", accel, cpuModel, timeout, firstLine(res.Output))
+	case res.ExitCode < 0:
+		return fmt.Errorf("the probe with -accel %s -cpu %s was ended by a signal: %s", accel, cpuModel, firstLine(res.Output))
 	case res.ExitCode != 0:
 		return fmt.Errorf("the probe with -accel %s -cpu %s exited with code %d: %s", accel, cpuModel, res.ExitCode, firstLine(res.Output))
 	}

@@ -13,7 +13,10 @@ import (
 
 // subcommands lists the constructors of every top-level command. A new command
 // adds one line here.
-var subcommands = []func() *cobra.Command{}
+var subcommands = []func() *cobra.Command{
+	newDoctorCommand,
+	newSetupCommand,
+}
 
 // NewRootCommand builds the invisible-dots command tree.
 func NewRootCommand() *cobra.Command {
