@@ -93,7 +93,7 @@ func TestCronWithoutStore(t *testing.T) {
 // A store failure is said in a sentence, not swallowed.
 type brokenCron struct{ fakeCron }
 
-func (brokenCron) ListJobs(context.Context) ([]CronJob, error) { return nil, errFakeStore }
+func (*brokenCron) ListJobs(context.Context) ([]CronJob, error) { return nil, errFakeStore }
 
 func TestCronStoreFailure(t *testing.T) {
 	r := NewRunner(Env{Cron: &brokenCron{}})
