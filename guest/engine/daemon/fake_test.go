@@ -1,0 +1,636 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
+	"github.com/invisible-dots/invisible-dots/guest/engine/work"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// fakeOpenRouter is the stand-in OpenRouter: a scripted model that answers
+// from the conversation it is sent, so it gives the same answer after a
+// restart or a retry. Directives in the person's text:
+//
+//	run TOOL {json} [; TOOL {json}]  -> those tool calls, then (after the results) "done: <last result>"
+//	CHANGE                           -> when told of an approval, call again with other arguments
+//	NOCOST                           -> the response reports no cost
+//	LENGTH                           -> the first answer is cut at max_tokens
+//	STEPS                            -> keeps calling fake_exec forever (the step limit)
+//	say TEXT                         -> progress text beside the calls
+//
+// Anything else is answered "echo: <text>".
+type fakeOpenRouter struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	requests []fakeRequest
+	status   []int // statuses to answer the next chat requests with, in order (429, 500)
+	cutNext  int   // chat requests whose stream is cut mid-way
+	cost     float64
+}
+
+type fakeRequest struct {
+	Model     string        `json:"model"`
+	Messages  []fakeMessage `json:"messages"`
+	Tools     []fakeTool    `json:"tools"`
+	MaxTokens int           `json:"max_tokens"`
+	Provider  *struct {
+		Only []string `json:"only"`
+	} `json:"provider"`
+	ToolChoice string `json:"tool_choice"`
+	Stream     bool   `json:"stream"`
+}
+
+type fakeMessage struct {
+	Role       string `json:"role"`
+	Content    any    `json:"content"`
+	ToolCallID string `json:"tool_call_id"`
+	ToolCalls  []struct {
+		ID       string `json:"id"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+func (m fakeMessage) text() string {
+	if s, ok := m.Content.(string); ok {
+		return s
+	}
+	return ""
+}
+
+type fakeTool struct {
+	Function struct {
+		Name string `json:"name"`
+	} `json:"function"`
+}
+
+func newFakeOpenRouter(t testing.TB) *fakeOpenRouter {
+	f := &fakeOpenRouter{cost: 0.001}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /models/", func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "unknown") {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, `{"data":{"endpoints":[{"name":"Fake | m","provider_name":"Fake","tag":"fake","context_length":100000,"max_completion_tokens":8000}]}}`)
+	})
+	mux.HandleFunc("POST /chat/completions", f.complete)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeOpenRouter) client() *openrouter.Client {
+	c := openrouter.New(f.srv.URL, f.srv.Client())
+	c.Sleep = func(context.Context, time.Duration) error { return nil }
+	return c
+}
+
+func (f *fakeOpenRouter) Requests() []fakeRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]fakeRequest(nil), f.requests...)
+}
+
+var runRe = regexp.MustCompile(`(fake_[a-z]+) (\{[^}]*\})`)
+
+type fakeCall struct{ name, args string }
+
+func (f *fakeOpenRouter) complete(w http.ResponseWriter, r *http.Request) {
+	var req fakeRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), 400)
+		return
+	}
+	f.mu.Lock()
+	f.requests = append(f.requests, req)
+	var status int
+	if len(f.status) > 0 {
+		status, f.status = f.status[0], f.status[1:]
+	}
+	cut := f.cutNext > 0
+	if cut {
+		f.cutNext--
+	}
+	cost := f.cost
+	f.mu.Unlock()
+	if status != 0 {
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(status)
+		fmt.Fprint(w, `{"error":{"message":"slow down","code":429}}`)
+		return
+	}
+	text, calls, finish := script(req)
+	costp := &cost
+	if strings.Contains(firstUser(req), "NOCOST") {
+		costp = nil
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	flusher := w.(http.Flusher)
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		flusher.Flush()
+	}
+	if text != "" {
+		send(map[string]any{"choices": []any{map[string]any{"delta": map[string]any{"content": text}}}})
+	}
+	if cut {
+		return // the stream ends without a finish reason
+	}
+	for i, c := range calls {
+		send(map[string]any{"choices": []any{map[string]any{"delta": map[string]any{"tool_calls": []any{
+			map[string]any{"index": i, "id": fmt.Sprintf("call_%d", i), "type": "function",
+				"function": map[string]any{"name": c.name, "arguments": c.args}}}}}}})
+	}
+	send(map[string]any{"choices": []any{map[string]any{"delta": map[string]any{}, "finish_reason": finish}}})
+	usage := map[string]any{"prompt_tokens": 10, "completion_tokens": 5}
+	if costp != nil {
+		usage["cost"] = *costp
+	}
+	send(map[string]any{"choices": []any{}, "usage": usage})
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	flusher.Flush()
+}
+
+func firstUser(req fakeRequest) string {
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			return m.text()
+		}
+	}
+	return ""
+}
+
+// script is the fake model: it reads the conversation and answers.
+func script(req fakeRequest) (text string, calls []fakeCall, finish string) {
+	msgs := req.Messages
+	last := msgs[len(msgs)-1]
+	opening := firstUser(req)
+	// The latest person's message with a directive.
+	var person string
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "user" && !strings.HasPrefix(msgs[i].text(), "[") {
+			person = msgs[i].text()
+			break
+		}
+	}
+	if strings.Contains(opening, "LENGTH") {
+		cuts := 0
+		for _, m := range msgs {
+			if m.Role == "user" && strings.Contains(m.text(), "cut at the output limit") {
+				cuts++
+			}
+		}
+		if cuts == 0 {
+			return "partial", []fakeCall{{"fake_write", `{"path":"cut.txt"`}}, openrouter.FinishLength
+		}
+	}
+	if strings.Contains(person, "STEPS") {
+		return "", []fakeCall{{"fake_exec", `{"cmd":"true"}`}}, "tool_calls"
+	}
+	switch last.Role {
+	case "tool":
+		return "done: " + last.text(), nil, "stop"
+	case "user":
+		t := last.text()
+		switch {
+		case strings.HasPrefix(t, "[Approval] The person approved"):
+			m := regexp.MustCompile(`call of (\S+)\. .*arguments: (\{.*\})`).FindStringSubmatch(t)
+			args := m[2]
+			if strings.Contains(person, "CHANGE") {
+				args = strings.Replace(args, `"path":"`, `"path":"other-`, 1)
+			}
+			return "", []fakeCall{{m[1], args}}, "tool_calls"
+		case strings.HasPrefix(t, "[Approval] The person rejected"):
+			return "understood, I did not do it", nil, "stop"
+		case strings.HasPrefix(t, "[The previous attempt"):
+			return "resumed and finished", nil, "stop"
+		case strings.HasPrefix(t, "[Your previous answer was cut"):
+			return "finished after the cut", nil, "stop"
+		}
+		if strings.HasPrefix(t, "run ") || strings.Contains(t, " run ") {
+			for _, m := range runRe.FindAllStringSubmatch(t, -1) {
+				calls = append(calls, fakeCall{m[1], m[2]})
+			}
+			say := ""
+			if i := strings.Index(t, "say "); i >= 0 {
+				say = t[i+4:]
+			}
+			return say, calls, "tool_calls"
+		}
+		return "echo: " + t, nil, "stop"
+	}
+	return "nothing to say", nil, "stop"
+}
+
+// fakeTools is the stand-in tool table: fake_write (files.write), fake_exec
+// (computer.exec) and fake_auto (automations). Every run is logged, to a
+// file when logPath is set, so a test counts how often a call ran across
+// processes.
+type fakeTools struct {
+	logPath string
+	mu      sync.Mutex
+	runs    []string
+	// during, when set, runs inside every call (a config push between calls).
+	during func(name string)
+	// hold, when set, blocks fake_exec until it is closed or ctx ends.
+	hold chan struct{}
+}
+
+func (f *fakeTools) Tools() []work.Tool {
+	obj := json.RawMessage(`{"type":"object"}`)
+	return []work.Tool{
+		{Name: "fake_write", Permission: "files.write", Description: "writes a file", Parameters: obj},
+		{Name: "fake_exec", Permission: "computer.exec", Description: "runs a command", Parameters: obj},
+		{Name: "fake_auto", Permission: "automations", Description: "adds an automation", Parameters: obj},
+	}
+}
+
+func (f *fakeTools) Validate(name string, raw json.RawMessage) (map[string]any, error) {
+	var args map[string]any
+	if err := json.Unmarshal(raw, &args); err != nil || args == nil {
+		return nil, fmt.Errorf("the arguments are not a JSON object")
+	}
+	if name == "fake_write" {
+		if _, ok := args["path"].(string); !ok {
+			return nil, fmt.Errorf("path is required")
+		}
+	}
+	return args, nil
+}
+
+func (f *fakeTools) Target(name string, args map[string]any) string {
+	switch name {
+	case "fake_write":
+		s, _ := args["path"].(string)
+		return s
+	case "fake_exec":
+		s, _ := args["cmd"].(string)
+		return s
+	}
+	return ""
+}
+
+func (f *fakeTools) ApprovalArguments(name string, args map[string]any) map[string]any { return args }
+
+func (f *fakeTools) Run(ctx context.Context, name string, args json.RawMessage) work.ToolResult {
+	line := name + " " + string(args)
+	f.mu.Lock()
+	f.runs = append(f.runs, line)
+	during, hold := f.during, f.hold
+	f.mu.Unlock()
+	if f.logPath != "" {
+		fh, err := os.OpenFile(f.logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err == nil {
+			fmt.Fprintln(fh, line)
+			fh.Sync()
+			fh.Close()
+		}
+	}
+	if during != nil {
+		during(name)
+	}
+	if name == "fake_exec" && hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return work.ToolResult{Text: "killed", Interrupted: true}
+		}
+	}
+	return work.ToolResult{Text: "ran " + line, OK: true}
+}
+
+func (f *fakeTools) Runs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.runs...)
+}
+
+// fakeFiles is the stand-in for dot-agentd's file routes: a map of path to
+// content.
+type fakeFiles struct {
+	mu    sync.Mutex
+	files map[string]string
+}
+
+func newFakeFiles() *fakeFiles { return &fakeFiles{files: map[string]string{}} }
+
+func (f *fakeFiles) Read(_ context.Context, p string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.files[p]
+	if !ok {
+		return nil, fmt.Errorf("%s does not exist", p)
+	}
+	return []byte(v), nil
+}
+
+func (f *fakeFiles) Write(_ context.Context, p string, data []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.files[p] = string(data)
+	return nil
+}
+
+func (f *fakeFiles) List(_ context.Context, dir string) ([]protocol.ListEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := map[string]protocol.ListEntry{}
+	for p := range f.files {
+		rest, ok := strings.CutPrefix(p, dir+"/")
+		if !ok {
+			continue
+		}
+		name, sub, isDir := strings.Cut(rest, "/")
+		_ = sub
+		typ := "file"
+		if isDir {
+			typ = "dir"
+		}
+		seen[name] = protocol.ListEntry{Name: name, Type: typ, Mtime: "2026-11-30T00:00:00Z"}
+	}
+	if len(seen) == 0 {
+		return nil, fmt.Errorf("%s does not exist", dir)
+	}
+	out := []protocol.ListEntry{}
+	for _, e := range seen {
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (f *fakeFiles) Get(p string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.files[p]
+}
+
+// unixClient talks HTTP over the engine's socket.
+func unixClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}
+}
+
+// streamReader collects the events of GET /events/stream.
+type streamReader struct {
+	mu     sync.Mutex
+	events []protocol.OutboundEvent
+	ids    []string // the SSE id lines
+	wake   chan struct{}
+	done   chan struct{}
+	err    error
+}
+
+func openStream(t testing.TB, c *http.Client, after int64, header bool) *streamReader {
+	ctx, cancel := context.WithCancel(context.Background())
+	url := "http://engine/events/stream"
+	if !header {
+		url += fmt.Sprintf("?after=%d", after)
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if header {
+		req.Header.Set("Last-Event-ID", fmt.Sprint(after))
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("open the event stream: %v", err)
+	}
+	s := &streamReader{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	t.Cleanup(func() { cancel(); <-s.done })
+	go func() {
+		defer close(s.done)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<22)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "id: "):
+				s.mu.Lock()
+				s.ids = append(s.ids, strings.TrimPrefix(line, "id: "))
+				s.mu.Unlock()
+			case strings.HasPrefix(line, "data: "):
+				var ev protocol.OutboundEvent
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
+					s.mu.Lock()
+					s.err = err
+					s.mu.Unlock()
+					continue
+				}
+				s.mu.Lock()
+				s.events = append(s.events, ev)
+				s.mu.Unlock()
+				select {
+				case s.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+		s.mu.Lock()
+		s.err = sc.Err()
+		s.mu.Unlock()
+	}()
+	return s
+}
+
+func (s *streamReader) Events() []protocol.OutboundEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]protocol.OutboundEvent(nil), s.events...)
+}
+
+// waitFor waits until pred holds for the events so far.
+func (s *streamReader) waitFor(t testing.TB, what string, pred func([]protocol.OutboundEvent) bool) []protocol.OutboundEvent {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		evs := s.Events()
+		if pred(evs) {
+			return evs
+		}
+		select {
+		case <-s.wake:
+		case <-s.done:
+			if evs := s.Events(); pred(evs) {
+				return evs
+			}
+			t.Fatalf("the stream ended before %s; events: %s", what, describe(s.Events()))
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; events: %s", what, describe(s.Events()))
+		}
+	}
+}
+
+func describe(evs []protocol.OutboundEvent) string {
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "\n  %d %s %s", e.Seq, e.Type, e.Data)
+	}
+	return b.String()
+}
+
+func hasType(typ string) func([]protocol.OutboundEvent) bool {
+	return func(evs []protocol.OutboundEvent) bool { return countType(evs, typ) > 0 }
+}
+
+func countType(evs []protocol.OutboundEvent, typ string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func ofType(evs []protocol.OutboundEvent, typ string) []protocol.OutboundEvent {
+	var out []protocol.OutboundEvent
+	for _, e := range evs {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func decode[T any](t testing.TB, ev protocol.OutboundEvent) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(ev.Data, &v); err != nil {
+		t.Fatalf("decode %s: %v", ev.Type, err)
+	}
+	return v
+}
+
+// call makes a request to the engine and returns the status and body.
+func call(t testing.TB, c *http.Client, method, path string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		switch b := body.(type) {
+		case string:
+			rd = strings.NewReader(b)
+		default:
+			raw, _ := json.Marshal(b)
+			rd = strings.NewReader(string(raw))
+		}
+	}
+	req, _ := http.NewRequest(method, "http://engine"+path, rd)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+func testConfig(perms map[string]protocol.Decision) protocol.RuntimeConfig {
+	resolved := protocol.ResolvePermissions(perms, nil)
+	return protocol.RuntimeConfig{
+		Name:        "helper",
+		Model:       protocol.ModelRef{Provider: "openrouter", ID: "fake/model"},
+		Permissions: resolved,
+		Limits:      protocol.Limits{MaxStepsPerTask: 10, MaxCostPerTaskUSD: 1},
+	}
+}
+
+// harness is one engine serving on a socket in a temporary directory.
+type harness struct {
+	t     testing.TB
+	dir   string
+	sock  string
+	or    *fakeOpenRouter
+	tools *fakeTools
+	files *fakeFiles
+	c     *http.Client
+	stop  context.CancelFunc
+	done  chan error
+}
+
+func startEngine(t testing.TB, dir string, or *fakeOpenRouter, tools *fakeTools) *harness {
+	t.Helper()
+	if or == nil {
+		or = newFakeOpenRouter(t)
+	}
+	if tools == nil {
+		tools = &fakeTools{}
+	}
+	h := &harness{t: t, dir: dir, sock: filepath.Join(dir, "agent.sock"), or: or, tools: tools, files: newFakeFiles(),
+		done: make(chan error, 1)}
+	cfg := Config{AgentSocket: h.sock, AgentdSocket: filepath.Join(dir, "agentd.sock"), Workspace: "/home/dot/workspace",
+		StateDir: filepath.Join(dir, "state"), ModelUser: "nobody", BuiltinSkills: filepath.Join(dir, "skills")}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stop = cancel
+	ready := make(chan struct{})
+	go func() {
+		h.done <- Run(ctx, cfg, Deps{Model: or.client(), Tools: tools, Files: h.files, Ready: func() { close(ready) },
+			Log: quietLog()})
+	}()
+	select {
+	case <-ready:
+	case err := <-h.done:
+		t.Fatalf("engine did not start: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("engine did not start in 20 s")
+	}
+	h.c = unixClient(h.sock)
+	t.Cleanup(h.close)
+	return h
+}
+
+func (h *harness) close() {
+	if h.stop == nil {
+		return
+	}
+	h.stop()
+	h.stop = nil
+	select {
+	case <-h.done:
+	case <-time.After(30 * time.Second):
+		h.t.Error("engine did not stop in 30 s")
+	}
+}
+
+func (h *harness) configure(cfg protocol.RuntimeConfig) {
+	h.t.Helper()
+	if code, body := call(h.t, h.c, "PUT", "/config", cfg); code != http.StatusNoContent {
+		h.t.Fatalf("PUT /config = %d %s", code, body)
+	}
+	if code, body := call(h.t, h.c, "POST", "/secrets", protocol.SecretsRequest{OpenRouterAPIKey: "sk-or-test-key-123"}); code != http.StatusNoContent {
+		h.t.Fatalf("POST /secrets = %d %s", code, body)
+	}
+}
+
+func (h *harness) send(id, typ string, data any) {
+	h.t.Helper()
+	raw, _ := json.Marshal(data)
+	ev := protocol.InboundEvent{ID: id, Type: typ, TS: "2026-11-30T12:00:00Z", Data: raw}
+	if code, body := call(h.t, h.c, "POST", "/events", ev); code != http.StatusAccepted {
+		h.t.Fatalf("POST /events %s = %d %s", typ, code, body)
+	}
+}
