@@ -57,6 +57,9 @@ func startManaged(ctx context.Context, home string, log logr.Logger) (*managed, 
 		return nil, err
 	}
 	home, dataDir, runDir := h.Root, h.DB(), h.Run()
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return nil, fmt.Errorf("create the home %s: %w", home, err)
+	}
 	if sock := filepath.Join(runDir, socketName); len(sock) > maxSocketPath {
 		return nil, fmt.Errorf("the PostgreSQL socket path %s is %d bytes, longer than the %d a unix socket allows: choose a shorter INVISIBLE_DOTS_HOME or set DATABASE_URL",
 			sock, len(sock), maxSocketPath)
