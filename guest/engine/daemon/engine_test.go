@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -113,4 +114,336 @@ func TestToolCallsAllowDenyAndOffered(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestConfigPushedBetweenCallsAppliesToTheSecond(t *testing.T) {
+	tools := &fakeTools{}
+	h := startEngine(t, t.TempDir(), nil, tools)
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(nil))
+	pushed := false
+	tools.during = func(name string) {
+		if name == "fake_write" && !pushed {
+			pushed = true
+			if code, body := call(t, h.c, "PUT", "/config", testConfig(map[string]protocol.Decision{"computer.exec": protocol.Deny})); code != 204 {
+				t.Errorf("PUT /config during the call = %d %s", code, body)
+			}
+		}
+	}
+	h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: `run fake_write {"path":"a.txt"} ; fake_exec {"cmd":"ls"}`})
+	evs := s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+	called := ofType(evs, protocol.EventToolCalled)
+	if len(called) != 2 {
+		t.Fatalf("%d tool.called, want 2: %s", len(called), describe(evs))
+	}
+	second := decode[protocol.ToolCalled](t, called[1])
+	if diff := cmp.Diff(protocol.ToolCalled{Tool: "fake_exec", Permission: "computer.exec", Decision: protocol.Deny}, second); diff != "" {
+		t.Errorf("second call (-want +got):\n%s", diff)
+	}
+	if got := tools.Runs(); len(got) != 1 {
+		t.Errorf("runs = %q, want only the first call", got)
+	}
+	// The model was told the policy denied it.
+	reqs := h.or.Requests()
+	last := reqs[len(reqs)-1].Messages
+	if got := last[len(last)-1].text(); got != "The Dot's policy denied this call." {
+		t.Errorf("result the model read = %q", got)
+	}
+	// The next turn does not offer the denied tool.
+	h.send("m2", protocol.InboundUserMessage, protocol.UserMessage{Text: "and now?"})
+	s.waitFor(t, "the second answer", func(evs []protocol.OutboundEvent) bool { return countType(evs, protocol.EventMessageAssistant) == 2 })
+	reqs = h.or.Requests()
+	for _, tl := range reqs[len(reqs)-1].Tools {
+		if tl.Function.Name == "fake_exec" {
+			t.Errorf("fake_exec is offered after computer.exec became deny")
+		}
+	}
+}
+
+func TestApprovalParksThenRunsTheApprovedCallOnce(t *testing.T) {
+	tools := &fakeTools{}
+	h := startEngine(t, t.TempDir(), nil, tools)
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(map[string]protocol.Decision{"files.write": protocol.Ask}))
+	h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: `run fake_write {"path":"a.txt","text":"x"} ; fake_exec {"cmd":"ls"}`})
+	evs := s.waitFor(t, "WAITING_APPROVAL", func(evs []protocol.OutboundEvent) bool {
+		st := ofType(evs, protocol.EventAgentState)
+		return len(st) > 0 && decode[protocol.AgentStateChanged](t, st[len(st)-1]).State == protocol.StateWaitingApproval
+	})
+	reqd := ofType(evs, protocol.EventApprovalRequested)
+	if len(reqd) != 1 {
+		t.Fatalf("%d approval.requested, want 1", len(reqd))
+	}
+	ar := decode[protocol.ApprovalRequested](t, reqd[0])
+	if ar.Tool != "fake_write" || ar.Permission != "files.write" || string(ar.Arguments) != `{"path":"a.txt","text":"x"}` || ar.Reason == "" {
+		t.Errorf("approval.requested = %+v", ar)
+	}
+	if n := countType(evs, protocol.EventToolCalled); n != 0 {
+		t.Errorf("%d tool.called while parked (the later call is skipped and reports nothing), want 0", n)
+	}
+	if n := countType(evs, protocol.EventMessageAssistant); n != 0 {
+		t.Errorf("the chat answered while its call waits")
+	}
+	if got := tools.Runs(); len(got) != 0 {
+		t.Errorf("runs while parked = %q, want none", got)
+	}
+	_, body := call(t, h.c, "GET", "/state", nil)
+	var st protocol.State
+	json.Unmarshal(body, &st)
+	if st.PendingApproval == nil || *st.PendingApproval != ar.ApprovalID || st.State != protocol.StateWaitingApproval {
+		t.Errorf("GET /state = %s, want the pending approval %s", body, ar.ApprovalID)
+	}
+	h.send("a1", protocol.InboundApprovalReceived, protocol.ApprovalReceived{ApprovalID: ar.ApprovalID, Decision: protocol.ApprovalApprove})
+	h.send("a1b", protocol.InboundApprovalReceived, protocol.ApprovalReceived{ApprovalID: ar.ApprovalID, Decision: protocol.ApprovalReject}) // decided already: ignored
+	evs = s.waitFor(t, "the answer after the approval", hasType(protocol.EventMessageAssistant))
+	called := ofType(evs, protocol.EventToolCalled)
+	if len(called) != 1 {
+		t.Fatalf("%d tool.called, want 1: %s", len(called), describe(evs))
+	}
+	tc := decode[protocol.ToolCalled](t, called[0])
+	if tc.Decision != protocol.Ask || !tc.OK || tc.Tool != "fake_write" {
+		t.Errorf("tool.called = %+v, want the approved call with decision ask", tc)
+	}
+	if got := tools.Runs(); len(got) != 1 {
+		t.Errorf("runs = %q, want the approved call once", got)
+	}
+	ans := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[0])
+	if ans.InReplyTo == nil || *ans.InReplyTo != "m1" || ans.SpentUSD == nil || *ans.SpentUSD != 0.003 {
+		t.Errorf("answer = %+v, want in reply to m1 with the spend before and after the approval (0.003)", ans)
+	}
+	// The same call made again later asks again: the approval was used once.
+	h.send("m2", protocol.InboundUserMessage, protocol.UserMessage{Text: `run fake_write {"path":"a.txt","text":"x"}`})
+	s.waitFor(t, "a second approval", func(evs []protocol.OutboundEvent) bool { return countType(evs, protocol.EventApprovalRequested) == 2 })
+	if got := tools.Runs(); len(got) != 1 {
+		t.Errorf("runs = %q, want still one", got)
+	}
+}
+
+func TestApprovalWithChangedArgumentsAsksAgain(t *testing.T) {
+	tools := &fakeTools{}
+	h := startEngine(t, t.TempDir(), nil, tools)
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(map[string]protocol.Decision{"files.write": protocol.Ask}))
+	h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: `CHANGE run fake_write {"path":"a.txt"}`})
+	evs := s.waitFor(t, "approval.requested", hasType(protocol.EventApprovalRequested))
+	ar := decode[protocol.ApprovalRequested](t, ofType(evs, protocol.EventApprovalRequested)[0])
+	h.send("a1", protocol.InboundApprovalReceived, protocol.ApprovalReceived{ApprovalID: ar.ApprovalID, Decision: protocol.ApprovalApprove})
+	evs = s.waitFor(t, "a second approval.requested", func(evs []protocol.OutboundEvent) bool {
+		return countType(evs, protocol.EventApprovalRequested) == 2
+	})
+	second := decode[protocol.ApprovalRequested](t, ofType(evs, protocol.EventApprovalRequested)[1])
+	if string(second.Arguments) != `{"path":"other-a.txt"}` || second.ApprovalID == ar.ApprovalID {
+		t.Errorf("second approval = %+v, want a new one for the changed arguments", second)
+	}
+	if got := tools.Runs(); len(got) != 0 {
+		t.Errorf("runs = %q, want none: the changed call was not approved", got)
+	}
+	if n := countType(evs, protocol.EventToolCalled); n != 0 {
+		t.Errorf("%d tool.called, want 0", n)
+	}
+}
+
+func TestApprovalRejectedTellsTheModel(t *testing.T) {
+	tools := &fakeTools{}
+	h := startEngine(t, t.TempDir(), nil, tools)
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(map[string]protocol.Decision{"files.write": protocol.Ask}))
+	h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: `run fake_write {"path":"a.txt"}`})
+	evs := s.waitFor(t, "approval.requested", hasType(protocol.EventApprovalRequested))
+	ar := decode[protocol.ApprovalRequested](t, ofType(evs, protocol.EventApprovalRequested)[0])
+	note := "not that file"
+	h.send("a1", protocol.InboundApprovalReceived, protocol.ApprovalReceived{ApprovalID: ar.ApprovalID, Decision: protocol.ApprovalReject, Note: &note})
+	evs = s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+	if got := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[0]).Text; got != "understood, I did not do it" {
+		t.Errorf("answer = %q", got)
+	}
+	reqs := h.or.Requests()
+	msgs := reqs[len(reqs)-1].Messages
+	if told := msgs[len(msgs)-1].text(); !strings.Contains(told, "rejected") || !strings.Contains(told, note) {
+		t.Errorf("the model was told %q, want the rejection with the note", told)
+	}
+	if len(tools.Runs()) != 0 {
+		t.Errorf("a rejected call ran")
+	}
+}
+
+func TestTasksRunByPriorityThenArrivalAndComplete(t *testing.T) {
+	h := startEngine(t, t.TempDir(), nil, nil)
+	s := openStream(t, h.c, 0, false)
+	h.send("t1", protocol.InboundTaskCreated, protocol.TaskCreated{TaskID: "low", Description: `run fake_write {"path":"low.txt"} say writing the low one`, Priority: 1})
+	h.send("t2", protocol.InboundTaskCreated, protocol.TaskCreated{TaskID: "high", Description: `run fake_write {"path":"high.txt"}`, Priority: 5})
+	h.send("t3", protocol.InboundTaskCreated, protocol.TaskCreated{TaskID: "high2", Description: "plain", Priority: 5})
+	h.configure(testConfig(nil))
+	evs := s.waitFor(t, "three completions", func(evs []protocol.OutboundEvent) bool {
+		return countType(evs, protocol.EventTaskCompleted) == 3
+	})
+	var order []string
+	for _, e := range ofType(evs, protocol.EventTaskStarted) {
+		order = append(order, decode[protocol.TaskStarted](t, e).TaskID)
+	}
+	if diff := cmp.Diff([]string{"high", "high2", "low"}, order); diff != "" {
+		t.Errorf("start order (-want +got):\n%s", diff)
+	}
+	prog := ofType(evs, protocol.EventTaskProgress)
+	if len(prog) != 1 {
+		t.Fatalf("%d task.progress, want 1 (the text beside the calls of low)", len(prog))
+	}
+	p := decode[protocol.TaskProgress](t, prog[0])
+	if p.TaskID != "low" || p.Text != "writing the low one" || p.SpentUSD == nil {
+		t.Errorf("task.progress = %+v", p)
+	}
+	for _, e := range ofType(evs, protocol.EventTaskCompleted) {
+		c := decode[protocol.TaskCompleted](t, e)
+		if c.SpentUSD == nil || *c.SpentUSD <= 0 || c.Summary == "" {
+			t.Errorf("task.completed = %+v, want a summary and the spend", c)
+		}
+	}
+	for _, e := range ofType(evs, protocol.EventToolCalled) {
+		if tc := decode[protocol.ToolCalled](t, e); tc.TaskID == nil {
+			t.Errorf("tool.called of a task without task_id: %s", e.Data)
+		}
+	}
+}
+
+func TestTaskCancelledWhileItsToolRuns(t *testing.T) {
+	tools := &fakeTools{hold: make(chan struct{})}
+	h := startEngine(t, t.TempDir(), nil, tools)
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(nil))
+	h.send("t1", protocol.InboundTaskCreated, protocol.TaskCreated{TaskID: "long", Description: `run fake_exec {"cmd":"sleep 100"}`})
+	s.waitFor(t, "EXECUTING", func(evs []protocol.OutboundEvent) bool {
+		for _, e := range ofType(evs, protocol.EventAgentState) {
+			if decode[protocol.AgentStateChanged](t, e).State == protocol.StateExecuting {
+				return true
+			}
+		}
+		return false
+	})
+	cancelData, _ := json.Marshal(protocol.TaskCancelled{TaskID: "long"})
+	h.send("c1", protocol.InboundSystemEvent, protocol.SystemEvent{Name: protocol.SystemEventTaskCancelled, Data: cancelData})
+	evs := s.waitFor(t, "the interrupted call", hasType(protocol.EventToolCalled))
+	tc := decode[protocol.ToolCalled](t, ofType(evs, protocol.EventToolCalled)[0])
+	if tc.Interrupted == nil || !*tc.Interrupted || tc.OK || tc.DurationMS != 0 {
+		t.Errorf("tool.called = %+v, want interrupted, not ok, 0 ms", tc)
+	}
+	s.waitFor(t, "IDLE", func(evs []protocol.OutboundEvent) bool {
+		st := ofType(evs, protocol.EventAgentState)
+		return decode[protocol.AgentStateChanged](t, st[len(st)-1]).State == protocol.StateIdle
+	})
+	for _, e := range s.Events() {
+		if e.Type == protocol.EventTaskCompleted || e.Type == protocol.EventTaskFailed {
+			t.Errorf("a task event followed the cancel: %s %s", e.Type, e.Data)
+		}
+	}
+}
+
+func TestLimits(t *testing.T) {
+	tests := map[string]struct {
+		reason   string
+		text     string
+		cost     float64
+		maxCost  float64
+		maxSteps int
+		want     string
+	}{
+		"no cost": {
+			reason: "a response that reports no cost fails the task before anything is done on it",
+			text:   `NOCOST run fake_write {"path":"a"}`, cost: 0.001, maxCost: 1, maxSteps: 10,
+			want: "stopped: OpenRouter reported no cost for a request, so limits.max_cost_per_task_usd cannot be enforced",
+		},
+		"cost cap": {
+			reason: "the spend is checked before every request; the request that crosses the cap is delivered",
+			text:   `run fake_write {"path":"a"}`, cost: 0.6, maxCost: 1, maxSteps: 10,
+			want: "stopped: the task reached limits.max_cost_per_task_usd (spent 1.2000 USD of 1.00)",
+		},
+		"steps": {
+			reason: "max_steps_per_task model requests, then the task fails",
+			text:   "STEPS", cost: 0.001, maxCost: 1, maxSteps: 3,
+			want: "stopped: the task reached limits.max_steps_per_task (3 steps)",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tools := &fakeTools{}
+			or := newFakeOpenRouter(t)
+			or.cost = tc.cost
+			h := startEngine(t, t.TempDir(), or, tools)
+			s := openStream(t, h.c, 0, false)
+			cfg := testConfig(nil)
+			cfg.Limits = protocol.Limits{MaxStepsPerTask: tc.maxSteps, MaxCostPerTaskUSD: tc.maxCost}
+			h.configure(cfg)
+			// The cost cap case answers twice without finishing: make the task
+			// call a tool twice in a row through STEPS-like behaviour.
+			text := tc.text
+			if name == "cost cap" {
+				text = "STEPS"
+			}
+			h.send("t1", protocol.InboundTaskCreated, protocol.TaskCreated{TaskID: "x", Description: text})
+			evs := s.waitFor(t, "task.failed", hasType(protocol.EventTaskFailed))
+			got := decode[protocol.TaskFailed](t, ofType(evs, protocol.EventTaskFailed)[0])
+			if got.Error != tc.want {
+				t.Errorf("%s\ntask.failed error = %q\nwant %q", tc.reason, got.Error, tc.want)
+			}
+			if name == "no cost" && len(tools.Runs()) != 0 {
+				t.Errorf("%s: the unpriced response's calls ran: %q", tc.reason, tools.Runs())
+			}
+			if name == "steps" && len(h.or.Requests()) != tc.maxSteps {
+				t.Errorf("%s: %d requests, want %d", tc.reason, len(h.or.Requests()), tc.maxSteps)
+			}
+		})
+	}
+}
+
+func TestModelFailuresAndCutAnswers(t *testing.T) {
+	t.Run("429 then success", func(t *testing.T) {
+		or := newFakeOpenRouter(t)
+		or.status = []int{429, 503}
+		h := startEngine(t, t.TempDir(), or, nil)
+		s := openStream(t, h.c, 0, false)
+		h.configure(testConfig(nil))
+		h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: "hi"})
+		evs := s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+		if got := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[0]).Text; got != "echo: hi" {
+			t.Errorf("answer = %q after retries", got)
+		}
+	})
+	t.Run("stream cut on every attempt", func(t *testing.T) {
+		or := newFakeOpenRouter(t)
+		or.cutNext = 4
+		h := startEngine(t, t.TempDir(), or, nil)
+		s := openStream(t, h.c, 0, false)
+		h.configure(testConfig(nil))
+		h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: "hi"})
+		evs := s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+		got := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[0])
+		if !strings.HasPrefix(got.Text, "I could not answer: the model request failed") || strings.Contains(got.Text, "sk-or-test") {
+			t.Errorf("answer = %q, want the failure in words and never the key", got.Text)
+		}
+	})
+	t.Run("finish_reason length", func(t *testing.T) {
+		tools := &fakeTools{}
+		h := startEngine(t, t.TempDir(), nil, tools)
+		s := openStream(t, h.c, 0, false)
+		h.configure(testConfig(nil))
+		h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: "LENGTH please"})
+		evs := s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+		if got := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[0]).Text; got != "finished after the cut" {
+			t.Errorf("answer = %q", got)
+		}
+		if len(tools.Runs()) != 0 {
+			t.Errorf("a cut answer's tool call ran: %q", tools.Runs())
+		}
+	})
+	t.Run("unknown model", func(t *testing.T) {
+		h := startEngine(t, t.TempDir(), nil, nil)
+		s := openStream(t, h.c, 0, false)
+		cfg := testConfig(nil)
+		cfg.Model.ID = "unknown/model"
+		h.configure(cfg)
+		h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: "hi"})
+		evs := s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+		if got := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[0]).Text; got != "I could not answer: OpenRouter does not know the model unknown/model" {
+			t.Errorf("answer = %q", got)
+		}
+	})
 }

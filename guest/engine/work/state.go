@@ -34,23 +34,26 @@ func (e *Engine) stateLocked() protocol.AgentState {
 }
 
 // transition emits agent.state when the state changed, inside tx or in a
-// transaction of its own when tx is nil. The end of the last run is DONE,
-// then IDLE or WAITING_APPROVAL. agent.state is at-least-once (ref 8.7).
+// transaction of its own when tx is nil. The state is computed inside the
+// transaction: transactions are serialized by the store, so the order of the
+// emitted states is the order they were computed in, and the last one
+// emitted is the state now. The end of the last run is DONE, then IDLE or
+// WAITING_APPROVAL. agent.state is at-least-once (ref 8.7).
 func (e *Engine) transition(ctx context.Context, tx *store.Tx) error {
-	e.mu.Lock()
-	prev, next := e.state, e.stateLocked()
-	if prev == next || !e.started {
-		e.mu.Unlock()
-		return nil
-	}
-	e.state = next
-	e.mu.Unlock()
-	states := []protocol.AgentState{next}
-	if (prev == protocol.StateThinking || prev == protocol.StateExecuting) &&
-		(next == protocol.StateIdle || next == protocol.StateWaitingApproval) {
-		states = []protocol.AgentState{protocol.StateDone, next}
-	}
 	emit := func(tx *store.Tx) error {
+		e.mu.Lock()
+		prev, next := e.state, e.stateLocked()
+		if prev == next || !e.started {
+			e.mu.Unlock()
+			return nil
+		}
+		e.state = next
+		e.mu.Unlock()
+		states := []protocol.AgentState{next}
+		if (prev == protocol.StateThinking || prev == protocol.StateExecuting) &&
+			(next == protocol.StateIdle || next == protocol.StateWaitingApproval) {
+			states = []protocol.AgentState{protocol.StateDone, next}
+		}
 		for _, s := range states {
 			if _, err := tx.Emit(ctx, protocol.EventAgentState, protocol.AgentStateChanged{State: s}); err != nil {
 				return err
