@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
+	"os/user"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -446,4 +450,173 @@ func TestModelFailuresAndCutAnswers(t *testing.T) {
 			t.Errorf("answer = %q", got)
 		}
 	})
+}
+
+func TestStreamResumesAfterSeqAndLastEventID(t *testing.T) {
+	h := startEngine(t, t.TempDir(), nil, nil)
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(nil))
+	h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: "one"})
+	all := s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+	for name, header := range map[string]bool{"after": false, "Last-Event-ID": true} {
+		r := openStream(t, h.c, 2, header)
+		got := r.waitFor(t, "the replay", func(evs []protocol.OutboundEvent) bool { return len(evs) >= len(all)-2 })
+		if diff := cmp.Diff(all[2:], got[:len(all)-2]); diff != "" {
+			t.Errorf("%s: replay after seq 2 (-want +got):\n%s", name, diff)
+		}
+		r.mu.Lock()
+		if len(r.ids) == 0 || r.ids[0] != "3" {
+			t.Errorf("%s: first SSE id = %v, want 3", name, r.ids)
+		}
+		r.mu.Unlock()
+	}
+	code, body := call(t, h.c, "GET", "/events/stream?after=x", nil)
+	if code != 400 || !strings.Contains(string(body), `"invalid"`) {
+		t.Errorf("after=x = %d %s, want 400 invalid", code, body)
+	}
+}
+
+func TestRoutesAndErrorCodes(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "skills", "invisible-playwright"), 0o755)
+	os.WriteFile(filepath.Join(dir, "skills", "invisible-playwright", "SKILL.md"),
+		[]byte("---\nname: invisible-playwright\ndescription: How to use browser identities\n---\nSteps.\n"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "skills", "broken"), 0o755)
+	os.WriteFile(filepath.Join(dir, "skills", "broken", "SKILL.md"), []byte("no frontmatter"), 0o644)
+	h := startEngine(t, dir, nil, nil)
+	h.files.Write(nil, "/home/dot/skills/fares/SKILL.md", []byte("---\nname: fares\ndescription: Watch fares\n---\n1. look\n"))
+
+	tests := map[string]struct {
+		method, path string
+		body         any
+		wantCode     int
+		wantIn       string
+	}{
+		"health before config": {"GET", "/health", nil, 200, `"openrouter_configured":false`},
+		"tools before config":  {"GET", "/tools", nil, 200, `"offered":false`},
+		"state":                {"GET", "/state", nil, 200, `"state":"IDLE","current_task_id":null,"pending_approval":null`},
+		"skills":               {"GET", "/skills", nil, 200, `"name":"fares","description":"Watch fares","source":"dot"`},
+		"bad key":              {"POST", "/secrets", `{"openrouter_api_key":"has space"}`, 400, `"error":"invalid_secret"`},
+		"bad config":           {"PUT", "/config", `{"name":"x","model":{"provider":"openrouter","id":"m"},"permissions":{},"limits":{},"goal":"old"}`, 400, `"error":"invalid_config"`},
+		"bad role":             {"PUT", "/config", `{"name":"x","model":{"provider":"openrouter","id":"m"},"models":{"fast":"m"},"permissions":{},"limits":{}}`, 400, `unknown model role \"fast\" (the roles are: summary)`},
+		"bad event":            {"POST", "/events", `{"id":"e1","type":"nope","data":{}}`, 400, `"error":"invalid"`},
+		"no route":             {"GET", "/browser-identities/x/frame", nil, 404, `"error":"not_found"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			code, body := call(t, h.c, tc.method, tc.path, tc.body)
+			if code != tc.wantCode || !strings.Contains(string(body), tc.wantIn) {
+				t.Errorf("%s %s = %d %s\nwant %d with %s", tc.method, tc.path, code, body, tc.wantCode, tc.wantIn)
+			}
+			if strings.Contains(string(body), "has space") {
+				t.Errorf("the answer echoes the secret: %s", body)
+			}
+		})
+	}
+	_, body := call(t, h.c, "GET", "/skills", nil)
+	if strings.Contains(string(body), "broken") || !strings.Contains(string(body), `"source":"builtin"`) {
+		t.Errorf("skills = %s, want the built-in one and not the broken one", body)
+	}
+	h.configure(testConfig(map[string]protocol.Decision{"computer.exec": protocol.Deny}))
+	_, body = call(t, h.c, "GET", "/tools", nil)
+	var tools protocol.Tools
+	json.Unmarshal(body, &tools)
+	offered := map[string]bool{}
+	for _, tl := range tools.Tools {
+		offered[tl.Name] = tl.Offered
+	}
+	if diff := cmp.Diff(map[string]bool{"fake_write": true, "fake_exec": false, "fake_auto": true}, offered); diff != "" {
+		t.Errorf("GET /tools offered (-want +got):\n%s", diff)
+	}
+	// The same config again changes nothing.
+	if code, _ := call(t, h.c, "PUT", "/config", testConfig(map[string]protocol.Decision{"computer.exec": protocol.Deny})); code != 204 {
+		t.Errorf("same config again = %d", code)
+	}
+	_, body = call(t, h.c, "GET", "/health", nil)
+	var health protocol.Health
+	json.Unmarshal(body, &health)
+	if health.Status != "ok" || !health.OpenRouterConfigured || len(health.Checks) == 0 {
+		t.Errorf("health = %s", body)
+	}
+	if strings.Contains(string(body), "sk-or-test") {
+		t.Errorf("health shows the key")
+	}
+}
+
+func TestModelUserIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	or := newFakeOpenRouter(t)
+	me, err := userName()
+	if err != nil {
+		t.Skip(err)
+	}
+	cfg := Config{AgentSocket: filepath.Join(dir, "agent.sock"), AgentdSocket: filepath.Join(dir, "agentd.sock"),
+		Workspace: "/home/dot/workspace", StateDir: filepath.Join(dir, "state"), ModelUser: me}
+	ctx, cancel := contextWithCancel()
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, Deps{Model: or.client(), Tools: &fakeTools{}, Files: newFakeFiles(), Ready: func() { close(ready) }, Log: quietLog()})
+	}()
+	<-ready
+	code, body := call(t, unixClient(cfg.AgentSocket), "GET", "/health", nil)
+	if code != http.StatusForbidden || !strings.Contains(string(body), "forbidden") {
+		t.Errorf("a connection of the model's user = %d %s, want 403", code, body)
+	}
+	fi, err := os.Stat(cfg.AgentSocket)
+	if err != nil || fi.Mode().Perm() != 0o660 {
+		t.Errorf("socket mode = %v (%v), want 0660", fi.Mode().Perm(), err)
+	}
+	cancel()
+	<-done
+	// A socket file left by a crash is removed at start; a second engine on
+	// the same state refuses to start.
+	os.WriteFile(filepath.Join(dir, "x"), nil, 0o600)
+	h := startEngine(t, dir, or, nil)
+	cfg.ModelUser = "nobody"
+	err = Run(context.Background(), cfg, Deps{Model: or.client(), Tools: &fakeTools{}, Files: newFakeFiles(), Log: quietLog()})
+	if err == nil || !strings.Contains(err.Error(), "another engine owns") {
+		t.Errorf("second engine on the same state = %v, want it refused", err)
+	}
+	_ = h
+}
+
+func TestOwedAnswerAndInjection(t *testing.T) {
+	tools := &fakeTools{hold: make(chan struct{})}
+	h := startEngine(t, t.TempDir(), nil, tools)
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(nil))
+	h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: `run fake_exec {"cmd":"make"}`})
+	s.waitFor(t, "EXECUTING", func(evs []protocol.OutboundEvent) bool {
+		for _, e := range ofType(evs, protocol.EventAgentState) {
+			if decode[protocol.AgentStateChanged](t, e).State == protocol.StateExecuting {
+				return true
+			}
+		}
+		return false
+	})
+	// A message accepted while the turn runs is injected into it.
+	h.send("m2", protocol.InboundUserMessage, protocol.UserMessage{Text: "also this"})
+	close(tools.hold)
+	evs := s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+	if n := countType(evs, protocol.EventMessageAssistant); n != 1 {
+		t.Fatalf("%d answers, want 1 covering both messages", n)
+	}
+	ans := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[0])
+	if ans.InReplyTo == nil || *ans.InReplyTo != "m2" {
+		t.Errorf("in_reply_to = %v, want the newest message m2", ans.InReplyTo)
+	}
+}
+
+func userName() (string, error) {
+	u, err := user.Current()
+	if err != nil {
+		return "", err
+	}
+	return u.Username, nil
+}
+
+func contextWithCancel() (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.Background())
 }
