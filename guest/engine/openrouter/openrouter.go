@@ -538,7 +538,9 @@ func (c *Client) ModelLimits(ctx context.Context, key, model string) (Limits, er
 	}
 	path := "/models/" + (&url.URL{Path: model}).EscapedPath() + "/endpoints"
 	var lastErr error
-	for attempt := 1; attempt <= MaxAttempts; attempt++ {
+	attempt := 0
+	for attempt < MaxAttempts {
+		attempt++
 		limits, retryAfter, err := c.modelLimitsOnce(ctx, key, path, model)
 		if err == nil {
 			return limits, nil
@@ -555,7 +557,7 @@ func (c *Client) ModelLimits(ctx context.Context, key, model string) (Limits, er
 			return Limits{}, maskKey(err, key)
 		}
 	}
-	return Limits{}, maskKey(lastErr, key)
+	return Limits{}, maskKey(withAttempts(lastErr, attempt), key)
 }
 
 func (c *Client) modelLimitsOnce(ctx context.Context, key, path, model string) (Limits, time.Duration, error) {

@@ -189,14 +189,12 @@ func (j *job) copy(wg *sync.WaitGroup, rd io.Reader, isErr bool) {
 
 // kill ends the relay and so the remote process group (ref 5.2).
 func (j *job) kill() {
+	if j.finished() {
+		return
+	}
 	j.mu.Lock()
 	j.killed = true
 	j.mu.Unlock()
-	select {
-	case <-j.done:
-		return
-	default:
-	}
 	if p := j.cmd.Process; p != nil {
 		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 	}

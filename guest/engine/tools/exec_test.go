@@ -154,6 +154,21 @@ func TestBackgroundJobCloseStdinAndTerminate(t *testing.T) {
 	}
 }
 
+func TestTerminateAnEndedJob(t *testing.T) {
+	f := newFixture(t)
+	res := f.run(t, "exec", map[string]any{"command": "sleep 0.2; exit 5", "yield_time_ms": 0})
+	if !strings.Contains(res.Text, "background job s1") {
+		t.Fatalf("exec: %+v", res)
+	}
+	for i := 0; i < 1000 && !strings.Contains(f.run(t, "list_exec_sessions", map[string]any{}).Text, "exited"); i++ {
+		waitABit()
+	}
+	res = f.run(t, "exec_session", map[string]any{"session_id": "s1", "terminate": true})
+	if !res.OK || !strings.HasPrefix(res.Text, "s1 had already ended (exited with code 5).") {
+		t.Errorf("terminate after the end: %+v", res)
+	}
+}
+
 func TestBackgroundJobsAreBounded(t *testing.T) {
 	f := newFixture(t)
 	for i := 0; i < MaxJobs; i++ {

@@ -272,23 +272,27 @@ func TestGrep(t *testing.T) {
 	f.write(t, "b/c.txt", "nothing here\n")
 	f.write(t, ".git/x", "TODO in git\n")
 	f.write(t, "bin.dat", "TODO\x00\x01")
+	f.write(t, "gap.txt", "m1\nx\nx\nx\nm2\n")
 	tests := map[string]struct {
 		args   map[string]any
 		wantOK bool
 		want   string
 	}{
-		"content with line numbers":       {map[string]any{"pattern": "TODO"}, true, "a.go:3:func A() {} // TODO: test\n[1 match(es) in 1 file(s)]"},
-		"any case":                        {map[string]any{"pattern": "todo", "case_insensitive": true}, true, "a.go:3:func A() {} // TODO: test\nb/b.py:1:# todo later\n[2 match(es) in 2 file(s)]"},
-		"context lines":                   {map[string]any{"pattern": `^var`, "context": 1}, true, "a.go-3-func A() {} // TODO: test\na.go:4:var x = 1\n[1 match(es) in 1 file(s)]"},
-		"RE2 classes":                     {map[string]any{"pattern": `\d\+\d`}, true, "b/b.py:2:print(1+1)\n[1 match(es) in 1 file(s)]"},
-		"fixed strings":                   {map[string]any{"pattern": "1+1", "fixed_strings": true}, true, "b/b.py:2:print(1+1)\n[1 match(es) in 1 file(s)]"},
-		"files with matches":              {map[string]any{"pattern": "(?i)todo", "output_mode": "files_with_matches"}, true, "a.go\nb/b.py\n[2 match(es) in 2 file(s)]"},
-		"count":                           {map[string]any{"pattern": "[a-z]", "output_mode": "count", "path": "b"}, true, "b.py:2\nc.txt:1\n[3 match(es) in 2 file(s)]"},
-		"glob filter":                     {map[string]any{"pattern": "o", "glob": "*.py", "output_mode": "files_with_matches"}, true, "b/b.py\n[1 match(es) in 1 file(s)]"},
-		"one file":                        {map[string]any{"pattern": "print", "path": "b/b.py"}, true, "b.py:2:print(1+1)\n[1 match(es) in 1 file(s)]"},
-		"head limit":                      {map[string]any{"pattern": ".", "path": "a.go", "head_limit": 2}, true, "a.go:1:package a\na.go:3:func A() {} // TODO: test\n[output cut at 2 lines; narrow the search, use a glob or raise head_limit]"},
-		"no match":                        {map[string]any{"pattern": "zzz"}, true, `No matches for "zzz" under ` + f.workspace + "."},
-		"a pattern that does not compile": {map[string]any{"pattern": "a(b"}, false, "The pattern does not compile as a regular expression (RE2 syntax): error parsing regexp: missing closing ): `a(b`."},
+		"content with line numbers":          {map[string]any{"pattern": "TODO"}, true, "a.go:3:func A() {} // TODO: test\n[1 match(es) in 1 file(s)]"},
+		"any case":                           {map[string]any{"pattern": "todo", "case_insensitive": true}, true, "a.go:3:func A() {} // TODO: test\nb/b.py:1:# todo later\n[2 match(es) in 2 file(s)]"},
+		"context lines":                      {map[string]any{"pattern": `^var`, "context": 1}, true, "a.go-3-func A() {} // TODO: test\na.go:4:var x = 1\n[1 match(es) in 1 file(s)]"},
+		"context groups apart are separated": {map[string]any{"pattern": `^(package|var)`, "path": "a.go", "context": 0}, true, "a.go:1:package a\na.go:4:var x = 1\n[2 match(es) in 1 file(s)]"},
+		"context groups":                     {map[string]any{"pattern": `^m`, "path": "gap.txt", "context": 1}, true, "gap.txt:1:m1\ngap.txt-2-x\n--\ngap.txt-4-x\ngap.txt:5:m2\n[2 match(es) in 1 file(s)]"},
+		"adjacent context groups merge":      {map[string]any{"pattern": `^(package|var)`, "path": "a.go", "context": 1}, true, "a.go:1:package a\na.go-2-\na.go-3-func A() {} // TODO: test\na.go:4:var x = 1\n[2 match(es) in 1 file(s)]"},
+		"RE2 classes":                        {map[string]any{"pattern": `\d\+\d`}, true, "b/b.py:2:print(1+1)\n[1 match(es) in 1 file(s)]"},
+		"fixed strings":                      {map[string]any{"pattern": "1+1", "fixed_strings": true}, true, "b/b.py:2:print(1+1)\n[1 match(es) in 1 file(s)]"},
+		"files with matches":                 {map[string]any{"pattern": "(?i)todo", "output_mode": "files_with_matches"}, true, "a.go\nb/b.py\n[2 match(es) in 2 file(s)]"},
+		"count":                              {map[string]any{"pattern": "[a-z]", "output_mode": "count", "path": "b"}, true, "b.py:2\nc.txt:1\n[3 match(es) in 2 file(s)]"},
+		"glob filter":                        {map[string]any{"pattern": "o", "glob": "*.py", "output_mode": "files_with_matches"}, true, "b/b.py\n[1 match(es) in 1 file(s)]"},
+		"one file":                           {map[string]any{"pattern": "print", "path": "b/b.py"}, true, "b.py:2:print(1+1)\n[1 match(es) in 1 file(s)]"},
+		"head limit":                         {map[string]any{"pattern": ".", "path": "a.go", "head_limit": 2}, true, "a.go:1:package a\na.go:3:func A() {} // TODO: test\n[output cut at 2 lines; narrow the search, use a glob or raise head_limit]"},
+		"no match":                           {map[string]any{"pattern": "zzz"}, true, `No matches for "zzz" under ` + f.workspace + "."},
+		"a pattern that does not compile":    {map[string]any{"pattern": "a(b"}, false, "The pattern does not compile as a regular expression (RE2 syntax): error parsing regexp: missing closing ): `a(b`."},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
