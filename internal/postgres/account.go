@@ -122,24 +122,31 @@ func (a account) ensureOwned(dir string) error {
 // needed when root runs the server with a home under /root (mode 0700): the
 // account gets a POSIX ACL entry for itself alone, search only on ancestors
 // (no listing), rather than opening the directories to every user.
-func (a account) ensureReachable(dir string, write bool) error {
+//
+// It returns the directories whose ACL it changed, for the log.
+func (a account) ensureReachable(dir string, write bool) ([]string, error) {
 	if !a.dropPrivileges {
-		return nil
+		return nil, nil
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var changed []string
 	want := uint16(aclExecute)
 	if write {
 		want = aclRead | aclWrite | aclExecute
 	}
 	for d, need := dir, want; ; d, need = filepath.Dir(d), uint16(aclExecute) {
-		if err := a.grant(d, need); err != nil {
-			return err
+		did, err := a.grant(d, need)
+		if err != nil {
+			return changed, err
+		}
+		if did {
+			changed = append(changed, d)
 		}
 		if d == filepath.Dir(d) {
-			return nil
+			return changed, nil
 		}
 	}
 }
@@ -147,28 +154,37 @@ func (a account) ensureReachable(dir string, write bool) error {
 // grant gives the account perm on dir unless it already has it through the
 // owner or "other" bits. Group membership is not consulted: the account's
 // children run without supplementary groups.
-func (a account) grant(dir string, perm uint16) error {
+func (a account) grant(dir string, perm uint16) (bool, error) {
 	info, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("reach %s: %w", dir, err)
+		return false, fmt.Errorf("reach %s: %w", dir, err)
 	}
 	st, ok := info.Sys().(*syscall.Stat_t)
 	if !ok {
-		return fmt.Errorf("reach %s: no unix ownership information", dir)
+		return false, fmt.Errorf("reach %s: no unix ownership information", dir)
 	}
 	mode := uint16(info.Mode().Perm())
 	switch {
 	case st.Uid == a.uid && (mode>>6)&perm == perm:
-		return nil
+		return false, nil
+	case st.Uid != a.uid && st.Gid == a.gid && (mode>>3)&perm == perm:
+		return false, nil
 	case st.Uid != a.uid && st.Gid != a.gid && mode&perm == perm:
-		return nil
+		return false, nil
+	}
+	if entries, err := readACL(dir); err == nil {
+		for _, e := range entries {
+			if e.tag == aclUser && e.id == a.uid && e.perm&perm == perm {
+				return false, nil // granted at an earlier start
+			}
+		}
 	}
 	if err := addACLUser(dir, a.uid, perm); err != nil {
 		if errors.Is(err, syscall.ENOTSUP) {
-			return fmt.Errorf("let account %s reach %s: the file system has no ACL support; run `chmod o+x %s` or set INVISIBLE_DOTS_HOME under a directory it can reach, or DATABASE_URL",
+			return false, fmt.Errorf("let account %s reach %s: the file system has no ACL support; run `chmod o+x %s` or set INVISIBLE_DOTS_HOME under a directory it can reach, or DATABASE_URL",
 				a.name, dir, dir)
 		}
-		return fmt.Errorf("let account %s reach %s: %w", a.name, dir, err)
+		return false, fmt.Errorf("let account %s reach %s: %w", a.name, dir, err)
 	}
-	return nil
+	return true, nil
 }

@@ -80,7 +80,8 @@ func startManaged(ctx context.Context, home string, log logr.Logger) (*managed, 
 	if err != nil {
 		return nil, err
 	}
-	if err := acct.ensureReachable(home, false); err != nil {
+	granted, err := acct.ensureReachable(home, false)
+	if err != nil {
 		return nil, err
 	}
 	if err := acct.ensureOwned(dataDir); err != nil {
@@ -89,8 +90,14 @@ func startManaged(ctx context.Context, home string, log logr.Logger) (*managed, 
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", runDir, err)
 	}
-	if err := acct.ensureReachable(runDir, true); err != nil {
+	grantedRun, err := acct.ensureReachable(runDir, true)
+	if err != nil {
 		return nil, err
+	}
+	if granted = append(granted, grantedRun...); len(granted) > 0 {
+		// A lasting change outside db/: say so once, when it is made.
+		log.Info("gave the PostgreSQL account search permission (a POSIX ACL entry for it alone) on the way to its directories",
+			"account", acct.name, "directories", granted)
 	}
 
 	if wantMajor == "" {
@@ -206,7 +213,7 @@ func (m *managed) relay(r io.Reader) {
 	for sc.Scan() {
 		line := sc.Text()
 		m.tail.add(line)
-		m.log.Info(line, "component", "postgres")
+		m.log.Info(line)
 	}
 	_, _ = io.Copy(io.Discard, r)
 }

@@ -166,6 +166,16 @@ func TestManagedLifecycle(t *testing.T) {
 	if second.contains("initializing the PostgreSQL data directory") {
 		t.Errorf("second start ran initdb again")
 	}
+	if os.Geteuid() == 0 {
+		// t.TempDir's parent is 0700: the first start grants the account a
+		// way through, once.
+		if !first.contains("gave the PostgreSQL account search permission") {
+			t.Errorf("first start as root did not say it changed an ACL")
+		}
+		if second.contains("gave the PostgreSQL account search permission") {
+			t.Errorf("second start changed ACLs again")
+		}
+	}
 	var v string
 	if err := inst.Pool().QueryRow(ctx, "SELECT v FROM survives").Scan(&v); err != nil || v != "kept" {
 		t.Errorf("row written before the restart: got %q, %v; want kept", v, err)
