@@ -1,0 +1,91 @@
+// Command dots-launch starts a program as another user holding exactly the
+// given capabilities as ambient ones: what systemd's User= and
+// AmbientCapabilities= do for dot-agentd's unit in a golden image, for the
+// test image, which has no systemd. It must run as root, and it is built
+// without cgo so its uid change reaches every thread.
+//
+//	dots-launch --user dotagentd --caps setuid,setgid,kill -- PROGRAM [ARGS...]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/user"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+var capByName = map[string]uint{
+	"setuid": unix.CAP_SETUID,
+	"setgid": unix.CAP_SETGID,
+	"kill":   unix.CAP_KILL,
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "dots-launch:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	// Capabilities are per thread: set them and exec from one.
+	runtime.LockOSThread()
+	name := flag.String("user", "", "the user to run as")
+	capList := flag.String("caps", "", "comma-separated capabilities to keep (setuid, setgid, kill)")
+	flag.Parse()
+	argv := flag.Args()
+	if *name == "" || len(argv) == 0 {
+		return fmt.Errorf("usage: dots-launch --user NAME --caps a,b -- PROGRAM [ARGS...]")
+	}
+	var caps []uint
+	for _, c := range strings.Split(*capList, ",") {
+		if c == "" {
+			continue
+		}
+		bit, ok := capByName[c]
+		if !ok {
+			return fmt.Errorf("unknown capability %q", c)
+		}
+		caps = append(caps, bit)
+	}
+	u, err := user.Lookup(*name)
+	if err != nil {
+		return err
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 1, 0); e != 0 {
+		return fmt.Errorf("keep capabilities across the user change: %w", e)
+	}
+	if err := syscall.Setgroups([]int{gid}); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(gid); err != nil {
+		return fmt.Errorf("setgid: %w", err)
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		return fmt.Errorf("setuid: %w", err)
+	}
+	var mask uint32
+	for _, c := range caps {
+		mask |= 1 << c
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{{Effective: mask, Permitted: mask, Inheritable: mask}}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	for _, c := range caps {
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c), 0, 0); err != nil {
+			return fmt.Errorf("raise ambient capability %d: %w", c, err)
+		}
+	}
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/", "USER=" + *name, "LOGNAME=" + *name}
+	return syscall.Exec(argv[0], argv, env)
+}

@@ -1,0 +1,64 @@
+// Command test-image builds the test image and the runtime ISO and registers
+// them in a home (what `make test-image` runs; e2e tests call it too):
+//
+//	go run ./guest/image/cmd/test-image [--home DIR] [--work DIR] [--repo DIR]
+//
+// --home defaults to INVISIBLE_DOTS_HOME (or ~/.invisible-dots), --work to
+// _output/test-image under the repository.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+
+	"github.com/invisible-dots/invisible-dots/guest/image/testimage"
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "test-image:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	homeDir := flag.String("home", "", "INVISIBLE_DOTS_HOME to register the images in")
+	work := flag.String("work", "", "cache directory (default <repo>/_output/test-image)")
+	repo := flag.String("repo", "", "the repository root (default: found from the working directory)")
+	flag.Parse()
+	var err error
+	if *repo == "" {
+		wd, _ := os.Getwd()
+		if *repo, err = testimage.FindRepo(wd); err != nil {
+			return err
+		}
+	}
+	if *work == "" {
+		*work = filepath.Join(*repo, "_output", "test-image")
+	}
+	var home paths.Home
+	if *homeDir != "" {
+		home, err = paths.New(*homeDir)
+	} else {
+		home, err = paths.FromEnv()
+	}
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	res, err := testimage.Build(ctx, testimage.Options{
+		Home: home, Repo: *repo, Work: *work,
+		Log: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "test-image: "+format+"\n", args...) },
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("golden  %s\nruntime %s\nhome    %s\n", res.Golden.Version, res.Runtime.Version, home.Root)
+	return nil
+}

@@ -1,0 +1,168 @@
+// Package runtimeiso writes the runtime ISO (ref 3.3): our code for the
+// guest, attached read-only to every VM and mounted at
+// /opt/invisible-dots: dot-agentd, the engine when it is built, the systemd
+// units and a manifest of what it holds. It is written with
+// github.com/kdomanski/iso9660, so no ISO tool is needed on any host.
+package runtimeiso
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kdomanski/iso9660"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/images"
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+)
+
+//go:embed units
+var units embed.FS
+
+// Contents returns the ISO's files by path: the binaries given (an empty
+// path is left out), the units, and manifest.json listing each file's
+// SHA-256 under version.
+func Contents(agentd, engine string) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	for _, b := range []struct{ name, path string }{{protocol.RuntimeAgentdFile, agentd}, {protocol.RuntimeEngineFile, engine}} {
+		if b.path == "" {
+			continue
+		}
+		data, err := os.ReadFile(b.path)
+		if err != nil {
+			return nil, fmt.Errorf("read %s for the runtime ISO: %w", b.name, err)
+		}
+		files[b.name] = data
+	}
+	err := fs.WalkDir(units, "units", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := units.ReadFile(p)
+		files[protocol.RuntimeUnitsDir+"/"+path.Base(p)] = data
+		return err
+	})
+	return files, err
+}
+
+// Digest is the SHA-256 of the files (names and contents), the part of the
+// version that says what the ISO holds.
+func Digest(files map[string][]byte) string {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		fmt.Fprintf(h, "%s %x\n", n, sha256.Sum256(files[n]))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Write writes an ISO holding files plus manifest.json for version.
+func Write(dest, version string, files map[string][]byte) error {
+	manifest := protocol.RuntimeContents{Version: version, Files: map[string]string{}}
+	for n, data := range files {
+		manifest.Files[n] = fmt.Sprintf("%x", sha256.Sum256(data))
+	}
+	mb, err := json.MarshalIndent(manifest, "", "  ")
+	if err != nil {
+		return err
+	}
+	w, err := iso9660.NewWriter()
+	if err != nil {
+		return fmt.Errorf("start the runtime ISO: %w", err)
+	}
+	defer w.Cleanup()
+	all := map[string][]byte{protocol.RuntimeManifestFile: append(mb, '\n')}
+	for n, d := range files {
+		all[n] = d
+	}
+	names := make([]string, 0, len(all))
+	for n := range all {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := w.AddFile(bytes.NewReader(all[n]), n); err != nil {
+			return fmt.Errorf("add %s to the runtime ISO: %w", n, err)
+		}
+	}
+	tmp := dest + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := w.WriteTo(f, protocol.RuntimeVolumeLabel); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", dest, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o444); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dest)
+}
+
+// Register writes the runtime ISO of these binaries into home's images/
+// with its manifest, unless an ISO of the same contents is registered and
+// intact, which it returns instead.
+func Register(home paths.Home, agentd, engine string, now time.Time) (protocol.ImageManifest, error) {
+	files, err := Contents(agentd, engine)
+	if err != nil {
+		return protocol.ImageManifest{}, err
+	}
+	sum := Digest(files)[:16]
+	if all, err := images.List(home, paths.Runtime); err == nil {
+		for i := len(all) - 1; i >= 0; i-- {
+			if strings.HasSuffix(all[i].Version, "-"+sum) {
+				if m, err := all[i].Verify(); err == nil {
+					return m, nil
+				}
+			}
+		}
+	}
+	if err := os.MkdirAll(home.Images(), 0o755); err != nil {
+		return protocol.ImageManifest{}, err
+	}
+	version := now.UTC().Format("20060102T150405Z") + "-" + sum
+	dest := home.Runtime(version)
+	if err := Write(dest, version, files); err != nil {
+		return protocol.ImageManifest{}, err
+	}
+	m := protocol.ImageManifest{
+		Kind: protocol.ImageKindRuntime, Version: version, File: path.Base(dest),
+		Created:     now.UTC().Format(time.RFC3339),
+		Description: "runtime ISO: dot-agentd, units" + map[bool]string{true: ", dot-engine", false: ""}[engine != ""],
+		Inputs:      map[string]string{},
+	}
+	for n, data := range files {
+		m.Inputs[n] = fmt.Sprintf("%x", sha256.Sum256(data))
+	}
+	if m.SHA256, m.Size, err = images.FileSHA256(dest); err != nil {
+		return protocol.ImageManifest{}, err
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return protocol.ImageManifest{}, err
+	}
+	mp := home.RuntimeManifest(version)
+	if err := os.WriteFile(mp+".tmp", append(b, '\n'), 0o644); err != nil {
+		return protocol.ImageManifest{}, err
+	}
+	return m, os.Rename(mp+".tmp", mp)
+}
