@@ -22,6 +22,23 @@ run: build
 	./$(BIN) server
 
 # --- test image (helper A) ---
+# `make test-image` builds the test image (Debian cloud kernel + busybox
+# initramfs with dot-agentd) and the runtime ISO and registers both in
+# $INVISIBLE_DOTS_HOME/images (default ~/.invisible-dots; TEST_IMAGE_HOME=DIR
+# for another home). Downloads and outputs are cached in _output/test-image,
+# so a second run is quick. Needs apt-get (download only), dpkg-deb, qemu-img.
+TEST_IMAGE_WORK ?= _output/test-image
+.PHONY: test-image dot-agentd test-agentd
+test-image:
+	$(GO) run ./guest/image/cmd/test-image --work $(TEST_IMAGE_WORK) $(if $(TEST_IMAGE_HOME),--home $(TEST_IMAGE_HOME))
+
+dot-agentd:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/dot-agentd ./guest/agentd/cmd/dot-agentd
+
+# The guest's unit tests and the boot of the test image under TCG (skipped
+# until `make test-image` has filled _output/test-image).
+test-agentd:
+	$(GO) test ./guest/protocol/... ./guest/agentd/... ./guest/image/...
 # --- end test image ---
 
 clean:
