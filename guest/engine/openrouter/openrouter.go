@@ -195,6 +195,8 @@ type APIError struct {
 	Message string // OpenRouter's own words ("No allowed providers are available")
 	// Attempts is how many attempts were made before giving up.
 	Attempts int
+	// InStream: the error came inside a 200 stream, as a chunk.
+	InStream bool
 }
 
 func (e *APIError) Error() string {
@@ -213,8 +215,11 @@ func (e *APIError) Error() string {
 	return b.String()
 }
 
-// Retryable reports the statuses ref 8.5 retries: 429 and 5xx.
-func (e *APIError) Retryable() bool { return e.Status == http.StatusTooManyRequests || e.Status >= 500 }
+// Retryable reports the statuses ref 8.5 retries: 429 and 5xx, and an error
+// chunk of a stream that gives no status (the provider failed mid-way).
+func (e *APIError) Retryable() bool {
+	return e.Status == http.StatusTooManyRequests || e.Status >= 500 || e.InStream && e.Status == 0
+}
 
 // ErrStreamCut is a stream that ended without a finish reason: the connection
 // dropped or stalled. It has no cost to count (ref 8.2).
@@ -440,7 +445,8 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte, onText fu
 			return Response{}, textShown, 0, err
 		}
 	}
-	if err := sc.Err(); err != nil && !done {
+	if err := sc.Err(); err != nil && !done && !(acc.finish != "" && acc.sawUsage) {
+		// (A connection dropped after the finish and the usage lost nothing.)
 		if errors.Is(context.Cause(ctx), stalled) {
 			return Response{}, textShown, 0, fmt.Errorf("%w: nothing arrived for %s", ErrStreamCut, c.StreamIdleTimeout)
 		}
@@ -448,6 +454,10 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte, onText fu
 			return Response{}, textShown, 0, ctx.Err()
 		}
 		return Response{}, textShown, 0, fmt.Errorf("%w: %v", ErrStreamCut, err)
+	}
+	if acc.finish == "error" {
+		// A provider that failed mid-way without an error chunk.
+		return Response{}, textShown, 0, &APIError{InStream: true, Message: "the provider ended the response with an error"}
 	}
 	if acc.finish == "" {
 		// The usage chunk follows the finish chunk; a stream that ended

@@ -302,6 +302,25 @@ func TestCompleteRetries(t *testing.T) {
 			wantSleeps: []time.Duration{time.Second},
 			wantReqs:   2,
 		},
+		"an error chunk without a status is retried": {
+			answers: []func(http.ResponseWriter, *http.Request){
+				sse(`{"error":{"code":"server_error","message":"Provider disconnected"},"choices":[{"delta":{},"finish_reason":"error"}]}`),
+				ok,
+			},
+			wantSleeps: []time.Duration{time.Second},
+			wantReqs:   2,
+		},
+		"finish_reason error without an error chunk is retried": {
+			answers:    []func(http.ResponseWriter, *http.Request){sse(`{"choices":[{"delta":{},"finish_reason":"error"}]}`), ok},
+			wantSleeps: []time.Duration{time.Second},
+			wantReqs:   2,
+		},
+		"an error chunk of status 400 is not retried": {
+			answers:    []func(http.ResponseWriter, *http.Request){sse(`{"error":{"code":400,"message":"This endpoint's maximum context length is 8192 tokens"},"choices":[{"delta":{},"finish_reason":"error"}]}`)},
+			wantReqs:   1,
+			wantErr:    "openrouter answered 400: This endpoint's maximum context length is 8192 tokens",
+			wantStatus: 400,
+		},
 		"an error chunk inside the stream is an error of its status": {
 			answers: []func(http.ResponseWriter, *http.Request){
 				sse(`{"error":{"code":502,"message":"Provider disconnected"},"choices":[{"delta":{},"finish_reason":"error"}]}`),
@@ -369,6 +388,16 @@ func TestCompleteStreamCutAfterText(t *testing.T) {
 	}
 	if shown.String() != "Let me look." {
 		t.Errorf("shown = %q", shown.String())
+	}
+}
+
+func TestCompleteCutAfterUsageIsWhole(t *testing.T) {
+	// The connection drops after the finish and the usage but before [DONE]:
+	// nothing was lost.
+	c, f, _ := newTest(t, cut(`{"choices":[{"delta":{"content":"done"},"finish_reason":"stop"}]}`, chunkUsage))
+	got, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, nil)
+	if err != nil || got.Content != "done" || got.Usage.CostUSD == nil || f.requests() != 1 {
+		t.Fatalf("Complete = %+v, %v after %d requests", got, err, f.requests())
 	}
 }
 

@@ -184,6 +184,7 @@ type assembler struct {
 	lastIdx  int
 	finish   string
 	usage    Usage
+	sawUsage bool
 	provider string
 }
 
@@ -196,7 +197,7 @@ func (a *assembler) add(payload []byte, emit func(string)) error {
 	}
 	if ch.Error != nil {
 		msg, code := ch.Error.text()
-		e := &APIError{Code: code, Message: msg}
+		e := &APIError{Code: code, Message: msg, InStream: true}
 		// A mid-stream error carries the status as its code when it has one.
 		var status int
 		if _, err := fmt.Sscanf(code, "%d", &status); err == nil && status >= 400 && status < 600 {
@@ -240,6 +241,7 @@ func (a *assembler) add(payload []byte, emit func(string)) error {
 		}
 	}
 	if u := ch.Usage; u != nil {
+		a.sawUsage = true
 		a.usage.PromptTokens = u.PromptTokens
 		a.usage.CompletionTokens = u.CompletionTokens
 		a.usage.CostUSD = nil

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func buildAgentd(t *testing.T) string {
+func buildAgentd(t testing.TB) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -61,7 +61,7 @@ func buildAgentd(t *testing.T) string {
 	return relayBin
 }
 
-func newRealFixture(t *testing.T) *fixture {
+func newRealFixture(t testing.TB) *fixture {
 	t.Helper()
 	bin := buildAgentd(t)
 	home := t.TempDir()

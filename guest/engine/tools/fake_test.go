@@ -201,7 +201,7 @@ func (f *fixture) run(t *testing.T, name string, args any) Result {
 	return f.runner.Run(context.Background(), name, raw)
 }
 
-func (f *fixture) write(t *testing.T, rel, content string) string {
+func (f *fixture) write(t testing.TB, rel, content string) string {
 	t.Helper()
 	p := filepath.Join(f.workspace, rel)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
