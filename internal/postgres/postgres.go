@@ -121,10 +121,19 @@ func Start(ctx context.Context, opts Options) (_ *Instance, err error) {
 // managed). It may carry DATABASE_URL's password: never log it.
 func (i *Instance) DSN() string { return i.dsn }
 
-// KineDSN is the endpoint kine's Postgres driver takes: the same database as
-// DSN (kine keeps its one table beside ours). kine's drivers.Config wants it
-// without the "postgres://" prefix, which its driver adds back.
-func (i *Instance) KineDSN() string { return i.dsn }
+// KineDSN is the same database as DSN (kine keeps its one table beside ours)
+// in the form kine's Postgres driver takes as drivers.Config.DataSourceName:
+// without the scheme, which the driver puts back itself.
+func (i *Instance) KineDSN() string { return kineForm(i.dsn) }
+
+func kineForm(dsn string) string {
+	for _, scheme := range []string{"postgres://", "postgresql://"} {
+		if rest, ok := strings.CutPrefix(dsn, scheme); ok {
+			return rest
+		}
+	}
+	return dsn
+}
 
 // Target says where the database is, without credentials, for logs.
 func (i *Instance) Target() string { return i.target }

@@ -283,6 +283,31 @@ func TestDefaultConnectTimeout(t *testing.T) {
 	}
 }
 
+func TestKineDSN(t *testing.T) {
+	got := shared.KineDSN()
+	if strings.Contains(got, "://") {
+		t.Errorf("KineDSN() = %q; kine's driver adds the scheme itself", got)
+	}
+	// What kine's driver does with it must reach our database.
+	conn, err := pgx.Connect(context.Background(), "postgres://"+got)
+	if err != nil {
+		t.Fatalf("connect with kine's form: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var db string
+	if err := conn.QueryRow(context.Background(), "SELECT current_database()").Scan(&db); err != nil || db != databaseName {
+		t.Errorf("kine's form reaches database %q (%v), want %s", db, err, databaseName)
+	}
+	for in, want := range map[string]string{
+		"postgresql://u@h/db": "u@h/db",
+		"postgres://u@h/db":   "u@h/db",
+	} {
+		if got := kineForm(in); got != want {
+			t.Errorf("kineForm(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestScrub(t *testing.T) {
 	tests := map[string]struct{ url, msg, want string }{
 		"user password":  {url: "postgres://u:s3cr%40t@h/db", msg: "x s3cr@t y s3cr%40t", want: "x xxxxx y xxxxx"},
