@@ -116,7 +116,7 @@ func TestWithRealAgentd(t *testing.T) {
 	f := newRealFixture(t)
 
 	t.Run("exec", func(t *testing.T) {
-		res := f.run(t, "exec", map[string]any{"command": "echo out; echo err >&2; pwd; exit 4"})
+		res := f.run(t, "exec", map[string]any{"command": "cat; echo out; echo err >&2; pwd; exit 4"})
 		for _, want := range []string{"out\n", "STDERR:\n", "err\n", f.workspace + "\n", "Exit code: 4"} {
 			if !strings.Contains(res.Text, want) {
 				t.Errorf("exec through the real relay: %q lacks %q", res.Text, want)

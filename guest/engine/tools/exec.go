@@ -200,6 +200,16 @@ func (j *job) kill() {
 	}
 }
 
+// closeStdin ends the program's input (^D on a terminal).
+func (j *job) closeStdin() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.stdinClosed {
+		j.stdinClosed = true
+		_ = j.stdin.Close()
+	}
+}
+
 func (j *job) finished() bool {
 	select {
 	case <-j.done:
@@ -276,6 +286,10 @@ func (r *Runner) execTool(ctx context.Context, a map[string]any) Result {
 	}
 
 	if !background {
+		// Nothing will ever be written to a foreground command: a program
+		// that reads its input gets the end of it at once instead of waiting
+		// for its timeout.
+		j.closeStdin()
 		timer := time.NewTimer(timeout)
 		defer timer.Stop()
 		select {
@@ -443,12 +457,7 @@ func (r *Runner) execSession(ctx context.Context, a map[string]any) Result {
 		}
 	}
 	if boolArg(a, "close_stdin") {
-		j.mu.Lock()
-		if !j.stdinClosed {
-			j.stdinClosed = true
-			_ = j.stdin.Close()
-		}
-		j.mu.Unlock()
+		j.closeStdin()
 	}
 	wait := time.Duration(intArg(a, "yield_time_ms", int64(sessionDefaultYield/time.Millisecond))) * time.Millisecond
 	timer := time.NewTimer(wait)

@@ -33,6 +33,7 @@ func TestExecForeground(t *testing.T) {
 		"a relative cwd is under the workspace": {map[string]any{"command": "pwd", "cwd": "sub"}, true, []string{filepath.Join(f.workspace, "sub") + "\n"}},
 		"a bad cwd is the relay's error":        {map[string]any{"command": "pwd", "cwd": "nope"}, false, []string{"bad cwd", "Exit code: 1"}},
 		"no output says so":                     {map[string]any{"command": "true"}, true, []string{"(no output)", "Exit code: 0"}},
+		"a foreground command's input is empty": {map[string]any{"command": "cat; echo after"}, true, []string{"after\n", "Exit code: 0"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

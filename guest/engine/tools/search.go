@@ -35,6 +35,7 @@ func (r *Runner) runCapture(ctx context.Context, argv []string) (captured, error
 	if err != nil {
 		return captured{}, err
 	}
+	j.closeStdin()
 	timer := time.NewTimer(helperTimeout)
 	defer timer.Stop()
 	select {
