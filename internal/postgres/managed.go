@@ -133,6 +133,11 @@ func childEnv() []string {
 }
 
 func initdb(ctx context.Context, binDir, dataDir string, acct account) error {
+	if entries, err := os.ReadDir(dataDir); err != nil {
+		return fmt.Errorf("read %s: %w", dataDir, err)
+	} else if len(entries) > 0 {
+		return fmt.Errorf("%s holds files but no PG_VERSION, so it is not a PostgreSQL data directory: move it away and start again", dataDir)
+	}
 	// --auth-local=trust: only the server's user and the account can enter the
 	// socket's directory (mode 0700 plus the account's ACL entry), so the
 	// file system is the authentication. TCP is never listened on, and
@@ -145,8 +150,13 @@ func initdb(ctx context.Context, binDir, dataDir string, acct account) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: acct.credential()}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		// A half-made directory would be taken for a finished one next time.
-		_ = os.RemoveAll(filepath.Join(dataDir, "PG_VERSION"))
+		// The directory was empty before: empty it again, so the next start
+		// runs initdb afresh instead of failing on its leftovers.
+		if entries, rerr := os.ReadDir(dataDir); rerr == nil {
+			for _, e := range entries {
+				_ = os.RemoveAll(filepath.Join(dataDir, e.Name()))
+			}
+		}
 		return fmt.Errorf("initdb %s as %s failed: %w\n%s", dataDir, acct.name, err, lastLines(string(out), 20))
 	}
 	return nil

@@ -433,3 +433,20 @@ func TestOrphanStopped(t *testing.T) {
 		t.Errorf("no log line about the orphan:\n%s", strings.Join(log.all, "\n"))
 	}
 }
+
+func TestStrayDataDirectoryRefused(t *testing.T) {
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, "db"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "db", "notes.txt"), []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Start(context.Background(), Options{Home: home})
+	if err == nil || !strings.Contains(err.Error(), "not a PostgreSQL data directory") {
+		t.Errorf("got %v, want a refusal to initdb over files that are not ours", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(home, "db", "notes.txt")); string(b) != "mine" {
+		t.Errorf("the stray file was changed or removed")
+	}
+}
