@@ -8,6 +8,9 @@
 // holder's), only by the one process that creates <lock>.takeover first, and
 // only after reading the lock again unchanged. It is released only by its
 // holder. A refusal names the holder and the file to remove.
+//
+// A lock whose holder runs a child on its behalf (a build's builder VM)
+// records it with SetChild: the lock stays live while either runs.
 package pidlock
 
 import (
@@ -24,14 +27,22 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 )
 
-// Record is a lock file's contents: {pid, host_uptime_s, boot_id}.
+// Record is a lock file's contents: {pid, host_uptime_s, boot_id}, plus the
+// child process the holder runs on the lock's behalf, if any (a build's
+// builder VM): while that child runs the lock is not stale, so a holder
+// killed outright never has its work taken from under a child still using it.
 type Record struct {
-	PID int `json:"pid"`
+	PID      int `json:"pid"`
+	ChildPID int `json:"child_pid,omitempty"`
 	hostboot.Stamp
 }
 
 func (r Record) String() string {
-	return fmt.Sprintf("pid %d, written %.0f s after the host booted", r.PID, r.HostUptimeS)
+	s := fmt.Sprintf("pid %d", r.PID)
+	if r.ChildPID != 0 {
+		s += fmt.Sprintf(" with child pid %d", r.ChildPID)
+	}
+	return s + fmt.Sprintf(", written %.0f s after the host booted", r.HostUptimeS)
 }
 
 // Options are the seams of Acquire; the zero value is the real host.
@@ -150,10 +161,12 @@ func live(holder Record, now hostboot.Stamp, opts Options) string {
 		return "" // written before the host restarted
 	case holder.PID == opts.PID:
 		return "" // an earlier holder in this very process
-	case !opts.Alive(holder.PID):
-		return ""
+	case opts.Alive(holder.PID):
+		return "that process runs"
+	case holder.ChildPID != 0 && opts.Alive(holder.ChildPID):
+		return "its child process runs"
 	}
-	return "that process runs"
+	return ""
 }
 
 // takeOver replaces a stale lock whose bytes were seen. It reports false when
@@ -240,19 +253,45 @@ func writeTemp(path string, body []byte) (string, error) {
 	return f.Name(), nil
 }
 
-// Release removes the lock file if it still records this holder. A lock taken
-// over meanwhile (this process was judged gone) is left to its new holder.
-func (l *Lock) Release() error {
-	b, err := os.ReadFile(l.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+// SetChild records the child process the holder runs on the lock's behalf
+// (0 clears it), replacing the file atomically.
+func (l *Lock) SetChild(pid int) error {
+	if err := l.stillMine(); err != nil {
+		return err
 	}
+	rec := l.rec
+	rec.ChildPID = pid
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := replace(l.path, append(body, '\n')); err != nil {
+		return err
+	}
+	l.rec = rec
+	return nil
+}
+
+func (l *Lock) stillMine() error {
+	b, err := os.ReadFile(l.path)
 	if err != nil {
 		return fmt.Errorf("read the lock %s: %w", l.path, err)
 	}
 	var rec Record
 	if err := json.Unmarshal(b, &rec); err != nil || rec != l.rec {
 		return fmt.Errorf("the lock %s no longer records this process (%s): left to its holder", l.path, strconv.Quote(string(bytes.TrimSpace(b))))
+	}
+	return nil
+}
+
+// Release removes the lock file if it still records this holder. A lock taken
+// over meanwhile (this process was judged gone) is left to its new holder.
+func (l *Lock) Release() error {
+	if _, err := os.Stat(l.path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := l.stillMine(); err != nil {
+		return err
 	}
 	if err := os.Remove(l.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the lock %s: %w", l.path, err)

@@ -100,6 +100,17 @@ func TestAcquire(t *testing.T) {
 			existing: `{"pid":1000,"host_uptime_s":100,"boot_id":"` + boot + `"}`,
 			opts:     fakeHost(me),
 		},
+		"holder gone, its child runs": {
+			reason:   "the child still uses what the lock guards",
+			existing: `{"pid":2000,"child_pid":2001,"host_uptime_s":100,"boot_id":"` + boot + `"}`,
+			opts:     fakeHost(2001),
+			wantHeld: []string{"child pid 2001", "server.lock"},
+		},
+		"holder and child gone": {
+			reason:   "nothing runs on the lock's behalf",
+			existing: `{"pid":2000,"child_pid":2001,"host_uptime_s":100,"boot_id":"` + boot + `"}`,
+			opts:     fakeHost(),
+		},
 		"not a record": {
 			reason:   "an unreadable lock is never taken: a person decides",
 			existing: "garbage",
@@ -231,5 +242,32 @@ func TestOneWinnerAmongMany(t *testing.T) {
 				t.Errorf("%d processes hold the lock, want 1 (errors: %v)", winners, errs)
 			}
 		})
+	}
+}
+
+func TestSetChild(t *testing.T) {
+	path := filepath.Join(t.TempDir(), paths.GoldenBuildLock)
+	lock, err := Acquire(path, fakeHost())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.SetChild(4242); err != nil {
+		t.Fatal(err)
+	}
+	want := Record{PID: me, ChildPID: 4242, Stamp: hostboot.Stamp{BootID: boot, HostUptimeS: 500}}
+	if diff := cmp.Diff(want, readRecord(t, path)); diff != "" {
+		t.Errorf("lock file after SetChild (-want +got):\n%s", diff)
+	}
+	// The holder is killed outright; its child still runs.
+	opts := fakeHost(4242)
+	opts.PID = 3000
+	if _, err := Acquire(path, opts); !errors.Is(err, ErrHeld) {
+		t.Errorf("lock with a running child: got %v, want a refusal", err)
+	}
+	if err := lock.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file still there after Release")
 	}
 }
