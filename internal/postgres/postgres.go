@@ -146,7 +146,13 @@ func (i *Instance) Pool() *pgxpool.Pool { return i.pool }
 
 // Stop releases the control-plane lock and stops the managed server. Call it
 // after everything that uses the database (kine, the API server) stopped.
+// ctx bounds the wait for PostgreSQL's fast shutdown before harder signals;
+// a ctx that is already done (the signal context that started the shutdown)
+// bounds nothing, so a clean stop is still tried.
 func (i *Instance) Stop(ctx context.Context) error {
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
 	var errs []error
 	if i.pool != nil {
 		i.pool.Close()

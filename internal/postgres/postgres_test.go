@@ -147,7 +147,11 @@ func TestManagedLifecycle(t *testing.T) {
 	}
 	_ = conn.Close(ctx)
 
-	if err := inst.Stop(ctx); err != nil {
+	// Stopped the way a server does on SIGTERM: with the context that
+	// signal cancelled. The stop is still a clean one.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := inst.Stop(cancelled); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(home, "db", "postmaster.pid")); !errors.Is(err, os.ErrNotExist) {
