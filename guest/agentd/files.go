@@ -219,6 +219,13 @@ func (a fileAccess) put(p string, body io.Reader) error {
 			return errorf(http.StatusBadRequest, protocol.ErrIsDirectory, "%s is a directory", p)
 		}
 		mode = uint32(fi.Mode().Perm())
+		// The replace is a rename, which the directory's owner may do to any
+		// file in it: ask first whether the user may write this one.
+		f, err := a.open(t, unix.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		f.Close()
 	}
 	dir := filepath.Dir(t)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
