@@ -1,0 +1,197 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/images"
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+)
+
+// These tests boot helper A's test image (a Debian cloud kernel and a
+// busybox initramfs running dot-agentd) under tcg. The image is built and
+// registered in a temporary home by A's entry point,
+// go run ./guest/image/cmd/test-image --home DIR, whose cache under _output/
+// makes every build after the first quick.
+
+var (
+	imageOnce sync.Once
+	imageHome string
+	imageErr  error
+	imageSkip string
+)
+
+// testImageHome returns a home with the test image registered, building it
+// once per test binary.
+func testImageHome(t testing.TB) paths.Home {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a VM")
+	}
+	imageOnce.Do(func() {
+		repo, err := repoRoot()
+		if err != nil {
+			imageSkip = err.Error()
+			return
+		}
+		if _, err := os.Stat(filepath.Join(repo, "guest/image/cmd/test-image/main.go")); err != nil {
+			imageSkip = "the test image builder (guest/image/cmd/test-image) is not in this checkout"
+			return
+		}
+		if _, err := FindBinaries(os.Getenv); err != nil {
+			imageSkip = "QEMU is not installed: " + err.Error()
+			return
+		}
+		dir, err := os.MkdirTemp("", "hostagent-image-home-")
+		if err != nil {
+			imageErr = err
+			return
+		}
+		imageHome = dir
+		cmd := exec.Command("go", "run", "./guest/image/cmd/test-image", "--home", dir)
+		cmd.Dir = repo
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			imageErr = errors.New("building the test image failed: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if imageSkip != "" {
+		t.Skip(imageSkip)
+	}
+	if imageErr != nil {
+		t.Fatal(imageErr)
+	}
+	return paths.Home{Root: imageHome}
+}
+
+func repoRoot() (string, error) {
+	dir, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+// imageDriver returns a tcg driver on a fresh home that shares the built
+// images (symlinked: the images are read-only inputs).
+func imageDriver(t testing.TB) (*Driver, driver.Spec) {
+	t.Helper()
+	src := testImageHome(t)
+	h := paths.Home{Root: t.TempDir()}
+	if err := h.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(src.Images())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.Symlink(filepath.Join(src.Images(), e.Name()), filepath.Join(h.Images(), e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	golden, err := images.Latest(h, paths.Golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime, err := images.Latest(h, paths.Runtime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := hostconfig.Config{Accelerator: hostconfig.TCG}
+	d, err := New(context.Background(), Options{Home: h, Config: &cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, driver.Spec{
+		ID: paths.VMID{Namespace: "default", Name: "vm"}, CPUs: 1, MemoryMiB: 512,
+		GoldenImage: golden.Version, RuntimeImage: runtime.Version, Token: testToken,
+	}
+}
+
+// waitHealthy asks GET /v1/health through the proven channel until the
+// guest answers, or the VM exits, or the timeout passes.
+func waitHealthy(ctx context.Context, d *Driver, spec driver.Spec, timeout time.Duration) (protocol.HealthResponse, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		h, err := d.Health(ctx, spec.ID, spec.Token)
+		if err == nil {
+			return h, nil
+		}
+		if errors.Is(err, driver.ErrNotRunning) || time.Now().After(deadline) {
+			vm := d.home.VM(spec.ID)
+			return h, errors.New(err.Error() + "\nqemu log: " + tail(vm.QEMULog(), 2048) + "\nserial: " + tail(vm.SerialLog(), 4096))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestTestImageBootsAnswersAndPowersItselfOff(t *testing.T) {
+	ctx := context.Background()
+	d, spec := imageDriver(t)
+	vm := d.home.VM(spec.ID)
+	t.Cleanup(func() { d.Destroy(ctx, spec.ID) })
+
+	obs, err := d.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	if obs.State != driver.Running {
+		t.Fatalf("Start() = %+v, want Running", obs)
+	}
+	h, err := waitHealthy(ctx, d, spec, 90*time.Second)
+	if err != nil {
+		t.Fatalf("the guest never answered GET /v1/health: %v", err)
+	}
+	if h.Agentd != protocol.AgentdOK {
+		t.Errorf("health = %+v, want agentd ok", h)
+	}
+	// The token reached only a listener that proved it: a wrong token is
+	// refused at the proof, before it is sent.
+	if _, err := d.Health(ctx, spec.ID, strings.Repeat("f", 32)); err == nil {
+		t.Error("Health() with another Dot's token succeeded; want guest_unproven")
+	}
+
+	res, err := d.Stop(ctx, spec.ID, spec.Token)
+	if err != nil {
+		t.Fatalf("Stop() = %v", err)
+	}
+	if !res.WasRunning || !res.PoweredOff || res.Killed {
+		t.Errorf("Stop() = %+v; want the guest to power itself off (QEMU exits by itself, not killed)\n%s", res, tail(vm.SerialLog(), 2048))
+	}
+	if o, _ := d.Observe(ctx, spec.ID); o.State != driver.Stopped {
+		t.Errorf("after Stop(), Observe() = %+v; want Stopped", o)
+	}
+
+	// Start again on the same disk: a new port, the guest answers again.
+	obs2, err := d.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("second Start() = %v", err)
+	}
+	if _, err := waitHealthy(ctx, d, spec, 90*time.Second); err != nil {
+		t.Fatalf("after a restart the guest never answered: %v", err)
+	}
+	_ = obs2
+	if err := d.Destroy(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(vm.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after Destroy(), %s: %v; want removed", vm.Dir, err)
+	}
+}
