@@ -33,6 +33,9 @@ var _ driver.Driver = (*Driver)(nil)
 // picking it and QEMU binding it (ref 3.4, measured); the start retries.
 const portTakenMessage = "Could not set up host forwarding rule"
 
+// diskLockedMessage is QEMU's refusal to open a disk another QEMU has open.
+const diskLockedMessage = "Failed to get \"write\" lock"
+
 // Options configure a Driver. Zero values take the defaults.
 type Options struct {
 	Home paths.Home
@@ -588,7 +591,14 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm paths.VM, m machine, golde
 		if c.state != nil {
 			status = " (" + c.state.String() + ")"
 		}
-		return strings.Contains(log, portTakenMessage), fmt.Errorf("qemu %s%s; its log %s says: %s", what, status, vm.QEMULog(), orNothing(log))
+		hint := ""
+		if strings.Contains(log, diskLockedMessage) {
+			// A QEMU without a record (a server killed between the spawn and
+			// qemu.json) still runs on this disk; QEMU's own image lock kept
+			// a second one off it.
+			hint = fmt.Sprintf(" (another QEMU holds the disk: find it with `pgrep -af %s` and stop it)", vm.QEMUName())
+		}
+		return strings.Contains(log, portTakenMessage), fmt.Errorf("qemu %s%s; its log %s says: %s%s", what, status, vm.QEMULog(), orNothing(log), hint)
 	}
 
 	deadline := time.NewTimer(d.ListenTimeout)

@@ -246,3 +246,34 @@ func TestRealQEMUStartFailureQuotesQEMU(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestRealQEMUNeverTwoOnOneDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs QEMU")
+	}
+	ctx := context.Background()
+	d := realDriver(t)
+	id := paths.VMID{Namespace: "default", Name: "twice"}
+	obs, err := d.Start(ctx, blankSpec(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(obs.PID, syscall.SIGKILL)
+		d.waitGone(ctx, record{PID: obs.PID}, 5*time.Second)
+		d.Destroy(ctx, id)
+	})
+	// The record is lost (a server killed between spawn and write, or a
+	// person removed it): the driver sees STOPPED and starts again, and
+	// QEMU's own image lock keeps the second QEMU off the disk.
+	if err := os.Remove(d.home.VM(id).QEMUJSON()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Start(ctx, blankSpec(id))
+	if err == nil || !strings.Contains(err.Error(), "another QEMU holds the disk") {
+		t.Fatalf("second Start() on a disk in use = %v; want QEMU's lock refusal with the hint", err)
+	}
+	if info, _ := readProc(obs.PID); !info.Exists {
+		t.Error("the first QEMU died")
+	}
+}
