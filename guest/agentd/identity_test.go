@@ -53,6 +53,18 @@ func TestWorkRunsAsTheDotUser(t *testing.T) {
 			t.Errorf("a command of the Dot's user holds a capability: %s", l)
 		}
 	}
+	// A directory the user cannot enter is no working directory, and
+	// checking it moves nobody's working directory, the daemon's included.
+	wd, _ := os.Getwd()
+	locked := filepath.Join(r.home, "locked")
+	os.Mkdir(locked, 0o700)
+	a = r.tcpDo("POST", protocol.PathExec, jsonBody(protocol.ExecRequest{Command: "true", Cwd: "locked"}))
+	if a.status != 400 || a.code() != protocol.ErrInvalidRequest {
+		t.Fatalf("exec in a directory the user cannot enter = %d %s, want 400", a.status, a.body)
+	}
+	if now, _ := os.Getwd(); now != wd {
+		t.Fatalf("the daemon's working directory moved from %s to %s", wd, now)
+	}
 }
 
 func TestFilesActAsTheDotUser(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -254,21 +255,15 @@ func (s *Server) resolveCwd(cwd string) string {
 }
 
 // checkDir answers whether dir is a directory the Dot's user can enter.
+// Opening "dir/." needs search permission on dir, which is what entering
+// takes (a chdir would move the whole daemon).
 func (s *Server) checkDir(dir string) error {
 	_, err := asUser(s.cfg.RunAs, func() (struct{}, error) {
-		f, err := os.Open(dir)
+		f, err := os.OpenFile(dir+"/.", os.O_RDONLY|syscall.O_DIRECTORY, 0)
 		if err != nil {
 			return struct{}{}, err
 		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return struct{}{}, err
-		}
-		if !fi.IsDir() {
-			return struct{}{}, fmt.Errorf("not a directory")
-		}
-		return struct{}{}, f.Chdir()
+		return struct{}{}, f.Close()
 	})
 	if err != nil {
 		return errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "cwd %s is not a directory the Dot's user can enter: %v", dir, err)

@@ -1,0 +1,176 @@
+package agentd
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+type relayRun struct {
+	opts   RelayOptions
+	stdin  string
+	code   int
+	stdout string
+	stderr string
+}
+
+func TestRelay(t *testing.T) {
+	r := newRig(t, nil)
+	os.MkdirAll(filepath.Join(r.home, "w"), 0o755)
+	tests := map[string]relayRun{
+		"input through":  {opts: RelayOptions{Argv: []string{"cat"}}, stdin: "abc\n", stdout: "abc\n"},
+		"two streams":    {opts: RelayOptions{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}}, code: 7, stdout: "out\n", stderr: "err\n"},
+		"signal exit":    {opts: RelayOptions{Argv: []string{"sh", "-c", "kill -TERM $$"}}, code: 128 + 15},
+		"relative cwd":   {opts: RelayOptions{Cwd: "w", Argv: []string{"pwd"}}, stdout: filepath.Join(r.home, "w") + "\n"},
+		"env and path":   {opts: RelayOptions{Env: []string{"A=1"}, Argv: []string{"sh", "-c", `echo "$A $HOME $DISPLAY ${PATH%%:*}"`}}, stdout: "1 " + r.home + " :0 " + r.home + "/.local/bin\n"},
+		"env-from":       {opts: RelayOptions{EnvFrom: []string{"SECRET"}, LookupEnv: func(n string) (string, bool) { return "s3cr3t", n == "SECRET" }, Argv: []string{"sh", "-c", "echo $SECRET"}}, stdout: "s3cr3t\n"},
+		"no shell":       {opts: RelayOptions{Argv: []string{"echo", "$HOME", "a b"}}, stdout: "$HOME a b\n"},
+		"eof ends input": {opts: RelayOptions{Argv: []string{"wc", "-c"}}, stdin: strings.Repeat("x", 100000), stdout: "100000\n"},
+		"terminal": {opts: RelayOptions{TTY: true, Argv: []string{"sh", "-c", "test -t 0 && test -t 1 && stty size && echo to-stderr >&2"}},
+			stdout: "24 80\r\nto-stderr\r\n"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			o := tc.opts
+			o.Socket, o.Stdout, o.Stderr = r.local, &out, &errOut
+			o.Stdin = strings.NewReader(tc.stdin)
+			code, err := Relay(t.Context(), o)
+			if err != nil || code != tc.code || out.String() != tc.stdout || errOut.String() != tc.stderr {
+				t.Fatalf("relay %q = code %d err %v stdout %q stderr %q; want %d %q %q", o.Argv, code, err, out.String(), errOut.String(), tc.code, tc.stdout, tc.stderr)
+			}
+		})
+	}
+	if strings.Contains(r.logs.String(), "s3cr3t") {
+		t.Fatal("the log holds a value passed with --env-from")
+	}
+}
+
+func TestRelayRefusals(t *testing.T) {
+	r := newRig(t, nil)
+	for name, o := range map[string]RelayOptions{
+		"no program":       {Argv: nil},
+		"bad env":          {Argv: []string{"true"}, Env: []string{"NOEQUALS"}},
+		"env-from missing": {Argv: []string{"true"}, EnvFrom: []string{"SURELY_NOT_SET_ANYWHERE"}},
+		"missing cwd":      {Argv: []string{"true"}, Cwd: "nope"},
+		"unknown program":  {Argv: []string{"no-such-program-xyz"}},
+		"no socket":        {Argv: []string{"true"}, Socket: filepath.Join(r.dir, "none.sock")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if o.Socket == "" {
+				o.Socket = r.local
+			}
+			var out strings.Builder
+			o.Stdout, o.Stderr = &out, &out
+			code, err := Relay(t.Context(), o)
+			if err == nil || code != RelayExitUsage {
+				t.Fatalf("relay %s = %d %v, want exit %d and an error", name, code, err, RelayExitUsage)
+			}
+		})
+	}
+}
+
+// rawProc opens POST /v1/proc by hand and returns the connection after the
+// answer's head.
+func rawProc(t *testing.T, sock string, req protocol.ProcRequest, upgrade bool) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(req)
+	hdr := ""
+	if upgrade {
+		hdr = "Connection: Upgrade\r\nUpgrade: " + protocol.ProcProtocol + "\r\n"
+	}
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: a\r\n%sContent-Length: %d\r\n\r\n%s", protocol.PathProc, hdr, len(body), body)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, br, resp
+}
+
+func TestProcRefusals(t *testing.T) {
+	r := newRig(t, nil)
+	conn, _, resp := rawProc(t, r.local, protocol.ProcRequest{Argv: []string{"true"}}, false)
+	conn.Close()
+	if resp.StatusCode != http.StatusUpgradeRequired {
+		t.Fatalf("POST /v1/proc without the upgrade = %d, want 426", resp.StatusCode)
+	}
+	for name, req := range map[string]protocol.ProcRequest{
+		"empty argv":    {},
+		"empty program": {Argv: []string{""}},
+		"bad cwd":       {Argv: []string{"true"}, Cwd: "/nonexistent-dir"},
+		"bad env":       {Argv: []string{"true"}, Env: []string{"=x"}},
+	} {
+		conn, _, resp := rawProc(t, r.local, req, true)
+		conn.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", name, resp.StatusCode)
+		}
+	}
+}
+
+func TestProcFrames(t *testing.T) {
+	r := newRig(t, nil)
+	// A resize reaches the terminal, a signal frame reaches the group.
+	conn, br, resp := rawProc(t, r.local, protocol.ProcRequest{Argv: []string{"sh", "-c", "read x; stty size; trap 'echo got-term; exit 9' TERM; echo ready; while :; do sleep 0.05; done"}, TTY: &protocol.TTYSize{Cols: 100, Rows: 30}}, true)
+	defer conn.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade = %d", resp.StatusCode)
+	}
+	protocol.WriteFrame(conn, protocol.FrameResize, protocol.ResizePayload(protocol.TTYSize{Cols: 132, Rows: 43}))
+	protocol.WriteFrame(conn, protocol.FrameInput, []byte("go\n"))
+	var out strings.Builder
+	var exit protocol.ProcExit
+	sent := false
+	for {
+		typ, payload, err := protocol.ReadFrame(br)
+		if err != nil {
+			t.Fatalf("frames ended without an exit frame: %v; output %q", err, out.String())
+		}
+		if typ == protocol.FrameExit {
+			json.Unmarshal(payload, &exit)
+			break
+		}
+		if typ == protocol.FrameErrOutput {
+			t.Fatalf("an error-output frame on a terminal: %q", payload)
+		}
+		out.Write(payload)
+		if !sent && strings.Contains(out.String(), "ready") {
+			protocol.WriteFrame(conn, protocol.FrameSignal, protocol.SignalPayload(int(syscall.SIGTERM)))
+			sent = true
+		}
+	}
+	if !strings.Contains(out.String(), "43 132") || !strings.Contains(out.String(), "got-term") || exit.ExitCode != 9 {
+		t.Fatalf("output %q exit %+v; want the new size, the trapped TERM and exit 9", out.String(), exit)
+	}
+}
+
+func TestProcDiesWithItsConnection(t *testing.T) {
+	r := newRig(t, nil)
+	pidFile := filepath.Join(r.dir, "p.pid")
+	for _, tty := range []*protocol.TTYSize{nil, {Cols: 80, Rows: 24}} {
+		os.Remove(pidFile)
+		conn, _, resp := rawProc(t, r.local, protocol.ProcRequest{Argv: []string{"sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"}, TTY: tty}, true)
+		if resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade = %d", resp.StatusCode)
+		}
+		if ok, _ := alive(t, pidFile); !ok {
+			t.Fatal("the program never started")
+		}
+		conn.Close()
+		waitDead(t, pidFile, fmt.Sprintf("a process of a connection that went away (tty %v)", tty != nil))
+	}
+}
