@@ -379,63 +379,57 @@ func waitGone(t *testing.T, pid int) {
 	}
 }
 
-func TestKilledServerTakesPostgresDown(t *testing.T) {
+// TestCrashes runs on one home (one initdb): a killed server takes its
+// postgres down, and a postgres that outlived an earlier server is stopped by
+// the next one.
+func TestCrashes(t *testing.T) {
 	home := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperHomeEnv+"="+home)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	if _, err := fmt.Fscanf(out, "postgres %d\n", &pid); err != nil {
-		_ = cmd.Process.Kill()
-		t.Fatalf("the stand-in server did not report its postgres: %v", err)
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	waitGone(t, pid)
-
-	// The next server on the home starts cleanly on the data left behind.
-	inst, err := Start(context.Background(), Options{Home: home})
-	if err != nil {
-		t.Fatalf("start after a killed server: %v", err)
-	}
-	if err := inst.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestOrphanStopped(t *testing.T) {
-	ctx := context.Background()
-	home := t.TempDir()
-	// An earlier server's postgres that never got its parent-death signal.
-	orphan, err := startManaged(ctx, home, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &lines{}
-	inst, err := Start(ctx, Options{Home: home, Logger: log.logger()})
-	if err != nil {
-		_ = orphan.stop(ctx)
-		t.Fatalf("start beside an orphan: %v", err)
-	}
-	defer inst.Stop(ctx)
-	// Start returned once the orphan was a zombie; our own wait reaps it.
-	select {
-	case <-orphan.exited:
-	case <-time.After(30 * time.Second):
-		t.Errorf("the orphan postgres (pid %d) still runs", orphan.cmd.Process.Pid)
-	}
-	if !log.contains("left running by an earlier server") {
-		t.Errorf("no log line about the orphan:\n%s", strings.Join(log.all, "\n"))
-	}
+	t.Run("killed server takes postgres down", func(t *testing.T) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), helperHomeEnv+"="+home)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var pid int
+		if _, err := fmt.Fscanf(out, "postgres %d\n", &pid); err != nil {
+			_ = cmd.Process.Kill()
+			t.Fatalf("the stand-in server did not report its postgres: %v", err)
+		}
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		waitGone(t, pid)
+	})
+	t.Run("orphan stopped by the next server", func(t *testing.T) {
+		ctx := context.Background()
+		// An earlier server's postgres that never got its parent-death signal.
+		orphan, err := startManaged(ctx, home, logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := &lines{}
+		inst, err := Start(ctx, Options{Home: home, Logger: log.logger()})
+		if err != nil {
+			_ = orphan.stop(ctx)
+			t.Fatalf("start beside an orphan: %v", err)
+		}
+		defer inst.Stop(ctx)
+		// Start returned once the orphan was a zombie; our own wait reaps it.
+		select {
+		case <-orphan.exited:
+		case <-time.After(30 * time.Second):
+			t.Errorf("the orphan postgres (pid %d) still runs", orphan.cmd.Process.Pid)
+		}
+		if !log.contains("left running by an earlier server") {
+			t.Errorf("no log line about the orphan:\n%s", strings.Join(log.all, "\n"))
+		}
+	})
 }
 
 func TestStrayDataDirectoryRefused(t *testing.T) {
