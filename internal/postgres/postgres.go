@@ -37,7 +37,9 @@ type Options struct {
 	// ConnectTimeout bounds the first connection to DatabaseURL;
 	// DefaultConnectTimeout when zero.
 	ConnectTimeout time.Duration
-	Logger         logr.Logger
+	// Logger gets our lines and PostgreSQL's own output, one line each;
+	// never a DSN. The caller names it (the server uses "postgres").
+	Logger logr.Logger
 }
 
 // Instance is a running database with the schema applied and the control-plane
@@ -60,7 +62,6 @@ func Start(ctx context.Context, opts Options) (_ *Instance, err error) {
 	if log.GetSink() == nil {
 		log = logr.Discard()
 	}
-	log = log.WithName("postgres")
 	inst := &Instance{log: log}
 	defer func() {
 		if err != nil {
