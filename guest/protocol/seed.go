@@ -40,12 +40,18 @@ const (
 // mounts it at RuntimeMountPoint, read-only.
 const RuntimeVolumeLabel = "DOTS_RUNTIME"
 
-// Files of the runtime ISO (images/runtime-<version>.iso).
+// Files of the runtime ISO (images/runtime-<version>.iso), as paths inside
+// it; mounted, each is under RuntimeMountPoint.
 const (
-	RuntimeAgentdFile   = "dot-agentd"    // the static dot-agentd binary
-	RuntimeEngineFile   = "dot-engine"    // the static engine, when built
-	RuntimeManifestFile = "manifest.json" // RuntimeContents as JSON
-	RuntimeUnitsDir     = "units"         // the systemd units of ref 4.1
+	RuntimeBinDir       = "bin"
+	RuntimeAgentdFile   = RuntimeBinDir + "/dot-agentd" // the static dot-agentd binary
+	RuntimeEngineFile   = RuntimeBinDir + "/dot-engine" // the static engine, when built
+	RuntimeManifestFile = "manifest.json"               // RuntimeContents as JSON
+	RuntimeUnitsDir     = "units"                       // the systemd units of ref 4.1
+	// RuntimeAgentdPath is dot-agentd in a running guest: what the engine
+	// runs as `dot-agentd relay`.
+	RuntimeAgentdPath = RuntimeMountPoint + "/" + RuntimeAgentdFile
+	RuntimeEnginePath = RuntimeMountPoint + "/" + RuntimeEngineFile
 )
 
 // GuestConfig is what the Dot's seed gives the guest (ref 4.2, 9.4): the

@@ -11,10 +11,15 @@ import (
 var isoName = regexp.MustCompile(`^[a-z0-9_-]{1,25}(\.[a-z0-9_]{1,4})?$`)
 
 func TestSeedAndRuntimeNamesSurviveISO9660(t *testing.T) {
-	for _, n := range []string{SeedMetaDataFile, SeedUserDataFile, SeedGuestConfigFile, RuntimeAgentdFile, RuntimeEngineFile, RuntimeManifestFile, RuntimeUnitsDir} {
-		if !isoName.MatchString(n) {
-			t.Errorf("name %q would be changed by the ISO writer", n)
+	for _, p := range []string{SeedMetaDataFile, SeedUserDataFile, SeedGuestConfigFile, RuntimeAgentdFile, RuntimeEngineFile, RuntimeManifestFile, RuntimeUnitsDir} {
+		for _, n := range strings.Split(p, "/") {
+			if !isoName.MatchString(n) {
+				t.Errorf("name %q of %q would be changed by the ISO writer", n, p)
+			}
 		}
+	}
+	if RuntimeAgentdPath != "/opt/invisible-dots/bin/dot-agentd" {
+		t.Errorf("RuntimeAgentdPath = %q: the engine's default and the units name /opt/invisible-dots/bin/dot-agentd", RuntimeAgentdPath)
 	}
 	if SeedVolumeLabel != "cidata" {
 		t.Errorf("SeedVolumeLabel = %q: cloud-init's NoCloud looks for cidata", SeedVolumeLabel)

@@ -85,6 +85,7 @@ func TestRegisterWritesAReadableISO(t *testing.T) {
 	}
 	sort.Strings(names)
 	want := []string{protocol.RuntimeAgentdFile, protocol.RuntimeEngineFile, protocol.RuntimeManifestFile, "units/dot-agentd.service", "units/invisible-dots-agent.service"}
+	sort.Strings(want)
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Fatalf("ISO files (-want +got):\n%s", diff)
 	}

@@ -428,8 +428,6 @@ func BuildInitramfs(ctx context.Context, in InitramfsInputs) ([]byte, error) {
 	}
 	_ = a.Dir("tmp", 0o1777, 0, 0)
 	_ = a.Dir("root", 0o700, 0, 0)
-	_ = a.Dir("home/dotengine", 0o700, uidEngine, uidEngine)
-	_ = a.Dir("home/dotengine/state", 0o700, uidEngine, uidEngine)
 	busybox, err := os.ReadFile(in.Busybox)
 	if err != nil {
 		return nil, fmt.Errorf("read busybox: %w", err)
@@ -491,6 +489,8 @@ func BuildInitramfs(ctx context.Context, in InitramfsInputs) ([]byte, error) {
 		"@HOME_LABEL@", HomeLabel,
 		"@AGENTD_DIR@", protocol.AgentdSocketDir,
 		"@AGENT_DIR@", protocol.AgentSocketDir,
+		"@ENGINE@", protocol.RuntimeEnginePath,
+		"@RUNTIME_AGENTD@", protocol.RuntimeAgentdPath,
 	)
 	files := []struct {
 		src, name string
@@ -501,6 +501,7 @@ func BuildInitramfs(ctx context.Context, in InitramfsInputs) ([]byte, error) {
 		{"rcK", "etc/init.d/rcK", 0o755},
 		{"run-dot-agentd", "usr/local/sbin/run-dot-agentd", 0o755},
 		{"power-service", "usr/local/sbin/power-service", 0o755},
+		{"run-dot-engine", "usr/local/sbin/run-dot-engine", 0o755},
 		{"sudo", "usr/bin/sudo", 0o755},
 		{"bash", "bin/bash", 0o755},
 	}

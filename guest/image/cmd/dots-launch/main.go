@@ -38,6 +38,7 @@ func run() error {
 	runtime.LockOSThread()
 	name := flag.String("user", "", "the user to run as")
 	capList := flag.String("caps", "", "comma-separated capabilities to keep (setuid, setgid, kill)")
+	nnp := flag.Bool("no-new-privs", false, "set no_new_privs, so nothing started can gain a privilege (NoNewPrivileges=yes)")
 	flag.Parse()
 	argv := flag.Args()
 	if *name == "" || len(argv) == 0 {
@@ -63,7 +64,15 @@ func run() error {
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 1, 0); e != 0 {
 		return fmt.Errorf("keep capabilities across the user change: %w", e)
 	}
-	if err := syscall.Setgroups([]int{gid}); err != nil {
+	groups := []int{gid}
+	if ids, err := u.GroupIds(); err == nil {
+		for _, g := range ids {
+			if n, err := strconv.Atoi(g); err == nil && n != gid {
+				groups = append(groups, n)
+			}
+		}
+	}
+	if err := syscall.Setgroups(groups); err != nil {
 		return fmt.Errorf("setgroups: %w", err)
 	}
 	if err := syscall.Setgid(gid); err != nil {
@@ -86,6 +95,11 @@ func run() error {
 			return fmt.Errorf("raise ambient capability %d: %w", c, err)
 		}
 	}
-	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/", "USER=" + *name, "LOGNAME=" + *name}
+	if *nnp {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("set no_new_privs: %w", err)
+		}
+	}
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + u.HomeDir, "USER=" + *name, "LOGNAME=" + *name}
 	return syscall.Exec(argv[0], argv, env)
 }
