@@ -195,3 +195,12 @@ func TestTestImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 		t.Errorf("after Destroy(), %s: %v; want removed", vm.Dir, err)
 	}
 }
+
+// TestMain removes the shared image home after every test and benchmark.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if imageHome != "" {
+		os.RemoveAll(imageHome)
+	}
+	os.Exit(code)
+}
