@@ -38,9 +38,23 @@ func clearAmbient() error {
 	return nil
 }
 
+// clearThreadAmbient empties the calling thread's ambient set, and its
+// inheritable set too, so a child holds nothing it could pass on.
 func clearThreadAmbient() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("empty the ambient capability set: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read the thread's capabilities: %w", err)
+	}
+	if data[0].Inheritable == 0 && data[1].Inheritable == 0 {
+		return nil
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("empty the inheritable capability set: %w", err)
 	}
 	return nil
 }

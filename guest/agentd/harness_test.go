@@ -31,7 +31,7 @@ type rig struct {
 	local   string // path of the local socket
 	home    string
 	dir     string
-	logs    *bytes.Buffer
+	logs    *lockedWriter
 	localCl *http.Client
 }
 
@@ -42,7 +42,7 @@ func newRig(t *testing.T, edit func(*Config)) *rig {
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	logs := &bytes.Buffer{}
+	logs := &lockedWriter{w: &bytes.Buffer{}}
 	cfg := DefaultConfig()
 	cfg.Token = testToken
 	cfg.Home = home
@@ -50,7 +50,7 @@ func newRig(t *testing.T, edit func(*Config)) *rig {
 	cfg.X11SocketDir = filepath.Join(dir, "x11")
 	cfg.PoweroffArgv = []string{"/bin/sh", "-c", "echo off > " + filepath.Join(dir, "powered-off")}
 	cfg.Shell = "/bin/sh"
-	cfg.Log = slog.New(slog.NewTextHandler(&lockedWriter{w: logs}, nil))
+	cfg.Log = slog.New(slog.NewTextHandler(logs, nil))
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -91,6 +91,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// String is what was written so far (the writer must be a *bytes.Buffer).
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.(*bytes.Buffer).String()
 }
 
 // answer is a response read whole.

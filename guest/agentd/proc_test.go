@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
@@ -155,6 +156,14 @@ func TestProcFrames(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "43 132") || !strings.Contains(out.String(), "got-term") || exit.ExitCode != 9 {
 		t.Fatalf("output %q exit %+v; want the new size, the trapped TERM and exit 9", out.String(), exit)
+	}
+	conn.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(r.logs.String(), "path=/v1/proc status=101") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(r.logs.String(), "path=/v1/proc status=101") {
+		t.Fatalf("the log does not record the upgrade as 101:\n%s", r.logs.String())
 	}
 }
 

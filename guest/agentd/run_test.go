@@ -165,7 +165,7 @@ func TestDaemonCapabilities(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^CapAmb:\s+0+$`).Match(status) || !regexp.MustCompile(`(?m)^CapEff:\s+0+e0$`).Match(status) {
 		t.Fatalf("the daemon's capabilities, want CapEff e0 and CapAmb 0:\n%s", status)
 	}
-	body, _ := json.Marshal(protocol.ExecRequest{Command: "id -u; grep -E '^Cap(Prm|Eff|Amb)' /proc/self/status"})
+	body, _ := json.Marshal(protocol.ExecRequest{Command: "id -u; grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status"})
 	req, _ := http.NewRequest("POST", "http://"+addr+protocol.PathExec, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	cl := &http.Client{Timeout: 30 * time.Second}
@@ -177,7 +177,7 @@ func TestDaemonCapabilities(t *testing.T) {
 	var got protocol.ExecResponse
 	json.NewDecoder(resp.Body).Decode(&got)
 	lines := strings.Split(strings.TrimSpace(got.Stdout), "\n")
-	if len(lines) != 4 || lines[0] != "65534" {
+	if len(lines) != 5 || lines[0] != "65534" {
 		t.Fatalf("exec through the daemon = %+v", got)
 	}
 	for _, l := range lines[1:] {

@@ -5,6 +5,7 @@
 package agentd
 
 import (
+	"bufio"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -146,8 +147,17 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
-// Unwrap lets http.ResponseController reach Hijack and Flush.
+// Unwrap lets http.ResponseController reach Flush.
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// Hijack records the 101 the handler writes itself on the taken connection.
+func (r *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(r.ResponseWriter).Hijack()
+	if err == nil {
+		r.status = http.StatusSwitchingProtocols
+	}
+	return c, rw, err
+}
 
 func (s *Server) requireToken(h http.Handler) http.Handler {
 	want := []byte("Bearer " + s.cfg.Token)

@@ -252,9 +252,9 @@ func TestBootTestImage(t *testing.T) {
 	if status != 200 || json.Unmarshal(b, &sys) != nil || sys.Hostname != "boot" || sys.DiskTotalBytes == 0 {
 		t.Fatalf("system = %d %s, want hostname boot from the seed and the home disk", status, b)
 	}
-	who := v.exec("id -un; grep -E '^Cap(Prm|Eff|Amb)' /proc/self/status; cat " + protocol.GuestConfigPath)
+	who := v.exec("id -un; grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status; cat " + protocol.GuestConfigPath)
 	lines := strings.Split(strings.TrimSpace(who.Stdout), "\n")
-	if len(lines) != 4 || lines[0] != protocol.UserDot {
+	if len(lines) != 5 || lines[0] != protocol.UserDot {
 		t.Fatalf("exec runs as %q, want dot: %+v", lines, who)
 	}
 	for _, l := range lines[1:] {
