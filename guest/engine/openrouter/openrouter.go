@@ -298,10 +298,10 @@ func retryable(err error) bool {
 }
 
 // backoff returns the wait before attempt+1: Retry-After when the server gave
-// one, else BaseBackoff doubled per attempt plus jitter; -1 when Retry-After
+// one (0 included), else BaseBackoff doubled per attempt plus jitter; -1 when Retry-After
 // exceeds MaxBackoff.
 func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
-	if retryAfter > 0 {
+	if retryAfter >= 0 {
 		if retryAfter > c.MaxBackoff {
 			return -1
 		}
@@ -317,15 +317,20 @@ func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
 	return d
 }
 
-// parseRetryAfter reads Retry-After as seconds or as an HTTP date.
+// noRetryAfter is an answer without a Retry-After: the backoff decides.
+const noRetryAfter time.Duration = -1
+
+// parseRetryAfter reads Retry-After as seconds or as an HTTP date; 0 (retry
+// at once) is honoured as given, and an absent or unreadable value is
+// noRetryAfter.
 func (c *Client) parseRetryAfter(v string) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return 0
+		return noRetryAfter
 	}
 	if secs, err := strconv.ParseFloat(v, 64); err == nil {
-		if secs <= 0 {
-			return 0
+		if secs < 0 {
+			return noRetryAfter
 		}
 		return time.Duration(secs * float64(time.Second))
 	}
@@ -333,8 +338,9 @@ func (c *Client) parseRetryAfter(v string) time.Duration {
 		if d := t.Sub(c.Now()); d > 0 {
 			return d
 		}
+		return 0
 	}
-	return 0
+	return noRetryAfter
 }
 
 func (c *Client) endpoint(path string) string {
@@ -368,12 +374,12 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte, onText fu
 	defer cancel(nil)
 	hreq, err := c.newRequest(ctx, http.MethodPost, "/chat/completions", key, body)
 	if err != nil {
-		return Response{}, false, 0, err
+		return Response{}, false, noRetryAfter, err
 	}
 	hreq.Header.Set("Accept", "text/event-stream")
 	hresp, err := c.http.Do(hreq)
 	if err != nil {
-		return Response{}, false, 0, fmt.Errorf("reach openrouter: %w", err)
+		return Response{}, false, noRetryAfter, fmt.Errorf("reach openrouter: %w", err)
 	}
 	defer hresp.Body.Close()
 	if hresp.StatusCode != http.StatusOK {
@@ -422,7 +428,7 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte, onText fu
 				continue
 			}
 			if err := acc.add([]byte(payload), emit); err != nil {
-				return Response{}, textShown, 0, err
+				return Response{}, textShown, noRetryAfter, err
 			}
 		case strings.HasPrefix(line, ":"):
 			// OpenRouter's keep-alive comment (": OPENROUTER PROCESSING").
@@ -442,29 +448,29 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte, onText fu
 		if payload == "[DONE]" {
 			done = true
 		} else if err := acc.add([]byte(payload), emit); err != nil {
-			return Response{}, textShown, 0, err
+			return Response{}, textShown, noRetryAfter, err
 		}
 	}
 	if err := sc.Err(); err != nil && !done && !(acc.finish != "" && acc.sawUsage) {
 		// (A connection dropped after the finish and the usage lost nothing.)
 		if errors.Is(context.Cause(ctx), stalled) {
-			return Response{}, textShown, 0, fmt.Errorf("%w: nothing arrived for %s", ErrStreamCut, c.StreamIdleTimeout)
+			return Response{}, textShown, noRetryAfter, fmt.Errorf("%w: nothing arrived for %s", ErrStreamCut, c.StreamIdleTimeout)
 		}
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
-			return Response{}, textShown, 0, ctx.Err()
+			return Response{}, textShown, noRetryAfter, ctx.Err()
 		}
-		return Response{}, textShown, 0, fmt.Errorf("%w: %v", ErrStreamCut, err)
+		return Response{}, textShown, noRetryAfter, fmt.Errorf("%w: %v", ErrStreamCut, err)
 	}
 	if acc.finish == "error" {
 		// A provider that failed mid-way without an error chunk.
-		return Response{}, textShown, 0, &APIError{InStream: true, Message: "the provider ended the response with an error"}
+		return Response{}, textShown, noRetryAfter, &APIError{InStream: true, Message: "the provider ended the response with an error"}
 	}
 	if acc.finish == "" {
 		// The usage chunk follows the finish chunk; a stream that ended
 		// without a finish reason was cut, whatever it carried.
-		return Response{}, textShown, 0, ErrStreamCut
+		return Response{}, textShown, noRetryAfter, ErrStreamCut
 	}
-	return acc.response(), textShown, 0, nil
+	return acc.response(), textShown, noRetryAfter, nil
 }
 
 func apiErrorOf(hresp *http.Response) *APIError {
@@ -573,15 +579,15 @@ func (c *Client) ModelLimits(ctx context.Context, key, model string) (Limits, er
 func (c *Client) modelLimitsOnce(ctx context.Context, key, path, model string) (Limits, time.Duration, error) {
 	hreq, err := c.newRequest(ctx, http.MethodGet, path, key, nil)
 	if err != nil {
-		return Limits{}, 0, err
+		return Limits{}, noRetryAfter, err
 	}
 	hresp, err := c.http.Do(hreq)
 	if err != nil {
-		return Limits{}, 0, fmt.Errorf("reach openrouter for the limits of %s: %w", model, err)
+		return Limits{}, noRetryAfter, fmt.Errorf("reach openrouter for the limits of %s: %w", model, err)
 	}
 	defer hresp.Body.Close()
 	if hresp.StatusCode == http.StatusNotFound {
-		return Limits{}, 0, fmt.Errorf("%w: %s (check model.id in the Dot's config)", ErrUnknownModel, model)
+		return Limits{}, noRetryAfter, fmt.Errorf("%w: %s (check model.id in the Dot's config)", ErrUnknownModel, model)
 	}
 	if hresp.StatusCode != http.StatusOK {
 		return Limits{}, c.parseRetryAfter(hresp.Header.Get("Retry-After")), apiErrorOf(hresp)
@@ -598,10 +604,10 @@ func (c *Client) modelLimitsOnce(ctx context.Context, key, path, model string) (
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(io.LimitReader(hresp.Body, 8*1024*1024)).Decode(&body); err != nil {
-		return Limits{}, 0, fmt.Errorf("read the endpoints openrouter lists for %s: %w", model, err)
+		return Limits{}, noRetryAfter, fmt.Errorf("read the endpoints openrouter lists for %s: %w", model, err)
 	}
 	if body.Data == nil {
-		return Limits{}, 0, fmt.Errorf("%w: %s (check model.id in the Dot's config)", ErrUnknownModel, model)
+		return Limits{}, noRetryAfter, fmt.Errorf("%w: %s (check model.id in the Dot's config)", ErrUnknownModel, model)
 	}
 	var l Limits
 	for _, ep := range body.Data.Endpoints {
@@ -629,7 +635,7 @@ func (c *Client) modelLimitsOnce(ctx context.Context, key, path, model string) (
 			l.Providers = append(l.Providers, slug)
 		}
 	}
-	return l, 0, nil
+	return l, noRetryAfter, nil
 }
 
 func contains(list []string, s string) bool {

@@ -273,6 +273,11 @@ func TestCompleteRetries(t *testing.T) {
 			wantSleeps: []time.Duration{7 * time.Second},
 			wantReqs:   2,
 		},
+		"Retry-After 0 retries at once": {
+			answers:    []func(http.ResponseWriter, *http.Request){status(503, "0", `{"error":{"code":503,"message":"busy"}}`), status(429, "0", `{"error":{"code":429,"message":"slow down"}}`), ok},
+			wantSleeps: []time.Duration{0, 0},
+			wantReqs:   3,
+		},
 		"5xx backs off exponentially and gives up after 4 attempts": {
 			answers: []func(http.ResponseWriter, *http.Request){
 				status(502, "", `{"error":{"code":502,"message":"Provider returned error"}}`),
@@ -368,8 +373,10 @@ func TestRetryAfterAsHTTPDate(t *testing.T) {
 	if got != 12*time.Second {
 		t.Errorf("Retry-After as a date 12 s ahead = %s, want 12s", got)
 	}
-	if got := c.parseRetryAfter("1.5"); got != 1500*time.Millisecond {
-		t.Errorf("Retry-After 1.5 = %s", got)
+	for v, want := range map[string]time.Duration{"1.5": 1500 * time.Millisecond, "0": 0, "": noRetryAfter, "soon": noRetryAfter, "-3": noRetryAfter} {
+		if got := c.parseRetryAfter(v); got != want {
+			t.Errorf("Retry-After %q = %s, want %s", v, got, want)
+		}
 	}
 }
 
