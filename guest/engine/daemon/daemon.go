@@ -44,6 +44,9 @@ const (
 	// ("before:<point>[:<n>]" right before it). The crash tests use it; no
 	// unit sets it.
 	EnvTestCrashAt = "INVISIBLE_DOTS_TEST_CRASH_AT"
+	// EnvTestGrace is a test hook: the tool's grace on a stop as a Go
+	// duration, instead of ref 8.7's 20 s.
+	EnvTestGrace = "INVISIBLE_DOTS_TEST_GRACE"
 )
 
 // Config is the environment, read once at start.
@@ -59,6 +62,7 @@ type Config struct {
 	OpenRouterURL string
 	BuiltinSkills string
 	CrashAt       string
+	Grace         time.Duration
 }
 
 // ConfigFromEnv reads the environment once (ref 8.8).
@@ -82,7 +86,16 @@ func ConfigFromEnv(getenv func(string) string) Config {
 		OpenRouterURL: or(getenv(protocol.EnvOpenRouterURL), openrouter.DefaultBaseURL),
 		BuiltinSkills: or(getenv(EnvBuiltinSkills), DefaultBuiltinSkills),
 		CrashAt:       getenv(EnvTestCrashAt),
+		Grace:         parseDuration(getenv(EnvTestGrace)),
 	}
+}
+
+func parseDuration(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0
+	}
+	return d
 }
 
 // Deps are parts a test may replace; nil means the product's own.
@@ -144,7 +157,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	var eng *work.Engine
 	mem := &memory.Memory{Files: files, Home: home, BuiltinSkills: cfg.BuiltinSkills, Log: log,
 		Target: toolbox.Target, Secrets: func() []string { return []string{eng.Key()} }}
-	eng = work.New(work.Options{Store: st, Model: model, Tools: toolbox, Memory: mem, Log: log})
+	eng = work.New(work.Options{Store: st, Model: model, Tools: toolbox, Memory: mem, Log: log, Grace: cfg.Grace})
 	late.set(eng)
 	if err := eng.Start(ctx); err != nil {
 		return err

@@ -98,11 +98,9 @@ func (e *Engine) Start(ctx context.Context) error {
 			e.cfg, e.cfgRaw = &cfg, raw
 		}
 	}
+	var pending int
 	err := e.st.Write(ctx, "recover", func(tx *store.Tx) error {
 		if _, err := tx.Emit(ctx, protocol.EventAgentStarted, protocol.AgentStarted{}); err != nil {
-			return err
-		}
-		if _, err := tx.Emit(ctx, protocol.EventAgentState, protocol.AgentStateChanged{State: protocol.StateIdle}); err != nil {
 			return err
 		}
 		sessions, err := sessionsWithCalls(ctx, tx)
@@ -120,21 +118,31 @@ func (e *Engine) Start(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "UPDATE dots_approvals SET status = 'done' WHERE status = 'running'"); err != nil {
 			return fmt.Errorf("end running approvals: %w", err)
 		}
-		return e.recoverTasks(ctx, tx)
+		if err := e.recoverTasks(ctx, tx); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, "SELECT COUNT(*) FROM dots_approvals WHERE status = 'pending'").Scan(&pending); err != nil {
+			return fmt.Errorf("count pending approvals: %w", err)
+		}
+		// Every start records IDLE again (or that approvals wait).
+		state := protocol.StateIdle
+		if pending > 0 {
+			state = protocol.StateWaitingApproval
+		}
+		_, err = tx.Emit(ctx, protocol.EventAgentState, protocol.AgentStateChanged{State: state})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("recover engine state: %w", err)
 	}
 	e.mu.Lock()
 	e.state = protocol.StateIdle
+	if pending > 0 {
+		e.state = protocol.StateWaitingApproval
+	}
+	e.pending = pending
 	e.started = true
 	e.mu.Unlock()
-	if err := e.refreshPending(ctx); err != nil {
-		return err
-	}
-	if err := e.transition(ctx, nil); err != nil {
-		return err
-	}
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.loop = cancel
 	e.wg.Add(1)
