@@ -154,7 +154,8 @@ func (s *Server) handleFileGet(a fileAccess) http.HandlerFunc {
 			if err != nil {
 				return nil, err
 			}
-			return a.open(t, unix.O_RDONLY, 0)
+			// O_NONBLOCK: a FIFO the user made must not hold the request.
+			return a.open(t, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		})
 		if err != nil {
 			writeError(w, fsError(p, err))
@@ -170,10 +171,12 @@ func (s *Server) handleFileGet(a fileAccess) http.HandlerFunc {
 			writeError(w, errorf(http.StatusBadRequest, protocol.ErrIsDirectory, "%s is a directory: list it with %s", p, protocol.PathFilesList))
 			return
 		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		if fi.Mode().IsRegular() {
-			w.Header().Set("Content-Length", fmt.Sprint(fi.Size()))
+		if !fi.Mode().IsRegular() {
+			writeError(w, errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "%s is not a regular file (%s)", p, fi.Mode().Type()))
+			return
 		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", fmt.Sprint(fi.Size()))
 		w.WriteHeader(http.StatusOK)
 		if _, err := io.Copy(w, f); err != nil {
 			s.log().Warn("file read cut short", "path", p, "err", err)
@@ -218,10 +221,13 @@ func (a fileAccess) put(p string, body io.Reader) error {
 		if fi.IsDir() {
 			return errorf(http.StatusBadRequest, protocol.ErrIsDirectory, "%s is a directory", p)
 		}
+		if !fi.Mode().IsRegular() {
+			return errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "%s is not a regular file (%s)", p, fi.Mode().Type())
+		}
 		mode = uint32(fi.Mode().Perm())
 		// The replace is a rename, which the directory's owner may do to any
 		// file in it: ask first whether the user may write this one.
-		f, err := a.open(t, unix.O_WRONLY, 0)
+		f, err := a.open(t, unix.O_WRONLY|unix.O_NONBLOCK, 0)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -109,6 +110,11 @@ func TestFileRefusals(t *testing.T) {
 		{"list a file", "GET", protocol.PathFilesList, "file", 400, protocol.ErrNotDirectory},
 		{"no path", "GET", protocol.PathFiles, "", 400, protocol.ErrInvalidRequest},
 		{"under a file", "PUT", protocol.PathFiles, "file/x", 400, protocol.ErrNotDirectory},
+		{"get a fifo", "GET", protocol.PathFiles, "fifo", 400, protocol.ErrInvalidRequest},
+		{"put a fifo", "PUT", protocol.PathFiles, "fifo", 400, protocol.ErrInvalidRequest},
+	}
+	if err := syscall.Mkfifo(filepath.Join(r.home, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
