@@ -272,6 +272,9 @@ func (c *Client) DoJSON(ctx context.Context, t Target, method, pathAndQuery stri
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("decode guest answer to %s %s: %w", method, pathAndQuery, err)
 	}
+	// Read to the end so the proven connection goes back to the pool
+	// instead of being closed (a new one would need a new proof).
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	return nil
 }
 

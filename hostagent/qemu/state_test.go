@@ -351,9 +351,11 @@ func fakeGuestWithListener(t *testing.T, lnOut *net.Listener, onPoweroff func())
 	})
 	mux.HandleFunc("POST "+protocol.PathPoweroff, func(w http.ResponseWriter, r *http.Request) {
 		poweroffs.Add(1)
+		// The port stops listening before the answer goes out, so the kill
+		// rule is sure to fail at the kill (no timing involved).
+		onPoweroff()
 		w.WriteHeader(http.StatusAccepted)
 		json.NewEncoder(w).Encode(protocol.PoweroffResponse{Status: protocol.PoweroffStatus})
-		go onPoweroff()
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
