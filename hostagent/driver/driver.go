@@ -52,12 +52,20 @@ type Observation struct {
 	// last) QEMU was started with.
 	GoldenImage  string
 	RuntimeImage string
+	// CPUs and MemoryMiB are the shape QEMU was started with: a spec that
+	// differs needs a reboot to apply (the reconciler decides when).
+	CPUs      int
+	MemoryMiB int64
 
 	// Exited: a record of this boot whose process is gone. QEMU exited since
 	// it was started: the guest powered off, QEMU crashed or was killed. The
 	// reconciler knows whether it asked for a stop; if not, stopReason is
 	// "exited".
 	Exited bool
+	// ExitStatus is how QEMU ended ("exit status 0": the guest powered off;
+	// "signal: killed"), when this process spawned it and saw it end; empty
+	// when unknown (a QEMU of an earlier server process).
+	ExitStatus string
 	// StaleBoot: the record was written before the host restarted.
 	StaleBoot bool
 	// Problem says why State is Error, with what to do about it.

@@ -76,12 +76,22 @@ type Driver struct {
 	mu       sync.Mutex
 	vmLocks  map[paths.VMID]*sync.Mutex
 	children map[int]*child
+	// exits keeps how the last QEMU this process spawned for a VM ended.
+	exits map[paths.VMID]exitInfo
+}
+
+// exitInfo is how a spawned QEMU ended.
+type exitInfo struct {
+	pid        int
+	startTicks uint64
+	status     string
 }
 
 // child is a QEMU this process spawned. Until its Wait returned, its pid
 // cannot be recycled, so it may be killed without the port check (the first
 // half of the kill rule).
 type child struct {
+	id         paths.VMID
 	pid        int
 	startTicks uint64
 	done       chan struct{}
@@ -108,7 +118,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 		ListenTimeout: 30 * time.Second, AliveCheck: time.Second,
 		PoweroffGrace: 60 * time.Second, KillGrace: 10 * time.Second, PoweroffCall: 15 * time.Second,
 		StartAttempts: 5, pollInterval: 50 * time.Millisecond, pickPort: freePort,
-		vmLocks: map[paths.VMID]*sync.Mutex{}, children: map[int]*child{},
+		vmLocks: map[paths.VMID]*sync.Mutex{}, children: map[int]*child{}, exits: map[paths.VMID]exitInfo{},
 	}
 	if o.Config != nil {
 		d.cfg = *o.Config
@@ -312,6 +322,7 @@ func (d *Driver) observe(_ context.Context, id paths.VMID) (driver.Observation, 
 	}
 	obs.PID, obs.GuestPort, obs.Boot = rec.PID, rec.GuestPort, rec.Stamp
 	obs.StartedAt, obs.GoldenImage, obs.RuntimeImage = rec.StartedAt, rec.GoldenImage, rec.RuntimeImage
+	obs.CPUs, obs.MemoryMiB = rec.CPUs, rec.MemoryMiB
 	now, err := d.boot()
 	if err != nil {
 		return obs, nil, fmt.Errorf("observe %s: %w", id, err)
@@ -326,6 +337,11 @@ func (d *Driver) observe(_ context.Context, id paths.VMID) (driver.Observation, 
 	case gone:
 		obs.Exited = true
 		obs.LogTail = d.logTail(vm)
+		d.mu.Lock()
+		if e, ok := d.exits[id]; ok && e.pid == rec.PID && e.startTicks == rec.ProcStartTicks {
+			obs.ExitStatus = e.status
+		}
+		d.mu.Unlock()
 	default:
 		obs.State = driver.Error
 		obs.Problem = fmt.Sprintf("%s: it cannot be proven to be this VM's QEMU, so it is neither killed nor started over; check `ps -o user,args -p %d`, stop it by hand if it is this VM's QEMU, then remove %s", why, rec.PID, vm.QEMUJSON())
@@ -552,7 +568,7 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm paths.VM, m machine, golde
 	if startErr != nil {
 		return false, fmt.Errorf("spawn %s: %w", args[0], startErr)
 	}
-	c := &child{pid: cmd.Process.Pid, done: make(chan struct{})}
+	c := &child{id: vm.ID, pid: cmd.Process.Pid, done: make(chan struct{})}
 	if info, err := readProc(c.pid); err == nil && info.Exists {
 		c.startTicks = info.StartTicks
 	}
@@ -567,6 +583,9 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm paths.VM, m machine, golde
 		if d.children[c.pid] == c {
 			delete(d.children, c.pid)
 		}
+		if d.exits != nil && c.state != nil {
+			d.exits[c.id] = exitInfo{pid: c.pid, startTicks: c.startTicks, status: c.state.String()}
+		}
 		d.mu.Unlock()
 	}()
 
@@ -578,6 +597,7 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm paths.VM, m machine, golde
 	rec := record{
 		PID: c.pid, GuestPort: m.GuestPort, Stamp: stamp, ProcStartTicks: c.startTicks,
 		StartedAt: time.Now().UTC(), QEMU: d.bin.System, GoldenImage: golden, RuntimeImage: runtime,
+		CPUs: m.CPUs, MemoryMiB: m.MemoryMiB,
 	}
 	if err := writeRecord(vm.QEMUJSON(), rec); err != nil {
 		d.killChild(c)

@@ -94,7 +94,7 @@ func TestRealQEMULifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start() = %v", err)
 	}
-	if obs.State != driver.Running || obs.PID == 0 || obs.GuestPort == 0 || !obs.Provisioned || obs.GoldenImage != blankGolden {
+	if obs.State != driver.Running || obs.PID == 0 || obs.GuestPort == 0 || !obs.Provisioned || obs.GoldenImage != blankGolden || obs.CPUs != 1 || obs.MemoryMiB != 128 {
 		t.Fatalf("Start() = %+v; want Running with pid, port, disk and the golden image", obs)
 	}
 	for _, p := range []string{vm.Disk(), vm.Seed(), vm.QEMUJSON(), vm.QEMULog()} {
@@ -153,8 +153,8 @@ func TestRealQEMULifecycle(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if o.State != driver.Stopped || !o.Exited {
-		t.Errorf("after kill -9, Observe() = %+v; want Stopped and Exited", o)
+	if o.State != driver.Stopped || !o.Exited || o.ExitStatus != "signal: killed" {
+		t.Errorf("after kill -9, Observe() = %+v; want Stopped, Exited, exit status \"signal: killed\"", o)
 	}
 
 	if err := d.Destroy(ctx, id); err != nil {

@@ -27,6 +27,8 @@ type record struct {
 	QEMU           string    `json:"qemu"`
 	GoldenImage    string    `json:"golden_image"`
 	RuntimeImage   string    `json:"runtime_image"`
+	CPUs           int       `json:"cpus,omitempty"`
+	MemoryMiB      int64     `json:"memory_mib,omitempty"`
 }
 
 func (r record) validate() error {

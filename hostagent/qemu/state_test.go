@@ -32,7 +32,7 @@ func testDriver(t *testing.T, boot *hostboot.Stamp) *Driver {
 		ListenTimeout: 5 * time.Second, AliveCheck: 100 * time.Millisecond,
 		PoweroffGrace: 300 * time.Millisecond, KillGrace: 5 * time.Second, PoweroffCall: 2 * time.Second,
 		StartAttempts: 1, pollInterval: 20 * time.Millisecond, pickPort: freePort,
-		vmLocks: map[paths.VMID]*sync.Mutex{}, children: map[int]*child{},
+		vmLocks: map[paths.VMID]*sync.Mutex{}, children: map[int]*child{}, exits: map[paths.VMID]exitInfo{},
 	}
 	if err := os.MkdirAll(h.VM(testID).Dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -155,6 +155,7 @@ func (h *Host) Start(_ context.Context, spec driver.Spec) (driver.Observation, e
 	v.obs = driver.Observation{
 		Provisioned: true, State: driver.Running, PID: h.nextPID, GuestPort: 20000 + h.nextPID%40000,
 		Boot: h.boot, GoldenImage: spec.GoldenImage, RuntimeImage: spec.RuntimeImage,
+		CPUs: spec.CPUs, MemoryMiB: spec.MemoryMiB,
 	}
 	return v.obs, nil
 }
@@ -221,6 +222,7 @@ func (h *Host) Crash(id paths.VMID) error {
 	}
 	v.obs.State = driver.Stopped
 	v.obs.Exited = true
+	v.obs.ExitStatus = "signal: killed"
 	return nil
 }
 
