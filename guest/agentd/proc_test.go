@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
@@ -181,5 +184,56 @@ func TestProcDiesWithItsConnection(t *testing.T) {
 		}
 		conn.Close()
 		waitDead(t, pidFile, fmt.Sprintf("a process of a connection that went away (tty %v)", tty != nil))
+	}
+}
+
+// TestRelayTerminal gives the relay a terminal of its own: it asks for the
+// program's terminal at that size, puts its own in raw mode and back, and
+// forwards a size change (SIGWINCH).
+func TestRelayTerminal(t *testing.T) {
+	r := newRig(t, nil)
+	master, slave, err := r.srv.openPTY()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	defer slave.Close()
+	fd := int(slave.Fd())
+	unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 100})
+	before, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &lockedWriter{w: &bytes.Buffer{}}
+	done := make(chan int, 1)
+	go func() {
+		code, _ := Relay(t.Context(), RelayOptions{Socket: r.local, TTY: true, Stdin: slave, Stdout: out, Stderr: out,
+			Argv: []string{"sh", "-c", `stty size; while [ "$(stty size)" = "40 100" ]; do sleep 0.05; done; stty size`}})
+		done <- code
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "40 100") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the program never saw the relay's terminal size; output %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	raw, _ := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if raw.Lflag&unix.ICANON != 0 || raw.Lflag&unix.ECHO != 0 {
+		t.Errorf("the relay's terminal is not in raw mode while the program runs")
+	}
+	unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: 50, Col: 120})
+	syscall.Kill(os.Getpid(), syscall.SIGWINCH)
+	select {
+	case code := <-done:
+		if code != 0 || !strings.Contains(out.String(), "50 120") {
+			t.Fatalf("relay = %d, output %q; want the new size 50 120", code, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the size change never reached the program; output %q", out.String())
+	}
+	after, _ := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag {
+		t.Fatalf("the relay left its terminal changed: lflag %#x -> %#x", before.Lflag, after.Lflag)
 	}
 }
