@@ -53,6 +53,13 @@ func (g *guest) handler() http.Handler {
 		}
 		json.NewEncoder(w).Encode(protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage("null"), UptimeS: 7})
 	})
+	mux.HandleFunc("GET "+protocol.PathSystem, func(w http.ResponseWriter, r *http.Request) {
+		if !record(r) {
+			w.WriteHeader(401)
+			return
+		}
+		json.NewEncoder(w).Encode(protocol.SystemResponse{Hostname: "helper", CPUs: 2, MemTotalBytes: 1 << 30})
+	})
 	mux.HandleFunc("POST "+protocol.PathPoweroff, func(w http.ResponseWriter, r *http.Request) {
 		record(r)
 		w.WriteHeader(http.StatusAccepted)
@@ -96,6 +103,9 @@ func TestProvenGuest(t *testing.T) {
 	}
 	if g.proofs != 1 {
 		t.Errorf("proof asked %d times for 3 calls on a kept-alive connection, want 1", g.proofs)
+	}
+	if s, err := c.System(ctx, tgt); err != nil || s.Hostname != "helper" || s.CPUs != 2 {
+		t.Errorf("System() = %+v, %v", s, err)
 	}
 	if err := c.Poweroff(ctx, tgt); err != nil {
 		t.Errorf("Poweroff() = %v", err)

@@ -277,3 +277,29 @@ func TestRealQEMUNeverTwoOnOneDisk(t *testing.T) {
 		t.Error("the first QEMU died")
 	}
 }
+
+func TestRealQEMURebootIsStopAndStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs QEMU")
+	}
+	ctx := context.Background()
+	d := realDriver(t)
+	id := paths.VMID{Namespace: "default", Name: "reboot"}
+	t.Cleanup(func() { d.Destroy(ctx, id) })
+	first, err := d.Start(ctx, blankSpec(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := blankSpec(id)
+	spec.MemoryMiB = 160 // a new size applies only through a new QEMU
+	second, err := d.Reboot(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.State != driver.Running || second.PID == first.PID || second.MemoryMiB != 160 {
+		t.Errorf("Reboot() = %+v after %+v; want a new QEMU with the new memory size", second, first)
+	}
+	if info, _ := readProc(first.PID); info.Exists {
+		t.Errorf("the first QEMU (pid %d) still runs after Reboot()", first.PID)
+	}
+}
