@@ -608,7 +608,7 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm paths.VM, m machine, golde
 		_ = os.Remove(vm.QEMUJSON())
 		log := readFrom(vm.QEMULog(), offset, 4096)
 		status := ""
-		if c.state != nil {
+		if c.exited() && c.state != nil {
 			status = " (" + c.state.String() + ")"
 		}
 		hint := ""
