@@ -20,6 +20,7 @@ import (
 	"github.com/kdomanski/iso9660"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 )
@@ -61,8 +62,8 @@ func builtImage(t testing.TB) (paths.Home, images.Image, images.Image) {
 }
 
 // vm is one boot of the test image, started the way ref 3.4's argv starts a
-// Dot (TCG here: no monitor, nothing that pauses, user networking with one
-// forward).
+// Dot (TCG here, with the host agent's TCG CPU model: no monitor, nothing
+// that pauses, user networking with one forward).
 type vm struct {
 	t      testing.TB
 	cmd    *exec.Cmd
@@ -123,7 +124,7 @@ func bootVM(t testing.TB, g, r images.Image, dir, disk, token string) *vm {
 	v.url = fmt.Sprintf("http://127.0.0.1:%d", v.port)
 	imgDir := filepath.Dir(g.File)
 	v.cmd = exec.Command("qemu-system-x86_64",
-		"-name", "invisible-dot-test.boot", "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", "512",
+		"-name", "invisible-dot-test.boot", "-machine", "q35", "-accel", "tcg", "-cpu", hostconfig.CPUModelTCG, "-smp", "1", "-m", "512",
 		"-drive", "if=virtio,file="+disk+",format=qcow2,discard=unmap",
 		"-drive", "if=virtio,file="+r.File+",format=raw,readonly=on",
 		"-drive", "if=virtio,file="+seed+",format=raw,readonly=on",
