@@ -267,7 +267,14 @@ func (p *procSession) run(prog string, req protocol.ProcRequest, cwd string, env
 	// output ends and nothing outlives the connection but what detached.
 	killGroup(pgid, syscall.SIGKILL)
 	waitErr := cmd.Wait()
-	<-outDone
+	select {
+	case <-outDone:
+	case <-time.After(2 * time.Second):
+		// Something that left the group (setsid) still holds the terminal:
+		// its output is not the program's.
+		master.Close()
+		<-outDone
+	}
 	closeInput()
 	var exit protocol.ProcExit
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -289,6 +296,12 @@ func (s *Server) openPTY() (master, slave *os.File, err error) {
 		mfd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return pair{}, fmt.Errorf("open /dev/ptmx: %w", err)
+		}
+		// Non-blocking, so the runtime's poller serves it and Close ends a
+		// read that a detached holder of the terminal would keep waiting.
+		if err := unix.SetNonblock(mfd, true); err != nil {
+			unix.Close(mfd)
+			return pair{}, fmt.Errorf("set the terminal non-blocking: %w", err)
 		}
 		m := os.NewFile(uintptr(mfd), "/dev/ptmx")
 		if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {

@@ -237,3 +237,20 @@ func TestRelayTerminal(t *testing.T) {
 		t.Fatalf("the relay left its terminal changed: lflag %#x -> %#x", before.Lflag, after.Lflag)
 	}
 }
+
+// TestProcTerminalHeldByADetachedProcess: a process that left the group
+// with setsid keeps the terminal open, yet the program's exit still ends the
+// connection with its exit frame.
+func TestProcTerminalHeldByADetachedProcess(t *testing.T) {
+	r := newRig(t, nil)
+	pidFile := filepath.Join(r.dir, "detached.pid")
+	var out strings.Builder
+	code, err := Relay(t.Context(), RelayOptions{Socket: r.local, TTY: true, Stdout: &out, Stderr: &out,
+		Argv: []string{"sh", "-c", "setsid sh -c 'echo $$ > " + pidFile + "; exec sleep 30' & sleep 0.2; exit 4"}})
+	if ok, pid := alive(t, pidFile); ok {
+		defer syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if err != nil || code != 4 {
+		t.Fatalf("relay = %d %v (output %q), want exit 4", code, err, out.String())
+	}
+}
