@@ -189,7 +189,7 @@ func TestParseOutboundRefuses(t *testing.T) {
 		"not an object":    {ev(EventAgentStarted, `[]`), "not a JSON object"},
 		"bad state":        {ev(EventAgentState, `{"state":"SLEEPING"}`), "unknown state"},
 		"bad decision":     {ev(EventToolCalled, `{"tool":"exec","permission":"computer.exec","decision":"maybe","ok":true,"duration_ms":1}`), "unknown decision"},
-		"long target":      {ev(EventToolCalled, `{"tool":"exec","permission":"computer.exec","decision":"allow","ok":true,"duration_ms":1,"target":"` + long + `"}`), "longer than 160"},
+		"long target":      {ev(EventToolCalled, `{"tool":"exec","permission":"computer.exec","decision":"allow","ok":true,"duration_ms":1,"target":"`+long+`"}`), "longer than 160"},
 		"two-line target":  {ev(EventToolCalled, `{"tool":"exec","permission":"computer.exec","decision":"allow","ok":true,"duration_ms":1,"target":"a\nb"}`), "more than one line"},
 		"null next run ok": {ev(EventAutomationNextRun, `{"next_run_at_ms":null}`), ""},
 		"absent next run":  {ev(EventAutomationNextRun, `{}`), `lacks "next_run_at_ms"`},
