@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -619,4 +620,45 @@ func userName() (string, error) {
 
 func contextWithCancel() (context.Context, context.CancelFunc) {
 	return context.WithCancel(context.Background())
+}
+
+// TestAutomationFiresIntoTheChat runs the real tool table: the model adds a
+// one-time automation with the cron tool, it fires, and the chat answers it
+// with a message.assistant without in_reply_to.
+func TestAutomationFiresIntoTheChat(t *testing.T) {
+	dir := t.TempDir()
+	or := newFakeOpenRouter(t)
+	cfg := Config{AgentSocket: filepath.Join(dir, "agent.sock"), AgentdSocket: filepath.Join(dir, "agentd.sock"),
+		Workspace: "/home/dot/workspace", StateDir: filepath.Join(dir, "state"), ModelUser: "nobody", AgentdBin: "/bin/false"}
+	ctx, cancel := contextWithCancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, Deps{Model: or.client(), Files: newFakeFiles(), Ready: func() { close(ready) }, Log: quietLog()})
+	}()
+	defer func() { cancel(); <-done }()
+	<-ready
+	c := unixClient(cfg.AgentSocket)
+	s := openStream(t, c, 0, false)
+	rc := testConfig(map[string]protocol.Decision{"automations": protocol.Allow})
+	call(t, c, "PUT", "/config", rc)
+	call(t, c, "POST", "/secrets", protocol.SecretsRequest{OpenRouterAPIKey: "sk-or-test-key-123"})
+	at := time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339)
+	text := `run cron {"action":"add","name":"ping","message":"say pong","at":"` + at + `"}`
+	raw, _ := json.Marshal(protocol.UserMessage{Text: text})
+	call(t, c, "POST", "/events", protocol.InboundEvent{ID: "m1", Type: protocol.InboundUserMessage, Data: raw})
+	evs := s.waitFor(t, "two answers", func(evs []protocol.OutboundEvent) bool {
+		return countType(evs, protocol.EventMessageAssistant) == 2
+	})
+	tc := decode[protocol.ToolCalled](t, ofType(evs, protocol.EventToolCalled)[0])
+	if tc.Tool != "cron" || !tc.OK || tc.Permission != "automations" || tc.Target == nil || *tc.Target != "add ping" {
+		t.Errorf("tool.called = %s", ofType(evs, protocol.EventToolCalled)[0].Data)
+	}
+	if n := countType(evs, protocol.EventAutomationNextRun); n < 2 {
+		t.Errorf("%d automation.next_run, want the run and then null: %s", n, describe(evs))
+	}
+	fired := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[1])
+	if fired.InReplyTo != nil || !strings.Contains(fired.Text, `[Automation "ping" fired] say pong`) {
+		t.Errorf("answer to the firing = %+v, want no in_reply_to and the firing's text", fired)
+	}
 }

@@ -110,7 +110,7 @@ func (f *fakeOpenRouter) Requests() []fakeRequest {
 	return append([]fakeRequest(nil), f.requests...)
 }
 
-var runRe = regexp.MustCompile(`(fake_[a-z]+) (\{[^}]*\})`)
+var runRe = regexp.MustCompile(`(fake_[a-z]+|cron) (\{[^}]*\})`)
 
 type fakeCall struct{ name, args string }
 
