@@ -303,3 +303,42 @@ func TestRealQEMURebootIsStopAndStart(t *testing.T) {
 		t.Errorf("the first QEMU (pid %d) still runs after Reboot()", first.PID)
 	}
 }
+
+// TestRealQEMUAdoptedByANewServer: a server that restarts (a new Driver on
+// the same home, nothing in memory) adopts the running QEMU from qemu.json,
+// does not start a second one, and can stop it through the kill rule's
+// second half (pid alive, same start time, this user's, port listening).
+func TestRealQEMUAdoptedByANewServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs QEMU")
+	}
+	ctx := context.Background()
+	d1 := realDriver(t)
+	id := paths.VMID{Namespace: "default", Name: "adopt"}
+	first, err := d1.Start(ctx, blankSpec(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := d1.cfg
+	d2, err := New(ctx, Options{Home: d1.home, Config: &cfg, Binaries: d1.bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2.PoweroffCall = 2 * time.Second
+	t.Cleanup(func() { d2.Destroy(ctx, id) })
+	obs, err := d2.Observe(ctx, id)
+	if err != nil || obs.State != driver.Running || obs.PID != first.PID || obs.GuestPort != first.GuestPort {
+		t.Fatalf("new driver Observe() = %+v, %v; want the running QEMU %d adopted", obs, err, first.PID)
+	}
+	again, err := d2.Start(ctx, blankSpec(id))
+	if err != nil || again.PID != first.PID {
+		t.Errorf("new driver Start() = %+v, %v; want the adopted QEMU, no second one", again, err)
+	}
+	res, err := d2.Stop(ctx, id, testToken)
+	if err != nil || !res.Killed {
+		t.Errorf("new driver Stop() = %+v, %v; want the adopted QEMU killed (no guest on a blank disk)", res, err)
+	}
+	if info, _ := readProc(first.PID); info.Exists {
+		t.Errorf("QEMU pid %d still runs", first.PID)
+	}
+}
