@@ -129,7 +129,8 @@ type Driver interface {
 	// Health asks the running VM's guest GET /v1/health through the proven
 	// channel (ref 5.1): the token goes only to a listener that proved it
 	// holds it. An unproven listener is guestclient.ErrGuestUnproven, not
-	// retried.
+	// retried (a security event: something else holds the port); a guest
+	// that is not up yet is guestclient.ErrGuestNotAnswering (ask again).
 	Health(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error)
 }
 

@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -34,6 +35,12 @@ import (
 // ErrGuestUnproven: the listener on the guest port did not prove it holds the
 // Dot's token. It never saw the token. Not retried: the caller reports it.
 var ErrGuestUnproven = errors.New("guest_unproven")
+
+// ErrGuestNotAnswering: the port accepted the connection but closed it
+// without any answer to the proof, what QEMU's forward does while nothing
+// listens inside the guest yet (a booting guest). The token was not sent.
+// Asking again later is how a caller waits for a guest to come up.
+var ErrGuestNotAnswering = errors.New("guest not answering")
 
 // Target is one guest: the port QEMU forwards and the pid of that QEMU (from
 // qemu.json), and the token. Connections are pooled per target, so a new
@@ -152,6 +159,9 @@ func prove(conn net.Conn, addr, token string) (*bufio.Reader, error) {
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			return nil, fmt.Errorf("%w: %s closed the connection without answering GET %s (the guest is not up yet?)", ErrGuestNotAnswering, addr, protocol.PathProof)
+		}
 		return nil, fmt.Errorf("%w: %s did not answer GET %s as HTTP: %v", ErrGuestUnproven, addr, protocol.PathProof, err)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))

@@ -197,3 +197,26 @@ func TestStatusError(t *testing.T) {
 		t.Errorf("StatusError mismatch (-want +got):\n%s", diff)
 	}
 }
+
+func TestClosingListenerIsNotAnswering(t *testing.T) {
+	// What QEMU's forward does while the guest is booting: accept, then
+	// close (or reset) without a byte.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, err = New().Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: 1, Token: token})
+	if !errors.Is(err, ErrGuestNotAnswering) || errors.Is(err, ErrGuestUnproven) {
+		t.Errorf("Health() against a listener that closes at once = %v, want ErrGuestNotAnswering only", err)
+	}
+}
