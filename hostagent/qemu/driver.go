@@ -33,6 +33,9 @@ var _ driver.Driver = (*Driver)(nil)
 // picking it and QEMU binding it (ref 3.4, measured); the start retries.
 const portTakenMessage = "Could not set up host forwarding rule"
 
+// maxQEMULog is the size past which QEMU's log is started over at a start.
+const maxQEMULog = 1 << 20
+
 // diskLockedMessage is QEMU's refusal to open a disk another QEMU has open.
 const diskLockedMessage = "Failed to get \"write\" lock"
 
@@ -546,7 +549,13 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm paths.VM, m machine, golde
 	if f := hasForbiddenFlag(args); f != "" {
 		return false, fmt.Errorf("internal: qemu argv holds the forbidden flag %s", f)
 	}
-	logf, err := os.OpenFile(vm.QEMULog(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, paths.PrivateFileMode)
+	flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	if fi, err := os.Stat(vm.QEMULog()); err == nil && fi.Size() > maxQEMULog {
+		// The log keeps earlier starts for the person reading it, up to a
+		// size; then it starts over.
+		flags |= os.O_TRUNC
+	}
+	logf, err := os.OpenFile(vm.QEMULog(), flags, paths.PrivateFileMode)
 	if err != nil {
 		return false, fmt.Errorf("open %s: %w", vm.QEMULog(), err)
 	}
