@@ -104,7 +104,7 @@ func freePort(t testing.TB) int {
 // newDisk makes the Dot's overlay on the golden image.
 func newDisk(t testing.TB, golden, dir string) string {
 	disk := filepath.Join(dir, "disk.qcow2")
-	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", golden, disk, "4G").CombinedOutput(); err != nil {
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", golden, disk, fmt.Sprintf("%dG", protocol.Bounds.DiskGiB.Min)).CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img create: %v\n%s", err, out)
 	}
 	return disk
@@ -319,5 +319,11 @@ func BenchmarkBootToProof(b *testing.B) {
 		b.ReportMetric(took.Seconds(), "s/boot")
 		v.cmd.Process.Kill()
 		<-v.exited
+	}
+}
+
+func TestHomeDiskFitsTheSmallestDot(t *testing.T) {
+	if HomeDiskBytes > int64(protocol.Bounds.DiskGiB.Min)<<30 {
+		t.Fatalf("the golden disk (%d bytes) is larger than the smallest Dot disk (%d GiB): an overlay would cut its file system", HomeDiskBytes, protocol.Bounds.DiskGiB.Min)
 	}
 }

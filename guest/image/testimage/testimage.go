@@ -51,9 +51,15 @@ const (
 // /home, so a Dot's files live on its own overlay and survive a restart.
 const HomeLabel = "dothome"
 
-// HomeDiskBytes is the golden disk's size. A Dot's overlay can be larger;
-// the file system inside stays this size in the test image.
-const HomeDiskBytes = 1 << 30
+// HomeDiskBytes is the golden disk's size, below the smallest disk a Dot
+// may ask for (protocol.Bounds.DiskGiB), so every overlay holds the whole
+// file system. A larger overlay leaves the rest unused: the test image has no
+// tool to grow the file system. HomeInodes bounds its inode tables, which
+// mke2fs writes out, to a few megabytes.
+const (
+	HomeDiskBytes = 16 << 30
+	HomeInodes    = 131072
+)
 
 // KernelAppend is the kernel command line: the console on the serial port
 // QEMU writes to serial.log.
@@ -254,7 +260,7 @@ func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.I
 	}
 	inputs := map[string]string{}
 	digest := sha256.New()
-	fmt.Fprintln(digest, builderVersion, KernelAppend, HomeDiskBytes)
+	fmt.Fprintln(digest, builderVersion, KernelAppend, HomeDiskBytes, HomeInodes)
 	for _, in := range []struct{ name, path string }{{filepath.Base(kdeb), kdeb}, {filepath.Base(bdeb), bdeb}, {"dot-agentd", agentd}, {"dots-launch", launch}} {
 		sum, _, err := images.FileSHA256(in.path)
 		if err != nil {
@@ -381,7 +387,7 @@ func makeHomeDisk(ctx context.Context, busybox, raw, out string) error {
 	}
 	f.Close()
 	defer os.Remove(raw)
-	if b, err := exec.CommandContext(ctx, busybox, "mke2fs", "-F", "-L", HomeLabel, "-m", "0", "-b", "4096", raw).CombinedOutput(); err != nil {
+	if b, err := exec.CommandContext(ctx, busybox, "mke2fs", "-F", "-L", HomeLabel, "-m", "0", "-b", "4096", "-N", fmt.Sprint(HomeInodes), raw).CombinedOutput(); err != nil {
 		return fmt.Errorf("busybox mke2fs: %w\n%s", err, b)
 	}
 	qemuImg, err := qemuImgPath()
