@@ -46,7 +46,7 @@ type sub struct {
 	done chan error
 }
 
-func startSub(t *testing.T, dir, orURL, crashAt string, extra ...string) *sub {
+func startSub(t testing.TB, dir, orURL, crashAt string, extra ...string) *sub {
 	t.Helper()
 	sock := filepath.Join(dir, "agent.sock")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")

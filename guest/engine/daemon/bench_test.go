@@ -1,0 +1,162 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/api"
+	"github.com/invisible-dots/invisible-dots/guest/engine/store"
+	"github.com/invisible-dots/invisible-dots/guest/engine/work"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// serveStore serves the API over st on a socket (the stream needs only the
+// store).
+func serveStore(b *testing.B, st *store.Store) *http.Client {
+	sock := filepath.Join(b.TempDir(), "agent.sock")
+	ln, err := api.Listen(sock, -1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng := work.New(work.Options{Store: st, Tools: &fakeTools{}})
+	srv := &http.Server{Handler: (&api.Server{Engine: eng, Store: st, Log: quietLog()}).Handler()}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return unixClient(sock)
+}
+
+// BenchmarkOutboxReplay: events per second a stream replays from the outbox
+// (a host reconnecting with ?after=).
+func BenchmarkOutboxReplay(b *testing.B) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(b.TempDir(), store.FileName))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	for i := 0; i < b.N; i += 1000 {
+		st.Write(ctx, "bench", func(tx *store.Tx) error {
+			for j := i; j < i+1000 && j < b.N; j++ {
+				if _, err := tx.Emit(ctx, protocol.EventToolCalled, protocol.ToolCalled{Tool: "exec", Permission: "computer.exec", Decision: protocol.Allow, OK: true, DurationMS: 12}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	c := serveStore(b, st)
+	b.ResetTimer()
+	start := time.Now()
+	countStream(b, c, b.N, nil)
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
+
+// BenchmarkOutboxLive: events per second streamed as they commit, one event
+// a transaction (each transaction is a synchronous=FULL commit).
+func BenchmarkOutboxLive(b *testing.B) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(b.TempDir(), store.FileName))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	c := serveStore(b, st)
+	b.ResetTimer()
+	start := time.Now()
+	countStream(b, c, b.N, func() {
+		for i := 0; i < b.N; i++ {
+			st.Write(ctx, "bench", func(tx *store.Tx) error {
+				_, err := tx.Emit(ctx, protocol.EventAgentState, protocol.AgentStateChanged{State: protocol.StateThinking})
+				return err
+			})
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
+
+// BenchmarkTurnOverhead: a chat turn end to end (accept, open, request,
+// answer, states) with a stand-in model that answers at once; what it
+// measures is the engine's own cost per turn.
+func BenchmarkTurnOverhead(b *testing.B) {
+	h := startEngine(b, b.TempDir(), nil, nil)
+	h.configure(testConfig(nil))
+	s := openStream(b, h.c, 0, false)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h.send(fmt.Sprintf("m%d", i), protocol.InboundUserMessage, protocol.UserMessage{Text: "hi"})
+		s.waitFor(b, "the answer", func(evs []protocol.OutboundEvent) bool {
+			return countType(evs, protocol.EventMessageAssistant) == i+1
+		})
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/turn")
+}
+
+// BenchmarkEngineMemory: resident memory of an engine process at idle and
+// after 1000 chat turns.
+func BenchmarkEngineMemory(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		or := newFakeOpenRouter(b)
+		dir := b.TempDir()
+		s := startSub(b, dir, or.srv.URL, "")
+		s.push(testConfig(nil))
+		time.Sleep(500 * time.Millisecond)
+		idle := rssKiB(b, s.cmd.Process.Pid)
+		r := openStream(b, s.c, 0, false)
+		for n := 0; n < 1000; n++ {
+			s.send(fmt.Sprintf("m%d", n), protocol.InboundUserMessage, protocol.UserMessage{Text: "hello there"})
+			r.waitFor(b, "the answer", func(evs []protocol.OutboundEvent) bool {
+				return countType(evs, protocol.EventMessageAssistant) == n+1
+			})
+		}
+		after := rssKiB(b, s.cmd.Process.Pid)
+		b.ReportMetric(float64(idle)/1024, "idle-RSS-MiB")
+		b.ReportMetric(float64(after)/1024, "RSS-after-1000-turns-MiB")
+	}
+}
+
+func rssKiB(b *testing.B, pid int) int {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.Fields(rest)[0])
+			return n
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
+
+// countStream reads the stream from the start until n events came, without
+// decoding them (the host's cost is not the engine's); started, when set,
+// runs in the background once the stream is open.
+func countStream(b *testing.B, c *http.Client, n int, started func()) {
+	resp, err := c.Get("http://engine/events/stream?after=0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if started != nil {
+		go started()
+	}
+	sc := bufio.NewScanner(resp.Body)
+	got := 0
+	for got < n && sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			got++
+		}
+	}
+	if got < n {
+		b.Fatalf("the stream ended after %d of %d events: %v", got, n, sc.Err())
+	}
+}
