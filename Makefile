@@ -21,6 +21,23 @@ build:
 run: build
 	./$(BIN) server
 
+# CRDs and RBAC from the kubebuilder markers in api/ and controllers/.
+manifests:
+	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=invisible-dots-controller paths=./api/... paths=./controllers/... \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+# Deepcopy functions for the API types.
+generate:
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+
+# Fails when the checked-in generated files differ from what the markers give.
+verify: manifests generate
+	@git diff --exit-code -- config/crd config/rbac api/ || { \
+		echo "generated files are out of date: run 'make manifests generate' and commit the result"; exit 1; }
+	@test -z "$$(git status --porcelain -- config/crd config/rbac api/)" || { \
+		git status --porcelain -- config/crd config/rbac api/; \
+		echo "generated files are not committed: run 'make manifests generate' and commit the result"; exit 1; }
+
 # --- test image (helper A) ---
 # `make test-image` builds the test image (Debian cloud kernel + busybox
 # initramfs with dot-agentd) and the runtime ISO and registers both in

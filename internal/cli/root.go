@@ -14,6 +14,8 @@ import (
 // subcommands lists the constructors of every top-level command. A new command
 // adds one line here.
 var subcommands = []func() *cobra.Command{
+	newServerCommand,
+	newKubeconfigCommand,
 	newDoctorCommand,
 	newSetupCommand,
 }

@@ -1,0 +1,121 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ApprovalDecision is a person's answer.
+// +kubebuilder:validation:Enum=approve;reject
+type ApprovalDecision string
+
+const (
+	Approve ApprovalDecision = "approve"
+	Reject  ApprovalDecision = "reject"
+)
+
+// ApprovalSpec is a tool call a Dot parked until a person decides.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)",message="a decision cannot change once set"
+// +kubebuilder:validation:XValidation:rule="self.dotName == oldSelf.dotName && self.tool == oldSelf.tool && self.permission == oldSelf.permission",message="what was asked cannot change; only decision, note and always are set by a person"
+type ApprovalSpec struct {
+	// dotName is the Dot that asked.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9-]{1,40}$`
+	// +required
+	DotName string `json:"dotName"`
+
+	// taskName is the Task the call belongs to; empty for the chat.
+	// +optional
+	TaskName string `json:"taskName,omitempty"`
+
+	// tool is the tool the Dot wants to call.
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Tool string `json:"tool"`
+
+	// permission is the permission the tool needs.
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Permission string `json:"permission"`
+
+	// arguments are the call's arguments a person may see.
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +optional
+	Arguments *apiextensionsv1.JSON `json:"arguments,omitempty"`
+
+	// reason is the Dot's explanation.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// decision is the person's answer; it cannot change once set.
+	// +optional
+	Decision ApprovalDecision `json:"decision,omitempty"`
+
+	// note is what the person tells the Dot with the decision.
+	// +kubebuilder:validation:MaxLength=4000
+	// +optional
+	Note string `json:"note,omitempty"`
+
+	// always also sets the permission to allow (approve) or deny (reject) in the Dot.
+	// +optional
+	Always bool `json:"always,omitempty"`
+}
+
+// ApprovalPhase is where an approval stands.
+// +kubebuilder:validation:Enum=Pending;Approved;Rejected;Expired
+type ApprovalPhase string
+
+const (
+	ApprovalPending  ApprovalPhase = "Pending"
+	ApprovalApproved ApprovalPhase = "Approved"
+	ApprovalRejected ApprovalPhase = "Rejected"
+	ApprovalExpired  ApprovalPhase = "Expired"
+)
+
+// ApprovalStatus is what the control plane did with the decision.
+type ApprovalStatus struct {
+	// +optional
+	Phase ApprovalPhase `json:"phase,omitempty"`
+	// +optional
+	DecidedAt *metav1.Time `json:"decidedAt,omitempty"`
+	// deliveredAt is when the guest received the decision.
+	// +optional
+	DeliveredAt *metav1.Time `json:"deliveredAt,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Approval is a tool call waiting for a person's decision.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=appr,categories=dots
+// +kubebuilder:printcolumn:name="Dot",type=string,JSONPath=`.spec.dotName`
+// +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.spec.tool`
+// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Approval struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ApprovalSpec `json:"spec"`
+	// +optional
+	Status ApprovalStatus `json:"status,omitempty"`
+}
+
+// ApprovalList is a list of Approvals.
+// +kubebuilder:object:root=true
+type ApprovalList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Approval `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Approval{}, &ApprovalList{})
+}

@@ -1,0 +1,186 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RunStrategy is when a Computer's VM should run (DESIGN.md 3).
+// +kubebuilder:validation:Enum=OnDemand;Always;Halted
+type RunStrategy string
+
+const (
+	// RunOnDemand wakes the VM for work and automations and lets it sleep after
+	// the Dot's idleTimeout.
+	RunOnDemand RunStrategy = "OnDemand"
+	// RunAlways keeps the VM running and starts it again when it exits.
+	RunAlways RunStrategy = "Always"
+	// RunHalted means a person stopped it: automations pause; a message or a
+	// task still starts it and sets OnDemand again.
+	RunHalted RunStrategy = "Halted"
+)
+
+// ComputerState is the VM's state (ref 9.3).
+// +kubebuilder:validation:Enum=PROVISIONING;STARTING;RUNNING;STOPPING;STOPPED;ERROR;DELETING
+type ComputerState string
+
+const (
+	ComputerProvisioning ComputerState = "PROVISIONING"
+	ComputerStarting     ComputerState = "STARTING"
+	ComputerRunning      ComputerState = "RUNNING"
+	ComputerStopping     ComputerState = "STOPPING"
+	ComputerStopped      ComputerState = "STOPPED"
+	ComputerError        ComputerState = "ERROR"
+	ComputerDeleting     ComputerState = "DELETING"
+)
+
+// StopReason says why a VM is stopped.
+// +kubebuilder:validation:Enum=idle;user;exited
+type StopReason string
+
+const (
+	StopIdle   StopReason = "idle"
+	StopUser   StopReason = "user"
+	StopExited StopReason = "exited"
+)
+
+// ComputerSpec is the VM a Dot owns.
+type ComputerSpec struct {
+	// cpu is the number of virtual CPUs.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +kubebuilder:default=2
+	// +optional
+	CPU int32 `json:"cpu,omitempty"`
+
+	// memory is the guest's memory.
+	// +kubebuilder:default="4Gi"
+	// +optional
+	Memory resource.Quantity `json:"memory,omitempty"`
+
+	// disk is the size of the guest's disk.
+	// +kubebuilder:default="40Gi"
+	// +optional
+	Disk resource.Quantity `json:"disk,omitempty"`
+
+	// goldenImage is the version of the golden image the disk is made from;
+	// empty takes the newest registered one at creation.
+	// +optional
+	GoldenImage string `json:"goldenImage,omitempty"`
+
+	// runtimeImage is the version of the runtime ISO; empty takes the newest.
+	// +optional
+	RuntimeImage string `json:"runtimeImage,omitempty"`
+
+	// runStrategy is when the VM should run.
+	// +kubebuilder:default=OnDemand
+	// +optional
+	RunStrategy RunStrategy `json:"runStrategy,omitempty"`
+
+	// nodeName is the host whose host agent runs the VM; empty is this host.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+}
+
+// StartFailure records consecutive failed starts, for the crash-loop backoff
+// (KubeVirt's rule: the delay grows with the square of the count, with jitter,
+// capped at 300 s). It is cleared once a start reaches RUNNING.
+type StartFailure struct {
+	// consecutiveFailCount is how many starts in a row failed.
+	ConsecutiveFailCount int32 `json:"consecutiveFailCount"`
+	// retryAfter is the earliest time of the next start.
+	// +optional
+	RetryAfter *metav1.Time `json:"retryAfter,omitempty"`
+	// message is why the last start failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// GuestSystem is what dot-agentd reported of the guest (GET /v1/system).
+type GuestSystem struct {
+	Hostname          string `json:"hostname,omitempty"`
+	CPUs              int32  `json:"cpus,omitempty"`
+	MemTotalBytes     int64  `json:"memTotalBytes,omitempty"`
+	MemAvailableBytes int64  `json:"memAvailableBytes,omitempty"`
+	DiskTotalBytes    int64  `json:"diskTotalBytes,omitempty"`
+	DiskFreeBytes     int64  `json:"diskFreeBytes,omitempty"`
+}
+
+// ComputerStatus is what the host agent observed of the VM.
+type ComputerStatus struct {
+	// state is the VM's state.
+	// +optional
+	State ComputerState `json:"state,omitempty"`
+	// pid is QEMU's process id on the host while it runs.
+	// +optional
+	PID int32 `json:"pid,omitempty"`
+	// guestPort is the 127.0.0.1 port forwarded to dot-agentd.
+	// +optional
+	GuestPort int32 `json:"guestPort,omitempty"`
+	// hostBootID is the boot of the host the VM was started in.
+	// +optional
+	HostBootID string `json:"hostBootID,omitempty"`
+	// stopReason says why the VM is stopped.
+	// +optional
+	StopReason StopReason `json:"stopReason,omitempty"`
+	// lastActiveTime is when the guest last had work.
+	// +optional
+	LastActiveTime *metav1.Time `json:"lastActiveTime,omitempty"`
+	// nextAutomationTime is the next run of one of the Dot's automations.
+	// +optional
+	NextAutomationTime *metav1.Time `json:"nextAutomationTime,omitempty"`
+	// goldenImage and runtimeImage are the versions in use.
+	// +optional
+	GoldenImage string `json:"goldenImage,omitempty"`
+	// +optional
+	RuntimeImage string `json:"runtimeImage,omitempty"`
+	// system is what the guest reported of itself.
+	// +optional
+	System *GuestSystem `json:"system,omitempty"`
+	// startFailure records failed starts for the crash-loop backoff.
+	// +optional
+	StartFailure *StartFailure `json:"startFailure,omitempty"`
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Ready, Provisioned.
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Computer is the QEMU virtual machine a Dot owns.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=comp,categories=dots
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.runStrategy`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="CPU",type=integer,JSONPath=`.spec.cpu`,priority=10
+// +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.spec.memory`,priority=10
+// +kubebuilder:printcolumn:name="PID",type=integer,JSONPath=`.status.pid`,priority=10
+// +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.status.guestPort`,priority=10
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Computer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ComputerSpec `json:"spec"`
+	// +optional
+	Status ComputerStatus `json:"status,omitempty"`
+}
+
+// ComputerList is a list of Computers.
+// +kubebuilder:object:root=true
+type ComputerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Computer `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Computer{}, &ComputerList{})
+}

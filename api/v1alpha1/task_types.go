@@ -1,0 +1,123 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TaskSpec is a piece of work handed to a Dot.
+type TaskSpec struct {
+	// dotName is the Dot that does the task, in the same namespace.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9-]{1,40}$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="dotName cannot change; make a new Task"
+	// +required
+	DotName string `json:"dotName"`
+
+	// description is what to do.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=20000
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="description cannot change; make a new Task"
+	// +required
+	Description string `json:"description"`
+
+	// priority orders the Dot's tasks: higher runs first, then older.
+	// +kubebuilder:validation:Minimum=-100
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Priority int32 `json:"priority,omitempty"`
+
+	// scheduledAt holds the task back until then.
+	// +optional
+	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`
+
+	// cancelRequested asks the Dot to stop the task.
+	// +optional
+	CancelRequested bool `json:"cancelRequested,omitempty"`
+}
+
+// TaskPhase is a task's state.
+// +kubebuilder:validation:Enum=PENDING;RUNNING;WAITING_APPROVAL;COMPLETED;FAILED;CANCELLED
+type TaskPhase string
+
+const (
+	TaskPending         TaskPhase = "PENDING"
+	TaskRunning         TaskPhase = "RUNNING"
+	TaskWaitingApproval TaskPhase = "WAITING_APPROVAL"
+	TaskCompleted       TaskPhase = "COMPLETED"
+	TaskFailed          TaskPhase = "FAILED"
+	TaskCancelled       TaskPhase = "CANCELLED"
+)
+
+// TaskRun is one delivery of the task to the guest.
+type TaskRun struct {
+	// number counts runs from 1.
+	Number int32 `json:"number"`
+	// +optional
+	Started *metav1.Time `json:"started,omitempty"`
+	// +optional
+	Delivered *metav1.Time `json:"delivered,omitempty"`
+	// +optional
+	Finished *metav1.Time `json:"finished,omitempty"`
+	// outcome is how the run ended.
+	// +optional
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// TaskStatus is what the control plane observed of a task.
+type TaskStatus struct {
+	// +optional
+	Phase TaskPhase `json:"phase,omitempty"`
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Runs []TaskRun `json:"runs,omitempty"`
+	// summary is the Dot's answer when the task completed.
+	// +optional
+	Summary string `json:"summary,omitempty"`
+	// error says why the task failed.
+	// +optional
+	Error string `json:"error,omitempty"`
+	// spentUSD is the model spend of the task.
+	// +optional
+	SpentUSD float64 `json:"spentUSD,omitempty"`
+	// progress is the Dot's last progress note.
+	// +optional
+	Progress string `json:"progress,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Task is a piece of work handed to a Dot.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tk,categories=dots
+// +kubebuilder:printcolumn:name="Dot",type=string,JSONPath=`.spec.dotName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=10
+// +kubebuilder:printcolumn:name="Spent",type=number,JSONPath=`.status.spentUSD`,priority=10
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Task struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec TaskSpec `json:"spec"`
+	// +optional
+	Status TaskStatus `json:"status,omitempty"`
+}
+
+// TaskList is a list of Tasks.
+// +kubebuilder:object:root=true
+type TaskList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Task `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Task{}, &TaskList{})
+}

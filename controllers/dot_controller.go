@@ -1,0 +1,268 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+)
+
+// DotControllerName names the Dot reconciler in logs and Events.
+const DotControllerName = "dot-controller"
+
+// DotFinalizer holds a Dot until its Computer (and with it the VM and its
+// disk) is gone.
+const DotFinalizer = "dots.invisible.dev/computer"
+
+// DotReconciler keeps each Dot's Computer in step with spec.computer and
+// reflects the Computer's state in the Dot's status.
+type DotReconciler struct {
+	Client   client.Client
+	Recorder recorder.EventRecorder
+	Clock    clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=dots,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=dots/status;dots/finalizers,verbs=get;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the reconciler: it watches Dots and the
+// Computers they own.
+func (r *DotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&dotsv1.Dot{}).
+		Owns(&dotsv1.Computer{}).
+		Named(DotControllerName).
+		Complete(r)
+}
+
+// dotScope carries what the phases found to updateStatus.
+type dotScope struct {
+	dot      *dotsv1.Dot
+	computer *dotsv1.Computer // nil when there is none (yet)
+	conflict string           // why the Computer is not ours, if it is not
+}
+
+// Reconcile: get, ensure the finalizer, then run the phases, and patch the
+// status once at the end from what they found.
+func (r *DotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	dot := &dotsv1.Dot{}
+	if err := r.Client.Get(ctx, req.NamespacedName, dot); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if dot.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(dot, DotFinalizer) {
+		patch := client.MergeFrom(dot.DeepCopy())
+		controllerutil.AddFinalizer(dot, DotFinalizer)
+		return ctrl.Result{}, r.Client.Patch(ctx, dot, patch)
+	}
+
+	before := dot.DeepCopy()
+	s := &dotScope{dot: dot}
+	defer func() {
+		r.updateStatus(s, reterr == nil)
+		if err := r.Client.Status().Patch(ctx, dot, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+	}()
+
+	if !dot.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	return ctrl.Result{}, r.reconcileComputer(ctx, s)
+}
+
+// reconcileComputer creates the Dot's Computer (same name, owned by the
+// Dot) or brings its size in line with spec.computer. The run strategy and
+// images are the Computer's own and are left alone.
+func (r *DotReconciler) reconcileComputer(ctx context.Context, s *dotScope) error {
+	dot := s.dot
+	computer := &dotsv1.Computer{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(dot), computer)
+	switch {
+	case apierrors.IsNotFound(err):
+		computer = &dotsv1.Computer{
+			ObjectMeta: metav1.ObjectMeta{Name: dot.Name, Namespace: dot.Namespace, Labels: map[string]string{DotLabel: dot.Name}},
+			Spec: dotsv1.ComputerSpec{
+				CPU:         dot.Spec.Computer.CPU,
+				Memory:      dot.Spec.Computer.Memory,
+				Disk:        dot.Spec.Computer.Disk,
+				RunStrategy: dotsv1.RunOnDemand,
+			},
+		}
+		if err := controllerutil.SetControllerReference(dot, computer, r.Client.Scheme()); err != nil {
+			return err
+		}
+		if err := r.Client.Create(ctx, computer); err != nil {
+			return fmt.Errorf("create the Computer: %w", err)
+		}
+		r.Recorder.Eventf(dot, computer, corev1.EventTypeNormal, "ComputerCreated", "Create", "Created Computer %s", computer.Name)
+		s.computer = computer
+		return nil
+	case err != nil:
+		return err
+	}
+	if !metav1.IsControlledBy(computer, dot) {
+		s.conflict = fmt.Sprintf("a Computer named %s exists that this Dot does not own; delete it or rename the Dot", computer.Name)
+		s.computer = computer
+		return nil
+	}
+	s.computer = computer
+	want := computer.DeepCopy()
+	want.Spec.CPU = dot.Spec.Computer.CPU
+	want.Spec.Memory = dot.Spec.Computer.Memory
+	want.Spec.Disk = dot.Spec.Computer.Disk
+	if want.Spec.CPU != computer.Spec.CPU || want.Spec.Memory.Cmp(computer.Spec.Memory) != 0 || want.Spec.Disk.Cmp(computer.Spec.Disk) != 0 {
+		if err := r.Client.Patch(ctx, want, client.MergeFrom(computer)); err != nil {
+			return fmt.Errorf("resize the Computer: %w", err)
+		}
+		r.Recorder.Eventf(dot, want, corev1.EventTypeNormal, "ComputerResized", "Update", "Computer %s: %d CPUs, %s memory, %s disk", want.Name, want.Spec.CPU, want.Spec.Memory.String(), want.Spec.Disk.String())
+		s.computer = want
+	}
+	return nil
+}
+
+// reconcileDelete deletes the Computer and removes the finalizer only once
+// the Computer is gone: its own finalizer holds it until the VM and its
+// files are destroyed.
+func (r *DotReconciler) reconcileDelete(ctx context.Context, s *dotScope) (ctrl.Result, error) {
+	dot := s.dot
+	computer := &dotsv1.Computer{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(dot), computer)
+	if err == nil && metav1.IsControlledBy(computer, dot) {
+		s.computer = computer
+		if computer.DeletionTimestamp.IsZero() {
+			if err := r.Client.Delete(ctx, computer, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, fmt.Errorf("delete the Computer: %w", err)
+			}
+			r.Recorder.Eventf(dot, computer, corev1.EventTypeNormal, "ComputerDeleting", "Delete", "Deleting Computer %s", computer.Name)
+		}
+		// The Computer's deletion wakes this reconciler through Owns; poll
+		// too, in case its finalizer takes a while.
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	s.computer = nil
+	if controllerutil.ContainsFinalizer(dot, DotFinalizer) {
+		patch := client.MergeFrom(dot.DeepCopy())
+		controllerutil.RemoveFinalizer(dot, DotFinalizer)
+		if err := r.Client.Patch(ctx, dot, patch); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// updateStatus sets phase, computerState and conditions from the scope. It
+// is the one place the Dot's status is computed.
+func (r *DotReconciler) updateStatus(s *dotScope, reconciled bool) {
+	dot := s.dot
+	now := r.Clock.Now()
+	gen := dot.Generation
+	conds := &dot.Status.Conditions
+
+	computerReady := false
+	switch {
+	case !dot.DeletionTimestamp.IsZero():
+		setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.DeletingReason, "the Dot is being deleted")
+	case s.conflict != "":
+		setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerConflictReason, s.conflict)
+	case s.computer == nil:
+		setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerCreatedReason, "the Computer is being created")
+	default:
+		c := meta.FindStatusCondition(s.computer.Status.Conditions, dotsv1.ReadyCondition)
+		switch {
+		case c != nil && c.Status == metav1.ConditionTrue:
+			computerReady = true
+			setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionTrue, dotsv1.ComputerRunningReason, "the Computer runs and its guest answers")
+		case c != nil:
+			setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerNotRunningReason, fmt.Sprintf("Computer %s: %s", s.computer.Name, c.Message))
+		default:
+			setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerCreatedReason, fmt.Sprintf("Computer %s has reported no state yet", s.computer.Name))
+		}
+	}
+	if s.computer != nil && s.conflict == "" {
+		dot.Status.ComputerState = s.computer.Status.State
+	} else {
+		dot.Status.ComputerState = ""
+	}
+
+	dot.Status.Phase = dotPhase(s, computerReady)
+	if dot.Status.Phase == dotsv1.DotError {
+		dot.Status.Error = firstNonEmpty(s.conflict, computerError(s.computer))
+	} else {
+		dot.Status.Error = ""
+	}
+
+	if computerReady {
+		setCondition(conds, gen, now, dotsv1.ReadyCondition, metav1.ConditionTrue, dotsv1.ReadyReason, "the Dot's computer runs")
+	} else {
+		msg := "the Dot's computer is not ready"
+		if c := meta.FindStatusCondition(*conds, dotsv1.ComputerReadyCondition); c != nil {
+			msg = c.Message
+		}
+		setCondition(conds, gen, now, dotsv1.ReadyCondition, metav1.ConditionFalse, dotsv1.NotReadyReason, msg)
+	}
+	if reconciled {
+		dot.Status.ObservedGeneration = gen
+	}
+}
+
+// dotPhase maps the Computer's state to the Dot's phase (ref 9.3): the first
+// matching row wins.
+func dotPhase(s *dotScope, computerReady bool) dotsv1.DotPhase {
+	c := s.computer
+	switch {
+	case s.conflict != "":
+		return dotsv1.DotError
+	case c == nil:
+		return dotsv1.DotCreating
+	case c.Status.State == dotsv1.ComputerError:
+		return dotsv1.DotError
+	case c.Status.StartFailure != nil && c.Status.StartFailure.ConsecutiveFailCount > 0 && c.Status.State != dotsv1.ComputerRunning:
+		return dotsv1.DotError
+	case c.Status.State == dotsv1.ComputerRunning && computerReady:
+		return dotsv1.DotReady
+	case c.Status.State == dotsv1.ComputerStopped:
+		// A Dot whose computer sleeps is IDLE (ref 9.3): it wakes for work.
+		return dotsv1.DotIdle
+	default:
+		return dotsv1.DotCreating
+	}
+}
+
+func computerError(c *dotsv1.Computer) string {
+	if c == nil {
+		return ""
+	}
+	if c.Status.StartFailure != nil && c.Status.StartFailure.Message != "" {
+		return c.Status.StartFailure.Message
+	}
+	if r := meta.FindStatusCondition(c.Status.Conditions, dotsv1.ReadyCondition); r != nil {
+		return r.Message
+	}
+	return "the Computer is in state " + string(c.Status.State)
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

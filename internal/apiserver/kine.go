@@ -1,0 +1,134 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/k3s-io/kine/pkg/drivers"
+	"github.com/k3s-io/kine/pkg/drivers/generic"
+	"github.com/k3s-io/kine/pkg/drivers/pgsql"
+	"github.com/k3s-io/kine/pkg/server"
+	"google.golang.org/grpc"
+)
+
+// kineSettings holds every kine tunable. kine treats a zero value as "use
+// nothing" rather than "use the default" in several places, so each one is set
+// here explicitly (DESIGN.md 2).
+var kineSettings = struct {
+	PollInterval     time.Duration
+	NotifyInterval   time.Duration
+	CompactInterval  time.Duration
+	CompactTimeout   time.Duration
+	CompactMinRetain int64
+	CompactBatchSize int64
+	PollBatchSize    int64
+	MaxIdleConns     int
+	MaxOpenConns     int
+	ConnMaxLifetime  time.Duration
+	EmulatedVersion  string
+}{
+	PollInterval:     time.Second,
+	NotifyInterval:   5 * time.Second,
+	CompactInterval:  5 * time.Minute,
+	CompactTimeout:   5 * time.Second,
+	CompactMinRetain: 1000,
+	CompactBatchSize: 1000,
+	PollBatchSize:    500,
+	MaxIdleConns:     2,
+	MaxOpenConns:     10,
+	ConnMaxLifetime:  time.Hour,
+	EmulatedVersion:  "3.5.13",
+}
+
+// kine is the etcd v3 API over PostgreSQL, served as gRPC on a unix socket
+// that only the API server in this process talks to.
+type kine struct {
+	socket string
+	cancel context.CancelFunc
+	grpc   *grpc.Server
+	wg     sync.WaitGroup
+}
+
+// startKine wires kine's Postgres driver alone (endpoint.Listen would link
+// every driver kine has) and serves it on socket. dsn must already be known
+// to reach the database: kine retries an unreachable one for minutes.
+func startKine(ctx context.Context, dsn, socket string) (*kine, error) {
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	k := &kine{socket: socket, cancel: cancel}
+	ok := false
+	defer func() {
+		if !ok {
+			cancel()
+		}
+	}()
+	_, backend, err := pgsql.New(bctx, &k.wg, &drivers.Config{
+		DataSourceName: dsn,
+		ConnectionPoolConfig: generic.ConnectionPoolConfig{
+			MaxIdle:     kineSettings.MaxIdleConns,
+			MaxOpen:     kineSettings.MaxOpenConns,
+			MaxLifetime: kineSettings.ConnMaxLifetime,
+		},
+		CompactInterval:  kineSettings.CompactInterval,
+		CompactTimeout:   kineSettings.CompactTimeout,
+		CompactMinRetain: kineSettings.CompactMinRetain,
+		CompactBatchSize: kineSettings.CompactBatchSize,
+		PollBatchSize:    kineSettings.PollBatchSize,
+		PollInterval:     kineSettings.PollInterval,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open the resource store in PostgreSQL: %w", err)
+	}
+	if err := backend.Start(bctx); err != nil {
+		return nil, fmt.Errorf("start the resource store: %w", err)
+	}
+	k.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(3*1024*1024),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+	)
+	server.New(backend, "unix", kineSettings.NotifyInterval, kineSettings.EmulatedVersion).Register(k.grpc)
+	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale resource store socket %s: %w", socket, err)
+	}
+	lis, err := (&net.ListenConfig{}).Listen(bctx, "unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listen on resource store socket %s: %w", socket, err)
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("make resource store socket private: %w", err)
+	}
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		_ = k.grpc.Serve(lis)
+	}()
+	ok = true
+	return k, nil
+}
+
+// endpoint is the etcd server address the API server is given.
+func (k *kine) endpoint() string { return "unix://" + k.socket }
+
+// stop ends the gRPC server, then the driver's background work (polling,
+// compaction), and waits for both.
+func (k *kine) stop() {
+	done := make(chan struct{})
+	go func() {
+		k.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		k.grpc.Stop()
+	}
+	k.cancel()
+	k.wg.Wait()
+	_ = os.Remove(k.socket)
+}

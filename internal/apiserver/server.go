@@ -1,0 +1,380 @@
+// Package apiserver embeds the upstream Kubernetes generic control plane
+// (KEP-4080; the composition of k8s.io/kubernetes' samples/generic/server)
+// on kine over PostgreSQL, with the garbage collector and the namespace
+// controller running in the same process.
+package apiserver
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/util/notfoundhandler"
+	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/klog/v2"
+	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
+	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	"k8s.io/kubernetes/pkg/controlplane"
+	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
+	"k8s.io/kubernetes/pkg/controlplane/apiserver/options"
+	"k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
+	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
+)
+
+// AdminUser is the user the API token authenticates as. It is in
+// system:masters, so RBAC lets it do everything; other people get their own
+// tokens and roles.
+const (
+	AdminUser  = "invisible-dots-admin"
+	AdminGroup = "system:masters"
+)
+
+// MinTokenLength is the shortest API token accepted (DESIGN.md 2).
+const MinTokenLength = 16
+
+// Options is everything the embedded API server needs. The caller (the server
+// command) owns the home layout; this package only writes the files the
+// upstream flags want under StateDir.
+type Options struct {
+	// ListenAddress is host:port of the HTTPS endpoint.
+	ListenAddress string
+	// PKIDir holds the CA, the serving certificate and the service account key.
+	PKIDir string
+	// StateDir is a private directory for the generated token and encryption
+	// configuration files the upstream options read.
+	StateDir string
+	// Token is the admin bearer token (config/api.token).
+	Token string
+	// EncryptionKey is the 32-byte key that encrypts Secrets at rest
+	// (config/master.key).
+	EncryptionKey []byte
+	// KineDSN is the PostgreSQL data source in kine's form (no scheme).
+	KineDSN string
+	// KineSocket is the unix socket kine serves the etcd API on.
+	KineSocket string
+	// Log receives the API server's and kine's log lines.
+	Log logr.Logger
+}
+
+// Server is a running embedded control plane.
+type Server struct {
+	// Loopback is a privileged client configuration that talks to the server
+	// in process, used by the controllers.
+	Loopback *rest.Config
+	// CAFile is the CA that signed the serving certificate.
+	CAFile string
+
+	kine   *kine
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// enabledAPIs is every API group version the server serves; all others are
+// turned off to save memory (DESIGN.md 2: the full set costs about 130 MiB
+// more). Leases stay for controller-runtime's leader election on a real
+// cluster path and for upstream controllers.
+var enabledAPIs = []string{
+	"api/all=false",
+	"v1=true",
+	"rbac.authorization.k8s.io/v1=true",
+	"coordination.k8s.io/v1=true",
+	"events.k8s.io/v1=true",
+	"authentication.k8s.io/v1=true",
+	"authorization.k8s.io/v1=true",
+	"apiextensions.k8s.io/v1=true",
+	"apiregistration.k8s.io/v1=true",
+}
+
+// Start brings up kine and the API server and returns once /readyz answers.
+// The server runs until ctx ends or Stop is called.
+func Start(ctx context.Context, o Options) (*Server, error) {
+	if len(o.Token) < MinTokenLength {
+		return nil, fmt.Errorf("the API token is shorter than %d characters", MinTokenLength)
+	}
+	if len(o.EncryptionKey) != 32 {
+		return nil, fmt.Errorf("the master key must be 32 bytes, got %d", len(o.EncryptionKey))
+	}
+	host, port, err := net.SplitHostPort(o.ListenAddress)
+	if err != nil {
+		return nil, fmt.Errorf("listen address %q is not host:port: %w", o.ListenAddress, err)
+	}
+	// The upstream server logs every controller's start and stop at info;
+	// those show at -v 1 and up. Errors always show.
+	klog.SetLogger(o.Log.WithName("apiserver").V(1))
+	pki := PKI{Dir: o.PKIDir}
+	if err := pki.Ensure(host); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", o.StateDir, err)
+	}
+	tokenFile, encryptionFile, err := writeAuthFiles(o.StateDir, o.Token, o.EncryptionKey)
+	if err != nil {
+		return nil, err
+	}
+
+	k, err := startKine(ctx, o.KineDSN, o.KineSocket)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			k.stop()
+		}
+	}()
+
+	opts := server.NewOptions()
+	var fss cliflag.NamedFlagSets
+	opts.AddFlags(&fss)
+	args := []string{
+		"--etcd-servers=" + k.endpoint(),
+		"--bind-address=" + host,
+		"--secure-port=" + port,
+		"--tls-cert-file=" + pki.ServingCert(),
+		"--tls-private-key-file=" + pki.ServingKey(),
+		"--token-auth-file=" + tokenFile,
+		"--authorization-mode=RBAC",
+		"--encryption-provider-config=" + encryptionFile,
+		"--service-account-issuer=https://invisible-dots.local",
+		"--service-account-key-file=" + pki.ServiceAccountKey(),
+		"--service-account-signing-key-file=" + pki.ServiceAccountKey(),
+		"--runtime-config=" + strings.Join(enabledAPIs, ","),
+		// Priority and fairness needs the flowcontrol API, which is off.
+		"--enable-priority-and-fairness=false",
+		"--enable-admission-plugins=NamespaceLifecycle",
+		"--disable-admission-plugins=" + strings.Join(disabledAdmission(), ","),
+		"--profiling=false",
+		"--storage-media-type=application/json",
+	}
+	// The upstream flags are the documented way to configure the server; they
+	// are parsed in process and never appear on a command line.
+	merged := pflag.NewFlagSet("apiserver", pflag.ContinueOnError)
+	for _, fs := range fss.FlagSets {
+		merged.AddFlagSet(fs)
+	}
+	if err := merged.Parse(args); err != nil {
+		return nil, fmt.Errorf("configure the API server: %w", err)
+	}
+	completed, err := opts.Complete(ctx, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("complete API server options: %w", err)
+	}
+	if errs := completed.Validate(); len(errs) != 0 {
+		return nil, fmt.Errorf("validate API server options: %w", utilerrors.NewAggregate(errs))
+	}
+	chain, err := buildServerChain(completed)
+	if err != nil {
+		return nil, err
+	}
+	prepared, err := chain.PrepareRun()
+	if err != nil {
+		return nil, fmt.Errorf("prepare the API server: %w", err)
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &Server{
+		Loopback: rest.CopyConfig(chain.GenericAPIServer.LoopbackClientConfig),
+		CAFile:   pki.CACert(),
+		kine:     k,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+	}
+	// The upstream loopback speaks protobuf, which CRD types do not
+	// implement; controllers and clients of our kinds need JSON.
+	s.Loopback.ContentType = "application/json"
+	s.Loopback.AcceptContentTypes = "application/json"
+	s.Loopback.QPS = 500
+	s.Loopback.Burst = 1000
+	go func() {
+		defer close(s.done)
+		s.err = prepared.Run(runCtx)
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			cancel()
+		case <-s.done:
+		}
+	}()
+	if err := s.waitReady(ctx); err != nil {
+		cancel()
+		<-s.done
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+// buildServerChain composes aggregator -> generic control plane ->
+// apiextensions -> not found, like the upstream generic sample, with one
+// difference: apiextensions is told it is the only API server (master count
+// 1), so a new CRD is Established at once instead of after five seconds.
+func buildServerChain(opts options.CompletedOptions) (*aggregatorapiserver.APIAggregator, error) {
+	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
+		opts,
+		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
+		controlplane.DefaultGenericAPIResourceConfigSource(),
+		generatedopenapi.GetOpenAPIDefinitions,
+		nil,
+	)
+	if err != nil {
+		return nil, fmt.Errorf("build the API server configuration: %w", err)
+	}
+	resolver := webhook.NewDefaultServiceResolver()
+	cpConfig, initializers, err := controlplaneapiserver.CreateConfig(opts, genericConfig, informers, nil, storageFactory, resolver, nil)
+	if err != nil {
+		return nil, fmt.Errorf("build the control plane configuration: %w", err)
+	}
+	authResolver := webhook.NewDefaultAuthenticationInfoResolverWrapper(cpConfig.ProxyTransport, cpConfig.Generic.EgressSelector, cpConfig.Generic.LoopbackClientConfig, cpConfig.Generic.TracerProvider)
+	const masterCount = 1
+	extConfig, err := controlplaneapiserver.CreateAPIExtensionsConfig(*cpConfig.Generic, cpConfig.VersionedInformers, initializers, opts, masterCount, resolver, authResolver)
+	if err != nil {
+		return nil, fmt.Errorf("build the apiextensions configuration: %w", err)
+	}
+	aggConfig, err := controlplaneapiserver.CreateAggregatorConfig(*cpConfig.Generic, opts, cpConfig.VersionedInformers, resolver, cpConfig.ProxyTransport, cpConfig.Extra.PeerProxy, initializers)
+	if err != nil {
+		return nil, fmt.Errorf("build the aggregator configuration: %w", err)
+	}
+	aggConfig.ExtraConfig.DisableRemoteAvailableConditionController = true
+
+	notFound := notfoundhandler.New(cpConfig.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
+	ext, err := extConfig.Complete().New(genericapiserver.NewEmptyDelegateWithCustomHandler(notFound))
+	if err != nil {
+		return nil, fmt.Errorf("create the apiextensions server: %w", err)
+	}
+	crdEnabled := extConfig.GenericConfig.MergedResourceConfig.ResourceEnabled(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"))
+	cpCompleted := cpConfig.Complete()
+	native, err := cpCompleted.New("invisible-dots", ext.GenericAPIServer)
+	if err != nil {
+		return nil, fmt.Errorf("create the control plane server: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cpCompleted.Generic.LoopbackClientConfig)
+	if err != nil {
+		return nil, err
+	}
+	providers, err := cpCompleted.GenericStorageProviders(client.Discovery())
+	if err != nil {
+		return nil, fmt.Errorf("create storage providers: %w", err)
+	}
+	if err := native.InstallAPIs(providers...); err != nil {
+		return nil, fmt.Errorf("install the built-in APIs: %w", err)
+	}
+	agg, err := controlplaneapiserver.CreateAggregatorServer(aggConfig.Complete(), native.GenericAPIServer, ext.Informers.Apiextensions().V1().CustomResourceDefinitions(), crdEnabled, controlplaneapiserver.DefaultGenericAPIServicePriorities())
+	if err != nil {
+		return nil, fmt.Errorf("create the aggregator: %w", err)
+	}
+	return agg, nil
+}
+
+// disabledAdmission is every admission plugin the generic sample turns on,
+// except NamespaceLifecycle: the others (webhooks, policies, quotas,
+// certificates, service accounts) watch API groups this server does not serve.
+func disabledAdmission() []string {
+	opts := server.NewOptions()
+	all := sets.New(opts.Admission.GenericAdmission.Plugins.Registered()...)
+	on := all.Difference(opts.Admission.GenericAdmission.DefaultOffPlugins)
+	on.Delete("NamespaceLifecycle")
+	return sets.List(on)
+}
+
+// writeAuthFiles writes the two files the upstream options read: the static
+// token file (one admin line) and the encryption configuration (aes-gcm for
+// Secrets with the master key). Both are secret and go in a private directory.
+func writeAuthFiles(dir, token string, key []byte) (tokenFile, encryptionFile string, err error) {
+	if strings.ContainsAny(token, ",\"\n\r") {
+		return "", "", errors.New("the API token may not contain commas, quotes or line breaks")
+	}
+	tokenFile = filepath.Join(dir, "token-auth.csv")
+	line := fmt.Sprintf("%s,%s,%s,%q\n", token, AdminUser, AdminUser, AdminGroup)
+	if err := writePrivate(tokenFile, []byte(line)); err != nil {
+		return "", "", err
+	}
+	encryptionFile = filepath.Join(dir, "encryption.yaml")
+	conf := `apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+- resources: [secrets]
+  providers:
+  - aesgcm:
+      keys:
+      - name: master-1
+        secret: ` + base64.StdEncoding.EncodeToString(key) + `
+  - identity: {}
+`
+	if err := writePrivate(encryptionFile, []byte(conf)); err != nil {
+		return "", "", err
+	}
+	return tokenFile, encryptionFile, nil
+}
+
+func writePrivate(path string, data []byte) error {
+	tmp := path + ".tmp-" + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func (s *Server) waitReady(ctx context.Context) error {
+	client, err := kubernetes.NewForConfig(s.Loopback)
+	if err != nil {
+		return err
+	}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-s.done:
+			return false, fmt.Errorf("the API server stopped while starting: %w", s.err)
+		default:
+		}
+		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			last = fmt.Errorf("%w: %s", err, body)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("the API server did not become ready: %w (last: %v)", err, last)
+	}
+	return err
+}
+
+// Done is closed when the API server has stopped.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Err is why the API server stopped, once Done is closed.
+func (s *Server) Err() error { return s.err }
+
+// Stop shuts the API server down, then kine, and waits for both.
+func (s *Server) Stop() {
+	s.cancel()
+	<-s.done
+	s.kine.stop()
+}

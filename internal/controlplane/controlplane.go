@@ -1,0 +1,208 @@
+// Package controlplane starts the parts of `invisible-dots server` below the
+// controllers, in order: the home's server.lock, PostgreSQL (managed or
+// DATABASE_URL), kine and the embedded API server, the CRDs, and the admin
+// kubeconfig. Stop takes them down in reverse. The test harness starts the
+// same thing, so what is tested is what runs.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/apiserver"
+	"github.com/invisible-dots/invisible-dots/internal/pidlock"
+	"github.com/invisible-dots/invisible-dots/internal/postgres"
+)
+
+// DefaultListenAddress is where the API listens unless INVISIBLE_DOTS_LISTEN
+// says otherwise.
+const DefaultListenAddress = "127.0.0.1:8787"
+
+// Options configure Start.
+type Options struct {
+	Home paths.Home
+	// ListenAddress is host:port of the API (INVISIBLE_DOTS_LISTEN).
+	ListenAddress string
+	// DatabaseURL replaces the managed PostgreSQL when set (DATABASE_URL).
+	DatabaseURL string
+	// ExternalKubeconfig runs against an existing cluster instead of the
+	// embedded API server (--kubeconfig).
+	ExternalKubeconfig string
+	Log                logr.Logger
+}
+
+// ControlPlane is a started control plane.
+type ControlPlane struct {
+	// Config is the client configuration the controllers use: the in-process
+	// loopback of the embedded API server, or the external kubeconfig's.
+	Config *rest.Config
+	// DB is the database of the event log and outbox.
+	DB *postgres.Instance
+	// API is the embedded API server; nil with an external kubeconfig.
+	API *apiserver.Server
+	// KubeconfigPath is the admin kubeconfig written for people and kubectl.
+	KubeconfigPath string
+
+	home paths.Home
+	lock *pidlock.Lock
+	log  logr.Logger
+}
+
+// Start brings the control plane up. On error, whatever was started is
+// stopped again.
+func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
+	log := o.Log
+	if o.ListenAddress == "" {
+		o.ListenAddress = DefaultListenAddress
+	}
+	if problem := paths.QEMUPathProblem(o.Home.Root); problem != nil {
+		return nil, fmt.Errorf("INVISIBLE_DOTS_HOME %s cannot be used: %w; choose a plain-ASCII path without commas", o.Home.Root, problem)
+	}
+	if err := o.Home.Ensure(); err != nil {
+		return nil, fmt.Errorf("prepare the home %s: %w", o.Home.Root, err)
+	}
+	cp := &ControlPlane{home: o.Home, log: log}
+	defer func() {
+		if err != nil {
+			cp.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+
+	cp.lock, err = pidlock.Acquire(o.Home.ServerLock(), pidlock.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("another invisible-dots server may be using %s: %w", o.Home.Root, err)
+	}
+
+	started := time.Now()
+	cp.DB, err = postgres.Start(ctx, postgres.Options{Home: o.Home.Root, DatabaseURL: o.DatabaseURL, Logger: log.WithName("postgres")})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("database ready", "at", cp.DB.Target(), "managed", cp.DB.Managed(), "elapsed", time.Since(started).Round(time.Millisecond))
+
+	if o.ExternalKubeconfig != "" {
+		cp.Config, err = clientcmd.BuildConfigFromFlags("", o.ExternalKubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("read --kubeconfig %s: %w", o.ExternalKubeconfig, err)
+		}
+		cp.Config.QPS, cp.Config.Burst = 100, 200
+		if err := ApplyCRDs(ctx, cp.Config); err != nil {
+			return nil, fmt.Errorf("install the CRDs on the cluster of %s (or apply config/default with kubectl and grant the server's user read access): %w", o.ExternalKubeconfig, err)
+		}
+		return cp, nil
+	}
+
+	token, err := ensureToken(o.Home.APIToken())
+	if err != nil {
+		return nil, err
+	}
+	key, err := ensureMasterKey(o.Home.MasterKey())
+	if err != nil {
+		return nil, err
+	}
+	routeKineLogs(log.WithName("kine"))
+	cp.API, err = apiserver.Start(ctx, apiserver.Options{
+		ListenAddress: o.ListenAddress,
+		PKIDir:        o.Home.PKI(),
+		StateDir:      o.Home.Run() + "/apiserver",
+		Token:         token,
+		EncryptionKey: key,
+		KineDSN:       cp.DB.KineDSN(),
+		KineSocket:    o.Home.Run() + "/kine.sock",
+		Log:           log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cp.Config = cp.API.Loopback
+	log.Info("API server ready", "address", "https://"+o.ListenAddress, "elapsed", time.Since(started).Round(time.Millisecond))
+
+	if err := ApplyCRDs(ctx, cp.Config); err != nil {
+		return nil, err
+	}
+	ca, err := os.ReadFile(cp.API.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the CA: %w", err)
+	}
+	kc, err := Kubeconfig("https://"+clientAddress(o.ListenAddress), ca, token)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeKubeconfig(o.Home.Kubeconfig(), kc); err != nil {
+		return nil, err
+	}
+	cp.KubeconfigPath = o.Home.Kubeconfig()
+	log.Info("control plane ready", "kubeconfig", cp.KubeconfigPath, "elapsed", time.Since(started).Round(time.Millisecond))
+	return cp, nil
+}
+
+// clientAddress turns a listen address into one a client can dial: a
+// wildcard host becomes loopback.
+func clientAddress(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// Stop stops the API server and kine, then PostgreSQL, then releases the
+// home's lock: the reverse of Start.
+func (cp *ControlPlane) Stop(ctx context.Context) {
+	if cp.API != nil {
+		cp.API.Stop()
+		cp.API = nil
+	}
+	if cp.DB != nil {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if err := cp.DB.Stop(stopCtx); err != nil {
+			cp.log.Error(err, "stop the database")
+		}
+		cancel()
+		cp.DB = nil
+	}
+	if cp.lock != nil {
+		if err := cp.lock.Release(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			cp.log.Error(err, "release the server lock")
+		}
+		cp.lock = nil
+	}
+}
+
+// routeKineLogs sends kine's logrus output through our logger, warnings and
+// up only: kine logs every SQL setup step at info.
+func routeKineLogs(log logr.Logger) {
+	logrus.SetOutput(io.Discard)
+	logrus.SetLevel(logrus.WarnLevel)
+	logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
+	logrus.AddHook(logrusHook{log: log})
+}
+
+type logrusHook struct{ log logr.Logger }
+
+func (logrusHook) Levels() []logrus.Level {
+	return []logrus.Level{logrus.PanicLevel, logrus.FatalLevel, logrus.ErrorLevel, logrus.WarnLevel}
+}
+
+func (h logrusHook) Fire(e *logrus.Entry) error {
+	if e.Level <= logrus.ErrorLevel {
+		h.log.Error(nil, e.Message)
+	} else {
+		h.log.Info(e.Message, "level", e.Level.String())
+	}
+	return nil
+}
