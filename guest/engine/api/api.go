@@ -5,6 +5,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -340,13 +341,28 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		uid, err := peerUID(c)
 		if err != nil || uid == l.refused {
 			// Say why in HTTP, then close: the model's processes get nothing.
-			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			// The request's head is read first, so the client is not cut
+			// while it still writes and does read the answer.
+			_ = c.SetDeadline(time.Now().Add(time.Second))
+			drainHead(c)
 			body := `{"error":"forbidden","message":"the model's user may not use the engine's API"}`
 			fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 			c.Close()
 			continue
 		}
 		return c, nil
+	}
+}
+
+func drainHead(c net.Conn) {
+	buf := make([]byte, 4096)
+	var seen []byte
+	for len(seen) < 64<<10 {
+		n, err := c.Read(buf)
+		seen = append(seen, buf[:n]...)
+		if err != nil || bytes.Contains(seen, []byte("\r\n\r\n")) {
+			return
+		}
 	}
 }
 

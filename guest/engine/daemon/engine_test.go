@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -660,5 +661,94 @@ func TestAutomationFiresIntoTheChat(t *testing.T) {
 	fired := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[1])
 	if fired.InReplyTo != nil || !strings.Contains(fired.Text, `[Automation "ping" fired] say pong`) {
 		t.Errorf("answer to the firing = %+v, want no in_reply_to and the firing's text", fired)
+	}
+}
+
+// TestCompaction: a thread that outgrows the model's window has its old tool
+// results cleared first, then is summarized by the summary model without
+// tools; the next request carries the summary (ref 8.6).
+func TestCompaction(t *testing.T) {
+	or := newFakeOpenRouter(t)
+	or.window = 40000 // budget: 40000 - 8000 = 32000 tokens
+	tools := &fakeTools{}
+	h := startEngine(t, t.TempDir(), or, tools)
+	s := openStream(t, h.c, 0, false)
+	cfg := testConfig(nil)
+	cfg.Models = map[string]string{"summary": "fake/summary"}
+	h.configure(cfg)
+	big := strings.Repeat("lorem ipsum ", 4000) // ~48000 chars, ~12000 tokens
+	for i := 0; i < 3; i++ {
+		h.send(fmt.Sprintf("m%d", i), protocol.InboundUserMessage, protocol.UserMessage{Text: fmt.Sprintf("part %d: %s", i, big)})
+		s.waitFor(t, "an answer", func(evs []protocol.OutboundEvent) bool { return countType(evs, protocol.EventMessageAssistant) == i+1 })
+	}
+	var summary, after *fakeRequest
+	for i, r := range or.Requests() {
+		if r.Model == "fake/summary" {
+			summary = &or.Requests()[i]
+			if i+1 < len(or.Requests()) {
+				after = &or.Requests()[i+1]
+			}
+		}
+	}
+	if summary == nil {
+		t.Fatalf("no summary request among %d requests", len(or.Requests()))
+	}
+	if len(summary.Tools) != 0 {
+		t.Errorf("the summary request carries %d tools, want none", len(summary.Tools))
+	}
+	if after == nil || len(after.Messages) < 2 || !strings.Contains(after.Messages[1].text(), "SUMMARY: the person sent long texts") {
+		t.Fatalf("the request after the summary does not start with it")
+	}
+	if !strings.Contains(after.Messages[1].text(), "The person's latest messages") {
+		t.Errorf("the person's latest messages are not kept after the summary")
+	}
+	if after.Model != "fake/model" || len(after.Tools) == 0 {
+		t.Errorf("the turn's own request = model %s with %d tools, want its model with tools", after.Model, len(after.Tools))
+	}
+}
+
+// TestPrepareSleepHoldsWork: prepare-sleep gives a running tool its grace,
+// then cuts the turn; no new work starts (not even the answer the chat now
+// owes) until a key push lifts the hold; then the owed answer is given and
+// the cut call is reported interrupted once.
+func TestPrepareSleepHoldsWork(t *testing.T) {
+	tools := &fakeTools{hold: make(chan struct{})}
+	h := startEngine(t, t.TempDir(), nil, tools, func(c *Config) { c.Grace = 100 * time.Millisecond })
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(nil))
+	h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: `run fake_exec {"cmd":"sleep 70"}`})
+	s.waitFor(t, "EXECUTING", func(evs []protocol.OutboundEvent) bool {
+		for _, e := range ofType(evs, protocol.EventAgentState) {
+			if decode[protocol.AgentStateChanged](t, e).State == protocol.StateExecuting {
+				return true
+			}
+		}
+		return false
+	})
+	if code, body := call(t, h.c, "POST", "/prepare-sleep", nil); code != 204 {
+		t.Fatalf("prepare-sleep = %d %s", code, body)
+	}
+	n := len(h.or.Requests())
+	// Something that is not a key push or an inbound event changes nothing.
+	call(t, h.c, "PUT", "/config", testConfig(map[string]protocol.Decision{"files.read": protocol.Ask}))
+	time.Sleep(300 * time.Millisecond)
+	if got := len(h.or.Requests()); got != n {
+		t.Fatalf("%d model requests during the hold, want none", got-n)
+	}
+	if countType(s.Events(), protocol.EventMessageAssistant) != 0 {
+		t.Fatalf("the chat answered during the hold")
+	}
+	call(t, h.c, "POST", "/secrets", protocol.SecretsRequest{OpenRouterAPIKey: "sk-or-test-key-123"})
+	evs := s.waitFor(t, "the owed answer", hasType(protocol.EventMessageAssistant))
+	called := ofType(evs, protocol.EventToolCalled)
+	if len(called) != 1 {
+		t.Fatalf("%d tool.called, want the interrupted call once: %s", len(called), describe(evs))
+	}
+	if tc := decode[protocol.ToolCalled](t, called[0]); tc.Interrupted == nil || !*tc.Interrupted {
+		t.Errorf("tool.called = %s, want interrupted", called[0].Data)
+	}
+	ans := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[0])
+	if ans.InReplyTo == nil || *ans.InReplyTo != "m1" {
+		t.Errorf("owed answer in_reply_to = %v, want m1", ans.InReplyTo)
 	}
 }

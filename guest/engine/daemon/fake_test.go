@@ -42,6 +42,7 @@ type fakeOpenRouter struct {
 	status   []int // statuses to answer the next chat requests with, in order (429, 500)
 	cutNext  int   // chat requests whose stream is cut mid-way
 	cost     float64
+	window   int // context_length the endpoints list (default 100000)
 }
 
 type fakeRequest struct {
@@ -90,7 +91,13 @@ func newFakeOpenRouter(t testing.TB) *fakeOpenRouter {
 			http.NotFound(w, r)
 			return
 		}
-		fmt.Fprint(w, `{"data":{"endpoints":[{"name":"Fake | m","provider_name":"Fake","tag":"fake","context_length":100000,"max_completion_tokens":8000}]}}`)
+		f.mu.Lock()
+		window := f.window
+		f.mu.Unlock()
+		if window == 0 {
+			window = 100000
+		}
+		fmt.Fprintf(w, `{"data":{"endpoints":[{"name":"Fake | m","provider_name":"Fake","tag":"fake","context_length":%d,"max_completion_tokens":8000}]}}`, window)
 	})
 	mux.HandleFunc("POST /chat/completions", f.complete)
 	f.srv = httptest.NewServer(mux)
@@ -184,6 +191,9 @@ func firstUser(req fakeRequest) string {
 func script(req fakeRequest) (text string, calls []fakeCall, finish string) {
 	msgs := req.Messages
 	last := msgs[len(msgs)-1]
+	if strings.Contains(msgs[0].text(), "You write a handoff summary") {
+		return "SUMMARY: the person sent long texts", nil, "stop"
+	}
 	opening := firstUser(req)
 	// The latest person's message with a directive.
 	var person string
@@ -572,7 +582,7 @@ type harness struct {
 	done  chan error
 }
 
-func startEngine(t testing.TB, dir string, or *fakeOpenRouter, tools *fakeTools) *harness {
+func startEngine(t testing.TB, dir string, or *fakeOpenRouter, tools *fakeTools, opts ...func(*Config)) *harness {
 	t.Helper()
 	if or == nil {
 		or = newFakeOpenRouter(t)
@@ -584,6 +594,9 @@ func startEngine(t testing.TB, dir string, or *fakeOpenRouter, tools *fakeTools)
 		done: make(chan error, 1)}
 	cfg := Config{AgentSocket: h.sock, AgentdSocket: filepath.Join(dir, "agentd.sock"), Workspace: "/home/dot/workspace",
 		StateDir: filepath.Join(dir, "state"), ModelUser: "nobody", BuiltinSkills: filepath.Join(dir, "skills")}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
 	ready := make(chan struct{})
