@@ -266,6 +266,17 @@ func TestBootTestImage(t *testing.T) {
 	if who.ExitCode == 0 || strings.Contains(who.Stdout, token) || !strings.Contains(who.Stderr, "Permission denied") {
 		t.Fatalf("dot could read the guest config: %+v", who)
 	}
+	// The walls of ref 4.1 as the model meets them: port 1024 without the
+	// token, the engine's and dot-agentd's sockets, the power door, sudo.
+	walls := v.exec(`wget -q -O- http://127.0.0.1:1024/v1/health 2>&1; echo "wget=$?"
+ls ` + protocol.AgentdSocketDir + ` 2>&1; ls ` + protocol.AgentSocketDir + ` 2>&1
+echo poweroff 2>&1 > /run/invisible-dots-power/request; echo "power=$?"
+/usr/bin/sudo -n /usr/bin/systemctl poweroff 2>&1; echo "sudo=$?"`)
+	for _, want := range []string{"401", "wget=1", protocol.AgentdSocketDir + "': Permission denied", protocol.AgentSocketDir + "': Permission denied", "power=1", "sudo=1"} {
+		if !strings.Contains(walls.Stdout+walls.Stderr, want) {
+			t.Errorf("a command of dot got past a wall: want %q in %q %q", want, walls.Stdout, walls.Stderr)
+		}
+	}
 	// busybox ps cuts user names at 8 characters.
 	daemon := v.exec("ps -o user,args | grep '[d]ot-agentd --run-as'")
 	if want := protocol.UserDotAgentd[:8] + " " + protocol.RuntimeAgentdPath; !strings.HasPrefix(strings.TrimSpace(daemon.Stdout), want) {
