@@ -285,6 +285,10 @@ echo poweroff 2>&1 > /run/invisible-dots-power/request; echo "power=$?"
 	if status, _ := v.call("PUT", protocol.PathFiles+"?path=notes/kept.txt", strings.NewReader("kept"), token); status != 204 {
 		t.Fatalf("PUT = %d", status)
 	}
+	// dot-agentd (dotagentd) wrote it acting as dot: it is dot's.
+	if owner := v.exec("stat -c %U:%G notes notes/kept.txt"); owner.Stdout != "dot:dot\ndot:dot\n" {
+		t.Fatalf("a file PUT through dot-agentd belongs to %q, want dot:dot", owner.Stdout)
+	}
 	if status, b := v.call("GET", protocol.PathFiles+"?path="+protocol.GuestConfigPath, nil, token); status != 403 || !strings.Contains(string(b), protocol.ErrOutsideHome) {
 		t.Fatalf("GET of the guest config = %d %s, want 403 outside_home", status, b)
 	}
