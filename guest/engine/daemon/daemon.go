@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/user"
@@ -191,7 +192,12 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return c
 		},
 	}}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Requests live under baseCtx, which ends at the stop: an event stream
+	// never ends on its own and would hold the shutdown otherwise.
+	baseCtx, endRequests := context.WithCancel(context.Background())
+	defer endRequests()
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return baseCtx }}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 
@@ -223,6 +229,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err := eng.Stop(stopCtx, false); err != nil {
 		log.Error("stop engine", "err", err)
 	}
+	endRequests()
 	shutCtx, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel2()
 	_ = hs.Shutdown(shutCtx)

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -750,5 +752,91 @@ func TestPrepareSleepHoldsWork(t *testing.T) {
 	ans := decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[0])
 	if ans.InReplyTo == nil || *ans.InReplyTo != "m1" {
 		t.Errorf("owed answer in_reply_to = %v, want m1", ans.InReplyTo)
+	}
+}
+
+// fakeAgentd is the stand-in for dot-agentd's local socket: the file routes
+// over a map.
+type fakeAgentd struct {
+	mu    sync.Mutex
+	files map[string][]byte
+}
+
+func serveFakeAgentd(t *testing.T, sock string) *fakeAgentd {
+	f := &fakeAgentd{files: map[string][]byte{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+protocol.PathFiles, func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		b, ok := f.files[r.URL.Query().Get(protocol.QueryPath)]
+		f.mu.Unlock()
+		if !ok {
+			w.WriteHeader(404)
+			json.NewEncoder(w).Encode(protocol.ErrorResponse{Error: protocol.ErrNotFound})
+			return
+		}
+		w.Write(b)
+	})
+	mux.HandleFunc("PUT "+protocol.PathFiles, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.files[r.URL.Query().Get(protocol.QueryPath)] = b
+		f.mu.Unlock()
+		w.WriteHeader(204)
+	})
+	mux.HandleFunc("GET "+protocol.PathFilesList, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(404)
+		json.NewEncoder(w).Encode(protocol.ErrorResponse{Error: protocol.ErrNotFound})
+	})
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return f
+}
+
+func (f *fakeAgentd) get(p string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.files[p]
+	return string(b), ok
+}
+
+// TestRealToolsThroughAStandInAgentd runs the product's tool table and file
+// client: write_file reaches dot-agentd's file route, and the conversation
+// file goes the same way.
+func TestRealToolsThroughAStandInAgentd(t *testing.T) {
+	dir := t.TempDir()
+	or := newFakeOpenRouter(t)
+	cfg := Config{AgentSocket: filepath.Join(dir, "agent.sock"), AgentdSocket: filepath.Join(dir, "agentd.sock"),
+		Workspace: "/home/dot/workspace", StateDir: filepath.Join(dir, "state"), ModelUser: "nobody", AgentdBin: "/bin/false"}
+	agentd := serveFakeAgentd(t, cfg.AgentdSocket)
+	ctx, cancel := contextWithCancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, Deps{Model: or.client(), Ready: func() { close(ready) }, Log: quietLog()})
+	}()
+	defer func() { cancel(); <-done }()
+	<-ready
+	c := unixClient(cfg.AgentSocket)
+	s := openStream(t, c, 0, false)
+	call(t, c, "PUT", "/config", testConfig(nil))
+	call(t, c, "POST", "/secrets", protocol.SecretsRequest{OpenRouterAPIKey: "sk-or-test-key-123"})
+	raw, _ := json.Marshal(protocol.UserMessage{Text: `run write_file {"path":"notes.md","content":"hello"}`})
+	call(t, c, "POST", "/events", protocol.InboundEvent{ID: "m1", Type: protocol.InboundUserMessage, Data: raw})
+	evs := s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+	tc := decode[protocol.ToolCalled](t, ofType(evs, protocol.EventToolCalled)[0])
+	if tc.Tool != "write_file" || !tc.OK || tc.Target == nil || *tc.Target != "notes.md" {
+		t.Errorf("tool.called = %s", ofType(evs, protocol.EventToolCalled)[0].Data)
+	}
+	if got, _ := agentd.get("/home/dot/workspace/notes.md"); got != "hello" {
+		t.Errorf("file through dot-agentd = %q, want hello", got)
+	}
+	day := time.Now().UTC().Format("2006-01-02")
+	if got, ok := agentd.get("/home/dot/conversations/chat/" + day + ".md"); !ok || !strings.Contains(got, "- called write_file: notes.md") {
+		t.Errorf("conversation file through dot-agentd = %q", got)
 	}
 }

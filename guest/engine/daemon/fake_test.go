@@ -117,7 +117,7 @@ func (f *fakeOpenRouter) Requests() []fakeRequest {
 	return append([]fakeRequest(nil), f.requests...)
 }
 
-var runRe = regexp.MustCompile(`(fake_[a-z]+|cron) (\{[^}]*\})`)
+var runRe = regexp.MustCompile(`(fake_[a-z]+|cron|write_file|read_file) (\{[^}]*\})`)
 
 type fakeCall struct{ name, args string }
 
