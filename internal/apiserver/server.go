@@ -85,10 +85,11 @@ type Server struct {
 	// CAFile is the CA that signed the serving certificate.
 	CAFile string
 
-	kine   *kine
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error
+	kine     *kine
+	builtins *builtinControllers
+	cancel   context.CancelFunc
+	done     chan struct{}
+	err      error
 }
 
 // enabledAPIs is every API group version the server serves; all others are
@@ -220,6 +221,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 	}()
 	if err := s.waitReady(ctx); err != nil {
+		cancel()
+		<-s.done
+		return nil, err
+	}
+	s.builtins, err = startBuiltinControllers(runCtx, s.Loopback)
+	if err != nil {
 		cancel()
 		<-s.done
 		return nil, err
@@ -372,8 +379,10 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 // Err is why the API server stopped, once Done is closed.
 func (s *Server) Err() error { return s.err }
 
-// Stop shuts the API server down, then kine, and waits for both.
+// Stop stops the built-in controllers, then the API server, then kine, and
+// waits for each.
 func (s *Server) Stop() {
+	s.builtins.stop()
 	s.cancel()
 	<-s.done
 	s.kine.stop()

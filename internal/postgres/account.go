@@ -173,10 +173,21 @@ func (a account) grant(dir string, perm uint16) (bool, error) {
 		return false, nil
 	}
 	if entries, err := readACL(dir); err == nil {
+		// The entry counts only when the mask lets it through: a chmod of the
+		// directory (the home's own start brings it back to 0700) rewrites the
+		// mask and silently disables the entry.
+		var entryPerm, maskPerm uint16
+		hasEntry, hasMask := false, false
 		for _, e := range entries {
-			if e.tag == aclUser && e.id == a.uid && e.perm&perm == perm {
-				return false, nil // granted at an earlier start
+			switch {
+			case e.tag == aclUser && e.id == a.uid:
+				entryPerm, hasEntry = e.perm, true
+			case e.tag == aclMask:
+				maskPerm, hasMask = e.perm, true
 			}
+		}
+		if hasEntry && entryPerm&perm == perm && (!hasMask || maskPerm&perm == perm) {
+			return false, nil // granted at an earlier start
 		}
 	}
 	if err := addACLUser(dir, a.uid, perm); err != nil {

@@ -1,0 +1,100 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/kubernetes/pkg/controller/garbagecollector"
+	namespacecontroller "k8s.io/kubernetes/pkg/controller/namespace"
+)
+
+// builtinControllers are the two upstream controllers a control plane without
+// kube-controller-manager still needs: the garbage collector (deleting a Dot
+// deletes what it owns, through ownerReferences) and the namespace
+// controller (a deleted namespace is emptied and goes away).
+type builtinControllers struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+const (
+	gcWorkers        = 5
+	gcSyncPeriod     = 30 * time.Second
+	nsWorkers        = 2
+	nsResyncPeriod   = 5 * time.Minute
+	informerResync   = 12 * time.Hour
+	controllerQPS    = 200
+	controllerBurst  = 400
+	restMapperPeriod = 30 * time.Second
+)
+
+func startBuiltinControllers(ctx context.Context, loopback *rest.Config) (*builtinControllers, error) {
+	cfg := rest.CopyConfig(loopback)
+	cfg.QPS, cfg.Burst = controllerQPS, controllerBurst
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	b := &builtinControllers{cancel: cancel}
+
+	typed := informers.NewSharedInformerFactory(kube, informerResync)
+	metaInformers := metadatainformer.NewSharedInformerFactory(meta, informerResync)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	started := make(chan struct{})
+
+	gc, err := garbagecollector.NewGarbageCollector(ctx, kube, meta, mapper,
+		garbagecollector.DefaultIgnoredResources(),
+		informerfactory.NewInformerFactory(typed, metaInformers), started)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("create the garbage collector: %w", err)
+	}
+	ns := namespacecontroller.NewNamespaceController(ctx, kube, meta,
+		disco.ServerPreferredNamespacedResources,
+		typed.Core().V1().Namespaces(), nsResyncPeriod, v1.FinalizerKubernetes)
+
+	typed.Start(ctx.Done())
+	metaInformers.Start(ctx.Done())
+	close(started)
+
+	b.run(func() { gc.Run(ctx, gcWorkers, gcSyncPeriod) })
+	// Sync refreshes the REST mapper and the monitored resources, so a CRD
+	// applied after start (ours) is garbage collected too.
+	b.run(func() { gc.Sync(ctx, disco, gcSyncPeriod) })
+	b.run(func() { ns.Run(ctx, nsWorkers) })
+	return b, nil
+}
+
+func (b *builtinControllers) run(f func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+}
+
+func (b *builtinControllers) stop() {
+	b.cancel()
+	b.wg.Wait()
+}
