@@ -184,6 +184,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			}
 			return c
 		},
+		networkCheck(cfg.NetworkCheck),
 		func(context.Context) protocol.HealthCheck {
 			c := protocol.HealthCheck{Name: "agentd_socket", OK: true}
 			if fi, err := os.Stat(cfg.AgentdSocket); err != nil || fi.Mode()&os.ModeSocket == 0 {
@@ -236,6 +237,41 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	hs.Close()
 	_ = os.Remove(cfg.AgentSocket)
 	return nil
+}
+
+// networkCheck reaches the host INVISIBLE_DOTS_NETWORK_CHECK names (host or
+// host:port, port 443 by default) over TCP, at most once a minute: /health
+// is polled, and a check must not cost a connection each time.
+func networkCheck(target string) api.Checker {
+	var mu sync.Mutex
+	var last protocol.HealthCheck
+	var at time.Time
+	return func(ctx context.Context) protocol.HealthCheck {
+		if target == "" {
+			return protocol.HealthCheck{Name: "network", OK: true, Detail: "no network check configured"}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !at.IsZero() && time.Since(at) < time.Minute {
+			return last
+		}
+		addr := target
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			addr = net.JoinHostPort(addr, "443")
+		}
+		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		var d net.Dialer
+		conn, err := d.DialContext(dctx, "tcp", addr)
+		last = protocol.HealthCheck{Name: "network", OK: err == nil}
+		if err != nil {
+			last.Detail = fmt.Sprintf("%s is not reachable from the computer: %v", addr, err)
+		} else {
+			conn.Close()
+		}
+		at = time.Now()
+		return last
+	}
 }
 
 type lateKicker struct {

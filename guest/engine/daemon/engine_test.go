@@ -840,3 +840,20 @@ func TestRealToolsThroughAStandInAgentd(t *testing.T) {
 		t.Errorf("conversation file through dot-agentd = %q", got)
 	}
 }
+
+func TestNetworkCheck(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if c := networkCheck(ln.Addr().String())(context.Background()); !c.OK || c.Name != "network" {
+		t.Errorf("reachable = %+v", c)
+	}
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := closed.Addr().String()
+	closed.Close()
+	if c := networkCheck(addr)(context.Background()); c.OK || !strings.Contains(c.Detail, "not reachable") {
+		t.Errorf("unreachable = %+v", c)
+	}
+}
