@@ -60,3 +60,6 @@ test-agentd:
 
 clean:
 	rm -rf bin _output
+
+# --- bench (helper B) ---
+# --- end bench ---
