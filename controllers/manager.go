@@ -94,6 +94,20 @@ func NewManager(o Options) (ctrl.Manager, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	if err := (&TaskReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder(TaskControllerName),
+		Clock:    o.Clock,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&ApprovalReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder(ApprovalControllerName),
+		Clock:    o.Clock,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
 	if o.Driver == nil {
 		if err := (&UnhostedComputerReconciler{
 			Client: mgr.GetClient(),

@@ -1,0 +1,110 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+)
+
+// TaskControllerName names the Task reconciler.
+const TaskControllerName = "task-controller"
+
+// Condition of a Task and of an Approval: their Dot exists and owns them.
+const (
+	DotBoundCondition = "DotBound"
+	DotBoundReason    = "Bound"
+	DotMissingReason  = "DotMissing"
+)
+
+// TaskReconciler binds each Task to its Dot: the Dot becomes the Task's owner
+// (so deleting the Dot deletes its tasks) and a new Task is PENDING. Running
+// tasks in the guest is the dispatcher's, a later concern.
+type TaskReconciler struct {
+	Client   client.Client
+	Recorder recorder.EventRecorder
+	Clock    clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks/status,verbs=get;update;patch
+
+// SetupWithManager registers the reconciler; a Dot that appears wakes the
+// Tasks that name it.
+func (r *TaskReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&dotsv1.Task{}).
+		Watches(&dotsv1.Dot{}, handler.EnqueueRequestsFromMapFunc(r.tasksOfDot)).
+		Named(TaskControllerName).
+		Complete(r)
+}
+
+func (r *TaskReconciler) tasksOfDot(ctx context.Context, o client.Object) []reconcile.Request {
+	var tasks dotsv1.TaskList
+	if err := r.Client.List(ctx, &tasks, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, t := range tasks.Items {
+		if t.Spec.DotName == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Name}})
+		}
+	}
+	return out
+}
+
+// Reconcile binds the Task to its Dot and sets its first phase.
+func (r *TaskReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	task := &dotsv1.Task{}
+	if err := r.Client.Get(ctx, req.NamespacedName, task); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !task.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	dot := &dotsv1.Dot{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: task.Namespace, Name: task.Spec.DotName}, dot)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	dotFound := err == nil && dot.DeletionTimestamp.IsZero()
+	if dotFound && !metav1.IsControlledBy(task, dot) {
+		patch := client.MergeFrom(task.DeepCopy())
+		if err := controllerutil.SetControllerReference(dot, task, r.Client.Scheme()); err != nil {
+			return ctrl.Result{}, fmt.Errorf("make Dot %s the owner of the Task: %w", dot.Name, err)
+		}
+		if err := r.Client.Patch(ctx, task, patch); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	before := task.DeepCopy()
+	now := r.Clock.Now()
+	if task.Status.Phase == "" {
+		task.Status.Phase = dotsv1.TaskPending
+		r.Recorder.Eventf(task, nil, corev1.EventTypeNormal, "Queued", "Queue", "Task queued for Dot %s", task.Spec.DotName)
+	}
+	if dotFound {
+		setCondition(&task.Status.Conditions, task.Generation, now, DotBoundCondition, metav1.ConditionTrue, DotBoundReason, "Dot "+dot.Name+" owns this task")
+	} else {
+		setCondition(&task.Status.Conditions, task.Generation, now, DotBoundCondition, metav1.ConditionFalse, DotMissingReason,
+			fmt.Sprintf("there is no Dot %q in namespace %s; the task waits until one is made", task.Spec.DotName, task.Namespace))
+	}
+	task.Status.ObservedGeneration = task.Generation
+	if err := r.Client.Status().Patch(ctx, task, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
