@@ -646,7 +646,7 @@ func TestAutomationFiresIntoTheChat(t *testing.T) {
 	rc := testConfig(map[string]protocol.Decision{"automations": protocol.Allow})
 	call(t, c, "PUT", "/config", rc)
 	call(t, c, "POST", "/secrets", protocol.SecretsRequest{OpenRouterAPIKey: "sk-or-test-key-123"})
-	at := time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339)
+	at := time.Now().Add(4 * time.Second).UTC().Format(time.RFC3339)
 	text := `run cron {"action":"add","name":"ping","message":"say pong","at":"` + at + `"}`
 	raw, _ := json.Marshal(protocol.UserMessage{Text: text})
 	call(t, c, "POST", "/events", protocol.InboundEvent{ID: "m1", Type: protocol.InboundUserMessage, Data: raw})
