@@ -115,6 +115,8 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
+	} else if err := SetupComputerReconciler(mgr, o); err != nil {
+		return nil, err
 	}
 	return mgr, nil
 }

@@ -34,6 +34,21 @@ const (
 	ComputerDeleting     ComputerState = "DELETING"
 )
 
+// Annotations that ask a Computer's reconciler for a one-off action, so
+// kubectl (and `invisible-dots computer start|reboot`) can ask for them
+// through the resource. The value is the time of the request (RFC 3339);
+// the reconciler records the value it acted on in status
+// (handledStartRequest, handledRebootRequest), so each request runs once and
+// a new request is a new value. Stopping is spec.runStrategy: Halted.
+const (
+	// StartRequestedAnnotation starts a stopped VM once (a sleeping OnDemand
+	// VM too); with runStrategy Halted it waits until the strategy changes.
+	StartRequestedAnnotation = "dots.invisible.dev/start-requested"
+	// RebootRequestedAnnotation stops and starts the VM once (a new runtime
+	// image, CPU count or memory size applies); a stopped VM is started.
+	RebootRequestedAnnotation = "dots.invisible.dev/reboot-requested"
+)
+
 // StopReason says why a VM is stopped.
 // +kubebuilder:validation:Enum=idle;user;exited
 type StopReason string
@@ -140,6 +155,16 @@ type ComputerStatus struct {
 	// startFailure records failed starts for the crash-loop backoff.
 	// +optional
 	StartFailure *StartFailure `json:"startFailure,omitempty"`
+	// handledStartRequest is the value of the start-requested annotation
+	// the reconciler last acted on.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	HandledStartRequest string `json:"handledStartRequest,omitempty"`
+	// handledRebootRequest is the value of the reboot-requested annotation
+	// the reconciler last acted on.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	HandledRebootRequest string `json:"handledRebootRequest,omitempty"`
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

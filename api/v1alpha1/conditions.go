@@ -55,3 +55,24 @@ const (
 	// ProvisionFailedReason: making the VM's files failed; the message says why.
 	ProvisionFailedReason = "ProvisionFailed"
 )
+
+// Reasons of a Computer's Ready condition when it is False (the Computer
+// reconciler's; the message says what to do).
+const (
+	// VMStartingReason: QEMU runs and the guest has not answered
+	// GET /v1/health through the proven channel yet.
+	VMStartingReason = "Starting"
+	// VMStoppedReason: no QEMU runs for the Computer; stopReason says why.
+	VMStoppedReason = "Stopped"
+	// GuestNotAnsweringReason: QEMU runs but its guest stopped answering.
+	GuestNotAnsweringReason = "GuestNotAnswering"
+	// VMErrorReason: the host found something it cannot prove is this VM's
+	// QEMU; nothing is started, stopped or destroyed until a person looks.
+	VMErrorReason = "VMError"
+	// StartFailedReason: the last start failed; startFailure holds the
+	// backoff.
+	StartFailedReason = "StartFailed"
+	// ProvisionPendingReason (Provisioned False): the VM's disk is made at
+	// its first start, which has not happened yet.
+	ProvisionPendingReason = "Pending"
+)

@@ -1,0 +1,425 @@
+package controllers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/images"
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+)
+
+// ComputerControllerName names the Computer reconciler in logs and Events.
+const ComputerControllerName = "computer-controller"
+
+// ComputerFinalizer holds a Computer until its VM and its files are
+// destroyed on the host.
+const ComputerFinalizer = "dots.invisible.dev/vm"
+
+// TokenSecretKey is the key of the guest token in the Computer's Secret.
+const TokenSecretKey = "token"
+
+// TokenSecretName is the name of a Computer's guest-token Secret.
+func TokenSecretName(computer string) string { return computer + "-guest-token" }
+
+// How often a Computer is looked at again without a watch event. QEMU's
+// death is noticed by this poll (the driver reads qemu.json and /proc; there
+// is no channel from the process), so an unasked exit is seen within
+// runningPoll. A starting guest is asked for its health more often.
+const (
+	runningPoll  = 10 * time.Second
+	startingPoll = 2 * time.Second
+	stoppedPoll  = 30 * time.Second
+	errorPoll    = 30 * time.Second
+	healthCall   = 5 * time.Second
+)
+
+// ComputerReconciler drives one host's VMs to their Computers' run
+// strategies through a driver.Driver (one concern: the VM). It owns the
+// Computer's status and its guest-token Secret.
+type ComputerReconciler struct {
+	Client client.Client
+	// APIReader reads around the cache (the token Secret just created).
+	APIReader client.Reader
+	Driver    driver.Driver
+	Home      paths.Home
+	Recorder  recorder.EventRecorder
+	Clock     clock.PassiveClock
+	// Jitter returns a number in [0,1) for the backoff; math/rand by
+	// default. A test seam.
+	Jitter func() float64
+	// ResolveImages picks the image versions of a start; by default the
+	// spec's, else the ones in use, else the newest registered in Home.
+	// A test seam (the fake host needs no image files).
+	ResolveImages func(c *dotsv1.Computer) (golden, runtime string, err error)
+	// MaxConcurrentReconciles bounds parallel reconciles (a start blocks
+	// its worker until QEMU listens); 4 when zero.
+	MaxConcurrentReconciles int
+}
+
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers/status;computers/finalizers,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupComputerReconciler registers the Computer reconciler of a manager
+// whose host runs VMs through o.Driver.
+func SetupComputerReconciler(mgr ctrl.Manager, o Options) error {
+	return (&ComputerReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Driver:    o.Driver,
+		Home:      o.Home,
+		Recorder:  mgr.GetEventRecorder(ComputerControllerName),
+		Clock:     o.Clock,
+	}).SetupWithManager(mgr)
+}
+
+// SetupWithManager registers the reconciler: it watches Computers and the
+// token Secrets they own. At the manager's start every Computer is listed
+// and reconciled, which is how a restarted server adopts running VMs.
+func (r *ComputerReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Jitter == nil {
+		r.Jitter = mrand.Float64
+	}
+	if r.ResolveImages == nil {
+		r.ResolveImages = r.newestImages
+	}
+	n := r.MaxConcurrentReconciles
+	if n == 0 {
+		n = 4
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&dotsv1.Computer{}).
+		Owns(&corev1.Secret{}).
+		Named(ComputerControllerName).
+		WithOptions(controller.Options{MaxConcurrentReconciles: n}).
+		Complete(r)
+}
+
+// computerScope carries what the phases found to updateStatus.
+type computerScope struct {
+	computer *dotsv1.Computer
+	// prev is the status before this reconcile.
+	prev dotsv1.ComputerStatus
+	// obs is the latest observation (after an action, the action's).
+	obs      driver.Observation
+	observed bool
+	// decision is what decideRun said.
+	decision runDecision
+	// acted and actErr are the action taken and how it ended.
+	acted  vmAction
+	actErr error
+	stop   driver.StopResult
+	// health is the guest's answer when asked; healthErr why it did not.
+	healthAsked bool
+	healthErr   error
+	// deleting: the VM is being destroyed; deleteErr why it is not yet.
+	deleteErr error
+	// observeErr: the host could not be read.
+	observeErr error
+	// imageErr: no image could be chosen for a start.
+	imageErr error
+}
+
+// Reconcile: get, ensure the finalizer, then the delete or the normal phase,
+// and one status patch at the end from what they found.
+func (r *ComputerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	c := &dotsv1.Computer{}
+	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if c.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(c, ComputerFinalizer) {
+		patch := client.MergeFrom(c.DeepCopy())
+		controllerutil.AddFinalizer(c, ComputerFinalizer)
+		return ctrl.Result{}, r.Client.Patch(ctx, c, patch)
+	}
+
+	before := c.DeepCopy()
+	s := &computerScope{computer: c, prev: *before.Status.DeepCopy()}
+	defer func() {
+		if !c.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(c, ComputerFinalizer) {
+			return // gone with the finalizer's removal
+		}
+		r.updateStatus(s, reterr == nil)
+		r.recordTransition(s)
+		if err := r.Client.Status().Patch(ctx, c, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+	}()
+
+	if !c.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	return r.reconcileNormal(ctx, s)
+}
+
+func vmID(c *dotsv1.Computer) paths.VMID {
+	return paths.VMID{Namespace: c.Namespace, Name: c.Name}
+}
+
+// reconcileNormal: token, observe, decide, act, ask for health.
+func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerScope) (ctrl.Result, error) {
+	c := s.computer
+	token, err := r.ensureToken(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	obs, err := r.Driver.Observe(ctx, vmID(c))
+	if err != nil {
+		s.observeErr = err
+		return ctrl.Result{}, fmt.Errorf("observe the vm: %w", err)
+	}
+	s.obs, s.observed = obs, true
+
+	in := runInput{
+		Strategy:        c.Spec.RunStrategy,
+		PrevState:       c.Status.State,
+		PrevStopReason:  c.Status.StopReason,
+		Observed:        obs.State,
+		Exited:          obs.Exited,
+		StaleBoot:       obs.StaleBoot,
+		StartRequested:  pendingRequest(c, dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest),
+		RebootRequested: pendingRequest(c, dotsv1.RebootRequestedAnnotation, c.Status.HandledRebootRequest),
+		BackoffLeft:     r.backoffLeft(c),
+	}
+	d := decideRun(in)
+	if d.CountFailure {
+		// A start that never reached RUNNING ended: count it before the
+		// decision whether to start again, so the backoff holds that start.
+		msg := "QEMU exited before its guest answered"
+		if obs.ExitStatus != "" {
+			msg += " (" + obs.ExitStatus + ")"
+		}
+		r.recordStartFailure(c, msg+logSuffix(obs.LogTail))
+		in.BackoffLeft = r.backoffLeft(c)
+		d = decideRun(in)
+	}
+	s.decision = d
+
+	if d.Action == actStart || d.Action == actReboot {
+		spec, err := r.startSpec(c, token)
+		if err != nil {
+			s.imageErr = err
+			s.acted, s.actErr = d.Action, err
+			return ctrl.Result{}, nil // recorded as a start failure; the backoff requeues
+		}
+		s.acted = d.Action
+		var o driver.Observation
+		if d.Action == actStart {
+			o, err = r.Driver.Start(ctx, spec)
+		} else {
+			o, err = r.Driver.Reboot(ctx, spec)
+		}
+		s.actErr = err
+		if err == nil {
+			s.obs = o
+		} else if o2, oerr := r.Driver.Observe(ctx, vmID(c)); oerr == nil {
+			s.obs = o2
+		}
+	} else if d.Action == actStop {
+		s.acted = actStop
+		res, err := r.Driver.Stop(ctx, vmID(c), token)
+		s.stop, s.actErr = res, err
+		if o2, oerr := r.Driver.Observe(ctx, vmID(c)); oerr == nil {
+			s.obs = o2
+		}
+	}
+
+	if s.obs.State == driver.Running {
+		hctx, cancel := context.WithTimeout(ctx, healthCall)
+		h, err := r.Driver.Health(hctx, vmID(c), token)
+		cancel()
+		s.healthAsked = true
+		if err == nil && h.Agentd != protocol.AgentdOK {
+			err = fmt.Errorf("dot-agentd answered health with agentd %q, not %q", h.Agentd, protocol.AgentdOK)
+		}
+		s.healthErr = err
+	}
+	return r.requeue(s), nil
+}
+
+// requeue is when to look again: the backoff's end, a starting guest soon,
+// a running VM's QEMU on the poll that notices an exit.
+func (r *ComputerReconciler) requeue(s *computerScope) ctrl.Result {
+	if s.decision.Wait > 0 {
+		return ctrl.Result{RequeueAfter: s.decision.Wait}
+	}
+	if s.actErr != nil {
+		if w := r.backoffLeft(s.computer); w > 0 {
+			return ctrl.Result{RequeueAfter: w}
+		}
+		return ctrl.Result{RequeueAfter: startingPoll}
+	}
+	switch {
+	case s.obs.State == driver.Error:
+		return ctrl.Result{RequeueAfter: errorPoll}
+	case s.obs.State == driver.Running && (s.healthErr != nil):
+		return ctrl.Result{RequeueAfter: startingPoll}
+	case s.obs.State == driver.Running:
+		return ctrl.Result{RequeueAfter: runningPoll}
+	default:
+		return ctrl.Result{RequeueAfter: stoppedPoll}
+	}
+}
+
+// reconcileDelete destroys the VM and its files, then lets the Computer go.
+// A VM in ERROR holds it: nothing is killed that cannot be proven ours.
+func (r *ComputerReconciler) reconcileDelete(ctx context.Context, s *computerScope) (ctrl.Result, error) {
+	c := s.computer
+	if !controllerutil.ContainsFinalizer(c, ComputerFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.Driver.Destroy(ctx, vmID(c)); err != nil {
+		s.deleteErr = err
+		if errors.Is(err, driver.ErrVMError) {
+			return ctrl.Result{RequeueAfter: errorPoll}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("destroy the vm: %w", err)
+	}
+	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Destroyed", "Destroy", "VM %s and its files removed from the host", vmID(c))
+	patch := client.MergeFrom(c.DeepCopy())
+	controllerutil.RemoveFinalizer(c, ComputerFinalizer)
+	if err := r.Client.Patch(ctx, c, patch); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// pendingRequest: the annotation holds a value the status has not handled.
+func pendingRequest(c *dotsv1.Computer, key, handled string) bool {
+	v := c.Annotations[key]
+	return v != "" && v != handled
+}
+
+// backoffLeft is how long the crash-loop backoff still holds a start.
+func (r *ComputerReconciler) backoffLeft(c *dotsv1.Computer) time.Duration {
+	f := c.Status.StartFailure
+	if f == nil || f.RetryAfter == nil {
+		return 0
+	}
+	left := f.RetryAfter.Sub(r.Clock.Now())
+	if left < 0 {
+		return 0
+	}
+	return left
+}
+
+// startSpec is the driver's Spec for a Computer.
+func (r *ComputerReconciler) startSpec(c *dotsv1.Computer, token string) (driver.Spec, error) {
+	golden, runtime, err := r.ResolveImages(c)
+	if err != nil {
+		return driver.Spec{}, err
+	}
+	cpus := int(c.Spec.CPU)
+	if cpus == 0 {
+		cpus = 2
+	}
+	mem := c.Spec.Memory.Value() / (1 << 20)
+	if mem == 0 {
+		mem = 4096
+	}
+	return driver.Spec{
+		ID:           vmID(c),
+		UID:          string(c.UID),
+		CPUs:         cpus,
+		MemoryMiB:    mem,
+		DiskBytes:    c.Spec.Disk.Value(),
+		GoldenImage:  golden,
+		RuntimeImage: runtime,
+		Token:        token,
+	}, nil
+}
+
+// newestImages: the spec's version, else the one in use (so a newer
+// registration does not change a Computer's disk under it), else the newest
+// registered.
+func (r *ComputerReconciler) newestImages(c *dotsv1.Computer) (string, string, error) {
+	pick := func(kind paths.ImageKind, spec, inUse string) (string, error) {
+		if spec != "" {
+			return spec, nil
+		}
+		if inUse != "" {
+			return inUse, nil
+		}
+		img, err := images.Latest(r.Home, kind)
+		if err != nil {
+			return "", err
+		}
+		return img.Version, nil
+	}
+	golden, err := pick(paths.Golden, c.Spec.GoldenImage, c.Status.GoldenImage)
+	if err != nil {
+		return "", "", err
+	}
+	runtime, err := pick(paths.Runtime, c.Spec.RuntimeImage, c.Status.RuntimeImage)
+	if err != nil {
+		return "", "", err
+	}
+	return golden, runtime, nil
+}
+
+// ensureToken returns the Computer's guest token, creating its Secret (32
+// random bytes, owned by the Computer) on first use. The token is never
+// logged and never put in an error.
+func (r *ComputerReconciler) ensureToken(ctx context.Context, c *dotsv1.Computer) (string, error) {
+	key := client.ObjectKey{Namespace: c.Namespace, Name: TokenSecretName(c.Name)}
+	sec := &corev1.Secret{}
+	err := r.Client.Get(ctx, key, sec)
+	if apierrors.IsNotFound(err) {
+		var b [32]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", fmt.Errorf("make the guest token: %w", err)
+		}
+		sec = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{ComputerLabel: c.Name}},
+			Type:       corev1.SecretTypeOpaque,
+			Data:       map[string][]byte{TokenSecretKey: []byte(hex.EncodeToString(b[:]))},
+		}
+		if err := controllerutil.SetControllerReference(c, sec, r.Client.Scheme()); err != nil {
+			return "", err
+		}
+		err = r.Client.Create(ctx, sec)
+		if apierrors.IsAlreadyExists(err) {
+			// Made by an earlier reconcile the cache has not seen yet.
+			err = r.APIReader.Get(ctx, key, sec)
+		}
+		if err != nil {
+			return "", fmt.Errorf("create the guest-token secret %s: %w", key, err)
+		}
+	} else if err != nil {
+		return "", fmt.Errorf("read the guest-token secret %s: %w", key, err)
+	}
+	if !metav1.IsControlledBy(sec, c) {
+		return "", fmt.Errorf("secret %s exists and does not belong to Computer %s: delete or rename it", key, c.Name)
+	}
+	tok := string(sec.Data[TokenSecretKey])
+	if len(tok) < 16 {
+		return "", fmt.Errorf("secret %s has no usable %q key (at least 16 characters): delete it and a new token is made", key, TokenSecretKey)
+	}
+	return tok, nil
+}
+
+// ComputerLabel is set on the objects made for a Computer, with its name.
+const ComputerLabel = "dots.invisible.dev/computer"

@@ -1,0 +1,257 @@
+package controllers
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+)
+
+// maxTail bounds the QEMU log tail quoted in conditions and Events.
+const maxTail = 800
+
+// recordStartFailure counts one more failed start and sets when the next
+// may run (the crash-loop backoff).
+func (r *ComputerReconciler) recordStartFailure(c *dotsv1.Computer, msg string) {
+	f := c.Status.StartFailure
+	if f == nil {
+		f = &dotsv1.StartFailure{}
+	}
+	f.ConsecutiveFailCount++
+	t := metav1.NewTime(r.Clock.Now().Add(startBackoff(f.ConsecutiveFailCount, r.Jitter())))
+	f.RetryAfter = &t
+	f.Message = msg
+	c.Status.StartFailure = f
+}
+
+// updateStatus computes state, the observed fields, stopReason,
+// startFailure and the conditions from the scope. It is the one place a
+// Computer's status is set (the deferred patch writes it).
+func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
+	c := s.computer
+	st := &c.Status
+	now := r.Clock.Now()
+	gen := c.Generation
+	conds := &st.Conditions
+	d := s.decision
+	obs := s.obs
+	ready := func(status metav1.ConditionStatus, reason, msg string) {
+		setCondition(conds, gen, now, dotsv1.ReadyCondition, status, reason, msg)
+	}
+
+	if !c.DeletionTimestamp.IsZero() {
+		st.State = dotsv1.ComputerDeleting
+		msg := "the VM and its files are being destroyed"
+		if s.deleteErr != nil {
+			msg = "the VM cannot be destroyed: " + s.deleteErr.Error()
+		}
+		ready(metav1.ConditionFalse, dotsv1.DeletingReason, msg)
+		return
+	}
+	if !s.observed {
+		msg := "the Computer has not been observed on the host yet"
+		if s.observeErr != nil {
+			msg = "the host could not be read: " + s.observeErr.Error()
+		}
+		ready(metav1.ConditionFalse, dotsv1.NotReadyReason, msg)
+		return
+	}
+
+	// Requests consumed by a successful action (or made moot) are recorded
+	// so they run once.
+	if s.actErr == nil {
+		if d.StartHandled {
+			st.HandledStartRequest = c.Annotations[dotsv1.StartRequestedAnnotation]
+		}
+		if d.RebootHandled {
+			st.HandledRebootRequest = c.Annotations[dotsv1.RebootRequestedAnnotation]
+		}
+	}
+	if obs.GoldenImage != "" {
+		st.GoldenImage = obs.GoldenImage
+	}
+	if obs.RuntimeImage != "" {
+		st.RuntimeImage = obs.RuntimeImage
+	}
+
+	startFailed := (s.acted == actStart || s.acted == actReboot) && s.actErr != nil
+	if startFailed {
+		r.recordStartFailure(c, "start failed: "+s.actErr.Error())
+	}
+
+	switch {
+	case obs.State == driver.Error:
+		st.State = dotsv1.ComputerError
+		st.PID, st.GuestPort = int32(obs.PID), int32(obs.GuestPort)
+		ready(metav1.ConditionFalse, dotsv1.VMErrorReason, obs.Problem+logSuffix(obs.LogTail))
+
+	case obs.State == driver.Running:
+		st.PID, st.GuestPort = int32(obs.PID), int32(obs.GuestPort)
+		st.HostBootID = obs.Boot.BootID
+		st.StopReason = ""
+		switch {
+		case s.acted == actStop && s.actErr != nil:
+			st.State = dotsv1.ComputerRunning
+			ready(metav1.ConditionFalse, dotsv1.NotReadyReason, "the stop failed and QEMU still runs: "+s.actErr.Error())
+		case s.healthErr == nil && s.healthAsked:
+			st.State = dotsv1.ComputerRunning
+			st.StartFailure = nil
+			ready(metav1.ConditionTrue, dotsv1.ReadyReason, fmt.Sprintf("QEMU pid %d runs and dot-agentd answers on 127.0.0.1:%d", obs.PID, obs.GuestPort))
+		case s.prev.State == dotsv1.ComputerRunning && s.acted == actNone:
+			// It was up: a guest that stops answering is not a start.
+			st.State = dotsv1.ComputerRunning
+			ready(metav1.ConditionFalse, dotsv1.GuestNotAnsweringReason, "QEMU runs but dot-agentd does not answer GET /v1/health: "+errText(s.healthErr))
+		default:
+			st.State = dotsv1.ComputerStarting
+			ready(metav1.ConditionFalse, dotsv1.VMStartingReason, "QEMU runs; waiting for dot-agentd to answer GET /v1/health through the proven channel: "+errText(s.healthErr))
+		}
+
+	default: // Stopped
+		st.PID, st.GuestPort = 0, 0
+		st.StopReason = d.StopReason
+		if s.acted == actStart || s.acted == actReboot {
+			// A start that failed leaves the reason it had.
+			st.StopReason = s.prev.StopReason
+			if d.ExitedUnasked {
+				st.StopReason = dotsv1.StopExited
+			}
+		}
+		if st.StopReason != "" || obs.Provisioned {
+			st.State = dotsv1.ComputerStopped
+		} else {
+			st.State = dotsv1.ComputerProvisioning
+		}
+		switch {
+		case startFailed:
+			ready(metav1.ConditionFalse, dotsv1.StartFailedReason, st.StartFailure.Message+retryText(st.StartFailure))
+		case d.Wait > 0 && st.StartFailure != nil:
+			ready(metav1.ConditionFalse, dotsv1.StartFailedReason, st.StartFailure.Message+retryText(st.StartFailure))
+		case s.acted == actStop && s.actErr != nil:
+			ready(metav1.ConditionFalse, dotsv1.NotReadyReason, "the stop failed: "+s.actErr.Error())
+		default:
+			ready(metav1.ConditionFalse, dotsv1.VMStoppedReason, stoppedText(st.StopReason, c.Spec.RunStrategy))
+		}
+	}
+
+	switch {
+	case obs.Provisioned:
+		setCondition(conds, gen, now, dotsv1.ProvisionedCondition, metav1.ConditionTrue, dotsv1.ProvisionedReason, "the VM's disk exists on this host")
+	case startFailed:
+		setCondition(conds, gen, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionFailedReason, s.actErr.Error())
+	default:
+		setCondition(conds, gen, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionPendingReason, "the VM's disk is made at its first start")
+	}
+	if reconciled {
+		st.ObservedGeneration = gen
+	}
+}
+
+// recordTransition emits the Events of this reconcile: the action and how it
+// ended, an unasked exit, and every change of state.
+func (r *ComputerReconciler) recordTransition(s *computerScope) {
+	c := s.computer
+	st := c.Status
+	d := s.decision
+	if d.ExitedUnasked {
+		how := "QEMU exited without a stop being asked"
+		if s.obs.StaleBoot {
+			how = "the host restarted since QEMU was started"
+		} else if s.obs.ExitStatus != "" {
+			how += " (" + s.obs.ExitStatus + ")"
+		}
+		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Exited", "Observe", "%s%s", how, logSuffix(s.obs.LogTail))
+	}
+	switch s.acted {
+	case actStart, actReboot:
+		verb := "Started"
+		if s.acted == actReboot {
+			verb = "Rebooted"
+		}
+		if s.actErr != nil {
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "StartFailed", string(s.acted), "%s (failure %d in a row)%s", s.actErr.Error(), failCount(st.StartFailure), retryText(st.StartFailure))
+		} else {
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, verb, string(s.acted), "QEMU pid %d, guest port %d, images %s / %s", s.obs.PID, s.obs.GuestPort, st.GoldenImage, st.RuntimeImage)
+		}
+	case actStop:
+		switch {
+		case s.actErr != nil:
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "StopFailed", "Stop", "%s", s.actErr.Error())
+		case s.stop.PoweredOff:
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopped", "Stop", "the guest powered itself off")
+		case s.stop.Killed:
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Stopped", "Stop", "QEMU was killed: the guest did not power off in time")
+		default:
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopped", "Stop", "nothing was running")
+		}
+	}
+	if st.State != s.prev.State && st.State != "" {
+		typ := corev1.EventTypeNormal
+		if st.State == dotsv1.ComputerError {
+			typ = corev1.EventTypeWarning
+		}
+		note := fmt.Sprintf("%s -> %s", orNone(string(s.prev.State)), st.State)
+		if s.prev.State == "" && st.State == dotsv1.ComputerRunning && s.acted == actNone {
+			note += " (a running QEMU was adopted)"
+		}
+		r.Recorder.Eventf(c, nil, typ, "StateChanged", "Reconcile", "%s", note)
+	}
+}
+
+func failCount(f *dotsv1.StartFailure) int32 {
+	if f == nil {
+		return 0
+	}
+	return f.ConsecutiveFailCount
+}
+
+func retryText(f *dotsv1.StartFailure) string {
+	if f == nil || f.RetryAfter == nil {
+		return ""
+	}
+	return fmt.Sprintf("; next start not before %s", f.RetryAfter.UTC().Format("15:04:05"))
+}
+
+func stoppedText(reason dotsv1.StopReason, strategy dotsv1.RunStrategy) string {
+	switch reason {
+	case dotsv1.StopUser:
+		return "the VM was stopped by a person (runStrategy Halted); start it with `invisible-dots computer start` or set runStrategy OnDemand"
+	case dotsv1.StopIdle:
+		return "the VM sleeps (idle); work for its Dot starts it"
+	case dotsv1.StopExited:
+		if strategy == dotsv1.RunAlways {
+			return "the VM exited without being asked; it is started again"
+		}
+		return "the VM exited without being asked; start it with `invisible-dots computer start`"
+	}
+	return "the VM is not running"
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "not asked yet"
+	}
+	return err.Error()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// logSuffix quotes the end of QEMU's log and the serial console.
+func logSuffix(tail string) string {
+	tail = strings.TrimSpace(tail)
+	if tail == "" {
+		return ""
+	}
+	if len(tail) > maxTail {
+		tail = "..." + tail[len(tail)-maxTail:]
+	}
+	return "\n" + tail
+}

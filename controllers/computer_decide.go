@@ -1,0 +1,160 @@
+package controllers
+
+import (
+	"math"
+	"time"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+)
+
+// vmAction is the one thing a reconcile asks the driver to do.
+type vmAction string
+
+const (
+	actNone   vmAction = ""
+	actStart  vmAction = "Start"
+	actStop   vmAction = "Stop"
+	actReboot vmAction = "Reboot"
+)
+
+// runInput is what the run-strategy decision reads: the spec, the status
+// as the last reconcile left it, the host's observation and the pending
+// requests. Nothing in it is fetched by decideRun.
+type runInput struct {
+	Strategy dotsv1.RunStrategy
+	// PrevState and PrevStopReason are the status before this reconcile.
+	PrevState      dotsv1.ComputerState
+	PrevStopReason dotsv1.StopReason
+	// Observed is the driver's state; Exited and StaleBoot its facts about
+	// a QEMU that is gone.
+	Observed  driver.State
+	Exited    bool
+	StaleBoot bool
+	// StartRequested and RebootRequested: an annotation value not yet
+	// handled.
+	StartRequested  bool
+	RebootRequested bool
+	// BackoffLeft is how long the crash-loop backoff still holds starts.
+	BackoffLeft time.Duration
+}
+
+// runDecision is what to do and what to record.
+type runDecision struct {
+	Action vmAction
+	// StopReason is the reason to record (kept when the VM stays stopped,
+	// cleared by a start).
+	StopReason dotsv1.StopReason
+	// ExitedUnasked: the VM was running (or starting) and its QEMU is gone
+	// without a stop from us: an Event, and for a start that never reached
+	// RUNNING, one more consecutive failure.
+	ExitedUnasked bool
+	// CountFailure: the exit was of a start that never reached RUNNING.
+	CountFailure bool
+	// Wait is set when a start is due but the backoff holds it.
+	Wait time.Duration
+	// StartHandled and RebootHandled: the pending request is consumed by
+	// this decision (acted on, or moot) once the action succeeds.
+	StartHandled  bool
+	RebootHandled bool
+}
+
+// decideRun maps the run strategy and what the host shows to one action:
+// KubeVirt's syncRunStrategy in one switch. It is a pure function; the table
+// test covers it.
+func decideRun(in runInput) runDecision {
+	d := runDecision{StopReason: in.PrevStopReason}
+	if in.Observed == driver.Error {
+		// Nothing is started, stopped or rebooted on a VM the host cannot
+		// prove is ours: a second QEMU on its disk would corrupt it.
+		return d
+	}
+	running := in.Observed == driver.Running
+	wasUp := in.PrevState == dotsv1.ComputerRunning || in.PrevState == dotsv1.ComputerStarting
+	if !running && wasUp {
+		// It was up when we last looked and we did not stop it (a stop of
+		// ours records STOPPED before it returns): QEMU exited, was killed,
+		// or the host restarted (Exited, StaleBoot).
+		d.ExitedUnasked = true
+		d.CountFailure = in.PrevState == dotsv1.ComputerStarting
+		d.StopReason = dotsv1.StopExited
+	}
+
+	switch in.Strategy {
+	case dotsv1.RunHalted:
+		// The person stopped it: stop a running VM, record a stopped one as
+		// theirs. Requests to start or reboot wait for another strategy
+		// (a start through the CLI sets OnDemand first).
+		d.StopReason = dotsv1.StopUser
+		if running {
+			d.Action = actStop
+		}
+		return d
+
+	case dotsv1.RunAlways:
+		if running {
+			if in.RebootRequested {
+				d.Action, d.RebootHandled = actReboot, true
+			}
+			d.StartHandled = in.StartRequested
+			return d
+		}
+		return startUnlessBackoff(d, in)
+
+	default: // OnDemand, and an empty strategy (the CRD defaults it).
+		if running {
+			if in.RebootRequested {
+				d.Action, d.RebootHandled = actReboot, true
+			}
+			d.StartHandled = in.StartRequested
+			return d
+		}
+		// OnDemand starts the VM at create (no stop reason yet) and after a
+		// person lifted Halted (reason user); a VM asleep (idle) or exited
+		// stays down until something asks: a start or reboot request now,
+		// the idle and work logic later.
+		wake := in.StartRequested || in.RebootRequested ||
+			d.StopReason == "" || d.StopReason == dotsv1.StopUser
+		if !wake {
+			return d
+		}
+		return startUnlessBackoff(d, in)
+	}
+}
+
+// startUnlessBackoff starts the VM, or waits out the crash-loop backoff.
+func startUnlessBackoff(d runDecision, in runInput) runDecision {
+	if in.BackoffLeft > 0 {
+		d.Wait = in.BackoffLeft
+		return d
+	}
+	d.Action = actStart
+	d.StartHandled = in.StartRequested
+	d.RebootHandled = in.RebootRequested
+	return d
+}
+
+// maxStartBackoff caps the crash-loop backoff (KubeVirt's 300 s).
+const maxStartBackoff = 300 * time.Second
+
+// startBackoffUnit is the delay after the first failure; the n-th waits
+// n² units plus up to half as much again of jitter.
+const startBackoffUnit = 2 * time.Second
+
+// startBackoff is the wait before the next start after count consecutive
+// failures: count² units, plus jitter (jitter in [0,1) scales up to half of
+// that), capped at maxStartBackoff. KubeVirt's rule, with our unit.
+func startBackoff(count int32, jitter float64) time.Duration {
+	if count < 1 {
+		return 0
+	}
+	if count > 20 { // 20² units is past the cap already; avoids overflow
+		return maxStartBackoff
+	}
+	base := time.Duration(count) * time.Duration(count) * startBackoffUnit
+	d := base + time.Duration(math.Max(0, math.Min(jitter, 1))*float64(base)/2)
+	if d > maxStartBackoff {
+		return maxStartBackoff
+	}
+	return d
+}

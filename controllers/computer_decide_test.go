@@ -1,0 +1,167 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+)
+
+func TestDecideRun(t *testing.T) {
+	const (
+		onDemand = dotsv1.RunOnDemand
+		always   = dotsv1.RunAlways
+		halted   = dotsv1.RunHalted
+	)
+	tests := map[string]struct {
+		reason string
+		in     runInput
+		want   runDecision
+	}{
+		"OnDemandCreate": {
+			reason: "OnDemand starts the VM at create (no state, no stop reason yet)",
+			in:     runInput{Strategy: onDemand, Observed: driver.Stopped},
+			want:   runDecision{Action: actStart},
+		},
+		"EmptyStrategyIsOnDemand": {
+			reason: "an empty strategy (before defaulting) behaves as OnDemand",
+			in:     runInput{Observed: driver.Stopped},
+			want:   runDecision{Action: actStart},
+		},
+		"OnDemandRunningLeftAlone": {
+			reason: "a running OnDemand VM is left running; sleeping is the idle logic's",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerRunning, Observed: driver.Running},
+			want:   runDecision{},
+		},
+		"OnDemandIdleStaysAsleep": {
+			reason: "a VM asleep for idle is not woken by the run strategy",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopIdle, Observed: driver.Stopped},
+			want:   runDecision{StopReason: dotsv1.StopIdle},
+		},
+		"OnDemandExitedUnasked": {
+			reason: "an OnDemand VM that exited unasked is recorded exited and stays stopped",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerRunning, Observed: driver.Stopped, Exited: true},
+			want:   runDecision{StopReason: dotsv1.StopExited, ExitedUnasked: true},
+		},
+		"OnDemandExitedAlreadyRecorded": {
+			reason: "the same exit seen again (record still there) is not a new exit",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopExited, Observed: driver.Stopped, Exited: true},
+			want:   runDecision{StopReason: dotsv1.StopExited},
+		},
+		"OnDemandStartRequested": {
+			reason: "a start request wakes a sleeping OnDemand VM once",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopExited, Observed: driver.Stopped, StartRequested: true},
+			want:   runDecision{Action: actStart, StopReason: dotsv1.StopExited, StartHandled: true},
+		},
+		"OnDemandAfterHalted": {
+			reason: "the person lifted Halted (strategy back to OnDemand): start",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopUser, Observed: driver.Stopped},
+			want:   runDecision{Action: actStart, StopReason: dotsv1.StopUser},
+		},
+		"OnDemandStartingCrashCounts": {
+			reason: "QEMU gone before the guest answered is one more start failure",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStarting, Observed: driver.Stopped, Exited: true},
+			want:   runDecision{StopReason: dotsv1.StopExited, ExitedUnasked: true, CountFailure: true},
+		},
+		"AlwaysStopped": {
+			reason: "Always starts a stopped VM",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopUser, Observed: driver.Stopped},
+			want:   runDecision{Action: actStart, StopReason: dotsv1.StopUser},
+		},
+		"AlwaysExitedRestarts": {
+			reason: "Always restarts a VM that exited unasked, recording why",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerRunning, Observed: driver.Stopped, Exited: true},
+			want:   runDecision{Action: actStart, StopReason: dotsv1.StopExited, ExitedUnasked: true},
+		},
+		"AlwaysHostRebooted": {
+			reason: "records of an earlier boot: the VM is gone, and Always brings it back",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerRunning, Observed: driver.Stopped, StaleBoot: true},
+			want:   runDecision{Action: actStart, StopReason: dotsv1.StopExited, ExitedUnasked: true},
+		},
+		"AlwaysBackoffHolds": {
+			reason: "the crash-loop backoff holds the start and says how long",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopExited, Observed: driver.Stopped, BackoffLeft: 8 * time.Second},
+			want:   runDecision{StopReason: dotsv1.StopExited, Wait: 8 * time.Second},
+		},
+		"AlwaysRunningAdopted": {
+			reason: "a running VM after a server restart is adopted: no start",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerRunning, Observed: driver.Running},
+			want:   runDecision{},
+		},
+		"AlwaysRebootRequested": {
+			reason: "a reboot request of a running VM reboots it once",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, RebootRequested: true},
+			want:   runDecision{Action: actReboot, RebootHandled: true},
+		},
+		"RebootOfStoppedStarts": {
+			reason: "a reboot request of a stopped OnDemand VM starts it",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopIdle, Observed: driver.Stopped, RebootRequested: true},
+			want:   runDecision{Action: actStart, StopReason: dotsv1.StopIdle, RebootHandled: true},
+		},
+		"StartRequestWhileRunningIsMoot": {
+			reason: "a start request of a running VM is recorded handled without an action",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, StartRequested: true},
+			want:   runDecision{StartHandled: true},
+		},
+		"HaltedRunningStops": {
+			reason: "Halted stops a running VM, for the person",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerRunning, Observed: driver.Running},
+			want:   runDecision{Action: actStop, StopReason: dotsv1.StopUser},
+		},
+		"HaltedAsleepRecordsUser": {
+			reason: "the person's stop of a VM already asleep is recorded",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopIdle, Observed: driver.Stopped},
+			want:   runDecision{StopReason: dotsv1.StopUser},
+		},
+		"HaltedIgnoresStartRequest": {
+			reason: "Halted wins over a start request, which waits for another strategy",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopUser, Observed: driver.Stopped, StartRequested: true, RebootRequested: true},
+			want:   runDecision{StopReason: dotsv1.StopUser},
+		},
+		"ErrorTouchesNothing": {
+			reason: "a VM in ERROR is never started, stopped or rebooted",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerRunning, Observed: driver.Error, RebootRequested: true},
+			want:   runDecision{},
+		},
+		"ErrorUnderHalted": {
+			reason: "not even Halted kills a VM the host cannot prove is ours",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerRunning, Observed: driver.Error},
+			want:   runDecision{},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := decideRun(tc.in)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s\ndecideRun(%+v): -want +got:\n%s", tc.reason, tc.in, diff)
+			}
+		})
+	}
+}
+
+func TestStartBackoff(t *testing.T) {
+	tests := map[string]struct {
+		count  int32
+		jitter float64
+		want   time.Duration
+	}{
+		"NoFailure":      {count: 0, want: 0},
+		"First":          {count: 1, want: 2 * time.Second},
+		"FirstJitterMax": {count: 1, jitter: 0.999, want: 2*time.Second + time.Duration(0.999*float64(time.Second))},
+		"Third":          {count: 3, want: 18 * time.Second},
+		"ThirdJitter":    {count: 3, jitter: 0.5, want: 18*time.Second + 4500*time.Millisecond},
+		"Capped":         {count: 13, want: maxStartBackoff},
+		"CappedJitter":   {count: 12, jitter: 0.5, want: maxStartBackoff},
+		"Huge":           {count: 1 << 30, want: maxStartBackoff},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := startBackoff(tc.count, tc.jitter); got != tc.want {
+				t.Errorf("startBackoff(%d, %v) = %v; want %v", tc.count, tc.jitter, got, tc.want)
+			}
+		})
+	}
+}
