@@ -1,0 +1,567 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+)
+
+// Environment of the benchmark (not of the server, which gets none of it).
+const (
+	// envBinary names the invisible-dots binary; `make bench` builds
+	// bin/invisible-dots and passes it.
+	envBinary = "INVISIBLE_DOTS_BIN"
+	// envDots scales the run (default 1000 Dots and 1000 cycles); a small
+	// number makes a quick trial run.
+	envDots = "BENCH_DOTS"
+	// envSkipCompaction=1 skips the wait of about five minutes for kine's
+	// first compaction.
+	envSkipCompaction = "BENCH_SKIP_COMPACTION"
+)
+
+const (
+	// watchCount Dots are created with a watch open.
+	watchCount = 200
+	// settle is the pause before memory is read, so start-up work and the
+	// reconciler's queue have drained.
+	settle = 10 * time.Second
+	// startTimeout bounds a start, cold or warm.
+	startTimeout = 3 * time.Minute
+	// stopTimeout bounds the clean stop before the server is killed.
+	stopTimeout = 2 * time.Minute
+	// drainTimeout bounds the wait for deleted Dots and their Computers to be
+	// gone, or for every Dot's Computer to exist.
+	drainTimeout = 5 * time.Minute
+	// The apiserver-side kine compacts every kineCompactInterval, first one
+	// interval after it starts (internal/apiserver/kine.go), to the revision
+	// it found at the previous tick; compactionSlack is the margin on top.
+	kineCompactInterval = 5 * time.Minute
+	compactionSlack     = 90 * time.Second
+
+	benchNS = "bench"
+	cycleNS = "bench-cycle"
+	watchNS = "bench-watch"
+	// cyclePattern matches the keys of the cycle namespace's Dots and
+	// Computers in kine.
+	cyclePattern = "/registry/dots.invisible.dev/%/" + cycleNS + "/%"
+)
+
+// BenchmarkControlPlane runs invisible-dots server on a fresh home and
+// measures, in order: a cold start; idle memory; 1000 create/patch/delete
+// cycles and the database after them; the clean stop; a warm start on the
+// same home; idle memory; 1000 Dots created and patched; their Computers;
+// memory with them; create-to-watch-event latency; and, about five minutes
+// after the warm start, the database after kine's first compaction. Each
+// phase is a sub-benchmark reporting its figures; a table of them all is
+// printed at the end. Run it once: -benchtime=1x.
+func BenchmarkControlPlane(b *testing.B) {
+	bin := os.Getenv(envBinary)
+	if bin == "" {
+		bin = filepath.Join("..", "..", "bin", "invisible-dots")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		b.Fatalf("no invisible-dots binary at %s (%v): run `make bench`, or `make build` first, or set %s", bin, err, envBinary)
+	}
+	n := 1000
+	if v := os.Getenv(envDots); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("%s=%q is not a positive number of Dots", envDots, v)
+		}
+	}
+	root, err := os.MkdirTemp("", "idbench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	home, err := paths.New(filepath.Join(root, "home"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr, err := freeAddress()
+	if err != nil {
+		b.Fatal(err)
+	}
+	logPath := filepath.Join(root, "server.log")
+	ctx := context.Background()
+	rep := &report{dots: n, began: time.Now(), loadBefore: loadAverage()}
+
+	var (
+		srv              *server
+		client           dynamic.Interface
+		warmStarted      time.Time
+		afterCycles      dbStats
+		compactAtWarm    int64
+		createsBegan     time.Time
+		keepServerLogDir bool
+	)
+	defer func() {
+		if srv != nil {
+			select {
+			case <-srv.exited:
+			default:
+				_, _ = srv.stop(stopTimeout)
+			}
+		}
+		if keepServerLogDir || b.Failed() {
+			b.Logf("the home and the server log are kept in %s", root)
+			return
+		}
+		_ = os.RemoveAll(root)
+	}()
+
+	start := func(kind string) ([]metric, error) {
+		var err error
+		srv, err = startServer(bin, home, addr, logPath)
+		if err != nil {
+			return nil, err
+		}
+		r, err := srv.waitReady(ctx, startTimeout)
+		if err != nil {
+			return nil, err
+		}
+		client, err = srv.client()
+		if err != nil {
+			return nil, err
+		}
+		rep.add(kind+" start: /readyz 200 after exec", fmt.Sprintf("%.0f ms", ms(r.API)), targetIf(kind == "warm", "< 2000 ms"))
+		rep.add(kind+" start: Dots listable (kubeconfig written)", fmt.Sprintf("%.0f ms", ms(r.Dots)), targetIf(kind == "warm", "< 2000 ms"))
+		return []metric{{ms(r.API), "api-ready-ms"}, {ms(r.Dots), "dots-ready-ms"}}, nil
+	}
+	stop := func(kind string) ([]metric, error) {
+		took, err := srv.stop(stopTimeout)
+		if err != nil {
+			return nil, err
+		}
+		rep.add(kind+" server: clean stop (SIGINT to exit)", fmt.Sprintf("%.0f ms", ms(took)), "")
+		return []metric{{ms(took), "stop-ms"}}, nil
+	}
+	mem := func(label string, pause time.Duration) ([]metric, error) {
+		time.Sleep(pause)
+		self, kids, names, err := treeMemory(srv.pid())
+		if err != nil {
+			return nil, err
+		}
+		target := ""
+		if strings.HasPrefix(label, "idle") {
+			target = "< 200 MiB"
+		}
+		rep.add("memory "+label+": server VmRSS", fmt.Sprintf("%.1f MiB", mib(self.RSS)), target)
+		rep.add("memory "+label+": postgres RSS (sum) / PSS (sum)",
+			fmt.Sprintf("%.1f / %.1f MiB in %d processes", mib(kids.RSS), mib(kids.PSS), kids.Processes), "")
+		if others := otherThan(names, "postgres"); others != "" {
+			rep.add("memory "+label+": children not named postgres", others, "")
+		}
+		return []metric{
+			{mib(self.RSS), "server-rss-MiB"}, {mib(self.PSS), "server-pss-MiB"},
+			{mib(kids.RSS), "postgres-rss-MiB"}, {mib(kids.PSS), "postgres-pss-MiB"},
+			{float64(kids.Processes), "postgres-procs"},
+		}, nil
+	}
+
+	phases := []struct {
+		name string
+		run  func() ([]metric, error)
+	}{
+		{"start/cold", func() ([]metric, error) { return start("cold") }},
+		{"memory/idle-cold", func() ([]metric, error) { return mem("idle after cold start", settle) }},
+		{"db/cycles", func() ([]metric, error) {
+			before, err := readDB(ctx, home, cyclePattern)
+			if err != nil {
+				return nil, err
+			}
+			if err := createNamespace(ctx, client, cycleNS); err != nil {
+				return nil, err
+			}
+			began := time.Now()
+			for i := range n {
+				name := fmt.Sprintf("cycle-%04d", i)
+				dots := client.Resource(dotsGVR).Namespace(cycleNS)
+				if _, err := dots.Create(ctx, newDot(cycleNS, name), metav1.CreateOptions{}); err != nil {
+					return nil, fmt.Errorf("cycle %d: create Dot %s: %w", i, name, err)
+				}
+				if _, err := dots.Patch(ctx, name, types.MergePatchType, instructionsPatch(i), metav1.PatchOptions{}); err != nil {
+					return nil, fmt.Errorf("cycle %d: patch Dot %s: %w", i, name, err)
+				}
+				if err := dots.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+					return nil, fmt.Errorf("cycle %d: delete Dot %s: %w", i, name, err)
+				}
+			}
+			requests := time.Since(began)
+			if err := waitCount(ctx, client, cycleNS, 0, 0); err != nil {
+				return nil, err
+			}
+			drained := time.Since(began)
+			afterCycles, err = readDB(ctx, home, cyclePattern)
+			if err != nil {
+				return nil, err
+			}
+			rep.add(fmt.Sprintf("%d create/patch/delete cycles: requests, then all gone", n),
+				fmt.Sprintf("%.1f s, %.1f s", requests.Seconds(), drained.Seconds()), "")
+			rep.add("database before the cycles (pg_database_size; kine table)", sizes(before), "")
+			rep.add("database after the cycles", sizes(afterCycles), "")
+			rep.add("kine rows after the cycles (all; of the cycle namespace)",
+				fmt.Sprintf("%d; %d (revision %d)", afterCycles.Rows, afterCycles.Matching, afterCycles.Revision), "")
+			return []metric{
+				{requests.Seconds(), "requests-s"}, {drained.Seconds(), "drained-s"},
+				{mib(before.Database), "db-before-MiB"}, {mib(afterCycles.Database), "db-after-MiB"},
+				{mib(afterCycles.Kine), "kine-after-MiB"}, {float64(afterCycles.Rows), "kine-rows"},
+				{float64(afterCycles.Matching), "cycle-rows"},
+			}, nil
+		}},
+		{"stop/cold", func() ([]metric, error) { return stop("cold") }},
+		{"start/warm", func() ([]metric, error) {
+			// The kubeconfig is written anew once the CRDs are established:
+			// removing the old one makes its appearance the signal again.
+			if err := os.Remove(home.Kubeconfig()); err != nil {
+				return nil, fmt.Errorf("remove the old kubeconfig: %w", err)
+			}
+			warmStarted = time.Now()
+			m, err := start("warm")
+			if err != nil {
+				return nil, err
+			}
+			s, err := readDB(ctx, home, cyclePattern)
+			if err != nil {
+				return nil, err
+			}
+			compactAtWarm = s.CompactRevision
+			return m, nil
+		}},
+		{"memory/idle", func() ([]metric, error) { return mem("idle after warm start", settle) }},
+		{"dots/create", func() ([]metric, error) {
+			if err := createNamespace(ctx, client, benchNS); err != nil {
+				return nil, err
+			}
+			dots := client.Resource(dotsGVR).Namespace(benchNS)
+			createsBegan = time.Now()
+			lat := make([]time.Duration, 0, n)
+			for i := range n {
+				name := fmt.Sprintf("dot-%04d", i)
+				t := time.Now()
+				if _, err := dots.Create(ctx, newDot(benchNS, name), metav1.CreateOptions{}); err != nil {
+					return nil, fmt.Errorf("create Dot %s: %w", name, err)
+				}
+				lat = append(lat, time.Since(t))
+			}
+			return rep.latencies(fmt.Sprintf("create %d Dots one after another", n), "", lat), nil
+		}},
+		{"dots/patch", func() ([]metric, error) {
+			dots := client.Resource(dotsGVR).Namespace(benchNS)
+			lat := make([]time.Duration, 0, n)
+			for i := range n {
+				name := fmt.Sprintf("dot-%04d", i)
+				t := time.Now()
+				if _, err := dots.Patch(ctx, name, types.MergePatchType, instructionsPatch(i), metav1.PatchOptions{}); err != nil {
+					return nil, fmt.Errorf("patch Dot %s: %w", name, err)
+				}
+				lat = append(lat, time.Since(t))
+			}
+			return rep.latencies(fmt.Sprintf("merge-patch %d Dots one after another", n), "", lat), nil
+		}},
+		{"dots/computers", func() ([]metric, error) {
+			if err := waitCount(ctx, client, benchNS, n, n); err != nil {
+				return nil, err
+			}
+			all := time.Since(createsBegan)
+			rep.add(fmt.Sprintf("every one of %d Dots has its Computer, from the first create", n), fmt.Sprintf("%.1f s", all.Seconds()), "")
+			return []metric{{all.Seconds(), "all-computers-s"}}, nil
+		}},
+		{"memory/with-dots", func() ([]metric, error) {
+			return mem(fmt.Sprintf("with %d Dots and Computers", n), settle)
+		}},
+		{"watch", func() ([]metric, error) { return watchLatency(ctx, client, rep) }},
+		{"db/compacted", func() ([]metric, error) {
+			if os.Getenv(envSkipCompaction) == "1" {
+				rep.add("database after kine's compaction", "not measured ("+envSkipCompaction+"=1)", "")
+				return nil, nil
+			}
+			deadline := warmStarted.Add(kineCompactInterval + compactionSlack)
+			var s dbStats
+			compacted := false
+			for {
+				var err error
+				if s, err = readDB(ctx, home, cyclePattern); err != nil {
+					return nil, err
+				}
+				if compacted = s.CompactRevision > compactAtWarm; compacted || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(2 * time.Second)
+			}
+			after := time.Since(warmStarted)
+			if !compacted {
+				keepServerLogDir = true
+				rep.add("database after kine's compaction",
+					fmt.Sprintf("NO compaction seen %.0f s after the warm start (compact revision still %d)", after.Seconds(), s.CompactRevision), "")
+				b.Logf("kine did not compact within %s of the warm start", after.Round(time.Second))
+				return []metric{{0, "compacted"}}, nil
+			}
+			rep.add("kine's first compaction seen, after the warm start", fmt.Sprintf("%.0f s (to revision %d of %d)", after.Seconds(), s.CompactRevision, s.Revision), "")
+			rep.add("database after the compaction", sizes(s), "")
+			rep.add("kine rows after the compaction (all; of the cycle namespace; dead, not yet vacuumed)",
+				fmt.Sprintf("%d; %d; %d", s.Rows, s.Matching, s.DeadRows), "")
+			return []metric{
+				{1, "compacted"}, {after.Seconds(), "after-warm-start-s"},
+				{mib(s.Database), "db-MiB"}, {mib(s.Kine), "kine-MiB"},
+				{float64(s.Rows), "kine-rows"}, {float64(s.Matching), "cycle-rows"}, {float64(s.DeadRows), "dead-rows"},
+			}, nil
+		}},
+		{"memory/with-dots-later", func() ([]metric, error) {
+			return mem(fmt.Sprintf("with %d Dots, minutes later", n), 0)
+		}},
+		{"stop/warm", func() ([]metric, error) { return stop("warm") }},
+	}
+
+	for _, p := range phases {
+		var (
+			done bool
+			ms   []metric
+			err  error
+		)
+		ok := b.Run(p.name, func(b *testing.B) {
+			// A phase runs once whatever b.N is; a second call (without
+			// -benchtime=1x) only reports again.
+			if !done {
+				ms, err = p.run()
+				done = true
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(0, "ns/op")
+			for _, m := range ms {
+				b.ReportMetric(m.value, m.unit)
+			}
+		})
+		if !ok {
+			break
+		}
+	}
+	rep.print()
+}
+
+// watchLatency opens a watch on an empty namespace, creates watchCount Dots
+// in it one after another, and measures from the start of each create, and
+// from its return, to the ADDED event that carries it.
+func watchLatency(ctx context.Context, client dynamic.Interface, rep *report) ([]metric, error) {
+	if err := createNamespace(ctx, client, watchNS); err != nil {
+		return nil, err
+	}
+	dots := client.Resource(dotsGVR).Namespace(watchNS)
+	list, err := dots.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Dots in %s: %w", watchNS, err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := dots.Watch(wctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+	if err != nil {
+		return nil, fmt.Errorf("watch Dots in %s: %w", watchNS, err)
+	}
+	defer w.Stop()
+	var (
+		mu    sync.Mutex
+		added = map[string]time.Time{}
+		all   = make(chan struct{})
+	)
+	go func() {
+		for ev := range w.ResultChan() {
+			at := time.Now()
+			if ev.Type != watch.Added {
+				continue
+			}
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			added[u.GetName()] = at
+			if len(added) == watchCount {
+				close(all)
+			}
+			mu.Unlock()
+		}
+	}()
+	starts := make([]time.Time, watchCount)
+	returns := make([]time.Time, watchCount)
+	for i := range watchCount {
+		name := fmt.Sprintf("watched-%04d", i)
+		starts[i] = time.Now()
+		if _, err := dots.Create(ctx, newDot(watchNS, name), metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("create Dot %s: %w", name, err)
+		}
+		returns[i] = time.Now()
+	}
+	select {
+	case <-all:
+	case <-time.After(time.Minute):
+		mu.Lock()
+		got := len(added)
+		mu.Unlock()
+		return nil, fmt.Errorf("the watch delivered %d of %d ADDED events within a minute of the last create", got, watchCount)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	fromStart := make([]time.Duration, 0, watchCount)
+	fromReturn := make([]time.Duration, 0, watchCount)
+	early := 0
+	for i := range watchCount {
+		at := added[fmt.Sprintf("watched-%04d", i)]
+		fromStart = append(fromStart, at.Sub(starts[i]))
+		d := at.Sub(returns[i])
+		if d < 0 {
+			early++ // the event arrived before the create's response
+			d = 0
+		}
+		fromReturn = append(fromReturn, d)
+	}
+	m := rep.latencies(fmt.Sprintf("create-to-ADDED event, from create start (%d Dots)", watchCount), "p99 < 50 ms", fromStart)
+	m2 := rep.latencies("create-to-ADDED event, from create return (0 if before)", "", fromReturn)
+	rep.add("ADDED events that arrived before their create returned", fmt.Sprintf("%d of %d", early, watchCount), "")
+	for i := range m2 {
+		m2[i].unit = "after-return-" + m2[i].unit
+	}
+	return append(m, m2...), nil
+}
+
+// newDot is a valid Dot with what a person would write at the least.
+func newDot(ns, name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "dots.invisible.dev/v1alpha1",
+		"kind":       "Dot",
+		"metadata":   map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"instructions": "Keep an eye on the benchmark.",
+			"model":        map[string]any{"provider": "openrouter", "id": "z-ai/glm-5.3-flash"},
+			"computer":     map[string]any{"cpu": int64(2), "memory": "4Gi", "disk": "40Gi"},
+		},
+	}}
+}
+
+func instructionsPatch(i int) []byte {
+	return fmt.Appendf(nil, `{"spec":{"instructions":"Patched %d times over."}}`, i)
+}
+
+func createNamespace(ctx context.Context, client dynamic.Interface, name string) error {
+	ns := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name},
+	}}
+	if _, err := client.Resource(namespacesGVR).Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// waitCount waits until namespace ns holds exactly dots Dots and computers
+// Computers.
+func waitCount(ctx context.Context, client dynamic.Interface, ns string, dots, computers int) error {
+	deadline := time.Now().Add(drainTimeout)
+	for {
+		d, err := client.Resource(dotsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list Dots in %s: %w", ns, err)
+		}
+		c, err := client.Resource(computersGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list Computers in %s: %w", ns, err)
+		}
+		if len(d.Items) == dots && len(c.Items) == computers {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("namespace %s still holds %d Dots and %d Computers after %s, not %d and %d",
+				ns, len(d.Items), len(c.Items), drainTimeout, dots, computers)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+type metric struct {
+	value float64
+	unit  string
+}
+
+// report collects the figures for the table printed at the end.
+type report struct {
+	dots       int
+	began      time.Time
+	loadBefore string
+	rows       [][3]string
+}
+
+func (r *report) add(figure, value, target string) {
+	r.rows = append(r.rows, [3]string{figure, value, target})
+}
+
+// latencies adds a p50/p99 row and returns the metrics.
+func (r *report) latencies(figure, target string, ds []time.Duration) []metric {
+	p50, p99 := percentile(ds, 50), percentile(ds, 99)
+	r.add(figure+": p50 / p99 / max",
+		fmt.Sprintf("%.1f / %.1f / %.1f ms", ms(p50), ms(p99), ms(percentile(ds, 100))), target)
+	return []metric{{ms(p50), "p50-ms"}, {ms(p99), "p99-ms"}}
+}
+
+func (r *report) print() {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\ninvisible-dots control plane, %d Dots; %d CPUs; load average %s before, %s after; %s in all\n\n",
+		r.dots, runtime.NumCPU(), r.loadBefore, loadAverage(), time.Since(r.began).Round(time.Second))
+	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tmeasured\ttarget")
+	for _, row := range r.rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", row[0], row[1], row[2])
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(os.Stdout, sb.String())
+}
+
+func targetIf(ok bool, target string) string {
+	if ok {
+		return target
+	}
+	return ""
+}
+
+func sizes(s dbStats) string {
+	return fmt.Sprintf("%.1f MiB; %.1f MiB", mib(s.Database), mib(s.Kine))
+}
+
+// otherThan lists the names in counts other than want, "name×count".
+func otherThan(counts map[string]int, want string) string {
+	var out []string
+	for name, c := range counts {
+		if name != want {
+			out = append(out, fmt.Sprintf("%s×%d", name, c))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// loadAverage is the 1, 5 and 15 minute load averages: the machine may be
+// shared, and the figures mean little without it.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
