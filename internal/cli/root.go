@@ -18,6 +18,7 @@ var subcommands = []func() *cobra.Command{
 	newKubeconfigCommand,
 	newDoctorCommand,
 	newSetupCommand,
+	newComputerCommand,
 }
 
 // NewRootCommand builds the invisible-dots command tree.

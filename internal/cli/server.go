@@ -11,7 +11,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
 )
 
@@ -75,10 +77,19 @@ It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 			if cp.KubeconfigPath != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", cp.KubeconfigPath)
 			}
+			// This host's VMs run through the QEMU driver; without QEMU the
+			// server still serves, and each Computer says no host agent runs.
+			var vmDriver driver.Driver
+			if d, err := qemu.New(ctx, qemu.Options{Home: home}); err != nil {
+				log.Error(err, "this host cannot run VMs: Computers stay PROVISIONING; run invisible-dots setup (invisible-dots doctor shows what is missing)")
+			} else {
+				vmDriver = d
+			}
 			err = controllers.Run(ctx, controllers.Options{
 				Config:     cp.Config,
 				Home:       home,
 				DB:         cp.DB,
+				Driver:     vmDriver,
 				Log:        log.WithName("controllers"),
 				APIStopped: apiStopped(cp),
 			})

@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+)
+
+// newComputerCommand is `invisible-dots computer start|stop|reboot NAME`:
+// thin writes of the same spec field and annotations kubectl can write. The
+// Computer reconciler does the work.
+func newComputerCommand() *cobra.Command {
+	var namespace string
+	cmd := &cobra.Command{
+		Use:   "computer",
+		Short: "Start, stop or reboot a Dot's computer (writes its Computer resource, as kubectl can)",
+		Long: `computer start|stop|reboot NAME writes the Computer resource of that name through the
+kubeconfig in $INVISIBLE_DOTS_HOME; the server's Computer reconciler acts on it:
+
+  stop    sets spec.runStrategy to Halted: the guest is asked to power off; its
+          automations pause until it is started again
+  start   sets spec.runStrategy back to OnDemand when it is Halted, and annotates
+          ` + dotsv1.StartRequestedAnnotation + `=<now> so a sleeping or exited VM starts once
+  reboot  annotates ` + dotsv1.RebootRequestedAnnotation + `=<now>: stop, then start (a new runtime
+          image, CPU count or memory size applies)
+
+The same with kubectl:
+  kubectl patch computer NAME --type merge -p '{"spec":{"runStrategy":"Halted"}}'
+  kubectl annotate --overwrite computer NAME ` + dotsv1.RebootRequestedAnnotation + `="$(date -Is)"
+
+Follow it with: kubectl get computer NAME -w`,
+	}
+	cmd.PersistentFlags().StringVarP(&namespace, "namespace", "n", "default", "the Computer's namespace")
+	for _, a := range []struct {
+		use, short string
+		mutate     func(c *dotsv1.Computer, now string) error
+	}{
+		{"start NAME", "Start the computer (and lift a person's stop)", requestStart},
+		{"stop NAME", "Stop the computer for the person (runStrategy Halted; automations pause)", requestStop},
+		{"reboot NAME", "Reboot the computer (stop, then start)", requestReboot},
+	} {
+		a := a
+		cmd.AddCommand(&cobra.Command{
+			Use:   a.use,
+			Short: a.short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := homeClient()
+				if err != nil {
+					return err
+				}
+				verb := a.use[:len(a.use)-len(" NAME")]
+				if err := patchComputer(cmd.Context(), c, client.ObjectKey{Namespace: namespace, Name: args[0]}, a.mutate); err != nil {
+					return fmt.Errorf("%s computer %s/%s: %w", verb, namespace, args[0], err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "computer %s/%s: %s requested (follow it: kubectl get computer %s -n %s -w)\n", namespace, args[0], verb, args[0], namespace)
+				return nil
+			},
+		})
+	}
+	return cmd
+}
+
+func requestStart(c *dotsv1.Computer, now string) error {
+	if c.Spec.RunStrategy == dotsv1.RunHalted {
+		c.Spec.RunStrategy = dotsv1.RunOnDemand
+	}
+	setAnnotation(c, dotsv1.StartRequestedAnnotation, now)
+	return nil
+}
+
+func requestStop(c *dotsv1.Computer, _ string) error {
+	c.Spec.RunStrategy = dotsv1.RunHalted
+	return nil
+}
+
+func requestReboot(c *dotsv1.Computer, now string) error {
+	if c.Spec.RunStrategy == dotsv1.RunHalted {
+		return fmt.Errorf("it is stopped by a person (runStrategy Halted): start it with 'invisible-dots computer start %s'", c.Name)
+	}
+	setAnnotation(c, dotsv1.RebootRequestedAnnotation, now)
+	return nil
+}
+
+func setAnnotation(c *dotsv1.Computer, key, value string) {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[key] = value
+}
+
+// patchComputer reads the Computer, applies mutate, and writes the
+// difference as a merge patch with the resourceVersion it read (a
+// concurrent writer makes it fail instead of being overwritten).
+func patchComputer(ctx context.Context, c client.Client, key client.ObjectKey, mutate func(*dotsv1.Computer, string) error) error {
+	cur := &dotsv1.Computer{}
+	if err := c.Get(ctx, key, cur); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("no such Computer (kubectl get computers -A lists them): %w", err)
+		}
+		return err
+	}
+	base := cur.DeepCopy()
+	if err := mutate(cur, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return err
+	}
+	return c.Patch(ctx, cur, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+}
+
+// homeClient is a client of the server whose kubeconfig is in the home.
+func homeClient() (client.Client, error) {
+	home, err := paths.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(home.Kubeconfig()); err != nil {
+		return nil, fmt.Errorf("no kubeconfig at %s: start the server with 'invisible-dots server' (%w)", home.Kubeconfig(), err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", home.Kubeconfig())
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", home.Kubeconfig(), err)
+	}
+	return client.New(cfg, client.Options{Scheme: controllers.Scheme})
+}
