@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -164,6 +165,9 @@ func (r *ComputerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_
 		}
 		r.updateStatus(s, reterr == nil)
 		r.recordTransition(s)
+		if equality.Semantic.DeepEqual(before.Status, c.Status) {
+			return // the steady state writes nothing
+		}
 		if err := r.Client.Status().Patch(ctx, c, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
@@ -358,6 +362,11 @@ func (r *ComputerReconciler) startSpec(c *dotsv1.Computer, token string) (driver
 func (r *ComputerReconciler) newestImages(c *dotsv1.Computer) (string, string, error) {
 	pick := func(kind paths.ImageKind, spec, inUse string) (string, error) {
 		if spec != "" {
+			// A version named in the spec must be registered: say so here,
+			// before the driver is asked.
+			if _, err := images.Get(r.Home, kind, spec); err != nil {
+				return "", err
+			}
 			return spec, nil
 		}
 		if inUse != "" {

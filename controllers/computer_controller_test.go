@@ -1,0 +1,211 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	clientfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
+	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+)
+
+var testNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func testComputer(name string, strategy dotsv1.RunStrategy) *dotsv1.Computer {
+	return &dotsv1.Computer{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Finalizers: []string{ComputerFinalizer}},
+		Spec: dotsv1.ComputerSpec{CPU: 2, Memory: resource.MustParse("512Mi"), Disk: resource.MustParse("2Gi"),
+			RunStrategy: strategy},
+	}
+}
+
+func newTestReconciler(drv driver.Driver, objs ...client.Object) (*ComputerReconciler, client.Client) {
+	c := clientfake.NewClientBuilder().WithScheme(Scheme).
+		WithStatusSubresource(&dotsv1.Computer{}).WithObjects(objs...).Build()
+	return &ComputerReconciler{
+		Client: c, APIReader: c, Driver: drv,
+		Recorder: events.NewFakeRecorder(1000),
+		Clock:    clocktesting.NewFakePassiveClock(testNow),
+		Jitter:   func() float64 { return 0 },
+		ResolveImages: func(*dotsv1.Computer) (string, string, error) {
+			return "g1", "r1", nil
+		},
+	}, c
+}
+
+func reconcileOnce(t *testing.T, r *ComputerReconciler, name string) ctrl.Result {
+	t.Helper()
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "default", Name: name}})
+	if err != nil {
+		t.Fatalf("Reconcile(%s): %v", name, err)
+	}
+	return res
+}
+
+func TestComputerStartPassesTokenFromItsSecret(t *testing.T) {
+	var got driver.Spec
+	h := fake.NewHost()
+	drv := fake.DriverFns{
+		ObserveFn: h.Observe,
+		StartFn: func(ctx context.Context, s driver.Spec) (driver.Observation, error) {
+			got = s
+			return h.Start(ctx, s)
+		},
+		HealthFn: h.Health,
+	}
+	r, c := newTestReconciler(drv, testComputer("a", dotsv1.RunOnDemand))
+	reconcileOnce(t, r, "a")
+
+	sec := &corev1.Secret{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: TokenSecretName("a")}, sec); err != nil {
+		t.Fatalf("token secret: %v", err)
+	}
+	want := driver.Spec{
+		ID: paths.VMID{Namespace: "default", Name: "a"}, UID: "uid-a", CPUs: 2, MemoryMiB: 512, DiskBytes: 2 << 30,
+		GoldenImage: "g1", RuntimeImage: "r1", Token: string(sec.Data[TokenSecretKey]),
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Start spec: -want +got:\n%s", diff)
+	}
+	if len(got.Token) != 64 {
+		t.Errorf("token is %d characters; want 64 (32 random bytes, hex)", len(got.Token))
+	}
+
+	comp := &dotsv1.Computer{}
+	_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "a"}, comp)
+	if comp.Status.State != dotsv1.ComputerRunning || !meta.IsStatusConditionTrue(comp.Status.Conditions, dotsv1.ReadyCondition) {
+		t.Errorf("after one reconcile: state %s, conditions %+v; want RUNNING and Ready", comp.Status.State, comp.Status.Conditions)
+	}
+	for _, cond := range comp.Status.Conditions {
+		if strings.Contains(cond.Message, got.Token) {
+			t.Errorf("condition %s carries the token", cond.Type)
+		}
+	}
+}
+
+func TestComputerDeletionBlockedByVMError(t *testing.T) {
+	destroyed := false
+	drv := fake.DriverFns{
+		DestroyFn: func(ctx context.Context, id paths.VMID) error {
+			if destroyed {
+				return nil
+			}
+			return fmt.Errorf("destroy %s: %w: pid 4242 does not listen on its guest port", id, driver.ErrVMError)
+		},
+	}
+	comp := testComputer("b", dotsv1.RunAlways)
+	r, c := newTestReconciler(drv, comp)
+	if err := c.Delete(context.Background(), comp); err != nil {
+		t.Fatal(err)
+	}
+	res := reconcileOnce(t, r, "b")
+	if res.RequeueAfter == 0 {
+		t.Errorf("blocked deletion: no requeue; want a poll")
+	}
+	got := &dotsv1.Computer{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(comp), got); err != nil {
+		t.Fatalf("the Computer went although its VM is in ERROR: %v", err)
+	}
+	ready := meta.FindStatusCondition(got.Status.Conditions, dotsv1.ReadyCondition)
+	if got.Status.State != dotsv1.ComputerDeleting || ready == nil || !strings.Contains(ready.Message, "pid 4242") {
+		t.Errorf("state %s, Ready %+v; want DELETING and a message naming the problem", got.Status.State, ready)
+	}
+
+	destroyed = true
+	reconcileOnce(t, r, "b")
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(comp), got); err == nil {
+		t.Errorf("after a successful destroy the Computer is still there with finalizers %v", got.Finalizers)
+	}
+}
+
+func TestComputerCrashLoopBackoff(t *testing.T) {
+	h := fake.NewHost()
+	id := paths.VMID{Namespace: "default", Name: "c"}
+	h.FailStart[id] = fmt.Errorf("qemu exited at once: no such file")
+	r, c := newTestReconciler(h, testComputer("c", dotsv1.RunAlways))
+	clk := r.Clock.(*clocktesting.FakePassiveClock)
+
+	res := reconcileOnce(t, r, "c")
+	got := &dotsv1.Computer{}
+	_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "c"}, got)
+	wantRetry := metav1.NewTime(testNow.Add(2 * time.Second))
+	if f := got.Status.StartFailure; f == nil || f.ConsecutiveFailCount != 1 || !f.RetryAfter.Equal(&wantRetry) {
+		t.Fatalf("after one failed start: startFailure %+v; want count 1, retry at %v", f, wantRetry)
+	}
+	if res.RequeueAfter != 2*time.Second {
+		t.Errorf("RequeueAfter = %v; want the 2s backoff", res.RequeueAfter)
+	}
+
+	// Within the backoff nothing is started.
+	starts := h.Calls("Start")
+	clk.SetTime(testNow.Add(time.Second))
+	res = reconcileOnce(t, r, "c")
+	if h.Calls("Start") != starts || res.RequeueAfter != time.Second {
+		t.Errorf("inside the backoff: %d starts, RequeueAfter %v; want none and 1s", h.Calls("Start")-starts, res.RequeueAfter)
+	}
+
+	// After it, a second failure waits 2²×2 s.
+	clk.SetTime(testNow.Add(2 * time.Second))
+	reconcileOnce(t, r, "c")
+	_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "c"}, got)
+	wantRetry = metav1.NewTime(testNow.Add(10 * time.Second))
+	if f := got.Status.StartFailure; f == nil || f.ConsecutiveFailCount != 2 || !f.RetryAfter.Equal(&wantRetry) {
+		t.Fatalf("after two failed starts: startFailure %+v; want count 2, retry at %v", f, wantRetry)
+	}
+
+	// Cleared once RUNNING and Ready.
+	delete(h.FailStart, id)
+	clk.SetTime(testNow.Add(10 * time.Second))
+	reconcileOnce(t, r, "c")
+	_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "c"}, got)
+	if got.Status.State != dotsv1.ComputerRunning || got.Status.StartFailure != nil {
+		t.Errorf("after a good start: state %s, startFailure %+v; want RUNNING and none", got.Status.State, got.Status.StartFailure)
+	}
+}
+
+// BenchmarkReconcile100Computers measures one reconcile of each of 100
+// running Computers (observe, health, status patch) against the in-memory
+// fake host and controller-runtime's fake client: the reconciler's own cost,
+// without the API server's round trips (test/integration has those).
+func BenchmarkReconcile100Computers(b *testing.B) {
+	h := fake.NewHost()
+	objs := make([]client.Object, 0, 100)
+	for i := range 100 {
+		objs = append(objs, testComputer(fmt.Sprintf("vm-%03d", i), dotsv1.RunAlways))
+	}
+	r, _ := newTestReconciler(h, objs...)
+	ctx := context.Background()
+	reconcileAll := func() {
+		for i := range 100 {
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "default", Name: fmt.Sprintf("vm-%03d", i)}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	reconcileAll() // create the token Secrets, start the VMs
+	if n := len(h.Running()); n != 100 {
+		b.Fatalf("%d VMs running after the first pass; want 100", n)
+	}
+	r.Recorder = &events.FakeRecorder{} // drops Events (none expected in steady state)
+	b.ResetTimer()
+	for b.Loop() {
+		reconcileAll()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/computer")
+}
