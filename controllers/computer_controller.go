@@ -51,6 +51,9 @@ const (
 	stoppedPoll  = 30 * time.Second
 	errorPoll    = 30 * time.Second
 	healthCall   = 5 * time.Second
+	// conflictRetry: a status written over a newer version is computed
+	// again at once from the newer one.
+	conflictRetry = 100 * time.Millisecond
 )
 
 // ComputerReconciler drives one host's VMs to their Computers' run
@@ -146,7 +149,7 @@ type computerScope struct {
 
 // Reconcile: get, ensure the finalizer, then the delete or the normal phase,
 // and one status patch at the end from what they found.
-func (r *ComputerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+func (r *ComputerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
 	c := &dotsv1.Computer{}
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -164,11 +167,21 @@ func (r *ComputerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_
 			return // gone with the finalizer's removal
 		}
 		r.updateStatus(s, reterr == nil)
-		r.recordTransition(s)
+		r.recordAction(s)
 		if equality.Semantic.DeepEqual(before.Status, c.Status) {
 			return // the steady state writes nothing
 		}
-		if err := r.Client.Status().Patch(ctx, c, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		// The status is read back as the last reconcile's memory (the
+		// previous state tells an unasked exit from our stop), so it is
+		// written only over the version it was computed from: a reconcile
+		// that read a stale cache loses and looks again.
+		err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil:
+			r.recordTransition(s)
+		case apierrors.IsConflict(err):
+			res, reterr = ctrl.Result{RequeueAfter: conflictRetry}, nil
+		case !apierrors.IsNotFound(err):
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()

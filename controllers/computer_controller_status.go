@@ -150,21 +150,11 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 	}
 }
 
-// recordTransition emits the Events of this reconcile: the action and how it
-// ended, an unasked exit, and every change of state.
-func (r *ComputerReconciler) recordTransition(s *computerScope) {
+// recordAction emits the Event of the action this reconcile took and how
+// it ended (it happened, whatever becomes of the status write).
+func (r *ComputerReconciler) recordAction(s *computerScope) {
 	c := s.computer
 	st := c.Status
-	d := s.decision
-	if d.ExitedUnasked {
-		how := "QEMU exited without a stop being asked"
-		if s.obs.StaleBoot {
-			how = "the host restarted since QEMU was started"
-		} else if s.obs.ExitStatus != "" {
-			how += " (" + s.obs.ExitStatus + ")"
-		}
-		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Exited", "Observe", "%s%s", how, logSuffix(s.obs.LogTail))
-	}
 	switch s.acted {
 	case actStart, actReboot:
 		verb := "Started"
@@ -187,6 +177,22 @@ func (r *ComputerReconciler) recordTransition(s *computerScope) {
 		default:
 			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopped", "Stop", "nothing was running")
 		}
+	}
+}
+
+// recordTransition emits the Events of a status that was written: an
+// unasked exit and every change of state.
+func (r *ComputerReconciler) recordTransition(s *computerScope) {
+	c := s.computer
+	st := c.Status
+	if s.decision.ExitedUnasked {
+		how := "QEMU exited without a stop being asked"
+		if s.obs.StaleBoot {
+			how = "the host restarted since QEMU was started"
+		} else if s.obs.ExitStatus != "" {
+			how += " (" + s.obs.ExitStatus + ")"
+		}
+		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Exited", "Observe", "%s%s", how, logSuffix(s.obs.LogTail))
 	}
 	if st.State != s.prev.State && st.State != "" {
 		typ := corev1.EventTypeNormal
