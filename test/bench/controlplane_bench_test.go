@@ -342,6 +342,9 @@ func BenchmarkControlPlane(b *testing.B) {
 				done = true
 			}
 			if err != nil {
+				if srv != nil {
+					b.Log(sessions(ctx, home))
+				}
 				b.Fatal(err)
 			}
 			b.ReportMetric(0, "ns/op")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -39,13 +41,7 @@ type dbStats struct {
 // readDB reads the resource store's figures from the managed PostgreSQL of
 // home, counting the rows whose key matches the LIKE pattern.
 func readDB(ctx context.Context, home paths.Home, pattern string) (dbStats, error) {
-	dsn := url.URL{
-		Scheme:   "postgres",
-		User:     url.User(dbUser),
-		Path:     "/" + dbName,
-		RawQuery: url.Values{"host": {home.Run()}, "sslmode": {"disable"}}.Encode(),
-	}
-	conn, err := pgx.Connect(ctx, dsn.String())
+	conn, err := pgx.Connect(ctx, dsn(home))
 	if err != nil {
 		return dbStats{}, fmt.Errorf("connect to the managed PostgreSQL on %s: %w", home.Run(), err)
 	}
@@ -66,4 +62,56 @@ func readDB(ctx context.Context, home paths.Home, pattern string) (dbStats, erro
 		return dbStats{}, fmt.Errorf("read the resource store's size: %w", err)
 	}
 	return s, nil
+}
+
+// sessions describes what every session of the managed PostgreSQL is doing
+// and which lock requests wait: when requests time out it tells a stuck
+// database (a lock, a full pool) from a slow machine.
+func sessions(ctx context.Context, home paths.Home) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn(home))
+	if err != nil {
+		return fmt.Sprintf("(cannot connect to PostgreSQL to describe its sessions: %v)", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `
+		SELECT pid, COALESCE(state, ''), COALESCE(wait_event_type || ':' || wait_event, ''),
+		       COALESCE(round(extract(epoch FROM now() - xact_start)::numeric, 1)::text, '-'),
+		       COALESCE(round(extract(epoch FROM now() - query_start)::numeric, 1)::text, '-'),
+		       left(regexp_replace(query, '\s+', ' ', 'g'), 160)
+		FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()
+		ORDER BY query_start`)
+	if err != nil {
+		return fmt.Sprintf("(cannot read pg_stat_activity: %v)", err)
+	}
+	var sb strings.Builder
+	sb.WriteString("PostgreSQL sessions (pid, state, wait, transaction s, query s, query):\n")
+	for rows.Next() {
+		var pid int
+		var state, wait, xact, q, query string
+		if err := rows.Scan(&pid, &state, &wait, &xact, &q, &query); err != nil {
+			return fmt.Sprintf("(cannot read pg_stat_activity: %v)", err)
+		}
+		fmt.Fprintf(&sb, "  %d %s %s %s %s %s\n", pid, state, wait, xact, q, query)
+	}
+	if err := rows.Err(); err != nil {
+		fmt.Fprintf(&sb, "  (%v)\n", err)
+	}
+	var waiting int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&waiting); err == nil {
+		fmt.Fprintf(&sb, "lock requests waiting: %d\n", waiting)
+	}
+	return sb.String()
+}
+
+func dsn(home paths.Home) string {
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.User(dbUser),
+		Path:     "/" + dbName,
+		RawQuery: url.Values{"host": {home.Run()}, "sslmode": {"disable"}}.Encode(),
+	}
+	return u.String()
 }
