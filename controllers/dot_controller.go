@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/utils/clock"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
 // DotControllerName names the Dot reconciler in logs and Events.
@@ -97,8 +99,8 @@ func (r *DotReconciler) reconcileComputer(ctx context.Context, s *dotScope) erro
 			ObjectMeta: metav1.ObjectMeta{Name: dot.Name, Namespace: dot.Namespace, Labels: map[string]string{DotLabel: dot.Name}},
 			Spec: dotsv1.ComputerSpec{
 				CPU:         dot.Spec.Computer.CPU,
-				Memory:      dot.Spec.Computer.Memory,
-				Disk:        dot.Spec.Computer.Disk,
+				Memory:      quantityOr(dot.Spec.Computer.Memory, protocol.Bounds.MemoryGiB.Default),
+				Disk:        quantityOr(dot.Spec.Computer.Disk, protocol.Bounds.DiskGiB.Default),
 				RunStrategy: dotsv1.RunOnDemand,
 			},
 		}
@@ -122,8 +124,8 @@ func (r *DotReconciler) reconcileComputer(ctx context.Context, s *dotScope) erro
 	s.computer = computer
 	want := computer.DeepCopy()
 	want.Spec.CPU = dot.Spec.Computer.CPU
-	want.Spec.Memory = dot.Spec.Computer.Memory
-	want.Spec.Disk = dot.Spec.Computer.Disk
+	want.Spec.Memory = quantityOr(dot.Spec.Computer.Memory, protocol.Bounds.MemoryGiB.Default)
+	want.Spec.Disk = quantityOr(dot.Spec.Computer.Disk, protocol.Bounds.DiskGiB.Default)
 	if want.Spec.CPU != computer.Spec.CPU || want.Spec.Memory.Cmp(computer.Spec.Memory) != 0 || want.Spec.Disk.Cmp(computer.Spec.Disk) != 0 {
 		if err := r.Client.Patch(ctx, want, client.MergeFrom(computer)); err != nil {
 			return fmt.Errorf("resize the Computer: %w", err)
@@ -256,6 +258,15 @@ func computerError(c *dotsv1.Computer) string {
 		return r.Message
 	}
 	return "the Computer is in state " + string(c.Status.State)
+}
+
+// quantityOr is q, or defaultGiB when the API server has not defaulted it
+// (it always does for a stored Dot; this keeps a nil from panicking).
+func quantityOr(q *resource.Quantity, defaultGiB int) resource.Quantity {
+	if q != nil {
+		return q.DeepCopy()
+	}
+	return *resource.NewQuantity(int64(defaultGiB)<<30, resource.BinarySI)
 }
 
 func firstNonEmpty(s ...string) string {

@@ -31,7 +31,9 @@ type ModelRef struct {
 // +kubebuilder:validation:Enum=allow;ask;deny
 type Decision string
 
-// DotComputer is the size of a Dot's computer and when it sleeps.
+// DotComputer is the size of a Dot's computer and when it sleeps. Memory and
+// disk are pointers so that a typed client leaving them out gets the defaults
+// (a zero Quantity would be sent as "0").
 // +kubebuilder:validation:XValidation:rule="!has(self.memory) || (quantity(string(self.memory)).compareTo(quantity('2Gi')) >= 0 && quantity(string(self.memory)).compareTo(quantity('64Gi')) <= 0)",message="memory must be between 2Gi and 64Gi",fieldPath=".memory",reason=FieldValueInvalid
 // +kubebuilder:validation:XValidation:rule="!has(self.disk) || (quantity(string(self.disk)).compareTo(quantity('20Gi')) >= 0 && quantity(string(self.disk)).compareTo(quantity('1024Gi')) <= 0)",message="disk must be between 20Gi and 1024Gi",fieldPath=".disk",reason=FieldValueInvalid
 type DotComputer struct {
@@ -45,12 +47,12 @@ type DotComputer struct {
 	// memory is the guest's memory, 2Gi to 64Gi.
 	// +kubebuilder:default="4Gi"
 	// +optional
-	Memory resource.Quantity `json:"memory,omitempty"`
+	Memory *resource.Quantity `json:"memory,omitempty"`
 
 	// disk is the size of the guest's disk, 20Gi to 1024Gi. It can grow, never shrink.
 	// +kubebuilder:default="40Gi"
 	// +optional
-	Disk resource.Quantity `json:"disk,omitempty"`
+	Disk *resource.Quantity `json:"disk,omitempty"`
 
 	// idleTimeout is how long the computer runs with nothing to do before it
 	// sleeps; 0 means never.

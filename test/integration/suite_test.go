@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -72,3 +73,6 @@ var _ = AfterSuite(func() {
 		cancel()
 	}
 })
+
+// clientDryRun asks the API server to validate and default without storing.
+var clientDryRun = client.CreateOptions{DryRun: []string{metav1.DryRunAll}}
