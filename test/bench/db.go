@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,6 +89,7 @@ func sessions(ctx context.Context, home paths.Home) string {
 	}
 	var sb strings.Builder
 	sb.WriteString("PostgreSQL sessions (pid, state, wait, transaction s, query s, query):\n")
+	stuckBegins := 0
 	for rows.Next() {
 		var pid int
 		var state, wait, xact, q, query string
@@ -95,9 +97,20 @@ func sessions(ctx context.Context, home paths.Home) string {
 			return fmt.Sprintf("(cannot read pg_stat_activity: %v)", err)
 		}
 		fmt.Fprintf(&sb, "  %d %s %s %s %s %s\n", pid, state, wait, xact, q, query)
+		if age, err := strconv.ParseFloat(q, 64); err == nil && age > 5 &&
+			state == "idle in transaction" && strings.HasPrefix(strings.ToLower(query), "begin") {
+			stuckBegins++
+		}
 	}
 	if err := rows.Err(); err != nil {
 		fmt.Fprintf(&sb, "  (%v)\n", err)
+	}
+	if stuckBegins > 0 {
+		// kine v0.17.5's Append opens a transaction, then runs its INSERT
+		// through the pool (Tx.Insert calls d.queryRow, not the
+		// transaction's): with as many concurrent writes as the pool has
+		// connections, each holds one and waits for a second.
+		fmt.Fprintf(&sb, "%d sessions opened a transaction and sent nothing more for over 5 s: kine's connection pool is exhausted by its own writes (kine Tx.Insert runs outside its transaction); raise MaxOpenConns in internal/apiserver/kine.go above the API server's concurrent writes\n", stuckBegins)
 	}
 	var waiting int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&waiting); err == nil {
