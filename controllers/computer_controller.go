@@ -127,8 +127,10 @@ type computerScope struct {
 	computer *dotsv1.Computer
 	// prev is the status before this reconcile.
 	prev dotsv1.ComputerStatus
-	// obs is the latest observation (after an action, the action's).
+	// obs is the latest observation (after an action, the action's); seen
+	// is the first, before any action.
 	obs      driver.Observation
+	seen     driver.Observation
 	observed bool
 	// decision is what decideRun said.
 	decision runDecision
@@ -208,7 +210,7 @@ func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerSco
 		s.observeErr = err
 		return ctrl.Result{}, fmt.Errorf("observe the vm: %w", err)
 	}
-	s.obs, s.observed = obs, true
+	s.obs, s.seen, s.observed = obs, obs, true
 
 	in := runInput{
 		Strategy:        c.Spec.RunStrategy,

@@ -155,6 +155,16 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 func (r *ComputerReconciler) recordAction(s *computerScope) {
 	c := s.computer
 	st := c.Status
+	if s.decision.ExitedUnasked {
+		// What was seen before any action: a start replaces s.obs.
+		how := "QEMU exited without a stop being asked"
+		if s.seen.StaleBoot {
+			how = "the host restarted since QEMU was started"
+		} else if s.seen.ExitStatus != "" {
+			how += " (" + s.seen.ExitStatus + ")"
+		}
+		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Exited", "Observe", "%s%s", how, logSuffix(s.seen.LogTail))
+	}
 	switch s.acted {
 	case actStart, actReboot:
 		verb := "Started"
@@ -180,20 +190,11 @@ func (r *ComputerReconciler) recordAction(s *computerScope) {
 	}
 }
 
-// recordTransition emits the Events of a status that was written: an
-// unasked exit and every change of state.
+// recordTransition emits the Event of a status that was written: every
+// change of state.
 func (r *ComputerReconciler) recordTransition(s *computerScope) {
 	c := s.computer
 	st := c.Status
-	if s.decision.ExitedUnasked {
-		how := "QEMU exited without a stop being asked"
-		if s.obs.StaleBoot {
-			how = "the host restarted since QEMU was started"
-		} else if s.obs.ExitStatus != "" {
-			how += " (" + s.obs.ExitStatus + ")"
-		}
-		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Exited", "Observe", "%s%s", how, logSuffix(s.obs.LogTail))
-	}
 	if st.State != s.prev.State && st.State != "" {
 		typ := corev1.EventTypeNormal
 		if st.State == dotsv1.ComputerError {

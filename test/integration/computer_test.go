@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -331,5 +332,55 @@ var _ = Describe("The Computer reconciler", func() {
 		// checks what the reconciler never does: start over an ERROR VM.
 		Consistently(func() bool { return isRunningOnHost(c) }, "2s").Should(BeFalse())
 		fakeHost.SetState(idOf(c), driver.Observation{Provisioned: true, State: driver.Stopped})
+	})
+})
+
+var _ = Describe("100 Computers on the fake host", func() {
+	BeforeEach(registerFakeImages)
+
+	// The figure of `make bench` "reconcile time for 100 Computers whose
+	// VMs are faked at the host-agent interface", through the real API
+	// server and the manager's cache: from the first create to all 100
+	// RUNNING and Ready. Reported, not asserted (timings belong to figures).
+	It("all reach RUNNING and Ready; the time is reported", func() {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hundred-" + rand.String(5)}}
+		Expect(k8sClient.Create(suiteCtx, ns)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
+		startsBefore := fakeHost.Calls("Start")
+		began := time.Now()
+		for i := range 100 {
+			c := &dotsv1.Computer{
+				ObjectMeta: metav1.ObjectMeta{Name: "vm-" + strconv.Itoa(i), Namespace: ns.Name},
+				Spec: dotsv1.ComputerSpec{CPU: 1, Memory: resource.MustParse("256Mi"), Disk: resource.MustParse("1Gi"),
+					RunStrategy: dotsv1.RunAlways},
+			}
+			Expect(k8sClient.Create(suiteCtx, c)).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			list := &dotsv1.ComputerList{}
+			g.Expect(k8sClient.List(suiteCtx, list, client.InNamespace(ns.Name))).To(Succeed())
+			ready := 0
+			for i := range list.Items {
+				if list.Items[i].Status.State == dotsv1.ComputerRunning && meta.IsStatusConditionTrue(list.Items[i].Status.Conditions, dotsv1.ReadyCondition) {
+					ready++
+				}
+			}
+			g.Expect(ready).To(Equal(100))
+		}, "120s", "100ms").Should(Succeed())
+		took := time.Since(began)
+		AddReportEntry("100 Computers create-to-Ready (fake host, real API server)", took.String())
+		GinkgoWriter.Printf("FIGURE 100 Computers create-to-Ready on the fake host: %s (%s per Computer)\n", took, took/100)
+		Expect(fakeHost.Calls("Start") - startsBefore).To(BeNumerically(">=", 100))
+
+		By("deleting them destroys every VM")
+		list := &dotsv1.ComputerList{}
+		Expect(k8sClient.List(suiteCtx, list, client.InNamespace(ns.Name))).To(Succeed())
+		for i := range list.Items {
+			Expect(k8sClient.Delete(suiteCtx, &list.Items[i])).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.List(suiteCtx, list, client.InNamespace(ns.Name))).To(Succeed())
+			g.Expect(list.Items).To(BeEmpty())
+		}, "120s").Should(Succeed())
 	})
 })
