@@ -87,6 +87,7 @@ type Server struct {
 
 	kine     *kine
 	builtins *builtinControllers
+	runCtx   context.Context
 	cancel   context.CancelFunc
 	done     chan struct{}
 	err      error
@@ -225,12 +226,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		<-s.done
 		return nil, err
 	}
-	s.builtins, err = startBuiltinControllers(runCtx, s.Loopback)
-	if err != nil {
-		cancel()
-		<-s.done
-		return nil, err
-	}
+	s.runCtx = runCtx
 	ok = true
 	return s, nil
 }
@@ -379,10 +375,28 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 // Err is why the API server stopped, once Done is closed.
 func (s *Server) Err() error { return s.err }
 
+// StartBuiltinControllers starts the garbage collector and the namespace
+// controller. Call it after the CRDs are Established: the collector watches
+// the resources discovery lists at its start, and would otherwise see ours
+// only at its next 30-second resync.
+func (s *Server) StartBuiltinControllers() error {
+	if s.builtins != nil {
+		return nil
+	}
+	b, err := startBuiltinControllers(s.runCtx, s.Loopback)
+	if err != nil {
+		return err
+	}
+	s.builtins = b
+	return nil
+}
+
 // Stop stops the built-in controllers, then the API server, then kine, and
 // waits for each.
 func (s *Server) Stop() {
-	s.builtins.stop()
+	if s.builtins != nil {
+		s.builtins.stop()
+	}
 	s.cancel()
 	<-s.done
 	s.kine.stop()

@@ -131,6 +131,9 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	if err := ApplyCRDs(ctx, cp.Config); err != nil {
 		return nil, err
 	}
+	if err := cp.API.StartBuiltinControllers(); err != nil {
+		return nil, err
+	}
 	ca, err := os.ReadFile(cp.API.CAFile)
 	if err != nil {
 		return nil, fmt.Errorf("read the CA: %w", err)
