@@ -11,7 +11,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 BIN := bin/invisible-dots
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
-.PHONY: all build run test test-unit test-e2e bench manifests generate verify clean
+.PHONY: all build run test test-unit test-integration test-e2e bench manifests generate verify clean
 
 all: build
 
@@ -37,6 +37,24 @@ verify: manifests generate
 	@test -z "$$(git status --porcelain -- config/crd config/rbac api/)" || { \
 		git status --porcelain -- config/crd config/rbac api/; \
 		echo "generated files are not committed: run 'make manifests generate' and commit the result"; exit 1; }
+
+# Every test: unit tests of every package (the guest's and the host agent's
+# include real QEMU boots of the test image under tcg), then the suites that
+# start the real control plane, one package at a time so two API servers and
+# their VMs do not share the two cores.
+test: test-image test-unit test-integration test-e2e
+
+# Packages under test/ are the slow suites below.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/test/')
+
+test-unit:
+	$(GO) test -count=1 -timeout 30m $(UNIT_PKGS)
+
+test-integration:
+	$(GO) test -count=1 -timeout 30m ./test/integration/
+
+test-e2e:
+	$(GO) test -count=1 -p 1 -timeout 40m ./test/e2e/
 
 # --- test image (helper A) ---
 # `make test-image` builds the test image (Debian cloud kernel + busybox
