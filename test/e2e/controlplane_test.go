@@ -148,6 +148,21 @@ func TestControlPlaneWithKubectl(t *testing.T) {
 		}
 	})
 
+	t.Run("the GitOps sample diffs and applies as one unit", func(t *testing.T) {
+		out, err := s.kubectl("diff", "-k", "config/samples/gitops")
+		if err == nil || !strings.Contains(out, "research") {
+			t.Errorf("kubectl diff -k shows no new Dot research (err %v):\n%s", err, out)
+		}
+		out = s.mustKubectl("apply", "-k", "config/samples/gitops", "--server-side", "--force-conflicts")
+		if !strings.Contains(out, "dot.dots.invisible.dev/research serverside-applied") {
+			t.Errorf("kubectl apply -k output:\n%s", out)
+		}
+		if out, err := s.kubectl("diff", "-k", "config/samples/gitops"); err != nil {
+			t.Errorf("after apply, kubectl diff -k still differs: %v\n%s", err, out)
+		}
+		s.mustKubectl("delete", "dot", "research", "--wait=false")
+	})
+
 	t.Run("a watch sees an update", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
