@@ -140,8 +140,10 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 	switch {
 	case obs.Provisioned:
 		setCondition(conds, gen, now, dotsv1.ProvisionedCondition, metav1.ConditionTrue, dotsv1.ProvisionedReason, "the VM's disk exists on this host")
-	case startFailed:
-		setCondition(conds, gen, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionFailedReason, s.actErr.Error())
+	case st.StartFailure != nil:
+		// The last start failed before the disk existed; the backoff holds
+		// the next one.
+		setCondition(conds, gen, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionFailedReason, st.StartFailure.Message)
 	default:
 		setCondition(conds, gen, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionPendingReason, "the VM's disk is made at its first start")
 	}

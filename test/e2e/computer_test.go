@@ -9,11 +9,9 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,27 +37,7 @@ func TestComputerRealVM(t *testing.T) {
 	if _, err := qemu.FindBinaries(os.Getenv); err != nil {
 		t.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
 	}
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl is not installed")
-	}
-	repo := cvmRepoRoot(t)
-	work, err := os.MkdirTemp("", "e2e-c-") // short: PostgreSQL's socket path has a limit
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			os.RemoveAll(work)
-		} else {
-			t.Logf("kept %s for inspection", work)
-		}
-	})
-
-	bin := filepath.Join(work, "invisible-dots")
-	cvmRun(t, repo, nil, "go", "build", "-o", bin, ".")
-
-	home, err := paths.New(filepath.Join(work, "home"))
+	home, err := paths.New(newHome(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,23 +46,20 @@ func TestComputerRealVM(t *testing.T) {
 	}
 	// The test image (a Debian cloud kernel and a busybox initramfs with our
 	// dot-agentd), registered as the home's newest images.
-	cvmRun(t, repo, nil, "go", "run", "./guest/image/cmd/test-image", "--work", filepath.Join(repo, "_output/test-image"), "--home", home.Root)
+	cvmRun(t, repoRoot, nil, "go", "run", "./guest/image/cmd/test-image", "--work", filepath.Join(repoRoot, "_output/test-image"), "--home", home.Root)
 	// tcg, explicitly: see the file comment.
 	if err := hostconfig.Save(home, hostconfig.Config{Accelerator: hostconfig.TCG}); err != nil {
 		t.Fatal(err)
 	}
 
-	// One address for every start of the server, so the kubeconfig it
-	// wrote stays right across restarts.
 	name := "e2e-vm"
-	addr := cvmFreeAddr(t)
-	srv := cvmStartServer(t, bin, home, work, addr)
-	t.Cleanup(func() { srv.stop(t) })
 	vm := home.VM(paths.VMID{Namespace: "default", Name: name})
 	// A failed run leaves no QEMU behind: the one in this home's record is
-	// killed (its command line names this home's disk, so it is ours).
+	// killed (its command line names this VM's directory, so it is ours).
+	// Registered first, so it runs after the servers' own cleanups.
 	t.Cleanup(func() { cvmKillRecorded(vm) })
-	k := cvmKubectl{t: t, bin: kubectl, kubeconfig: home.Kubeconfig()}
+	srv := startServer(t, home.Root)
+	k := cvmKubectl{t: t, s: srv}
 
 	k.apply(fmt.Sprintf(`apiVersion: dots.invisible.dev/v1alpha1
 kind: Dot
@@ -103,26 +78,27 @@ spec:
 	t.Log("apply a Dot: its Computer reaches RUNNING and Ready")
 	start := time.Now()
 	c := k.waitComputer(name, vmReadyTimeout, runningReady)
-	t.Logf("apply-to-Ready %s (tcg), QEMU pid %d, guest port %d", time.Since(start).Round(time.Millisecond), c.Status.PID, c.Status.GuestPort)
+	t.Logf("FIGURE apply-to-Ready %s (tcg), QEMU pid %d, guest port %d", time.Since(start).Round(time.Millisecond), c.Status.PID, c.Status.GuestPort)
 	if n := cvmCountQEMU(vm); n != 1 {
 		t.Fatalf("%d QEMU processes for %s; want 1", n, vm.QEMUName())
 	}
+	t.Logf("FIGURE host memory of the idle VM: QEMU RSS %d MiB", cvmRSSMiB(int(c.Status.PID)))
 
 	t.Log("kubectl stop: the guest powers itself off (QEMU exits by itself, not killed)")
 	pid := int(c.Status.PID)
 	start = time.Now()
 	k.run("patch", "computer", name, "--type", "merge", "-p", `{"spec":{"runStrategy":"Halted"}}`)
-	c = k.waitComputer(name, 2*time.Minute, func(c *dotsv1.Computer) bool {
+	k.waitComputer(name, 2*time.Minute, func(c *dotsv1.Computer) bool {
 		return c.Status.State == dotsv1.ComputerStopped && c.Status.StopReason == dotsv1.StopUser
 	})
-	t.Logf("stop-to-STOPPED %s (tcg)", time.Since(start).Round(time.Millisecond))
+	t.Logf("FIGURE stop-to-STOPPED %s (tcg)", time.Since(start).Round(time.Millisecond))
 	if cvmAlive(pid) {
 		t.Errorf("QEMU pid %d still runs after STOPPED", pid)
 	}
 	k.waitEvent(name, "the guest powered itself off")
 
 	t.Log("invisible-dots computer start: RUNNING and Ready again")
-	cvmRun(t, repo, []string{"INVISIBLE_DOTS_HOME=" + home.Root}, bin, "computer", "start", name)
+	cvmRun(t, repoRoot, []string{"INVISIBLE_DOTS_HOME=" + home.Root}, binary, "computer", "start", name)
 	c = k.waitComputer(name, vmReadyTimeout, runningReady)
 
 	t.Log("under Always, kill -9 of QEMU is noticed and repaired")
@@ -137,18 +113,20 @@ spec:
 	if n := cvmCountQEMU(vm); n != 1 {
 		t.Fatalf("%d QEMU processes after the repair; want 1", n)
 	}
+	k.waitEvent(name, "QEMU exited without a stop being asked")
 
 	t.Log("kill -9 of the server, then a restart, adopts the running VM without a second QEMU")
 	pid = int(c.Status.PID)
-	srv.kill(t, home)
+	cvmKillServer(t, srv, home)
 	if !cvmAlive(pid) {
 		t.Fatalf("QEMU pid %d died with the server; it must outlive it", pid)
 	}
-	srv = cvmStartServer(t, bin, home, work, addr)
-	c = k.waitComputer(name, 2*time.Minute, func(c *dotsv1.Computer) bool {
+	srv = startServer(t, home.Root)
+	k = cvmKubectl{t: t, s: srv}
+	k.waitComputer(name, 2*time.Minute, func(c *dotsv1.Computer) bool {
 		return runningReady(c) && c.Status.ObservedGeneration == c.Generation
 	})
-	// Let the new server's reconciles settle, then count.
+	// Let the new server's first reconciles settle, then count.
 	time.Sleep(3 * time.Second)
 	c = k.getComputer(name)
 	if int(c.Status.PID) != pid || cvmCountQEMU(vm) != 1 {
@@ -156,13 +134,14 @@ spec:
 	}
 
 	t.Log("a faked host reboot (server and QEMU gone, qemu.json from another boot) brings the Always Computer back")
-	srv.kill(t, home)
+	cvmKillServer(t, srv, home)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 %d: %v", pid, err)
 	}
 	cvmWaitGone(t, pid)
 	cvmRewriteBootID(t, vm.QEMUJSON())
-	srv = cvmStartServer(t, bin, home, work, addr)
+	srv = startServer(t, home.Root)
+	k = cvmKubectl{t: t, s: srv}
 	c = k.waitComputer(name, vmReadyTimeout, func(c *dotsv1.Computer) bool {
 		return runningReady(c) && int(c.Status.PID) != pid
 	})
@@ -195,89 +174,28 @@ func runningReady(c *dotsv1.Computer) bool {
 	return false
 }
 
-// cvmServer is one `invisible-dots server` process.
-type cvmServer struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func cvmStartServer(t *testing.T, bin string, home paths.Home, work, addr string) *cvmServer {
-	t.Helper()
-	logf, err := os.OpenFile(filepath.Join(work, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "server", "--no-web")
-	cmd.Env = append(os.Environ(), "INVISIBLE_DOTS_HOME="+home.Root, "INVISIBLE_DOTS_LISTEN="+addr)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &cvmServer{cmd: cmd, done: make(chan error, 1)}
-	go func() { s.done <- cmd.Wait(); logf.Close() }()
-
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		select {
-		case err := <-s.done:
-			s.done <- err
-			t.Fatalf("the server exited while starting: %v\n%s", err, cvmTail(filepath.Join(work, "server.log")))
-		default:
-		}
-		if _, err := os.Stat(home.Kubeconfig()); err == nil {
-			out, err := exec.Command("kubectl", "--kubeconfig", home.Kubeconfig(), "--server", "https://"+addr, "get", "computers", "-A").CombinedOutput()
-			if err == nil {
-				return s
-			}
-			_ = out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not serve within 3 minutes\n%s", cvmTail(filepath.Join(work, "server.log")))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// kill is kill -9, as a crash. The managed PostgreSQL gets its
-// parent-death signal and shuts itself down; kill waits for it, because a
-// server started while that postmaster is still shutting down fails on its
-// socket lock (noted for the control plane: the restart should wait too).
-func (s *cvmServer) kill(t *testing.T, home paths.Home) {
+// cvmKillServer is kill -9 of the server, as a crash. The managed
+// PostgreSQL gets its parent-death signal and shuts itself down; this waits
+// for it, because a server started while that postmaster is still shutting
+// down fails on its socket lock (noted for the control plane: its restart
+// could wait for it too).
+func cvmKillServer(t *testing.T, s *server, home paths.Home) {
 	t.Helper()
 	pm := 0
 	if b, err := os.ReadFile(filepath.Join(home.DB(), "postmaster.pid")); err == nil {
 		first, _, _ := strings.Cut(string(b), "\n")
 		pm, _ = strconv.Atoi(strings.TrimSpace(first))
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.done <- nil
+	s.kill9()
 	if pm > 0 {
 		cvmWaitGone(t, pm)
 	}
 }
 
-// stop is a SIGTERM with a grace period.
-func (s *cvmServer) stop(t *testing.T) {
-	select {
-	case err := <-s.done:
-		s.done <- err
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-}
-
+// cvmKubectl runs kubectl in namespace default of a server.
 type cvmKubectl struct {
-	t          *testing.T
-	bin        string
-	kubeconfig string
+	t *testing.T
+	s *server
 }
 
 func (k cvmKubectl) run(args ...string) string {
@@ -290,13 +208,7 @@ func (k cvmKubectl) run(args ...string) string {
 }
 
 func (k cvmKubectl) try(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", k.kubeconfig, "-n", "default"}, args...)...)
-	var b bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &b, &b
-	err := cmd.Run()
-	return b.String(), err
+	return k.s.kubectl(append([]string{"-n", "default"}, args...)...)
 }
 
 func (k cvmKubectl) apply(manifest string) {
@@ -382,31 +294,6 @@ func cvmRun(t *testing.T, dir string, env []string, name string, args ...string)
 	return string(out)
 }
 
-func cvmRepoRoot(t *testing.T) string {
-	t.Helper()
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
-}
-
-func cvmFreeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func cvmAlive(pid int) bool {
 	if pid <= 0 {
 		return false
@@ -477,14 +364,6 @@ func cvmRewriteBootID(t *testing.T, path string) {
 	}
 }
 
-func cvmTail(path string) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > 6000 {
-		b = b[len(b)-6000:]
-	}
-	return string(b)
-}
-
 // cvmKillRecorded kills the QEMU of the VM's qemu.json when its command line
 // names the VM's own directory.
 func cvmKillRecorded(vm paths.VM) {
@@ -503,4 +382,19 @@ func cvmKillRecorded(vm paths.VM) {
 		return
 	}
 	_ = syscall.Kill(rec.PID, syscall.SIGKILL)
+}
+
+// cvmRSSMiB is a process's resident memory.
+func cvmRSSMiB(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
