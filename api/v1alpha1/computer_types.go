@@ -183,6 +183,7 @@ type ComputerStatus struct {
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.runStrategy`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Stopped",type=string,JSONPath=`.status.stopReason`
 // +kubebuilder:printcolumn:name="CPU",type=integer,JSONPath=`.spec.cpu`,priority=10
 // +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.spec.memory`,priority=10
 // +kubebuilder:printcolumn:name="PID",type=integer,JSONPath=`.status.pid`,priority=10
