@@ -46,8 +46,9 @@ const (
 	// stopTimeout bounds the clean stop before the server is killed.
 	stopTimeout = 2 * time.Minute
 	// drainTimeout bounds the wait for deleted Dots and their Computers to be
-	// gone, or for every Dot's Computer to exist.
-	drainTimeout = 5 * time.Minute
+	// gone, or for every Dot's Computer to exist (measured at 3.5 minutes for
+	// 1000 Dots on a busy 2-core machine).
+	drainTimeout = 10 * time.Minute
 	// The apiserver-side kine compacts every kineCompactInterval, first one
 	// interval after it starts (internal/apiserver/kine.go), to the revision
 	// it found at the previous tick; compactionSlack is the margin on top.
@@ -292,6 +293,7 @@ func BenchmarkControlPlane(b *testing.B) {
 				return nil, nil
 			}
 			deadline := warmStarted.Add(kineCompactInterval + compactionSlack)
+			firstLook := time.Since(warmStarted)
 			var s dbStats
 			compacted := false
 			for {
@@ -312,7 +314,11 @@ func BenchmarkControlPlane(b *testing.B) {
 				b.Logf("kine did not compact within %s of the warm start", after.Round(time.Second))
 				return []metric{{0, "compacted"}}, nil
 			}
-			rep.add("kine's first compaction seen, after the warm start", fmt.Sprintf("%.0f s (to revision %d of %d)", after.Seconds(), s.CompactRevision, s.Revision), "")
+			seen := fmt.Sprintf("seen %.0f s after the warm start", after.Seconds())
+			if after-firstLook < 2*time.Second {
+				seen = fmt.Sprintf("already done at the first look, %.0f s after the warm start", after.Seconds())
+			}
+			rep.add("kine's first compaction (interval 5 min)", fmt.Sprintf("%s; to revision %d of %d", seen, s.CompactRevision, s.Revision), "")
 			rep.add("database after the compaction", sizes(s), "")
 			rep.add("kine rows after the compaction (all; of the cycle namespace; dead, not yet vacuumed)",
 				fmt.Sprintf("%d; %d; %d", s.Rows, s.Matching, s.DeadRows), "")
