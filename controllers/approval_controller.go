@@ -2,16 +2,13 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
@@ -50,24 +47,12 @@ func (r *ApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if !a.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	dot := &dotsv1.Dot{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: a.Spec.DotName}, dot)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
-	}
-	dotFound := err == nil && dot.DeletionTimestamp.IsZero()
-	if dotFound && !metav1.IsControlledBy(a, dot) {
-		patch := client.MergeFrom(a.DeepCopy())
-		if err := controllerutil.SetControllerReference(dot, a, r.Client.Scheme()); err != nil {
-			return ctrl.Result{}, fmt.Errorf("make Dot %s the owner of the Approval: %w", dot.Name, err)
-		}
-		if err := r.Client.Patch(ctx, a, patch); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-
 	before := a.DeepCopy()
 	now := r.Clock.Now()
+	if err := bindToDot(ctx, r.Client, a, a.Spec.DotName, &a.Status.Conditions, metav1.NewTime(now)); err != nil {
+		return ctrl.Result{}, err
+	}
+	before.ObjectMeta = a.ObjectMeta
 	phase := approvalPhase(a.Spec.Decision)
 	if phase != a.Status.Phase {
 		if phase != dotsv1.ApprovalPending && a.Status.DecidedAt == nil {
@@ -76,12 +61,6 @@ func (r *ApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, string(phase), "Decide", "%s %s for Dot %s", phase, a.Spec.Tool, a.Spec.DotName)
 		}
 		a.Status.Phase = phase
-	}
-	if dotFound {
-		setCondition(&a.Status.Conditions, a.Generation, now, DotBoundCondition, metav1.ConditionTrue, DotBoundReason, "Dot "+dot.Name+" owns this approval")
-	} else {
-		setCondition(&a.Status.Conditions, a.Generation, now, DotBoundCondition, metav1.ConditionFalse, DotMissingReason,
-			fmt.Sprintf("there is no Dot %q in namespace %s", a.Spec.DotName, a.Namespace))
 	}
 	a.Status.ObservedGeneration = a.Generation
 	if err := r.Client.Status().Patch(ctx, a, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {

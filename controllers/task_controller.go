@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,7 +10,6 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -21,13 +19,6 @@ import (
 
 // TaskControllerName names the Task reconciler.
 const TaskControllerName = "task-controller"
-
-// Condition of a Task and of an Approval: their Dot exists and owns them.
-const (
-	DotBoundCondition = "DotBound"
-	DotBoundReason    = "Bound"
-	DotMissingReason  = "DotMissing"
-)
 
 // TaskReconciler binds each Task to its Dot: the Dot becomes the Task's owner
 // (so deleting the Dot deletes its tasks) and a new Task is PENDING. Running
@@ -74,33 +65,15 @@ func (r *TaskReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if !task.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	dot := &dotsv1.Dot{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: task.Namespace, Name: task.Spec.DotName}, dot)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
-	}
-	dotFound := err == nil && dot.DeletionTimestamp.IsZero()
-	if dotFound && !metav1.IsControlledBy(task, dot) {
-		patch := client.MergeFrom(task.DeepCopy())
-		if err := controllerutil.SetControllerReference(dot, task, r.Client.Scheme()); err != nil {
-			return ctrl.Result{}, fmt.Errorf("make Dot %s the owner of the Task: %w", dot.Name, err)
-		}
-		if err := r.Client.Patch(ctx, task, patch); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-
 	before := task.DeepCopy()
 	now := r.Clock.Now()
+	if err := bindToDot(ctx, r.Client, task, task.Spec.DotName, &task.Status.Conditions, metav1.NewTime(now)); err != nil {
+		return ctrl.Result{}, err
+	}
+	before.ObjectMeta = task.ObjectMeta
 	if task.Status.Phase == "" {
 		task.Status.Phase = dotsv1.TaskPending
 		r.Recorder.Eventf(task, nil, corev1.EventTypeNormal, "Queued", "Queue", "Task queued for Dot %s", task.Spec.DotName)
-	}
-	if dotFound {
-		setCondition(&task.Status.Conditions, task.Generation, now, DotBoundCondition, metav1.ConditionTrue, DotBoundReason, "Dot "+dot.Name+" owns this task")
-	} else {
-		setCondition(&task.Status.Conditions, task.Generation, now, DotBoundCondition, metav1.ConditionFalse, DotMissingReason,
-			fmt.Sprintf("there is no Dot %q in namespace %s; the task waits until one is made", task.Spec.DotName, task.Namespace))
 	}
 	task.Status.ObservedGeneration = task.Generation
 	if err := r.Client.Status().Patch(ctx, task, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
