@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/fileclient"
 	"github.com/invisible-dots/invisible-dots/guest/engine/api"
 	"github.com/invisible-dots/invisible-dots/guest/engine/automation"
 	"github.com/invisible-dots/invisible-dots/guest/engine/memory"
@@ -153,7 +154,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	files := deps.Files
 	if files == nil {
-		files = memory.NewAgentdFiles(cfg.AgentdSocket)
+		// Memory reads and writes the Dot's files around every turn: a stuck
+		// dot-agentd must not hold the turn, so each request is bounded.
+		files = fileclient.New(cfg.AgentdSocket, 30*time.Second)
 	}
 	var eng *work.Engine
 	mem := &memory.Memory{Files: files, Home: home, BuiltinSkills: cfg.BuiltinSkills, Log: log,

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/fileclient"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -72,9 +73,9 @@ func fileRefusal(err error) Result {
 
 func (r *Runner) readFile(ctx context.Context, a map[string]any) Result {
 	p := r.abs(str(a, "path"))
-	data, err := r.files.get(ctx, p)
+	data, err := r.files.Read(ctx, p)
 	if err != nil {
-		if isCode(err, protocol.ErrIsDirectory) {
+		if fileclient.HasCode(err, protocol.ErrIsDirectory) {
 			return fail(fmt.Sprintf("%s is a directory; list_dir lists it.", p))
 		}
 		return fileRefusal(err)
@@ -129,10 +130,10 @@ func (r *Runner) listDir(ctx context.Context, a map[string]any) Result {
 	for len(queue) > 0 && !truncated {
 		d := queue[0]
 		queue = queue[1:]
-		entries, err := r.files.list(ctx, d.abs)
+		entries, err := r.files.List(ctx, d.abs)
 		if err != nil {
 			if d.rel == "" {
-				if isCode(err, protocol.ErrNotDirectory) {
+				if fileclient.HasCode(err, protocol.ErrNotDirectory) {
 					return fail(fmt.Sprintf("%s is a file, not a directory; read_file reads it.", root))
 				}
 				return fileRefusal(err)
@@ -192,8 +193,8 @@ func humanSize(n int64) string {
 
 // putFile writes a file, making its folders first when they are missing.
 func (r *Runner) putFile(ctx context.Context, p string, data []byte) error {
-	err := r.files.put(ctx, p, data)
-	if err == nil || !isCode(err, protocol.ErrNotFound) {
+	err := r.files.Write(ctx, p, data)
+	if err == nil || !fileclient.HasCode(err, protocol.ErrNotFound) {
 		return err
 	}
 	dir := path.Dir(p)
@@ -204,13 +205,13 @@ func (r *Runner) putFile(ctx context.Context, p string, data []byte) error {
 	if res.code != 0 {
 		return fmt.Errorf("the folder %s could not be made: %s", dir, strings.TrimSpace(string(res.stderr)))
 	}
-	return r.files.put(ctx, p, data)
+	return r.files.Write(ctx, p, data)
 }
 
 func (r *Runner) writeFile(ctx context.Context, a map[string]any) Result {
 	p := r.abs(str(a, "path"))
 	content := []byte(str(a, "content"))
-	old, err := r.files.get(ctx, p)
+	old, err := r.files.Read(ctx, p)
 	exists := err == nil
 	switch {
 	case err == nil:
@@ -220,8 +221,8 @@ func (r *Runner) writeFile(ctx context.Context, a map[string]any) Result {
 			}
 			return fail(fmt.Sprintf("%s changed since it was last read; read it again with read_file before overwriting it.", p))
 		}
-	case isCode(err, protocol.ErrNotFound):
-	case isCode(err, protocol.ErrIsDirectory):
+	case fileclient.HasCode(err, protocol.ErrNotFound):
+	case fileclient.HasCode(err, protocol.ErrIsDirectory):
 		return fail(fmt.Sprintf("%s is a directory.", p))
 	default:
 		return fileRefusal(err)
@@ -250,9 +251,9 @@ func lineCount(b []byte) int {
 
 func (r *Runner) editFile(ctx context.Context, a map[string]any) Result {
 	p := r.abs(str(a, "path"))
-	old, err := r.files.get(ctx, p)
+	old, err := r.files.Read(ctx, p)
 	if err != nil {
-		if isCode(err, protocol.ErrNotFound) {
+		if fileclient.HasCode(err, protocol.ErrNotFound) {
 			return fail(fmt.Sprintf("%s does not exist; write_file creates a file.", p))
 		}
 		return fileRefusal(err)
@@ -301,14 +302,14 @@ func (r *Runner) applyPatch(ctx context.Context, a map[string]any) Result {
 		where := fmt.Sprintf("Edit %d (%s %s)", i+1, e.action, e.path)
 		st, loaded := states[e.path]
 		if !loaded {
-			data, err := r.files.get(ctx, e.path)
+			data, err := r.files.Read(ctx, e.path)
 			switch {
 			case err == nil:
 				if isBinary(data) {
 					return fail(fmt.Sprintf("%s: the file is binary. Nothing was written.", where))
 				}
 				st = &fileState{orig: string(data), cur: string(data), existed: true}
-			case isCode(err, protocol.ErrNotFound):
+			case fileclient.HasCode(err, protocol.ErrNotFound):
 				st = &fileState{}
 			default:
 				return fail(fmt.Sprintf("%s: %v. Nothing was written.", where, err))

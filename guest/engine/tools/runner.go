@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/fileclient"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -54,7 +55,7 @@ type Result struct {
 // command, and ending it ends the remote process group).
 type Runner struct {
 	env   Env
-	files *agentdFiles
+	files *fileclient.Client
 
 	mu     sync.Mutex
 	jobs   map[string]*job
@@ -86,7 +87,7 @@ func NewRunner(env Env) *Runner {
 	}
 	return &Runner{
 		env:   env,
-		files: newAgentdFiles(env.AgentdSocket),
+		files: fileclient.New(env.AgentdSocket, 0),
 		jobs:  map[string]*job{},
 		seen:  map[string]string{},
 	}

@@ -280,7 +280,7 @@ func (r *Runner) grep(ctx context.Context, a map[string]any) Result {
 		if !isFile {
 			full = path.Join(root, rel)
 		}
-		data, err := r.files.get(ctx, full)
+		data, err := r.files.Read(ctx, full)
 		if err != nil || isBinary(data) {
 			continue
 		}
