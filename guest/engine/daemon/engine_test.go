@@ -835,9 +835,15 @@ func TestRealToolsThroughAStandInAgentd(t *testing.T) {
 	if got, _ := agentd.get("/home/dot/workspace/notes.md"); got != "hello" {
 		t.Errorf("file through dot-agentd = %q, want hello", got)
 	}
-	day := time.Now().UTC().Format("2006-01-02")
-	if got, ok := agentd.get("/home/dot/conversations/chat/" + day + ".md"); !ok || !strings.Contains(got, "- called write_file: notes.md") {
-		t.Errorf("conversation file through dot-agentd = %q", got)
+	// The conversation file is written when the turn ends, just after its
+	// answer is told: wait for it rather than read it at once.
+	conversation := "/home/dot/conversations/chat/" + time.Now().UTC().Format("2006-01-02") + ".md"
+	got, _ := agentd.get(conversation)
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(got, "- called write_file: notes.md"); got, _ = agentd.get(conversation) {
+		if time.Now().After(deadline) {
+			t.Fatalf("conversation file through dot-agentd = %q", got)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
