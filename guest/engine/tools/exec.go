@@ -302,11 +302,7 @@ func (r *Runner) execTool(ctx context.Context, a map[string]any) Result {
 			res.OK = false
 			return res
 		case <-ctx.Done():
-			j.kill()
-			<-j.done
-			res := finishedResult(j, "The command was stopped before it finished: the turn was cancelled.")
-			res.OK, res.Interrupted = false, true
-			return res
+			return cancelledResult(j)
 		}
 	}
 
@@ -318,10 +314,8 @@ func (r *Runner) execTool(ctx context.Context, a map[string]any) Result {
 		res.TTY = tty
 		return res
 	case <-ctx.Done():
-		j.kill()
-		<-j.done
-		res := finishedResult(j, "The command was stopped before it finished: the turn was cancelled.")
-		res.OK, res.Interrupted, res.TTY = false, true, tty
+		res := cancelledResult(j)
+		res.TTY = tty
 		return res
 	case <-timer.C:
 	}
@@ -339,6 +333,16 @@ func (r *Runner) execTool(ctx context.Context, a map[string]any) Result {
 	fmt.Fprintf(&b, "The command is still running as %s %s. Use exec_session with session_id %q to read its output, send it input or terminate it.\n", kind, id, id)
 	writeOutput(&b, out, errOut, dropped, tty)
 	return Result{Text: strings.TrimRight(b.String(), "\n"), OK: true, TTY: tty}
+}
+
+// cancelledResult ends j, whose turn was cancelled before it finished, and
+// describes it as interrupted.
+func cancelledResult(j *job) Result {
+	j.kill()
+	<-j.done
+	res := finishedResult(j, "The command was stopped before it finished: the turn was cancelled.")
+	res.OK, res.Interrupted = false, true
+	return res
 }
 
 // finishedResult describes a job that ended: its output, then its exit code.

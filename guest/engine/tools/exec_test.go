@@ -73,23 +73,41 @@ func TestExecTimeoutKillsTheCommand(t *testing.T) {
 }
 
 func TestExecCancelIsInterrupted(t *testing.T) {
-	f := newFixture(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	marker := filepath.Join(f.workspace, "started")
-	go func() {
-		// Cancel once the command runs, as a stop at the end of its grace does.
-		for i := 0; i < 500; i++ {
-			if _, err := os.Stat(marker); err == nil {
-				break
+	// A cancel in the foreground wait and one before a background job's
+	// yield end the command alike; only the terminal flag differs.
+	tests := map[string]struct {
+		args    map[string]any
+		wantTTY bool
+	}{
+		"foreground":            {args: map[string]any{}},
+		"before the yield":      {args: map[string]any{"yield_time_ms": 600000}},
+		"terminal before yield": {args: map[string]any{"yield_time_ms": 600000, "tty": true}, wantTTY: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			marker := filepath.Join(f.workspace, "started")
+			go func() {
+				// Cancel once the command runs, as a stop at the end of its grace does.
+				for i := 0; i < 500; i++ {
+					if _, err := os.Stat(marker); err == nil {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				cancel()
+			}()
+			args := map[string]any{"command": "touch " + marker + "; sleep 30"}
+			for k, v := range tc.args {
+				args[k] = v
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		cancel()
-	}()
-	raw, _ := json.Marshal(map[string]any{"command": "touch " + marker + "; sleep 30"})
-	res := f.runner.Run(ctx, "exec", raw)
-	if res.OK || !res.Interrupted || !strings.Contains(res.Text, "stopped before it finished") {
-		t.Errorf("cancelled exec: %+v", res)
+			raw, _ := json.Marshal(args)
+			res := f.runner.Run(ctx, "exec", raw)
+			if res.OK || !res.Interrupted || res.TTY != tc.wantTTY || !strings.Contains(res.Text, "stopped before it finished") {
+				t.Errorf("cancelled exec %v: %+v", args, res)
+			}
+		})
 	}
 }
 
