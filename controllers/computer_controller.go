@@ -47,7 +47,7 @@ func TokenSecretName(computer string) string { return computer + "-guest-token" 
 // runningPoll. A starting guest is asked for its health more often.
 const (
 	runningPoll  = 10 * time.Second
-	startingPoll = 2 * time.Second
+	startingPoll = time.Second
 	stoppedPoll  = 30 * time.Second
 	errorPoll    = 30 * time.Second
 	healthCall   = 5 * time.Second
