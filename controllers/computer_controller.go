@@ -242,7 +242,8 @@ func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerSco
 		if err != nil {
 			s.imageErr = err
 			s.acted, s.actErr = d.Action, err
-			return ctrl.Result{}, nil // recorded as a start failure; the backoff requeues
+			r.recordStartFailure(c, "start failed: "+err.Error())
+			return r.requeue(s), nil
 		}
 		s.acted = d.Action
 		var o driver.Observation
@@ -254,8 +255,12 @@ func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerSco
 		s.actErr = err
 		if err == nil {
 			s.obs = o
-		} else if o2, oerr := r.Driver.Observe(ctx, vmID(c)); oerr == nil {
-			s.obs = o2
+		} else {
+			// Counted now, so the requeue below waits out the backoff.
+			r.recordStartFailure(c, "start failed: "+err.Error())
+			if o2, oerr := r.Driver.Observe(ctx, vmID(c)); oerr == nil {
+				s.obs = o2
+			}
 		}
 	} else if d.Action == actStop {
 		s.acted = actStop

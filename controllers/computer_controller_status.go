@@ -78,10 +78,8 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 		st.RuntimeImage = obs.RuntimeImage
 	}
 
+	// A failed start was counted in startFailure where it happened.
 	startFailed := (s.acted == actStart || s.acted == actReboot) && s.actErr != nil
-	if startFailed {
-		r.recordStartFailure(c, "start failed: "+s.actErr.Error())
-	}
 
 	switch {
 	case obs.State == driver.Error:
