@@ -85,8 +85,9 @@ clean:
 # 1000 Dots, create-to-watch-event latency, the server's and postgres's memory
 # idle and with 1000 Dots, and the database after 1000 create/patch/delete
 # cycles and after kine's first compaction. It prints a table at the end.
-# About 8 minutes, 5 of them waiting for kine's compaction interval;
-# BENCH_SKIP_COMPACTION=1 skips that wait and BENCH_DOTS=N replaces the 1000.
+# 7 to 10 minutes on 2 cores: it waits for kine's first compaction, 5 minutes
+# after the warm start. BENCH_SKIP_COMPACTION=1 skips that wait and
+# BENCH_DOTS=N replaces the 1000.
 BENCH_FLAGS ?= -benchtime=1x -timeout 30m
 bench: build
 	INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/ -run '^$$' -bench . $(BENCH_FLAGS)
