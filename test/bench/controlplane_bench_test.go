@@ -33,6 +33,9 @@ const (
 	// envSkipCompaction=1 skips the wait of about five minutes for kine's
 	// first compaction.
 	envSkipCompaction = "BENCH_SKIP_COMPACTION"
+	// envKeep=1 keeps the home and the server's log after a run that passed
+	// (a failed run always keeps them).
+	envKeep = "BENCH_KEEP"
 )
 
 const (
@@ -109,7 +112,7 @@ func BenchmarkControlPlane(b *testing.B) {
 		afterCycles      dbStats
 		compactAtWarm    int64
 		createsBegan     time.Time
-		keepServerLogDir bool
+		keepServerLogDir = os.Getenv(envKeep) == "1"
 	)
 	defer func() {
 		if srv != nil {
