@@ -339,15 +339,15 @@ func BenchmarkControlPlane(b *testing.B) {
 
 	for _, p := range phases {
 		var (
-			done bool
-			ms   []metric
-			err  error
+			done    bool
+			metrics []metric
+			err     error
 		)
 		ok := b.Run(p.name, func(b *testing.B) {
 			// A phase runs once whatever b.N is; a second call (without
 			// -benchtime=1x) only reports again.
 			if !done {
-				ms, err = p.run()
+				metrics, err = p.run()
 				done = true
 			}
 			if err != nil {
@@ -357,7 +357,7 @@ func BenchmarkControlPlane(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(0, "ns/op")
-			for _, m := range ms {
+			for _, m := range metrics {
 				b.ReportMetric(m.value, m.unit)
 			}
 		})
