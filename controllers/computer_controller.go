@@ -356,14 +356,7 @@ func (r *ComputerReconciler) startSpec(c *dotsv1.Computer, token string) (driver
 	if err != nil {
 		return driver.Spec{}, err
 	}
-	cpus := int(c.Spec.CPU)
-	if cpus == 0 {
-		cpus = 2
-	}
-	mem := c.Spec.Memory.Value() / (1 << 20)
-	if mem == 0 {
-		mem = 4096
-	}
+	cpus, mem := specShape(c)
 	return driver.Spec{
 		ID:           vmID(c),
 		UID:          string(c.UID),
@@ -374,6 +367,20 @@ func (r *ComputerReconciler) startSpec(c *dotsv1.Computer, token string) (driver
 		RuntimeImage: runtime,
 		Token:        token,
 	}, nil
+}
+
+// specShape is the CPUs and MiB of memory a start gives the VM (the CRD's
+// defaults when the spec has none).
+func specShape(c *dotsv1.Computer) (int, int64) {
+	cpus := int(c.Spec.CPU)
+	if cpus == 0 {
+		cpus = 2
+	}
+	mem := c.Spec.Memory.Value() / (1 << 20)
+	if mem == 0 {
+		mem = 4096
+	}
+	return cpus, mem
 }
 
 // newestImages: the spec's version, else the one in use (so a newer

@@ -98,7 +98,7 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 		case s.healthErr == nil && s.healthAsked:
 			st.State = dotsv1.ComputerRunning
 			st.StartFailure = nil
-			ready(metav1.ConditionTrue, dotsv1.ReadyReason, fmt.Sprintf("QEMU pid %d runs and dot-agentd answers on 127.0.0.1:%d", obs.PID, obs.GuestPort))
+			ready(metav1.ConditionTrue, dotsv1.ReadyReason, fmt.Sprintf("QEMU pid %d runs and dot-agentd answers on 127.0.0.1:%d", obs.PID, obs.GuestPort)+shapeNote(c, obs))
 		case s.prev.State == dotsv1.ComputerRunning && s.acted == actNone:
 			// It was up: a guest that stops answering is not a start.
 			st.State = dotsv1.ComputerRunning
@@ -261,4 +261,17 @@ func logSuffix(tail string) string {
 		tail = "..." + tail[len(tail)-maxTail:]
 	}
 	return "\n" + tail
+}
+
+// shapeNote says when the running QEMU's CPUs or memory differ from the
+// spec: they apply at the next start, so a person knows to reboot.
+func shapeNote(c *dotsv1.Computer, obs driver.Observation) string {
+	if obs.CPUs == 0 && obs.MemoryMiB == 0 {
+		return "" // a QEMU of a record without its shape
+	}
+	cpus, mem := specShape(c)
+	if obs.CPUs == cpus && obs.MemoryMiB == mem {
+		return ""
+	}
+	return fmt.Sprintf("; it runs with %d CPUs and %d MiB, the spec says %d and %d MiB: reboot to apply (invisible-dots computer reboot %s)", obs.CPUs, obs.MemoryMiB, cpus, mem, c.Name)
 }

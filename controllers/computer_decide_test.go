@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
@@ -161,6 +162,30 @@ func TestStartBackoff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := startBackoff(tc.count, tc.jitter); got != tc.want {
 				t.Errorf("startBackoff(%d, %v) = %v; want %v", tc.count, tc.jitter, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestShapeNote(t *testing.T) {
+	c := &dotsv1.Computer{}
+	c.Name = "helper"
+	c.Spec.CPU = 2
+	c.Spec.Memory = resource.MustParse("4Gi")
+	tests := map[string]struct {
+		obs      driver.Observation
+		wantNote bool
+	}{
+		"Same":          {obs: driver.Observation{CPUs: 2, MemoryMiB: 4096}},
+		"NoShapeRecord": {obs: driver.Observation{}},
+		"MoreCPUs":      {obs: driver.Observation{CPUs: 1, MemoryMiB: 4096}, wantNote: true},
+		"LessMemory":    {obs: driver.Observation{CPUs: 2, MemoryMiB: 2048}, wantNote: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := shapeNote(c, tc.obs)
+			if (got != "") != tc.wantNote {
+				t.Errorf("shapeNote(spec 2 CPUs 4096 MiB, observed %d CPUs %d MiB) = %q; want a note: %v", tc.obs.CPUs, tc.obs.MemoryMiB, got, tc.wantNote)
 			}
 		})
 	}
