@@ -101,6 +101,16 @@ spec:
 	cvmRun(t, repoRoot, []string{"INVISIBLE_DOTS_HOME=" + home.Root}, binary, "computer", "start", name)
 	c = k.waitComputer(name, vmReadyTimeout, runningReady)
 
+	t.Log("invisible-dots computer reboot: a new QEMU, once")
+	pid = int(c.Status.PID)
+	cvmRun(t, repoRoot, []string{"INVISIBLE_DOTS_HOME=" + home.Root}, binary, "computer", "reboot", name)
+	c = k.waitComputer(name, vmReadyTimeout, func(c *dotsv1.Computer) bool {
+		return runningReady(c) && int(c.Status.PID) != pid && c.Status.HandledRebootRequest != ""
+	})
+	if cvmAlive(pid) {
+		t.Errorf("the QEMU before the reboot (pid %d) still runs", pid)
+	}
+
 	t.Log("under Always, kill -9 of QEMU is noticed and repaired")
 	k.run("patch", "computer", name, "--type", "merge", "-p", `{"spec":{"runStrategy":"Always"}}`)
 	pid = int(c.Status.PID)
