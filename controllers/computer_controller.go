@@ -74,6 +74,10 @@ type ComputerReconciler struct {
 	// spec's, else the ones in use, else the newest registered in Home.
 	// A test seam (the fake host needs no image files).
 	ResolveImages func(c *dotsv1.Computer) (golden, runtime string, err error)
+	// StartTimeout is how long a started guest has to answer GET
+	// /v1/health before the start counts as failed (and is retried with a
+	// reboot after the backoff); 5 minutes when zero.
+	StartTimeout time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles (a start blocks
 	// its worker until QEMU listens); 4 when zero.
 	MaxConcurrentReconciles int
@@ -141,6 +145,8 @@ type computerScope struct {
 	// health is the guest's answer when asked; healthErr why it did not.
 	healthAsked bool
 	healthErr   error
+	// stuck: this reconcile counted a start whose guest never answered.
+	stuck bool
 	// deleting: the VM is being destroyed; deleteErr why it is not yet.
 	deleteErr error
 	// observeErr: the host could not be read.
@@ -212,6 +218,14 @@ func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerSco
 	}
 	s.obs, s.seen, s.observed = obs, obs, true
 
+	// A guest that never answered after its start was counted as failed;
+	// asked again now, it is rebooted if it still does not answer.
+	stuck := false
+	if obs.State == driver.Running && c.Status.State == dotsv1.ComputerStarting && startCounted(c, obs) {
+		if err := r.health(ctx, c, token); err != nil {
+			stuck = true
+		}
+	}
 	in := runInput{
 		Strategy:        c.Spec.RunStrategy,
 		PrevState:       c.Status.State,
@@ -222,6 +236,7 @@ func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerSco
 		StartRequested:  pendingRequest(c, dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest),
 		RebootRequested: pendingRequest(c, dotsv1.RebootRequestedAnnotation, c.Status.HandledRebootRequest),
 		BackoffLeft:     r.backoffLeft(c),
+		GuestStuck:      stuck,
 	}
 	d := decideRun(in)
 	if d.CountFailure {
@@ -272,16 +287,45 @@ func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerSco
 	}
 
 	if s.obs.State == driver.Running {
-		hctx, cancel := context.WithTimeout(ctx, healthCall)
-		h, err := r.Driver.Health(hctx, vmID(c), token)
-		cancel()
 		s.healthAsked = true
-		if err == nil && h.Agentd != protocol.AgentdOK {
-			err = fmt.Errorf("dot-agentd answered health with agentd %q, not %q", h.Agentd, protocol.AgentdOK)
+		s.healthErr = r.health(ctx, c, token)
+		timeout := r.StartTimeout
+		if timeout == 0 {
+			timeout = defaultStartTimeout
 		}
-		s.healthErr = err
+		if s.healthErr != nil && s.acted == actNone && c.Status.State == dotsv1.ComputerStarting &&
+			!s.obs.StartedAt.IsZero() && r.Clock.Since(s.obs.StartedAt) > timeout && !startCounted(c, s.obs) {
+			// KubeVirt counts a VMI that never reached Running; ours is a
+			// guest that never answered.
+			r.recordStartFailure(c, fmt.Sprintf("the guest did not answer GET /v1/health within %s of QEMU's start: %v", timeout, s.healthErr))
+			s.stuck = true
+		}
 	}
 	return r.requeue(s), nil
+}
+
+// defaultStartTimeout: the test image answers in seconds, a desktop golden
+// image under KVM in well under a minute.
+const defaultStartTimeout = 5 * time.Minute
+
+// health asks the guest GET /v1/health through the proven channel.
+func (r *ComputerReconciler) health(ctx context.Context, c *dotsv1.Computer, token string) error {
+	hctx, cancel := context.WithTimeout(ctx, healthCall)
+	defer cancel()
+	h, err := r.Driver.Health(hctx, vmID(c), token)
+	if err == nil && h.Agentd != protocol.AgentdOK {
+		err = fmt.Errorf("dot-agentd answered health with agentd %q, not %q", h.Agentd, protocol.AgentdOK)
+	}
+	return err
+}
+
+// startCounted: the running QEMU's start is already counted in
+// startFailure (a failure recorded after that QEMU started sets a retry
+// time after its start; starts wait for the retry time, so an earlier
+// failure's retry time is before it).
+func startCounted(c *dotsv1.Computer, obs driver.Observation) bool {
+	f := c.Status.StartFailure
+	return f != nil && f.RetryAfter != nil && !obs.StartedAt.IsZero() && f.RetryAfter.Time.After(obs.StartedAt)
 }
 
 // requeue is when to look again: the backoff's end, a starting guest soon,
@@ -290,7 +334,7 @@ func (r *ComputerReconciler) requeue(s *computerScope) ctrl.Result {
 	if s.decision.Wait > 0 {
 		return ctrl.Result{RequeueAfter: s.decision.Wait}
 	}
-	if s.actErr != nil {
+	if s.actErr != nil || s.stuck {
 		if w := r.backoffLeft(s.computer); w > 0 {
 			return ctrl.Result{RequeueAfter: w}
 		}

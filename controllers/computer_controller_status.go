@@ -103,6 +103,9 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 			// It was up: a guest that stops answering is not a start.
 			st.State = dotsv1.ComputerRunning
 			ready(metav1.ConditionFalse, dotsv1.GuestNotAnsweringReason, "QEMU runs but dot-agentd does not answer GET /v1/health: "+errText(s.healthErr))
+		case startCounted(c, obs):
+			st.State = dotsv1.ComputerStarting
+			ready(metav1.ConditionFalse, dotsv1.StartFailedReason, st.StartFailure.Message+retryText(st.StartFailure))
 		default:
 			st.State = dotsv1.ComputerStarting
 			ready(metav1.ConditionFalse, dotsv1.VMStartingReason, "QEMU runs; waiting for dot-agentd to answer GET /v1/health through the proven channel: "+errText(s.healthErr))

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	clientfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
 	"github.com/invisible-dots/invisible-dots/hostagent/paths"
@@ -208,4 +210,97 @@ func BenchmarkReconcile100Computers(b *testing.B) {
 		reconcileAll()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/computer")
+}
+
+func TestComputerGuestStuckAtStart(t *testing.T) {
+	started := testNow.Add(-6 * time.Minute)
+	answering := false
+	reboots := 0
+	drv := fake.DriverFns{
+		ObserveFn: func(context.Context, paths.VMID) (driver.Observation, error) {
+			return driver.Observation{Provisioned: true, State: driver.Running, PID: 7, GuestPort: 7000, StartedAt: started}, nil
+		},
+		RebootFn: func(_ context.Context, s driver.Spec) (driver.Observation, error) {
+			reboots++
+			started = testNow.Add(2 * time.Second)
+			return driver.Observation{Provisioned: true, State: driver.Running, PID: 8, GuestPort: 8000, StartedAt: started}, nil
+		},
+		HealthFn: func(context.Context, paths.VMID, string) (protocol.HealthResponse, error) {
+			if answering {
+				return protocol.HealthResponse{Agentd: protocol.AgentdOK}, nil
+			}
+			return protocol.HealthResponse{}, errors.New("guest not answering")
+		},
+	}
+	comp := testComputer("d", dotsv1.RunAlways)
+	comp.Status.State = dotsv1.ComputerStarting
+	r, c := newTestReconciler(drv, comp)
+	clk := r.Clock.(*clocktesting.FakePassiveClock)
+	get := func() *dotsv1.Computer {
+		got := &dotsv1.Computer{}
+		_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "d"}, got)
+		return got
+	}
+
+	res := reconcileOnce(t, r, "d")
+	got := get()
+	if f := got.Status.StartFailure; f == nil || f.ConsecutiveFailCount != 1 || !strings.Contains(f.Message, "did not answer") {
+		t.Fatalf("a guest silent 6 minutes after its start: startFailure %+v; want one failure saying so", f)
+	}
+	if res.RequeueAfter != 2*time.Second || reboots != 0 {
+		t.Errorf("RequeueAfter %v, %d reboots; want the 2s backoff first, no reboot yet", res.RequeueAfter, reboots)
+	}
+	if r := meta.FindStatusCondition(got.Status.Conditions, dotsv1.ReadyCondition); r == nil || r.Reason != dotsv1.StartFailedReason {
+		t.Errorf("Ready %+v; want reason %s", r, dotsv1.StartFailedReason)
+	}
+
+	// Counted once: another look inside the backoff counts nothing more.
+	clk.SetTime(testNow.Add(time.Second))
+	reconcileOnce(t, r, "d")
+	if n := get().Status.StartFailure.ConsecutiveFailCount; n != 1 || reboots != 0 {
+		t.Errorf("inside the backoff: count %d, %d reboots; want 1 and none", n, reboots)
+	}
+
+	clk.SetTime(testNow.Add(2 * time.Second))
+	answering = true // the guest comes up late, before the reboot
+	reconcileOnce(t, r, "d")
+	got = get()
+	// The guest answered the pre-check, so it is not rebooted: a guest
+	// that came up late is kept.
+	if reboots != 0 || got.Status.State != dotsv1.ComputerRunning || got.Status.StartFailure != nil {
+		t.Errorf("a late guest that answers: %d reboots, state %s, startFailure %+v; want kept, RUNNING, cleared", reboots, got.Status.State, got.Status.StartFailure)
+	}
+}
+
+func TestComputerGuestStuckIsRebooted(t *testing.T) {
+	started := testNow.Add(-6 * time.Minute)
+	reboots := 0
+	drv := fake.DriverFns{
+		ObserveFn: func(context.Context, paths.VMID) (driver.Observation, error) {
+			return driver.Observation{Provisioned: true, State: driver.Running, PID: 7, GuestPort: 7000, StartedAt: started}, nil
+		},
+		RebootFn: func(_ context.Context, s driver.Spec) (driver.Observation, error) {
+			reboots++
+			started = testNow.Add(2 * time.Second)
+			return driver.Observation{Provisioned: true, State: driver.Running, PID: 8, GuestPort: 8000, StartedAt: started}, nil
+		},
+		HealthFn: func(context.Context, paths.VMID, string) (protocol.HealthResponse, error) {
+			return protocol.HealthResponse{}, errors.New("guest not answering")
+		},
+	}
+	comp := testComputer("e", dotsv1.RunAlways)
+	comp.Status.State = dotsv1.ComputerStarting
+	r, c := newTestReconciler(drv, comp)
+	clk := r.Clock.(*clocktesting.FakePassiveClock)
+	reconcileOnce(t, r, "e")
+	clk.SetTime(testNow.Add(2 * time.Second))
+	reconcileOnce(t, r, "e")
+	got := &dotsv1.Computer{}
+	_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "e"}, got)
+	if reboots != 1 || got.Status.PID != 8 || got.Status.State != dotsv1.ComputerStarting {
+		t.Errorf("after the backoff: %d reboots, pid %d, state %s; want one reboot to pid 8, STARTING", reboots, got.Status.PID, got.Status.State)
+	}
+	if f := got.Status.StartFailure; f == nil || f.ConsecutiveFailCount != 1 {
+		t.Errorf("startFailure %+v; want the one failure kept until a start answers", f)
+	}
 }

@@ -37,6 +37,10 @@ type runInput struct {
 	RebootRequested bool
 	// BackoffLeft is how long the crash-loop backoff still holds starts.
 	BackoffLeft time.Duration
+	// GuestStuck: QEMU runs but its guest did not answer within the start
+	// timeout, that start is counted as failed, and it still does not
+	// answer. It is rebooted once the backoff allows.
+	GuestStuck bool
 }
 
 // runDecision is what to do and what to record.
@@ -93,21 +97,13 @@ func decideRun(in runInput) runDecision {
 
 	case dotsv1.RunAlways:
 		if running {
-			if in.RebootRequested {
-				d.Action, d.RebootHandled = actReboot, true
-			}
-			d.StartHandled = in.StartRequested
-			return d
+			return keepRunning(d, in)
 		}
 		return startUnlessBackoff(d, in)
 
 	default: // OnDemand, and an empty strategy (the CRD defaults it).
 		if running {
-			if in.RebootRequested {
-				d.Action, d.RebootHandled = actReboot, true
-			}
-			d.StartHandled = in.StartRequested
-			return d
+			return keepRunning(d, in)
 		}
 		// OnDemand starts the VM at create (no stop reason yet) and after a
 		// person lifted Halted (reason user); a VM asleep (idle) or exited
@@ -120,6 +116,22 @@ func decideRun(in runInput) runDecision {
 		}
 		return startUnlessBackoff(d, in)
 	}
+}
+
+// keepRunning is the decision for a VM that runs and should: a requested
+// reboot, a reboot of a guest stuck at its start once the backoff allows,
+// or nothing.
+func keepRunning(d runDecision, in runInput) runDecision {
+	d.StartHandled = in.StartRequested
+	switch {
+	case in.RebootRequested:
+		d.Action, d.RebootHandled = actReboot, true
+	case in.GuestStuck && in.BackoffLeft > 0:
+		d.Wait = in.BackoffLeft
+	case in.GuestStuck:
+		d.Action = actReboot
+	}
+	return d
 }
 
 // startUnlessBackoff starts the VM, or waits out the crash-loop backoff.

@@ -102,6 +102,21 @@ func TestDecideRun(t *testing.T) {
 			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopIdle, Observed: driver.Stopped, RebootRequested: true},
 			want:   runDecision{Action: actStart, StopReason: dotsv1.StopIdle, RebootHandled: true},
 		},
+		"GuestStuckRebootsAfterBackoff": {
+			reason: "a guest stuck at its start (counted) is rebooted once the backoff allows",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStarting, Observed: driver.Running, GuestStuck: true},
+			want:   runDecision{Action: actReboot},
+		},
+		"GuestStuckWaitsForBackoff": {
+			reason: "the backoff holds the reboot of a stuck guest too",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStarting, Observed: driver.Running, GuestStuck: true, BackoffLeft: 3 * time.Second},
+			want:   runDecision{Wait: 3 * time.Second},
+		},
+		"GuestStuckUnderHaltedStops": {
+			reason: "Halted stops a stuck guest rather than rebooting it",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStarting, Observed: driver.Running, GuestStuck: true},
+			want:   runDecision{Action: actStop, StopReason: dotsv1.StopUser},
+		},
 		"StartRequestWhileRunningIsMoot": {
 			reason: "a start request of a running VM is recorded handled without an action",
 			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, StartRequested: true},
