@@ -11,6 +11,11 @@ import (
 // reconciles when the server stops.
 const defaultShutdownTimeout = 10 * time.Second
 
+// concurrentReconciles is how many objects of one kind are reconciled at
+// once: a reconcile is a few API writes, and one worker made 1000 Dots wait
+// minutes for their Computers.
+const concurrentReconciles = 4
+
 func ptrDuration(d time.Duration) *time.Duration { return &d }
 
 // setCondition sets one condition with the object's generation. Its

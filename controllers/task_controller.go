@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -39,6 +40,7 @@ func (r *TaskReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&dotsv1.Task{}).
 		Watches(&dotsv1.Dot{}, handler.EnqueueRequestsFromMapFunc(r.tasksOfDot)).
 		Named(TaskControllerName).
+		WithOptions(controller.Options{MaxConcurrentReconciles: concurrentReconciles}).
 		Complete(r)
 }
 
