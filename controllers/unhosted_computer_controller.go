@@ -2,12 +2,14 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 )
@@ -43,11 +45,11 @@ func (r *UnhostedComputerReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !c.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
-	}
 	before := c.DeepCopy()
 	now := r.Clock.Now()
+	if !c.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, c, before, now)
+	}
 	msg := "no host agent runs in this control plane, so no host has taken this Computer"
 	c.Status.State = dotsv1.ComputerProvisioning
 	setCondition(&c.Status.Conditions, c.Generation, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.NoHostAgentReason, msg)
@@ -57,4 +59,22 @@ func (r *UnhostedComputerReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
+}
+
+// reconcileDelete lets a Computer go that no host ever started (no boot, no
+// pid: there is no VM and no file to destroy). One that a host agent ran
+// keeps its finalizer: only a host agent can destroy its VM and disk, and
+// removing the finalizer here would leave them behind unseen. It says so.
+func (r *UnhostedComputerReconciler) reconcileDelete(ctx context.Context, c, before *dotsv1.Computer, now time.Time) error {
+	if !controllerutil.ContainsFinalizer(c, ComputerFinalizer) {
+		return nil
+	}
+	if c.Status.HostBootID == "" && c.Status.PID == 0 {
+		controllerutil.RemoveFinalizer(c, ComputerFinalizer)
+		return client.IgnoreNotFound(r.Client.Patch(ctx, c, client.MergeFrom(before)))
+	}
+	msg := "waiting for a host agent to destroy this Computer's VM and disk: start invisible-dots server on the host that ran it (no host agent runs in this control plane)"
+	c.Status.State = dotsv1.ComputerDeleting
+	setCondition(&c.Status.Conditions, c.Generation, now, dotsv1.ReadyCondition, metav1.ConditionFalse, dotsv1.NoHostAgentReason, msg)
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, c, client.MergeFrom(before)))
 }

@@ -106,7 +106,7 @@ func startManaged(ctx context.Context, home string, log logr.Logger) (*managed, 
 			return nil, err
 		}
 	}
-	if err := stopOrphan(ctx, dataDir, log); err != nil {
+	if err := stopOrphan(ctx, dataDir, runDir, log); err != nil {
 		return nil, err
 	}
 
@@ -319,8 +319,23 @@ func (m *managed) exitError(signalsSent int) error {
 // home (one that was killed before its child got the parent-death signal),
 // never another server's. A postmaster.pid whose process is gone or is not
 // postgres on this directory is left to postgres, which ignores stale ones.
-func stopOrphan(ctx context.Context, dataDir string, log logr.Logger) error {
-	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+func stopOrphan(ctx context.Context, dataDir, runDir string, log logr.Logger) error {
+	// A postmaster shutting down removes postmaster.pid before it exits, and
+	// keeps its socket's lock file until the end: a server restarted at once
+	// after a kill -9 finds only the latter, and PostgreSQL would refuse to
+	// start ("lock file ... already exists"). Both name the postmaster.
+	for _, f := range []string{filepath.Join(dataDir, "postmaster.pid"), filepath.Join(runDir, socketName+".lock")} {
+		if err := stopOrphanNamedIn(ctx, f, dataDir, log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopOrphanNamedIn stops the postmaster whose pid is the first line of
+// file, if it runs in dataDir, and waits for it to exit.
+func stopOrphanNamedIn(ctx context.Context, file, dataDir string, log logr.Logger) error {
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil
 	}
