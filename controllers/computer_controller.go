@@ -162,10 +162,8 @@ func (r *ComputerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if c.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(c, ComputerFinalizer) {
-		patch := client.MergeFrom(c.DeepCopy())
-		controllerutil.AddFinalizer(c, ComputerFinalizer)
-		return ctrl.Result{}, r.Client.Patch(ctx, c, patch)
+	if added, err := ensureFinalizer(ctx, r.Client, c, ComputerFinalizer); added || err != nil {
+		return ctrl.Result{}, err
 	}
 
 	before := c.DeepCopy()

@@ -67,10 +67,8 @@ func (r *DotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, dot); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if dot.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(dot, DotFinalizer) {
-		patch := client.MergeFrom(dot.DeepCopy())
-		controllerutil.AddFinalizer(dot, DotFinalizer)
-		return ctrl.Result{}, r.Client.Patch(ctx, dot, patch)
+	if added, err := ensureFinalizer(ctx, r.Client, dot, DotFinalizer); added || err != nil {
+		return ctrl.Result{}, err
 	}
 
 	before := dot.DeepCopy()

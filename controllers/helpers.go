@@ -1,7 +1,12 @@
 package controllers
 
 import (
+	"context"
+
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,4 +34,16 @@ func setCondition(conds *[]metav1.Condition, generation int64, now time.Time, ty
 		ObservedGeneration: generation,
 		LastTransitionTime: metav1.NewTime(now),
 	})
+}
+
+// ensureFinalizer adds finalizer to a live object that lacks it (cluster-api's
+// EnsureFinalizer). It reports whether it patched: the caller returns then,
+// and the patch's own watch event brings the next reconcile.
+func ensureFinalizer(ctx context.Context, c client.Client, obj client.Object, finalizer string) (bool, error) {
+	if !obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, finalizer) {
+		return false, nil
+	}
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	controllerutil.AddFinalizer(obj, finalizer)
+	return true, c.Patch(ctx, obj, patch)
 }
