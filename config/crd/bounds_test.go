@@ -125,3 +125,22 @@ func TestPermissionNamesMatchTheTable(t *testing.T) {
 		t.Errorf("spec.models' rule %v does not name exactly the roles %v", models, protocol.ModelRoles)
 	}
 }
+
+// TestNameRuleMatchesTheTable: a Dot's name rule, and the dotName of Tasks
+// and Approvals that point at a Dot, are protocol.NamePattern.
+func TestNameRuleMatchesTheTable(t *testing.T) {
+	for _, file := range []string{"dots.invisible.dev_tasks.yaml", "dots.invisible.dev_approvals.yaml"} {
+		if got := at(loadSchema(t, file), "spec", "dotName").Pattern; got != protocol.NamePattern {
+			t.Errorf("%s spec.dotName pattern = %q, want protocol.NamePattern %q", file, got, protocol.NamePattern)
+		}
+	}
+	found := false
+	for _, v := range loadSchema(t, "dots.invisible.dev_dots.yaml").XValidations {
+		if strings.Contains(v.Rule, "self.metadata.name.matches('"+protocol.NamePattern+"')") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the Dot's CEL rules do not match metadata.name against protocol.NamePattern %q", protocol.NamePattern)
+	}
+}
