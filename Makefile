@@ -21,10 +21,13 @@ build:
 run: build
 	./$(BIN) server
 
-# CRDs and RBAC from the kubebuilder markers in api/ and controllers/.
+# CRDs and RBAC from the kubebuilder markers: the central controllers' role
+# from controllers/, every host agent's from hostagent/.
 manifests:
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=invisible-dots-controller paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=invisible-dots-host-agent paths=./hostagent/... \
+		output:rbac:artifacts:config=config/rbac/host_agent
 
 # Deepcopy functions for the API types.
 generate:

@@ -4,15 +4,16 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
 
 // ApprovalControllerName names the Approval reconciler.
@@ -40,6 +41,9 @@ func (r *ApprovalReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// approvalWriter owns the binding; phase and decidedAt are its fields.
+var approvalWriter = patch.Writer{Name: ApprovalControllerName, Conditions: []string{dotsv1.DotBoundCondition}}
+
 // Reconcile binds the Approval to its Dot and records the decision.
 func (r *ApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := &dotsv1.Approval{}
@@ -49,24 +53,24 @@ func (r *ApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if !a.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	before := a.DeepCopy()
+	helper := patch.NewHelper(r.Client, approvalWriter, a)
 	now := r.Clock.Now()
-	if err := bindToDot(ctx, r.Client, a, a.Spec.DotName, &a.Status.Conditions, metav1.NewTime(now)); err != nil {
-		return ctrl.Result{}, err
+	if patched, err := bindToDot(ctx, r.Client, a, a.Spec.DotName, now); patched || err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	before.ObjectMeta = a.ObjectMeta
 	phase := approvalPhase(a.Spec.Decision)
-	if phase != a.Status.Phase {
-		if phase != dotsv1.ApprovalPending && a.Status.DecidedAt == nil {
-			t := metav1.NewTime(now)
-			a.Status.DecidedAt = &t
-			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, string(phase), "Decide", "%s %s for Dot %s", phase, a.Spec.Tool, a.Spec.DotName)
-		}
-		a.Status.Phase = phase
+	decided := phase != a.Status.Phase && phase != dotsv1.ApprovalPending && a.Status.DecidedAt == nil
+	if decided {
+		a.Status.DecidedAt = ptr.To(metav1.NewTime(now))
 	}
+	a.Status.Phase = phase
 	a.Status.ObservedGeneration = a.Generation
-	if err := r.Client.Status().Patch(ctx, a, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
+	written, err := helper.Patch(ctx, a)
+	if err != nil {
+		return patch.RequeueOnConflict(ctrl.Result{}, client.IgnoreNotFound(err))
+	}
+	if written && decided {
+		r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, string(phase), "Decide", "%s %s for Dot %s", phase, a.Spec.Tool, a.Spec.DotName)
 	}
 	return ctrl.Result{}, nil
 }

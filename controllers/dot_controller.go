@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -20,14 +21,15 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
 
 // DotControllerName names the Dot reconciler in logs and Events.
 const DotControllerName = "dot-controller"
 
-// DotFinalizer holds a Dot until its Computer (and with it the VM and its
-// disk) is gone.
-const DotFinalizer = "dots.invisible.dev/computer"
+// dotWriter owns the Dot's computer conditions; the guest link owns the
+// ones about the guest's configuration and engine.
+var dotWriter = patch.Writer{Name: DotControllerName, Conditions: []string{dotsv1.ReadyCondition, dotsv1.ComputerReadyCondition}}
 
 // DotReconciler keeps each Dot's Computer in step with spec.computer and
 // reflects the Computer's state in the Dot's status.
@@ -62,21 +64,24 @@ type dotScope struct {
 
 // Reconcile: get, ensure the finalizer, then run the phases, and patch the
 // status once at the end from what they found.
-func (r *DotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+func (r *DotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
 	dot := &dotsv1.Dot{}
 	if err := r.Client.Get(ctx, req.NamespacedName, dot); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if added, err := ensureFinalizer(ctx, r.Client, dot, DotFinalizer); added || err != nil {
+	if added, err := patch.EnsureFinalizer(ctx, r.Client, dot, dotsv1.DotFinalizer); added || err != nil {
 		return ctrl.Result{}, err
 	}
 
-	before := dot.DeepCopy()
+	helper := patch.NewHelper(r.Client, dotWriter, dot)
 	s := &dotScope{dot: dot}
 	defer func() {
+		if !dot.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(dot, dotsv1.DotFinalizer) {
+			return // gone with the finalizer's removal
+		}
 		r.updateStatus(s, reterr == nil)
-		if err := r.Client.Status().Patch(ctx, dot, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
-			reterr = kerrors.NewAggregate([]error{reterr, err})
+		if _, err := helper.Patch(ctx, dot); err != nil && !apierrors.IsNotFound(err) {
+			res, reterr = patch.RequeueOnConflict(res, kerrors.NewAggregate([]error{reterr, err}))
 		}
 	}()
 
@@ -96,12 +101,15 @@ func (r *DotReconciler) reconcileComputer(ctx context.Context, s *dotScope) erro
 	switch {
 	case apierrors.IsNotFound(err):
 		computer = &dotsv1.Computer{
-			ObjectMeta: metav1.ObjectMeta{Name: dot.Name, Namespace: dot.Namespace, Labels: map[string]string{DotLabel: dot.Name}},
+			ObjectMeta: metav1.ObjectMeta{Name: dot.Name, Namespace: dot.Namespace, Labels: map[string]string{dotsv1.DotLabel: dot.Name}},
 			Spec: dotsv1.ComputerSpec{
 				CPU:         dot.Spec.Computer.CPU,
 				Memory:      quantityOr(dot.Spec.Computer.Memory, protocol.Bounds.MemoryGiB.Default),
 				Disk:        quantityOr(dot.Spec.Computer.Disk, protocol.Bounds.DiskGiB.Default),
 				RunStrategy: dotsv1.RunOnDemand,
+				// A pinned host is the placement; otherwise placement
+				// chooses one.
+				NodeName: dot.Spec.Computer.Host,
 			},
 		}
 		if err := controllerutil.SetControllerReference(dot, computer, r.Client.Scheme()); err != nil {
@@ -159,14 +167,7 @@ func (r *DotReconciler) reconcileDelete(ctx context.Context, s *dotScope) (ctrl.
 		return ctrl.Result{}, err
 	}
 	s.computer = nil
-	if controllerutil.ContainsFinalizer(dot, DotFinalizer) {
-		patch := client.MergeFrom(dot.DeepCopy())
-		controllerutil.RemoveFinalizer(dot, DotFinalizer)
-		if err := r.Client.Patch(ctx, dot, patch); err != nil && !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
-	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, patch.RemoveFinalizer(ctx, r.Client, dot, dotsv1.DotFinalizer)
 }
 
 // updateStatus sets phase, computerState and conditions from the scope. It
@@ -174,27 +175,31 @@ func (r *DotReconciler) reconcileDelete(ctx context.Context, s *dotScope) (ctrl.
 func (r *DotReconciler) updateStatus(s *dotScope, reconciled bool) {
 	dot := s.dot
 	now := r.Clock.Now()
-	gen := dot.Generation
-	conds := &dot.Status.Conditions
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		patch.SetCondition(dot, now, typ, status, reason, msg)
+	}
 
 	computerReady := false
 	switch {
 	case !dot.DeletionTimestamp.IsZero():
-		setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.DeletingReason, "the Dot is being deleted")
+		set(dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.DeletingReason, "the Dot is being deleted")
 	case s.conflict != "":
-		setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerConflictReason, s.conflict)
+		set(dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerConflictReason, s.conflict)
 	case s.computer == nil:
-		setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerCreatedReason, "the Computer is being created")
+		set(dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerCreatedReason, "the Computer is being created")
 	default:
 		c := meta.FindStatusCondition(s.computer.Status.Conditions, dotsv1.ReadyCondition)
 		switch {
 		case c != nil && c.Status == metav1.ConditionTrue:
 			computerReady = true
-			setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionTrue, dotsv1.ComputerRunningReason, "the Computer runs and its guest answers")
+			set(dotsv1.ComputerReadyCondition, metav1.ConditionTrue, dotsv1.ComputerRunningReason, "the Computer runs and its guest answers")
+		case c != nil && c.Status == metav1.ConditionUnknown:
+			// Its host is out of reach: what the Computer does is unknown.
+			set(dotsv1.ComputerReadyCondition, metav1.ConditionUnknown, c.Reason, fmt.Sprintf("Computer %s: %s", s.computer.Name, c.Message))
 		case c != nil:
-			setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerNotRunningReason, fmt.Sprintf("Computer %s: %s", s.computer.Name, c.Message))
+			set(dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerNotRunningReason, fmt.Sprintf("Computer %s: %s", s.computer.Name, c.Message))
 		default:
-			setCondition(conds, gen, now, dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerCreatedReason, fmt.Sprintf("Computer %s has reported no state yet", s.computer.Name))
+			set(dotsv1.ComputerReadyCondition, metav1.ConditionFalse, dotsv1.ComputerCreatedReason, fmt.Sprintf("Computer %s has reported no state yet", s.computer.Name))
 		}
 	}
 	if s.computer != nil && s.conflict == "" {
@@ -205,22 +210,26 @@ func (r *DotReconciler) updateStatus(s *dotScope, reconciled bool) {
 
 	dot.Status.Phase = dotPhase(s, computerReady)
 	if dot.Status.Phase == dotsv1.DotError {
-		dot.Status.Error = firstNonEmpty(s.conflict, computerError(s.computer))
+		dot.Status.Error = cmp.Or(s.conflict, computerError(s.computer))
 	} else {
 		dot.Status.Error = ""
 	}
 
-	if computerReady {
-		setCondition(conds, gen, now, dotsv1.ReadyCondition, metav1.ConditionTrue, dotsv1.ReadyReason, "the Dot's computer runs")
-	} else {
+	cr := meta.FindStatusCondition(dot.Status.Conditions, dotsv1.ComputerReadyCondition)
+	switch {
+	case computerReady:
+		set(dotsv1.ReadyCondition, metav1.ConditionTrue, dotsv1.ReadyReason, "the Dot's computer runs")
+	case cr != nil && cr.Status == metav1.ConditionUnknown:
+		set(dotsv1.ReadyCondition, metav1.ConditionUnknown, cr.Reason, cr.Message)
+	default:
 		msg := "the Dot's computer is not ready"
-		if c := meta.FindStatusCondition(*conds, dotsv1.ComputerReadyCondition); c != nil {
-			msg = c.Message
+		if cr != nil {
+			msg = cr.Message
 		}
-		setCondition(conds, gen, now, dotsv1.ReadyCondition, metav1.ConditionFalse, dotsv1.NotReadyReason, msg)
+		set(dotsv1.ReadyCondition, metav1.ConditionFalse, dotsv1.NotReadyReason, msg)
 	}
 	if reconciled {
-		dot.Status.ObservedGeneration = gen
+		dot.Status.ObservedGeneration = dot.Generation
 	}
 }
 
@@ -233,6 +242,9 @@ func dotPhase(s *dotScope, computerReady bool) dotsv1.DotPhase {
 		return dotsv1.DotError
 	case c == nil:
 		return dotsv1.DotCreating
+	case isUnknown(c.Status.Conditions, dotsv1.ReadyCondition):
+		// Its host is out of reach: the Dot was last seen as it is.
+		return cmp.Or(s.dot.Status.Phase, dotsv1.DotCreating)
 	case c.Status.State == dotsv1.ComputerError:
 		return dotsv1.DotError
 	case c.Status.StartFailure != nil && c.Status.StartFailure.ConsecutiveFailCount > 0 && c.Status.State != dotsv1.ComputerRunning:
@@ -269,11 +281,7 @@ func quantityOr(q *resource.Quantity, defaultGiB int) resource.Quantity {
 	return *resource.NewQuantity(int64(defaultGiB)<<30, resource.BinarySI)
 }
 
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
+func isUnknown(conds []metav1.Condition, typ string) bool {
+	c := meta.FindStatusCondition(conds, typ)
+	return c != nil && c.Status == metav1.ConditionUnknown
 }

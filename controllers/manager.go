@@ -1,24 +1,29 @@
-// Package controllers holds one reconciler per concern, run by one
-// controller-runtime manager on the control plane's client configuration.
+// Package controllers holds the central controllers: one reconciler per
+// concern (Dots, Tasks, Approvals, placement of Computers on hosts, the
+// lifecycle of hosts). They decide and write resources; they never touch a
+// VM or a host's disk, which is the host agent's (hostagent/agent).
 package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/hostagent/driver"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
-	"github.com/invisible-dots/invisible-dots/internal/postgres"
 )
 
 // Scheme knows the built-in kinds and ours.
@@ -33,59 +38,75 @@ func init() {
 	}
 }
 
-// Options are what the controllers need from the server.
+// defaultShutdownTimeout bounds how long the manager waits for running
+// reconciles when the server stops.
+const defaultShutdownTimeout = 10 * time.Second
+
+// concurrentReconciles is how many objects of one kind are reconciled at
+// once: a reconcile is a few API writes, and one worker made 1000 Dots wait
+// minutes for their Computers.
+const concurrentReconciles = 4
+
+// LeaderElectionID names the central controllers' leader Lease in
+// dotsv1.SystemNamespace.
+const LeaderElectionID = "invisible-dots-controllers"
+
+// hostAccessSelector selects the RoleBindings the host access reconciler
+// keeps.
+var hostAccessSelector = func() labels.Selector {
+	req, err := labels.NewRequirement(HostAccessLabel, selection.Exists, nil)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*req)
+}()
+
+// The leader Lease, and Events of every controller.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Options are what the central controllers need.
 type Options struct {
 	Config *rest.Config
-	Home   paths.Home
-	// DB is the event log's database; nil in tests that need no event log.
-	DB *postgres.Instance
-	// Driver runs this host's VMs. Nil means no host agent runs in this
-	// control plane: Computers stay PROVISIONING and say so.
-	Driver driver.Driver
 	Log    logr.Logger
-	// APIStopped, when closed, stops the controllers (the embedded API
-	// server went away).
-	APIStopped <-chan struct{}
+	// LeaderElection makes the controllers act only while this process
+	// holds the leader Lease: two servers against one cluster (a second for
+	// availability) never both act. The embedded API server needs none (one
+	// control plane per database).
+	LeaderElection bool
+	// Identity names this process in the leader Lease; the host name and
+	// pid when empty.
+	Identity string
 	// Clock is time for the reconcilers; the real clock when nil.
 	Clock clock.PassiveClock
 }
 
-// Run starts the manager and blocks until ctx ends or APIStopped closes.
-func Run(ctx context.Context, o Options) error {
-	mgr, err := NewManager(o)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if o.APIStopped != nil {
-		go func() {
-			select {
-			case <-o.APIStopped:
-				o.Log.Error(errors.New("the API server stopped"), "stopping the controllers")
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
-	return mgr.Start(ctx)
-}
-
-// NewManager builds a manager with every reconciler registered.
-func NewManager(o Options) (ctrl.Manager, error) {
+// NewManager builds the central manager with every reconciler registered.
+func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
-		Scheme:                  Scheme,
-		Logger:                  o.Log,
-		Metrics:                 metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:  "0",
-		LeaderElection:          false,
-		GracefulShutdownTimeout: ptrDuration(defaultShutdownTimeout),
+		Scheme:                        Scheme,
+		Logger:                        o.Log,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       dotsv1.SystemNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaderElectionIdentity:        o.Identity,
+		GracefulShutdownTimeout:       ptr.To(defaultShutdownTimeout),
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only the host access bindings of this product.
+			&rbacv1.RoleBinding{}: {Label: hostAccessSelector},
+		}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the controller manager: %w", err)
+	}
+	if err := IndexNodeName(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("index computers by host: %w", err)
 	}
 	if err := (&DotReconciler{
 		Client:   mgr.GetClient(),
@@ -108,14 +129,21 @@ func NewManager(o Options) (ctrl.Manager, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	if o.Driver == nil {
-		if err := (&UnhostedComputerReconciler{
-			Client: mgr.GetClient(),
-			Clock:  o.Clock,
-		}).SetupWithManager(mgr); err != nil {
-			return nil, err
-		}
-	} else if err := SetupComputerReconciler(mgr, o); err != nil {
+	if err := (&PlacementReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder(PlacementControllerName),
+		Clock:    o.Clock,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&HostAccessReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&HostLifecycleReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder(HostLifecycleControllerName),
+		Clock:    o.Clock,
+	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	return mgr, nil

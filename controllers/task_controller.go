@@ -4,8 +4,6 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
 
 // TaskControllerName names the Task reconciler.
@@ -58,6 +57,9 @@ func (r *TaskReconciler) tasksOfDot(ctx context.Context, o client.Object) []reco
 	return out
 }
 
+// taskWriter owns the binding; the phase is the Task's own field.
+var taskWriter = patch.Writer{Name: TaskControllerName, Conditions: []string{dotsv1.DotBoundCondition}}
+
 // Reconcile binds the Task to its Dot and sets its first phase.
 func (r *TaskReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	task := &dotsv1.Task{}
@@ -67,19 +69,21 @@ func (r *TaskReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if !task.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	before := task.DeepCopy()
-	now := r.Clock.Now()
-	if err := bindToDot(ctx, r.Client, task, task.Spec.DotName, &task.Status.Conditions, metav1.NewTime(now)); err != nil {
-		return ctrl.Result{}, err
+	helper := patch.NewHelper(r.Client, taskWriter, task)
+	if patched, err := bindToDot(ctx, r.Client, task, task.Spec.DotName, r.Clock.Now()); patched || err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	before.ObjectMeta = task.ObjectMeta
-	if task.Status.Phase == "" {
+	queued := task.Status.Phase == ""
+	if queued {
 		task.Status.Phase = dotsv1.TaskPending
-		r.Recorder.Eventf(task, nil, corev1.EventTypeNormal, "Queued", "Queue", "Task queued for Dot %s", task.Spec.DotName)
 	}
 	task.Status.ObservedGeneration = task.Generation
-	if err := r.Client.Status().Patch(ctx, task, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
+	written, err := helper.Patch(ctx, task)
+	if err != nil {
+		return patch.RequeueOnConflict(ctrl.Result{}, client.IgnoreNotFound(err))
+	}
+	if written && queued {
+		r.Recorder.Eventf(task, nil, corev1.EventTypeNormal, "Queued", "Queue", "Task queued for Dot %s", task.Spec.DotName)
 	}
 	return ctrl.Result{}, nil
 }

@@ -60,6 +60,7 @@ const (
 )
 
 // ComputerSpec is the VM a Dot owns.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot change once set: the VM's disk lives on that host",fieldPath=".nodeName",reason=FieldValueForbidden
 type ComputerSpec struct {
 	// cpu is the number of virtual CPUs.
 	// +kubebuilder:validation:Minimum=1
@@ -92,7 +93,11 @@ type ComputerSpec struct {
 	// +optional
 	RunStrategy RunStrategy `json:"runStrategy,omitempty"`
 
-	// nodeName is the host whose host agent runs the VM; empty is this host.
+	// nodeName is the Host whose host agent runs the VM. Placement sets it
+	// when it is empty (or the Dot pins a host); once set it never changes,
+	// because the VM's disk lives on that host.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
 }
@@ -138,6 +143,10 @@ type ComputerStatus struct {
 	// stopReason says why the VM is stopped.
 	// +optional
 	StopReason StopReason `json:"stopReason,omitempty"`
+	// stopDeadline is when a STOPPING VM whose guest has not powered itself
+	// off is killed (the kill rule checked again first).
+	// +optional
+	StopDeadline *metav1.Time `json:"stopDeadline,omitempty"`
 	// lastActiveTime is when the guest last had work.
 	// +optional
 	LastActiveTime *metav1.Time `json:"lastActiveTime,omitempty"`
@@ -168,7 +177,7 @@ type ComputerStatus struct {
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: Ready, Provisioned.
+	// conditions: Ready, Placed, Provisioned.
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=32
@@ -180,10 +189,12 @@ type ComputerStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=comp,categories=dots
+// +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.runStrategy`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Stopped",type=string,JSONPath=`.status.stopReason`
+// +kubebuilder:printcolumn:name="Host",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="CPU",type=integer,JSONPath=`.spec.cpu`,priority=10
 // +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.spec.memory`,priority=10
 // +kubebuilder:printcolumn:name="PID",type=integer,JSONPath=`.status.pid`,priority=10

@@ -1,5 +1,7 @@
 package v1alpha1
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 // Condition types and their reasons, one block per type (cluster-api style).
 // Every condition is a metav1.Condition with ObservedGeneration set.
 
@@ -76,3 +78,97 @@ const (
 	// its first start, which has not happened yet.
 	ProvisionPendingReason = "Pending"
 )
+
+// Reasons of a Computer's Ready condition set from outside its host.
+const (
+	// HostUnreachableReason (Ready Unknown): the Lease of the Computer's host
+	// has not been renewed for HostLeaseDuration seconds. Nothing is moved
+	// or deleted; the conditions recover when the host agent comes back.
+	HostUnreachableReason = "HostUnreachable"
+	// VMStoppingReason (Ready False): the guest was asked to power off;
+	// stopDeadline is when it is killed if it has not.
+	VMStoppingReason = "Stopping"
+)
+
+// PlacedCondition is the Computer's: a host was chosen for it
+// (spec.nodeName is set).
+const PlacedCondition = "Placed"
+
+const (
+	// PlacedReason: spec.nodeName names the Computer's host.
+	PlacedReason = "Placed"
+	// NoHostFitsReason: no Ready host has the images and the room; the
+	// message says what each host lacks. The Computer stays PROVISIONING.
+	NoHostFitsReason = "NoHostFits"
+)
+
+// DotBoundCondition is a Task's and an Approval's: their Dot exists and
+// owns them.
+const DotBoundCondition = "DotBound"
+
+const (
+	// DotBoundReason: the Dot of spec.dotName owns the object.
+	DotBoundReason = "Bound"
+	// DotMissingReason: there is no Dot of spec.dotName; the object waits.
+	DotMissingReason = "DotMissing"
+)
+
+// A Host's conditions. Ready is written by its host agent and turned
+// Unknown by the control plane when the host's Lease lapses.
+const (
+	// DiskPressureCondition: the home filesystem's free space is under what
+	// one more default Computer needs.
+	DiskPressureCondition = "DiskPressure"
+	// MemoryPressureCondition: the memory not promised to Computers is
+	// under what one more default Computer needs.
+	MemoryPressureCondition = "MemoryPressure"
+)
+
+const (
+	// HostReadyReason (Ready True): the agent runs and heartbeats, and QEMU
+	// is usable.
+	HostReadyReason = "AgentReady"
+	// NoQEMUReason (Ready False): the agent runs but this host cannot run
+	// VMs; the message says what `invisible-dots doctor` found.
+	NoQEMUReason = "CannotRunVMs"
+	// PressureReason and NoPressureReason are the two reasons of the
+	// pressure conditions.
+	PressureReason   = "UnderPressure"
+	NoPressureReason = "Enough"
+)
+
+// Labels set on the objects the controllers make.
+const (
+	// DotLabel is set on the objects made for a Dot, with the Dot's name.
+	DotLabel = "dots.invisible.dev/dot"
+	// ComputerLabel is set on the objects made for a Computer, with its name.
+	ComputerLabel = "dots.invisible.dev/computer"
+)
+
+// Finalizers.
+const (
+	// DotFinalizer holds a Dot until its Computer (and with it the VM and
+	// its disk) is gone.
+	DotFinalizer = "dots.invisible.dev/computer"
+	// ComputerFinalizer holds a Computer until its host agent destroyed its
+	// VM and files (or a person deleted the Host: the disk stays).
+	ComputerFinalizer = "dots.invisible.dev/vm"
+)
+
+// ConditionsAccessor is what the one status writer needs of a kind to tell
+// each writer's conditions apart.
+type ConditionsAccessor interface {
+	GetConditions() []metav1.Condition
+	SetConditions([]metav1.Condition)
+}
+
+func (d *Dot) GetConditions() []metav1.Condition       { return d.Status.Conditions }
+func (d *Dot) SetConditions(c []metav1.Condition)      { d.Status.Conditions = c }
+func (c *Computer) GetConditions() []metav1.Condition  { return c.Status.Conditions }
+func (c *Computer) SetConditions(v []metav1.Condition) { c.Status.Conditions = v }
+func (t *Task) GetConditions() []metav1.Condition      { return t.Status.Conditions }
+func (t *Task) SetConditions(c []metav1.Condition)     { t.Status.Conditions = c }
+func (a *Approval) GetConditions() []metav1.Condition  { return a.Status.Conditions }
+func (a *Approval) SetConditions(c []metav1.Condition) { a.Status.Conditions = c }
+func (h *Host) GetConditions() []metav1.Condition      { return h.Status.Conditions }
+func (h *Host) SetConditions(c []metav1.Condition)     { h.Status.Conditions = c }

@@ -60,6 +60,13 @@ type DotComputer struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="idleTimeout cannot be negative"
 	// +optional
 	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+
+	// host pins the computer to the Host of this name; empty lets placement
+	// choose. It applies when the Computer is made: a computer never moves.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	// +optional
+	Host string `json:"host,omitempty"`
 }
 
 // DotLimits bounds the work of one task or one chat turn.

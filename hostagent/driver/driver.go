@@ -1,10 +1,10 @@
-// Package driver is the contract between the Computer reconciler and whatever
-// runs VMs on a host (the QEMU driver in hostagent/qemu today, a remote host
-// agent later). It is shaped like crossplane-runtime's ExternalClient:
-// Observe reports facts about the VM and never changes anything; Start, Stop,
-// Destroy and Reboot are idempotent, so a reconciler that crashed half-way can
-// simply call them again. The reconciler decides; the driver only acts and
-// reports.
+// Package driver is the contract between the host agent's Computer
+// reconciler and what runs VMs on its host (the QEMU driver in
+// hostagent/qemu). It is shaped like crossplane-runtime's ExternalClient:
+// Observe reports facts about the VM and never changes anything; Start,
+// Poweroff, Kill and Destroy are idempotent and never wait for a guest, so a
+// reconciler that crashed half-way can simply call them again and no call
+// holds a worker. The reconciler decides; the driver only acts and reports.
 package driver
 
 import (
@@ -13,8 +13,7 @@ import (
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // State is the VM's state as the host sees it (ref 3.4). The transitional
@@ -45,7 +44,7 @@ type Observation struct {
 	PID       int
 	GuestPort int
 	// Boot is the boot id and uptime qemu.json was written with.
-	Boot hostboot.Stamp
+	Boot home.Stamp
 	// StartedAt is when the record was written (the spawn).
 	StartedAt time.Time
 	// GoldenImage and RuntimeImage are the image versions the running (or
@@ -68,6 +67,9 @@ type Observation struct {
 	ExitStatus string
 	// StaleBoot: the record was written before the host restarted.
 	StaleBoot bool
+	// PortTaken: QEMU exited at its start because the guest port was taken
+	// between picking it and binding it (its log says so): start again.
+	PortTaken bool
 	// Problem says why State is Error, with what to do about it.
 	Problem string
 	// LogTail is the end of QEMU's own log and of the guest's serial console,
@@ -77,7 +79,7 @@ type Observation struct {
 
 // Spec is what a start needs: the VM's identity and its shape.
 type Spec struct {
-	ID paths.VMID
+	ID home.VMID
 	// UID is the Computer's UID; the seed carries it as the Dot's id.
 	UID string
 	// CPUs and MemoryMiB size the machine (-smp, -m).
@@ -87,7 +89,7 @@ type Spec struct {
 	// Only the first start (the overlay's creation) uses it.
 	DiskBytes int64
 	// GoldenImage and RuntimeImage are image versions registered under
-	// images/ (paths.Home.Golden, paths.Home.Runtime).
+	// images/; empty leaves the choice to the driver (see Start).
 	GoldenImage  string
 	RuntimeImage string
 	// Token is the Dot's guest token: written into the seed, sent to the
@@ -95,48 +97,67 @@ type Spec struct {
 	Token string
 }
 
-// StopResult says how a stop ended, for Events and tests.
-type StopResult struct {
-	// WasRunning is false when there was nothing to stop.
+// KillResult says what a kill found and did.
+type KillResult struct {
+	// WasRunning is false when there was nothing to kill (a record of a
+	// process already gone is cleared all the same).
 	WasRunning bool
-	// PoweredOff: the guest accepted POST /v1/system/poweroff and QEMU
-	// exited by itself within the grace period.
-	PoweredOff bool
-	// Killed: QEMU was killed (the guest refused or did not finish in time).
-	Killed bool
+	// Gone: no QEMU of this VM runs any more. False means the process was
+	// signalled and had not exited yet when the call returned: look again.
+	Gone bool
 }
 
-// Driver runs the VMs of one host.
+// Image is an image registered on the host.
+type Image struct {
+	Kind    home.ImageKind
+	Version string
+}
+
+// Driver runs the VMs of one host. No call waits for a guest: each asks or
+// acts, and returns within about a second of I/O; the reconciler sees the
+// result on a later Observe (crossplane's "none of the calls here should be
+// blocking"). A call holds one VM's lock only for its own I/O.
 type Driver interface {
 	// Observe reports the VM's state from the host's records and processes.
 	// It never modifies anything. An error means the host could not be read;
 	// a VM in trouble is an Observation with State Error, not an error.
-	Observe(ctx context.Context, id paths.VMID) (Observation, error)
+	Observe(ctx context.Context, id home.VMID) (Observation, error)
 	// Start provisions the VM on first use (overlay disk), writes its seed,
-	// and starts QEMU; it returns once the guest port listens and QEMU is
-	// still alive a second later. A running VM is left alone and observed.
+	// spawns QEMU and writes its record, and returns: the wait for the guest
+	// port and for health is the caller's polling. Images not named in the
+	// spec are the driver's choice: the golden image an existing disk sits
+	// on, else the newest registered. A running VM is left alone and observed.
 	Start(ctx context.Context, spec Spec) (Observation, error)
-	// Stop asks the guest to power off with the token, waits for QEMU to
-	// exit, then kills it (the kill rule checked again first). Stopping a
-	// stopped VM succeeds and clears what its record left behind.
-	Stop(ctx context.Context, id paths.VMID, token string) (StopResult, error)
-	// Reboot is Stop then Start: a new runtime ISO, CPU count or memory size
-	// applies, and the guest port changes.
-	Reboot(ctx context.Context, spec Spec) (Observation, error)
+	// Poweroff asks the running VM's guest to power itself off (POST
+	// /v1/system/poweroff through the proven channel) and returns without
+	// waiting for QEMU to exit. An error means the guest did not accept it.
+	Poweroff(ctx context.Context, id home.VMID, token string) error
+	// Kill sends SIGKILL to the VM's QEMU under the kill rule (checked again
+	// right before), waits about a second for it to go, and clears its
+	// record once it is gone. Killing a stopped VM clears what its record
+	// left behind.
+	Kill(ctx context.Context, id home.VMID) (KillResult, error)
 	// Destroy kills the VM without a poweroff and removes its directory and
-	// logs. Destroying a VM that does not exist succeeds.
-	Destroy(ctx context.Context, id paths.VMID) error
+	// logs. Destroying a VM that does not exist succeeds; one whose QEMU has
+	// not exited yet is ErrStillRunning (ask again).
+	Destroy(ctx context.Context, id home.VMID) error
 	// Health asks the running VM's guest GET /v1/health through the proven
 	// channel (ref 5.1): the token goes only to a listener that proved it
 	// holds it. An unproven listener is guestclient.ErrGuestUnproven, not
 	// retried (a security event: something else holds the port); a guest
 	// that is not up yet is guestclient.ErrGuestNotAnswering (ask again).
-	Health(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error)
+	Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
+	// Images lists the images registered on this host.
+	Images(ctx context.Context) ([]Image, error)
 }
 
 // ErrVMError is wrapped by Start, Stop and Destroy when the VM is in state
 // Error: the driver refuses to act on something it cannot prove is its own.
 var ErrVMError = errors.New("vm is in state ERROR")
+
+// ErrStillRunning is wrapped by Destroy when the killed QEMU had not exited
+// yet when the call returned.
+var ErrStillRunning = errors.New("vm's qemu has not exited yet")
 
 // ErrNotRunning is wrapped by Health when the VM has no running QEMU.
 var ErrNotRunning = errors.New("vm is not running")

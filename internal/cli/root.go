@@ -15,6 +15,8 @@ import (
 // adds one line here.
 var subcommands = []func() *cobra.Command{
 	newServerCommand,
+	newAgentCommand,
+	newHostCommand,
 	newKubeconfigCommand,
 	newDoctorCommand,
 	newSetupCommand,

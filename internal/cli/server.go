@@ -11,10 +11,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/invisible-dots/invisible-dots/controllers"
-	"github.com/invisible-dots/invisible-dots/hostagent/driver"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
-	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/hostagent/agent"
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // Environment variables the server reads.
@@ -27,15 +26,18 @@ func newServerCommand() *cobra.Command {
 	var (
 		noWeb      bool
 		kubeconfig string
+		hostName   string
 		verbosity  int
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Run the control plane in the foreground: PostgreSQL, the API server, the controllers",
+		Short: "Run the control plane in the foreground: PostgreSQL, the API server, the controllers, this host's agent",
 		Long: `server runs everything in one process until Ctrl-C (SIGINT), SIGTERM or SIGHUP:
 a managed PostgreSQL (or DATABASE_URL), the Kubernetes API server on
-INVISIBLE_DOTS_LISTEN (default 127.0.0.1:8787), the CRDs, and the controllers.
-It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
+INVISIBLE_DOTS_LISTEN (default 127.0.0.1:8787), the CRDs, the central
+controllers, and the host agent of this machine (its Host is --host, by
+default the machine's host name). It writes $INVISIBLE_DOTS_HOME/kubeconfig
+for kubectl:
 
   export KUBECONFIG=~/.invisible-dots/kubeconfig
   kubectl get dots`,
@@ -43,7 +45,7 @@ It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(verbosity)
 			ctrl.SetLogger(log)
-			home, err := paths.FromEnv()
+			layout, err := home.FromEnv()
 			if err != nil {
 				return err
 			}
@@ -60,7 +62,7 @@ It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 				log.Info("the web client is not built yet in this version; serving the API only")
 			}
 			cp, err := controlplane.Start(ctx, controlplane.Options{
-				Home:               home,
+				Home:               layout,
 				ListenAddress:      listen,
 				DatabaseURL:        os.Getenv(envDatabaseURL),
 				ExternalKubeconfig: kubeconfig,
@@ -77,22 +79,27 @@ It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 			if cp.KubeconfigPath != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", cp.KubeconfigPath)
 			}
-			// This host's VMs run through the QEMU driver; without QEMU the
-			// server still serves, and each Computer says no host agent runs.
-			var vmDriver driver.Driver
-			if d, err := qemu.New(ctx, qemu.Options{Home: home}); err != nil {
-				log.Error(err, "this host cannot run VMs: Computers stay PROVISIONING; run invisible-dots setup (invisible-dots doctor shows what is missing)")
-			} else {
-				vmDriver = d
+			if hostName == "" {
+				if hostName, err = agent.DefaultHostName(); err != nil {
+					return err
+				}
 			}
-			err = controllers.Run(ctx, controllers.Options{
-				Config:     cp.Config,
-				Home:       home,
-				DB:         cp.DB,
-				Driver:     vmDriver,
-				Log:        log.WithName("controllers"),
-				APIStopped: apiStopped(cp),
+			central, err := controllers.NewManager(ctx, controllers.Options{
+				Config: cp.Config,
+				Log:    log.WithName("controllers"),
+				// Against a real cluster a second server may run for
+				// availability: only the leader's controllers act. The
+				// embedded API server has one control plane per database.
+				LeaderElection: kubeconfig != "",
 			})
+			if err != nil {
+				return err
+			}
+			hostAgent, err := newHostAgent(ctx, cp.Config, layout, hostName, log)
+			if err != nil {
+				return err
+			}
+			err = runManagers(ctx, apiStopped(cp), log, central, hostAgent)
 			if err != nil && ctx.Err() == nil {
 				return err
 			}
@@ -102,6 +109,7 @@ It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 	}
 	cmd.Flags().BoolVar(&noWeb, "no-web", false, "do not serve the web client")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "run the controllers against the cluster of this kubeconfig instead of the embedded API server")
+	cmd.Flags().StringVar(&hostName, "host", "", "the name of this machine's Host (default: its host name)")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 = events only)")
 	return cmd
 }
@@ -121,13 +129,13 @@ func newKubeconfigCommand() *cobra.Command {
 		Short: "Print the admin kubeconfig the server wrote (for kubectl --kubeconfig or KUBECONFIG)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			home, err := paths.FromEnv()
+			layout, err := home.FromEnv()
 			if err != nil {
 				return err
 			}
-			data, err := os.ReadFile(home.Kubeconfig())
+			data, err := os.ReadFile(layout.Kubeconfig())
 			if err != nil {
-				return fmt.Errorf("no kubeconfig at %s: start the server once with 'invisible-dots server' (%w)", home.Kubeconfig(), err)
+				return fmt.Errorf("no kubeconfig at %s: start the server once with 'invisible-dots server' (%w)", layout.Kubeconfig(), err)
 			}
 			_, err = cmd.OutOrStdout().Write(data)
 			return err

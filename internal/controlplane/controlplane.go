@@ -100,6 +100,9 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		if err := ApplyCRDs(ctx, cp.Config); err != nil {
 			return nil, fmt.Errorf("install the CRDs on the cluster of %s (or apply config/default with kubectl and grant the server's user read access): %w", o.ExternalKubeconfig, err)
 		}
+		if err := InstallSystem(ctx, cp.Config); err != nil {
+			return nil, fmt.Errorf("install the system namespace and the host agents' roles on the cluster of %s (or apply config/default with kubectl): %w", o.ExternalKubeconfig, err)
+		}
 		return cp, nil
 	}
 
@@ -129,6 +132,9 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	log.Info("API server ready", "address", "https://"+o.ListenAddress, "elapsed", time.Since(started).Round(time.Millisecond))
 
 	if err := ApplyCRDs(ctx, cp.Config); err != nil {
+		return nil, err
+	}
+	if err := InstallSystem(ctx, cp.Config); err != nil {
 		return nil, err
 	}
 	if err := cp.API.StartBuiltinControllers(); err != nil {

@@ -1,7 +1,7 @@
 // Package fake holds test doubles of driver.Driver: DriverFns, a one-line
 // fake from functions (crossplane's ExternalClientFns habit), and Host, an
 // in-memory host whose VMs start, stop and crash on command, for reconciler
-// tests and the 100-Computer benchmark. Nothing here runs a process.
+// tests and benchmarks. Nothing here runs a process.
 package fake
 
 import (
@@ -9,27 +9,28 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
-	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // DriverFns implements driver.Driver with one function per method. A nil
 // function observes a stopped, unprovisioned VM and succeeds at everything.
 type DriverFns struct {
-	ObserveFn func(ctx context.Context, id paths.VMID) (driver.Observation, error)
-	StartFn   func(ctx context.Context, spec driver.Spec) (driver.Observation, error)
-	StopFn    func(ctx context.Context, id paths.VMID, token string) (driver.StopResult, error)
-	RebootFn  func(ctx context.Context, spec driver.Spec) (driver.Observation, error)
-	DestroyFn func(ctx context.Context, id paths.VMID) error
-	HealthFn  func(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error)
+	ObserveFn  func(ctx context.Context, id home.VMID) (driver.Observation, error)
+	StartFn    func(ctx context.Context, spec driver.Spec) (driver.Observation, error)
+	PoweroffFn func(ctx context.Context, id home.VMID, token string) error
+	KillFn     func(ctx context.Context, id home.VMID) (driver.KillResult, error)
+	DestroyFn  func(ctx context.Context, id home.VMID) error
+	HealthFn   func(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
+	ImagesFn   func(ctx context.Context) ([]driver.Image, error)
 }
 
 var _ driver.Driver = DriverFns{}
 
-func (f DriverFns) Observe(ctx context.Context, id paths.VMID) (driver.Observation, error) {
+func (f DriverFns) Observe(ctx context.Context, id home.VMID) (driver.Observation, error) {
 	if f.ObserveFn == nil {
 		return driver.Observation{State: driver.Stopped}, nil
 	}
@@ -43,21 +44,21 @@ func (f DriverFns) Start(ctx context.Context, spec driver.Spec) (driver.Observat
 	return f.StartFn(ctx, spec)
 }
 
-func (f DriverFns) Stop(ctx context.Context, id paths.VMID, token string) (driver.StopResult, error) {
-	if f.StopFn == nil {
-		return driver.StopResult{}, nil
+func (f DriverFns) Poweroff(ctx context.Context, id home.VMID, token string) error {
+	if f.PoweroffFn == nil {
+		return nil
 	}
-	return f.StopFn(ctx, id, token)
+	return f.PoweroffFn(ctx, id, token)
 }
 
-func (f DriverFns) Reboot(ctx context.Context, spec driver.Spec) (driver.Observation, error) {
-	if f.RebootFn == nil {
-		return driver.Observation{Provisioned: true, State: driver.Running}, nil
+func (f DriverFns) Kill(ctx context.Context, id home.VMID) (driver.KillResult, error) {
+	if f.KillFn == nil {
+		return driver.KillResult{Gone: true}, nil
 	}
-	return f.RebootFn(ctx, spec)
+	return f.KillFn(ctx, id)
 }
 
-func (f DriverFns) Destroy(ctx context.Context, id paths.VMID) error {
+func (f DriverFns) Destroy(ctx context.Context, id home.VMID) error {
 	if f.DestroyFn == nil {
 		return nil
 	}
@@ -66,59 +67,106 @@ func (f DriverFns) Destroy(ctx context.Context, id paths.VMID) error {
 
 // Health implements driver.Driver; nil answers a healthy guest without an
 // engine.
-func (f DriverFns) Health(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error) {
+func (f DriverFns) Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error) {
 	if f.HealthFn == nil {
 		return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage("null")}, nil
 	}
 	return f.HealthFn(ctx, id, token)
 }
 
+// Images implements driver.Driver; nil has one golden and one runtime image.
+func (f DriverFns) Images(ctx context.Context) ([]driver.Image, error) {
+	if f.ImagesFn == nil {
+		return DefaultImages, nil
+	}
+	return f.ImagesFn(ctx)
+}
+
+// DefaultImages are the images a fake host has unless told otherwise.
+var DefaultImages = []driver.Image{{Kind: home.Golden, Version: "fake-golden"}, {Kind: home.Runtime, Version: "fake-runtime"}}
+
 // Host is an in-memory host: Start makes a VM Running with a fresh pid and
-// port, Stop powers it off, Crash makes it exit unasked, Reboot fakes a host
-// restart. Safe for concurrent use.
+// port, Poweroff makes it exit after PoweroffTakes, Kill ends it at once,
+// Crash makes it exit unasked, RebootHost fakes a host restart. Safe for
+// concurrent use.
 type Host struct {
 	mu      sync.Mutex
-	boot    hostboot.Stamp
+	boot    home.Stamp
 	nextPID int
-	vms     map[paths.VMID]*vm
+	vms     map[home.VMID]*vm
 	calls   map[string]int
+	images  []driver.Image
 	// FailStart, when set, is returned by Start for that VM (a start failure
 	// for crash-loop backoff tests).
-	FailStart map[paths.VMID]error
+	FailStart map[home.VMID]error
 	// Unhealthy, when set, is returned by Health for that VM (a guest that
 	// never comes up).
-	Unhealthy map[paths.VMID]error
+	Unhealthy map[home.VMID]error
+	// RefusePoweroff, when set, is returned by Poweroff for that VM (a guest
+	// that does not accept it).
+	RefusePoweroff map[home.VMID]error
+	// PoweroffTakes is how long a guest takes to power off once asked; a
+	// guest told to power off keeps running until then. Zero: at once.
+	PoweroffTakes time.Duration
 }
 
 type vm struct {
-	spec  driver.Spec
-	obs   driver.Observation
-	specs int
+	spec driver.Spec
+	obs  driver.Observation
+	// offAt is when a guest asked to power off exits; zero when not asked.
+	offAt time.Time
 }
 
-// NewHost returns an empty fake host on boot "boot-1".
+// NewHost returns an empty fake host on boot "boot-1", with DefaultImages.
 func NewHost() *Host {
 	return &Host{
-		boot:      hostboot.Stamp{BootID: "boot-1", HostUptimeS: 100},
-		nextPID:   1000,
-		vms:       map[paths.VMID]*vm{},
-		calls:     map[string]int{},
-		FailStart: map[paths.VMID]error{},
-		Unhealthy: map[paths.VMID]error{},
+		boot:           home.Stamp{BootID: "boot-1", HostUptimeS: 100},
+		nextPID:        1000,
+		vms:            map[home.VMID]*vm{},
+		calls:          map[string]int{},
+		images:         DefaultImages,
+		FailStart:      map[home.VMID]error{},
+		Unhealthy:      map[home.VMID]error{},
+		RefusePoweroff: map[home.VMID]error{},
 	}
 }
 
 var _ driver.Driver = (*Host)(nil)
 
-// Calls returns how many times a method ("Start", "Stop", ...) was called.
+// Calls returns how many times a method ("Start", "Poweroff", ...) was
+// called.
 func (h *Host) Calls(method string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.calls[method]
 }
 
+// SetImages replaces the images the host has registered.
+func (h *Host) SetImages(imgs []driver.Image) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.images = imgs
+}
+
+// Images implements driver.Driver.
+func (h *Host) Images(context.Context) ([]driver.Image, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]driver.Image(nil), h.images...), nil
+}
+
+// settle makes a VM whose poweroff time has come exit. Called with mu held.
+func (h *Host) settle(v *vm) {
+	if v.obs.State == driver.Running && !v.offAt.IsZero() && !time.Now().Before(v.offAt) {
+		v.obs.State = driver.Stopped
+		v.obs.Exited = true
+		v.obs.ExitStatus = "exit status 0"
+		v.offAt = time.Time{}
+	}
+}
+
 // Observe implements driver.Driver.
-func (h *Host) Observe(_ context.Context, id paths.VMID) (driver.Observation, error) {
+func (h *Host) Observe(_ context.Context, id home.VMID) (driver.Observation, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls["Observe"]++
@@ -126,6 +174,7 @@ func (h *Host) Observe(_ context.Context, id paths.VMID) (driver.Observation, er
 	if !ok {
 		return driver.Observation{State: driver.Stopped}, nil
 	}
+	h.settle(v)
 	obs := v.obs
 	if obs.State == driver.Running && !h.boot.SameBoot(obs.Boot) {
 		obs = driver.Observation{Provisioned: true, State: driver.Stopped, StaleBoot: true, Boot: obs.Boot,
@@ -143,51 +192,76 @@ func (h *Host) Start(_ context.Context, spec driver.Spec) (driver.Observation, e
 		return driver.Observation{}, err
 	}
 	v, ok := h.vms[spec.ID]
-	if ok && v.obs.State == driver.Running && h.boot.SameBoot(v.obs.Boot) {
-		return v.obs, nil
-	}
-	if !ok {
+	if ok {
+		h.settle(v)
+		if v.obs.State == driver.Running && h.boot.SameBoot(v.obs.Boot) {
+			return v.obs, nil
+		}
+	} else {
 		v = &vm{}
 		h.vms[spec.ID] = v
 	}
+	golden, runtime := spec.GoldenImage, spec.RuntimeImage
+	for _, img := range h.images {
+		if golden == "" && img.Kind == home.Golden {
+			golden = img.Version
+		}
+		if runtime == "" && img.Kind == home.Runtime {
+			runtime = img.Version
+		}
+	}
+	if golden == "" || runtime == "" {
+		return v.obs, fmt.Errorf("fake host: no image registered")
+	}
 	h.nextPID++
 	v.spec = spec
+	v.offAt = time.Time{}
 	v.obs = driver.Observation{
 		Provisioned: true, State: driver.Running, PID: h.nextPID, GuestPort: 20000 + h.nextPID%40000,
-		Boot: h.boot, GoldenImage: spec.GoldenImage, RuntimeImage: spec.RuntimeImage,
+		Boot: h.boot, GoldenImage: golden, RuntimeImage: runtime, StartedAt: time.Now(),
 		CPUs: spec.CPUs, MemoryMiB: spec.MemoryMiB,
 	}
 	return v.obs, nil
 }
 
-// Stop implements driver.Driver.
-func (h *Host) Stop(_ context.Context, id paths.VMID, _ string) (driver.StopResult, error) {
+// Poweroff implements driver.Driver: the guest exits PoweroffTakes later.
+func (h *Host) Poweroff(_ context.Context, id home.VMID, _ string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.calls["Stop"]++
+	h.calls["Poweroff"]++
+	if err := h.RefusePoweroff[id]; err != nil {
+		return err
+	}
 	v, ok := h.vms[id]
 	if !ok || v.obs.State != driver.Running {
-		if ok {
-			v.obs = driver.Observation{Provisioned: true, State: driver.Stopped,
-				GoldenImage: v.obs.GoldenImage, RuntimeImage: v.obs.RuntimeImage}
-		}
-		return driver.StopResult{}, nil
+		return fmt.Errorf("fake host: %s: %w", id, driver.ErrNotRunning)
 	}
-	v.obs = driver.Observation{Provisioned: true, State: driver.Stopped,
-		GoldenImage: v.obs.GoldenImage, RuntimeImage: v.obs.RuntimeImage}
-	return driver.StopResult{WasRunning: true, PoweredOff: true}, nil
+	if v.offAt.IsZero() {
+		v.offAt = time.Now().Add(h.PoweroffTakes)
+	}
+	h.settle(v)
+	return nil
 }
 
-// Reboot implements driver.Driver.
-func (h *Host) Reboot(ctx context.Context, spec driver.Spec) (driver.Observation, error) {
-	if _, err := h.Stop(ctx, spec.ID, spec.Token); err != nil {
-		return driver.Observation{}, err
+// Kill implements driver.Driver: a running VM ends at once.
+func (h *Host) Kill(_ context.Context, id home.VMID) (driver.KillResult, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls["Kill"]++
+	v, ok := h.vms[id]
+	if !ok {
+		return driver.KillResult{Gone: true}, nil
 	}
-	return h.Start(ctx, spec)
+	h.settle(v)
+	was := v.obs.State == driver.Running
+	v.obs = driver.Observation{Provisioned: true, State: driver.Stopped,
+		GoldenImage: v.obs.GoldenImage, RuntimeImage: v.obs.RuntimeImage}
+	v.offAt = time.Time{}
+	return driver.KillResult{WasRunning: was, Gone: true}, nil
 }
 
 // Destroy implements driver.Driver.
-func (h *Host) Destroy(_ context.Context, id paths.VMID) error {
+func (h *Host) Destroy(_ context.Context, id home.VMID) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls["Destroy"]++
@@ -197,11 +271,14 @@ func (h *Host) Destroy(_ context.Context, id paths.VMID) error {
 
 // Health implements driver.Driver: a running VM answers healthy, with the
 // engine's answer {"status":"ok"}.
-func (h *Host) Health(_ context.Context, id paths.VMID, _ string) (protocol.HealthResponse, error) {
+func (h *Host) Health(_ context.Context, id home.VMID, _ string) (protocol.HealthResponse, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls["Health"]++
 	v, ok := h.vms[id]
+	if ok {
+		h.settle(v)
+	}
 	if !ok || v.obs.State != driver.Running || !h.boot.SameBoot(v.obs.Boot) {
 		return protocol.HealthResponse{}, fmt.Errorf("fake host: %s: %w", id, driver.ErrNotRunning)
 	}
@@ -210,10 +287,9 @@ func (h *Host) Health(_ context.Context, id paths.VMID, _ string) (protocol.Heal
 	}
 	return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage(`{"status":"ok"}`), UptimeS: 1}, nil
 }
-
 // Crash makes a running VM exit unasked (QEMU killed, guest powered itself
 // off): Observe then reports Stopped with Exited.
-func (h *Host) Crash(id paths.VMID) error {
+func (h *Host) Crash(id home.VMID) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v, ok := h.vms[id]
@@ -227,7 +303,7 @@ func (h *Host) Crash(id paths.VMID) error {
 }
 
 // SetState forces a VM's observation (an Error state, a foreign listener).
-func (h *Host) SetState(id paths.VMID, obs driver.Observation) {
+func (h *Host) SetState(id home.VMID, obs driver.Observation) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v, ok := h.vms[id]
@@ -243,14 +319,14 @@ func (h *Host) SetState(id paths.VMID, obs driver.Observation) {
 func (h *Host) RebootHost() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.boot = hostboot.Stamp{BootID: h.boot.BootID + "+", HostUptimeS: 1}
+	h.boot = home.Stamp{BootID: h.boot.BootID + "+", HostUptimeS: 1}
 }
 
 // Running lists the VMs that are running now, for assertions.
-func (h *Host) Running() []paths.VMID {
+func (h *Host) Running() []home.VMID {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []paths.VMID
+	var out []home.VMID
 	for id, v := range h.vms {
 		if v.obs.State == driver.Running && h.boot.SameBoot(v.obs.Boot) {
 			out = append(out, id)

@@ -1,16 +1,23 @@
-package controllers
+// Package computer is the host agent's Computer reconciler: it drives the
+// VMs of the Computers placed on its host (spec.nodeName) to their run
+// strategies through a driver.Driver, and owns their status, their
+// finalizer and their guest-token Secrets. No call it makes waits for a
+// guest: a start returns once QEMU is spawned, a stop once the guest was
+// asked to power off, and later reconciles poll (STARTING, STOPPING).
+package computer
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -24,16 +31,12 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
-	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
 
-// ComputerControllerName names the Computer reconciler in logs and Events.
-const ComputerControllerName = "computer-controller"
-
-// ComputerFinalizer holds a Computer until its VM and its files are
-// destroyed on the host.
-const ComputerFinalizer = "dots.invisible.dev/vm"
+// ControllerName names the Computer reconciler in logs and Events.
+const ControllerName = "computer-controller"
 
 // TokenSecretKey is the key of the guest token in the Computer's Secret.
 const TokenSecretKey = "token"
@@ -41,93 +44,89 @@ const TokenSecretKey = "token"
 // TokenSecretName is the name of a Computer's guest-token Secret.
 func TokenSecretName(computer string) string { return computer + "-guest-token" }
 
+// writer owns what the host says of a Computer; the host lifecycle
+// controller stands in for Ready while the host is out of reach.
+var writer = patch.Writer{Name: ControllerName, Conditions: []string{dotsv1.ReadyCondition, dotsv1.ProvisionedCondition}}
+
 // How often a Computer is looked at again without a watch event. QEMU's
 // death is noticed by this poll (the driver reads qemu.json and /proc; there
 // is no channel from the process), so an unasked exit is seen within
-// runningPoll. A starting guest is asked for its health more often.
+// runningPoll. A starting or stopping VM is looked at every second.
 const (
-	runningPoll  = 10 * time.Second
-	startingPoll = time.Second
-	stoppedPoll  = 30 * time.Second
-	errorPoll    = 30 * time.Second
-	healthCall   = 5 * time.Second
-	// conflictRetry: a status written over a newer version is computed
-	// again at once from the newer one.
-	conflictRetry = 100 * time.Millisecond
+	runningPoll    = 10 * time.Second
+	transitionPoll = time.Second
+	stoppedPoll    = 30 * time.Second
+	errorPoll      = 30 * time.Second
+	healthCall     = 5 * time.Second
+	// poweroffCall bounds the poweroff request: the guest accepts it at
+	// once or not at all.
+	poweroffCall = 2 * time.Second
+	// defaultStopGrace is how long a guest asked to power off has before it
+	// is killed (ref 3.4).
+	defaultStopGrace = 60 * time.Second
 )
 
-// ComputerReconciler drives one host's VMs to their Computers' run
-// strategies through a driver.Driver (one concern: the VM). It owns the
-// Computer's status and its guest-token Secret.
-type ComputerReconciler struct {
+// Reconciler drives its host's VMs to their Computers' run strategies (one
+// concern: the VM).
+type Reconciler struct {
 	Client client.Client
-	// APIReader reads around the cache (the token Secret just created).
+	// APIReader reads the token Secrets: a host agent is given Secrets
+	// namespace by namespace, so it neither lists nor watches them.
 	APIReader client.Reader
-	Driver    driver.Driver
-	Home      paths.Home
-	Recorder  recorder.EventRecorder
-	Clock     clock.PassiveClock
+	// Driver runs the host's VMs; nil when the host cannot run them, and
+	// DriverProblem says why on each Computer.
+	Driver        driver.Driver
+	DriverProblem error
+	// HostName is the Host this agent runs; it reconciles only the
+	// Computers whose spec.nodeName names it.
+	HostName string
+	Recorder recorder.EventRecorder
+	Clock    clock.PassiveClock
 	// Jitter returns a number in [0,1) for the backoff; math/rand by
 	// default. A test seam.
 	Jitter func() float64
-	// ResolveImages picks the image versions of a start; by default the
-	// spec's, else the ones in use, else the newest registered in Home.
-	// A test seam (the fake host needs no image files).
-	ResolveImages func(c *dotsv1.Computer) (golden, runtime string, err error)
 	// StartTimeout is how long a started guest has to answer GET
 	// /v1/health before the start counts as failed (and is retried with a
 	// reboot after the backoff); 5 minutes when zero.
 	StartTimeout time.Duration
-	// MaxConcurrentReconciles bounds parallel reconciles (a start blocks
-	// its worker until QEMU listens); 4 when zero.
+	// StopGrace is how long a guest asked to power off has before it is
+	// killed; 60 s when zero.
+	StopGrace time.Duration
+	// MaxConcurrentReconciles bounds parallel reconciles; 4 when zero.
 	MaxConcurrentReconciles int
+
+	// tokens caches each Computer's guest token by UID: it never changes
+	// while the Computer lives, and reading it on every poll would cost an
+	// API call per VM per second.
+	tokens sync.Map
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers/status;computers/finalizers,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// SetupComputerReconciler registers the Computer reconciler of a manager
-// whose host runs VMs through o.Driver.
-func SetupComputerReconciler(mgr ctrl.Manager, o Options) error {
-	return (&ComputerReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Driver:    o.Driver,
-		Home:      o.Home,
-		Recorder:  mgr.GetEventRecorder(ComputerControllerName),
-		Clock:     o.Clock,
-	}).SetupWithManager(mgr)
-}
-
-// SetupWithManager registers the reconciler: it watches Computers and the
-// token Secrets they own. At the manager's start every Computer is listed
-// and reconciled, which is how a restarted server adopts running VMs.
-func (r *ComputerReconciler) SetupWithManager(mgr ctrl.Manager) error {
+// SetupWithManager registers the reconciler. At the manager's start every
+// Computer of the host is listed and reconciled, which is how a restarted
+// agent adopts its running VMs.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
 	if r.Jitter == nil {
 		r.Jitter = mrand.Float64
 	}
-	if r.ResolveImages == nil {
-		r.ResolveImages = r.newestImages
-	}
-	n := r.MaxConcurrentReconciles
-	if n == 0 {
-		n = 4
+	if r.HostName == "" {
+		return errors.New("computer reconciler: no host name")
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&dotsv1.Computer{}).
-		Owns(&corev1.Secret{}).
-		Named(ComputerControllerName).
-		WithOptions(controller.Options{MaxConcurrentReconciles: n}).
+		Named(ControllerName).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
 		Complete(r)
 }
 
-// computerScope carries what the phases found to updateStatus.
-type computerScope struct {
+// scope carries what the phases found to updateStatus.
+type scope struct {
 	computer *dotsv1.Computer
 	// prev is the status before this reconcile.
 	prev dotsv1.ComputerStatus
@@ -141,7 +140,9 @@ type computerScope struct {
 	// acted and actErr are the action taken and how it ended.
 	acted  vmAction
 	actErr error
-	stop   driver.StopResult
+	// poweroffErr: the guest did not accept the poweroff (it was killed).
+	poweroffErr error
+	kill        driver.KillResult
 	// health is the guest's answer when asked; healthErr why it did not.
 	healthAsked bool
 	healthErr   error
@@ -151,44 +152,39 @@ type computerScope struct {
 	deleteErr error
 	// observeErr: the host could not be read.
 	observeErr error
-	// imageErr: no image could be chosen for a start.
-	imageErr error
 }
 
 // Reconcile: get, ensure the finalizer, then the delete or the normal phase,
-// and one status patch at the end from what they found.
-func (r *ComputerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
+// and one status write at the end from what they found.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
 	c := &dotsv1.Computer{}
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if added, err := ensureFinalizer(ctx, r.Client, c, ComputerFinalizer); added || err != nil {
+	if c.Spec.NodeName != r.HostName {
+		return ctrl.Result{}, nil // another host's (the cache holds only ours)
+	}
+	if added, err := patch.EnsureFinalizer(ctx, r.Client, c, dotsv1.ComputerFinalizer); added || err != nil {
 		return ctrl.Result{}, err
 	}
 
-	before := c.DeepCopy()
-	s := &computerScope{computer: c, prev: *before.Status.DeepCopy()}
+	helper := patch.NewHelper(r.Client, writer, c)
+	s := &scope{computer: c, prev: *c.Status.DeepCopy()}
 	defer func() {
-		if !c.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(c, ComputerFinalizer) {
+		if !c.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(c, dotsv1.ComputerFinalizer) {
 			return // gone with the finalizer's removal
 		}
 		r.updateStatus(s, reterr == nil)
 		r.recordAction(s)
-		if equality.Semantic.DeepEqual(before.Status, c.Status) {
-			return // the steady state writes nothing
-		}
 		// The status is read back as the last reconcile's memory (the
 		// previous state tells an unasked exit from our stop), so it is
-		// written only over the version it was computed from: a reconcile
-		// that read a stale cache loses and looks again.
-		err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		// written only over the version it was computed from.
+		written, err := helper.Patch(ctx, c)
 		switch {
-		case err == nil:
+		case written:
 			r.recordTransition(s)
-		case apierrors.IsConflict(err):
-			res, reterr = ctrl.Result{RequeueAfter: conflictRetry}, nil
-		case !apierrors.IsNotFound(err):
-			reterr = kerrors.NewAggregate([]error{reterr, err})
+		case err != nil && !apierrors.IsNotFound(err):
+			res, reterr = patch.RequeueOnConflict(res, kerrors.NewAggregate([]error{reterr, err}))
 		}
 	}()
 
@@ -198,13 +194,17 @@ func (r *ComputerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	return r.reconcileNormal(ctx, s)
 }
 
-func vmID(c *dotsv1.Computer) paths.VMID {
-	return paths.VMID{Namespace: c.Namespace, Name: c.Name}
+func vmID(c *dotsv1.Computer) home.VMID {
+	return home.VMID{Namespace: c.Namespace, Name: c.Name}
 }
 
 // reconcileNormal: token, observe, decide, act, ask for health.
-func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerScope) (ctrl.Result, error) {
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.computer
+	if r.Driver == nil {
+		s.observeErr = fmt.Errorf("host %s cannot run VMs: %w", r.HostName, r.DriverProblem)
+		return ctrl.Result{}, nil // nothing changes until the agent restarts
+	}
 	token, err := r.ensureToken(ctx, c)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -224,6 +224,7 @@ func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerSco
 			stuck = true
 		}
 	}
+	now := r.Clock.Now()
 	in := runInput{
 		Strategy:        c.Spec.RunStrategy,
 		PrevState:       c.Status.State,
@@ -231,10 +232,12 @@ func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerSco
 		Observed:        obs.State,
 		Exited:          obs.Exited,
 		StaleBoot:       obs.StaleBoot,
+		PortTaken:       obs.PortTaken,
 		StartRequested:  pendingRequest(c, dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest),
 		RebootRequested: pendingRequest(c, dotsv1.RebootRequestedAnnotation, c.Status.HandledRebootRequest),
 		BackoffLeft:     r.backoffLeft(c),
 		GuestStuck:      stuck,
+		DeadlinePassed:  c.Status.StopDeadline != nil && !now.Before(c.Status.StopDeadline.Time),
 	}
 	d := decideRun(in)
 	if d.CountFailure {
@@ -250,41 +253,50 @@ func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerSco
 	}
 	s.decision = d
 
-	if d.Action == actStart || d.Action == actReboot {
-		spec, err := r.startSpec(c, token)
-		if err != nil {
-			s.imageErr = err
-			s.acted, s.actErr = d.Action, err
-			r.recordStartFailure(c, "start failed: "+err.Error())
-			return r.requeue(s), nil
+	if d.StopDone {
+		// Our stop ended: clear what QEMU's record left behind.
+		if k, err := r.Driver.Kill(ctx, vmID(c)); err == nil {
+			s.kill = k
 		}
-		s.acted = d.Action
-		var o driver.Observation
-		if d.Action == actStart {
-			o, err = r.Driver.Start(ctx, spec)
-		} else {
-			o, err = r.Driver.Reboot(ctx, spec)
-		}
+	}
+	switch d.Action {
+	case actStart:
+		s.acted = actStart
+		o, err := r.Driver.Start(ctx, r.startSpec(c, token))
 		s.actErr = err
 		if err == nil {
 			s.obs = o
 		} else {
 			// Counted now, so the requeue below waits out the backoff.
 			r.recordStartFailure(c, "start failed: "+err.Error())
-			if o2, oerr := r.Driver.Observe(ctx, vmID(c)); oerr == nil {
-				s.obs = o2
-			}
+			r.observeAgain(ctx, s)
 		}
-	} else if d.Action == actStop {
+	case actStop:
 		s.acted = actStop
-		res, err := r.Driver.Stop(ctx, vmID(c), token)
-		s.stop, s.actErr = res, err
-		if o2, oerr := r.Driver.Observe(ctx, vmID(c)); oerr == nil {
-			s.obs = o2
+		pctx, cancel := context.WithTimeout(ctx, poweroffCall)
+		s.poweroffErr = r.Driver.Poweroff(pctx, vmID(c), token)
+		cancel()
+		grace := r.StopGrace
+		if grace == 0 {
+			grace = defaultStopGrace
 		}
+		deadline := now.Add(grace)
+		if s.poweroffErr != nil {
+			// A guest that does not accept the poweroff cannot power itself
+			// off: it is killed at once.
+			deadline = now
+			s.acted = actKill
+			s.kill, s.actErr = r.Driver.Kill(ctx, vmID(c))
+		}
+		c.Status.StopDeadline = &metav1.Time{Time: deadline}
+		r.observeAgain(ctx, s)
+	case actKill:
+		s.acted = actKill
+		s.kill, s.actErr = r.Driver.Kill(ctx, vmID(c))
+		r.observeAgain(ctx, s)
 	}
 
-	if s.obs.State == driver.Running {
+	if s.obs.State == driver.Running && c.Status.StopDeadline == nil {
 		s.healthAsked = true
 		s.healthErr = r.health(ctx, c, token)
 		timeout := r.StartTimeout
@@ -302,12 +314,19 @@ func (r *ComputerReconciler) reconcileNormal(ctx context.Context, s *computerSco
 	return r.requeue(s), nil
 }
 
+// observeAgain replaces the observation after an action.
+func (r *Reconciler) observeAgain(ctx context.Context, s *scope) {
+	if o, err := r.Driver.Observe(ctx, vmID(s.computer)); err == nil {
+		s.obs = o
+	}
+}
+
 // defaultStartTimeout: the test image answers in seconds, a desktop golden
 // image under KVM in well under a minute.
 const defaultStartTimeout = 5 * time.Minute
 
 // health asks the guest GET /v1/health through the proven channel.
-func (r *ComputerReconciler) health(ctx context.Context, c *dotsv1.Computer, token string) error {
+func (r *Reconciler) health(ctx context.Context, c *dotsv1.Computer, token string) error {
 	hctx, cancel := context.WithTimeout(ctx, healthCall)
 	defer cancel()
 	h, err := r.Driver.Health(hctx, vmID(c), token)
@@ -328,7 +347,7 @@ func startCounted(c *dotsv1.Computer, obs driver.Observation) bool {
 
 // requeue is when to look again: the backoff's end, a starting guest soon,
 // a running VM's QEMU on the poll that notices an exit.
-func (r *ComputerReconciler) requeue(s *computerScope) ctrl.Result {
+func (r *Reconciler) requeue(s *scope) ctrl.Result {
 	if s.decision.Wait > 0 {
 		return ctrl.Result{RequeueAfter: s.decision.Wait}
 	}
@@ -336,13 +355,16 @@ func (r *ComputerReconciler) requeue(s *computerScope) ctrl.Result {
 		if w := r.backoffLeft(s.computer); w > 0 {
 			return ctrl.Result{RequeueAfter: w}
 		}
-		return ctrl.Result{RequeueAfter: startingPoll}
+		return ctrl.Result{RequeueAfter: transitionPoll}
 	}
 	switch {
 	case s.obs.State == driver.Error:
 		return ctrl.Result{RequeueAfter: errorPoll}
+	case s.obs.State == driver.Running && s.computer.Status.StopDeadline != nil:
+		// STOPPING: watch for QEMU's exit, and kill at the deadline.
+		return ctrl.Result{RequeueAfter: transitionPoll}
 	case s.obs.State == driver.Running && (s.healthErr != nil):
-		return ctrl.Result{RequeueAfter: startingPoll}
+		return ctrl.Result{RequeueAfter: transitionPoll}
 	case s.obs.State == driver.Running:
 		return ctrl.Result{RequeueAfter: runningPoll}
 	default:
@@ -352,25 +374,28 @@ func (r *ComputerReconciler) requeue(s *computerScope) ctrl.Result {
 
 // reconcileDelete destroys the VM and its files, then lets the Computer go.
 // A VM in ERROR holds it: nothing is killed that cannot be proven ours.
-func (r *ComputerReconciler) reconcileDelete(ctx context.Context, s *computerScope) (ctrl.Result, error) {
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.computer
-	if !controllerutil.ContainsFinalizer(c, ComputerFinalizer) {
+	if !controllerutil.ContainsFinalizer(c, dotsv1.ComputerFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	if r.Driver == nil {
+		s.deleteErr = fmt.Errorf("host %s cannot run VMs (%w), so its agent cannot destroy this one; fix the host and restart its agent, or delete the Host if the machine is gone", r.HostName, r.DriverProblem)
 		return ctrl.Result{}, nil
 	}
 	if err := r.Driver.Destroy(ctx, vmID(c)); err != nil {
 		s.deleteErr = err
-		if errors.Is(err, driver.ErrVMError) {
+		switch {
+		case errors.Is(err, driver.ErrVMError):
 			return ctrl.Result{RequeueAfter: errorPoll}, nil
+		case errors.Is(err, driver.ErrStillRunning):
+			return ctrl.Result{RequeueAfter: transitionPoll}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("destroy the vm: %w", err)
 	}
-	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Destroyed", "Destroy", "VM %s and its files removed from the host", vmID(c))
-	patch := client.MergeFrom(c.DeepCopy())
-	controllerutil.RemoveFinalizer(c, ComputerFinalizer)
-	if err := r.Client.Patch(ctx, c, patch); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
-	}
-	return ctrl.Result{}, nil
+	r.tokens.Delete(c.UID)
+	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Destroyed", "Destroy", "VM %s and its files removed from host %s", vmID(c), r.HostName)
+	return ctrl.Result{}, patch.RemoveFinalizer(ctx, r.Client, c, dotsv1.ComputerFinalizer)
 }
 
 // pendingRequest: the annotation holds a value the status has not handled.
@@ -380,7 +405,7 @@ func pendingRequest(c *dotsv1.Computer, key, handled string) bool {
 }
 
 // backoffLeft is how long the crash-loop backoff still holds a start.
-func (r *ComputerReconciler) backoffLeft(c *dotsv1.Computer) time.Duration {
+func (r *Reconciler) backoffLeft(c *dotsv1.Computer) time.Duration {
 	f := c.Status.StartFailure
 	if f == nil || f.RetryAfter == nil {
 		return 0
@@ -392,12 +417,10 @@ func (r *ComputerReconciler) backoffLeft(c *dotsv1.Computer) time.Duration {
 	return left
 }
 
-// startSpec is the driver's Spec for a Computer.
-func (r *ComputerReconciler) startSpec(c *dotsv1.Computer, token string) (driver.Spec, error) {
-	golden, runtime, err := r.ResolveImages(c)
-	if err != nil {
-		return driver.Spec{}, err
-	}
+// startSpec is the driver's Spec for a Computer: the images the spec names,
+// else the ones in use (a newer registration does not change a Computer's
+// disk under it), else the driver's choice.
+func (r *Reconciler) startSpec(c *dotsv1.Computer, token string) driver.Spec {
 	cpus, mem := specShape(c)
 	return driver.Spec{
 		ID:           vmID(c),
@@ -405,10 +428,10 @@ func (r *ComputerReconciler) startSpec(c *dotsv1.Computer, token string) (driver
 		CPUs:         cpus,
 		MemoryMiB:    mem,
 		DiskBytes:    c.Spec.Disk.Value(),
-		GoldenImage:  golden,
-		RuntimeImage: runtime,
+		GoldenImage:  cmp.Or(c.Spec.GoldenImage, c.Status.GoldenImage),
+		RuntimeImage: cmp.Or(c.Spec.RuntimeImage, c.Status.RuntimeImage),
 		Token:        token,
-	}, nil
+	}
 }
 
 // specShape is the CPUs and MiB of memory a start gives the VM (the CRD's
@@ -425,53 +448,23 @@ func specShape(c *dotsv1.Computer) (int, int64) {
 	return cpus, mem
 }
 
-// newestImages: the spec's version, else the one in use (so a newer
-// registration does not change a Computer's disk under it), else the newest
-// registered.
-func (r *ComputerReconciler) newestImages(c *dotsv1.Computer) (string, string, error) {
-	pick := func(kind paths.ImageKind, spec, inUse string) (string, error) {
-		if spec != "" {
-			// A version named in the spec must be registered: say so here,
-			// before the driver is asked.
-			if _, err := images.Get(r.Home, kind, spec); err != nil {
-				return "", err
-			}
-			return spec, nil
-		}
-		if inUse != "" {
-			return inUse, nil
-		}
-		img, err := images.Latest(r.Home, kind)
-		if err != nil {
-			return "", err
-		}
-		return img.Version, nil
-	}
-	golden, err := pick(paths.Golden, c.Spec.GoldenImage, c.Status.GoldenImage)
-	if err != nil {
-		return "", "", err
-	}
-	runtime, err := pick(paths.Runtime, c.Spec.RuntimeImage, c.Status.RuntimeImage)
-	if err != nil {
-		return "", "", err
-	}
-	return golden, runtime, nil
-}
-
 // ensureToken returns the Computer's guest token, creating its Secret (32
 // random bytes, owned by the Computer) on first use. The token is never
 // logged and never put in an error.
-func (r *ComputerReconciler) ensureToken(ctx context.Context, c *dotsv1.Computer) (string, error) {
+func (r *Reconciler) ensureToken(ctx context.Context, c *dotsv1.Computer) (string, error) {
+	if tok, ok := r.tokens.Load(c.UID); ok {
+		return tok.(string), nil
+	}
 	key := client.ObjectKey{Namespace: c.Namespace, Name: TokenSecretName(c.Name)}
 	sec := &corev1.Secret{}
-	err := r.Client.Get(ctx, key, sec)
+	err := r.APIReader.Get(ctx, key, sec)
 	if apierrors.IsNotFound(err) {
 		var b [32]byte
 		if _, err := rand.Read(b[:]); err != nil {
 			return "", fmt.Errorf("make the guest token: %w", err)
 		}
 		sec = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{ComputerLabel: c.Name}},
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{dotsv1.ComputerLabel: c.Name}},
 			Type:       corev1.SecretTypeOpaque,
 			Data:       map[string][]byte{TokenSecretKey: []byte(hex.EncodeToString(b[:]))},
 		}
@@ -480,7 +473,7 @@ func (r *ComputerReconciler) ensureToken(ctx context.Context, c *dotsv1.Computer
 		}
 		err = r.Client.Create(ctx, sec)
 		if apierrors.IsAlreadyExists(err) {
-			// Made by an earlier reconcile the cache has not seen yet.
+			// Made by a reconcile that ended before it cached the token.
 			err = r.APIReader.Get(ctx, key, sec)
 		}
 		if err != nil {
@@ -496,8 +489,6 @@ func (r *ComputerReconciler) ensureToken(ctx context.Context, c *dotsv1.Computer
 	if len(tok) < 16 {
 		return "", fmt.Errorf("secret %s has no usable %q key (at least 16 characters): delete it and a new token is made", key, TokenSecretKey)
 	}
+	r.tokens.Store(c.UID, tok)
 	return tok, nil
 }
-
-// ComputerLabel is set on the objects made for a Computer, with its name.
-const ComputerLabel = "dots.invisible.dev/computer"

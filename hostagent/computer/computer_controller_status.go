@@ -1,14 +1,17 @@
-package controllers
+package computer
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
 
 // maxTail bounds the QEMU log tail quoted in conditions and Events.
@@ -16,7 +19,7 @@ const maxTail = 800
 
 // recordStartFailure counts one more failed start and sets when the next
 // may run (the crash-loop backoff).
-func (r *ComputerReconciler) recordStartFailure(c *dotsv1.Computer, msg string) {
+func (r *Reconciler) recordStartFailure(c *dotsv1.Computer, msg string) {
 	f := c.Status.StartFailure
 	if f == nil {
 		f = &dotsv1.StartFailure{}
@@ -31,16 +34,15 @@ func (r *ComputerReconciler) recordStartFailure(c *dotsv1.Computer, msg string) 
 // updateStatus computes state, the observed fields, stopReason,
 // startFailure and the conditions from the scope. It is the one place a
 // Computer's status is set (the deferred patch writes it).
-func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
+func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 	c := s.computer
 	st := &c.Status
 	now := r.Clock.Now()
 	gen := c.Generation
-	conds := &st.Conditions
 	d := s.decision
 	obs := s.obs
 	ready := func(status metav1.ConditionStatus, reason, msg string) {
-		setCondition(conds, gen, now, dotsv1.ReadyCondition, status, reason, msg)
+		patch.SetCondition(c, now, dotsv1.ReadyCondition, status, reason, msg)
 	}
 
 	if !c.DeletionTimestamp.IsZero() {
@@ -53,11 +55,17 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 		return
 	}
 	if !s.observed {
-		msg := "the Computer has not been observed on the host yet"
-		if s.observeErr != nil {
+		reason, msg := dotsv1.NotReadyReason, "the Computer has not been observed on the host yet"
+		switch {
+		case r.Driver == nil:
+			reason, msg = dotsv1.NoQEMUReason, s.observeErr.Error()+" (invisible-dots doctor on that host says what is missing)"
+			if st.State == "" {
+				st.State = dotsv1.ComputerProvisioning
+			}
+		case s.observeErr != nil:
 			msg = "the host could not be read: " + s.observeErr.Error()
 		}
-		ready(metav1.ConditionFalse, dotsv1.NotReadyReason, msg)
+		ready(metav1.ConditionFalse, reason, msg)
 		return
 	}
 
@@ -79,7 +87,7 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 	}
 
 	// A failed start was counted in startFailure where it happened.
-	startFailed := (s.acted == actStart || s.acted == actReboot) && s.actErr != nil
+	startFailed := s.acted == actStart && s.actErr != nil
 
 	switch {
 	case obs.State == driver.Error:
@@ -87,14 +95,26 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 		st.PID, st.GuestPort = int32(obs.PID), int32(obs.GuestPort)
 		ready(metav1.ConditionFalse, dotsv1.VMErrorReason, obs.Problem+logSuffix(obs.LogTail))
 
+	case obs.State == driver.Running && st.StopDeadline != nil:
+		// Asked to power off (or killed, and not gone yet).
+		st.PID, st.GuestPort = int32(obs.PID), int32(obs.GuestPort)
+		st.HostBootID = obs.Boot.BootID
+		st.State = dotsv1.ComputerStopping
+		st.StopReason = d.StopReason
+		switch {
+		case s.actErr != nil:
+			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, "the kill failed and QEMU still runs: "+s.actErr.Error())
+		case s.acted == actKill || st.StopDeadline.Time.Before(now) || st.StopDeadline.Time.Equal(now):
+			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, "QEMU was killed and has not exited yet"+poweroffNote(s.poweroffErr))
+		default:
+			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, "the guest was asked to power off; it is killed at "+st.StopDeadline.UTC().Format(time.RFC3339)+" if it has not")
+		}
+
 	case obs.State == driver.Running:
 		st.PID, st.GuestPort = int32(obs.PID), int32(obs.GuestPort)
 		st.HostBootID = obs.Boot.BootID
 		st.StopReason = ""
 		switch {
-		case s.acted == actStop && s.actErr != nil:
-			st.State = dotsv1.ComputerRunning
-			ready(metav1.ConditionFalse, dotsv1.NotReadyReason, "the stop failed and QEMU still runs: "+s.actErr.Error())
 		case s.healthErr == nil && s.healthAsked:
 			st.State = dotsv1.ComputerRunning
 			st.StartFailure = nil
@@ -113,8 +133,9 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 
 	default: // Stopped
 		st.PID, st.GuestPort = 0, 0
+		st.StopDeadline = nil
 		st.StopReason = d.StopReason
-		if s.acted == actStart || s.acted == actReboot {
+		if s.acted == actStart {
 			// A start that failed leaves the reason it had.
 			st.StopReason = s.prev.StopReason
 			if d.ExitedUnasked {
@@ -131,8 +152,6 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 			ready(metav1.ConditionFalse, dotsv1.StartFailedReason, st.StartFailure.Message+retryText(st.StartFailure))
 		case d.Wait > 0 && st.StartFailure != nil:
 			ready(metav1.ConditionFalse, dotsv1.StartFailedReason, st.StartFailure.Message+retryText(st.StartFailure))
-		case s.acted == actStop && s.actErr != nil:
-			ready(metav1.ConditionFalse, dotsv1.NotReadyReason, "the stop failed: "+s.actErr.Error())
 		default:
 			ready(metav1.ConditionFalse, dotsv1.VMStoppedReason, stoppedText(st.StopReason, c.Spec.RunStrategy))
 		}
@@ -140,13 +159,13 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 
 	switch {
 	case obs.Provisioned:
-		setCondition(conds, gen, now, dotsv1.ProvisionedCondition, metav1.ConditionTrue, dotsv1.ProvisionedReason, "the VM's disk exists on this host")
+		patch.SetCondition(c, now, dotsv1.ProvisionedCondition, metav1.ConditionTrue, dotsv1.ProvisionedReason, "the VM's disk exists on host "+r.HostName)
 	case st.StartFailure != nil:
 		// The last start failed before the disk existed; the backoff holds
 		// the next one.
-		setCondition(conds, gen, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionFailedReason, st.StartFailure.Message)
+		patch.SetCondition(c, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionFailedReason, st.StartFailure.Message)
 	default:
-		setCondition(conds, gen, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionPendingReason, "the VM's disk is made at its first start")
+		patch.SetCondition(c, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionPendingReason, "the VM's disk is made at its first start")
 	}
 	if reconciled {
 		st.ObservedGeneration = gen
@@ -155,7 +174,7 @@ func (r *ComputerReconciler) updateStatus(s *computerScope, reconciled bool) {
 
 // recordAction emits the Event of the action this reconcile took and how
 // it ended (it happened, whatever becomes of the status write).
-func (r *ComputerReconciler) recordAction(s *computerScope) {
+func (r *Reconciler) recordAction(s *scope) {
 	c := s.computer
 	st := c.Status
 	if s.decision.ExitedUnasked {
@@ -168,34 +187,53 @@ func (r *ComputerReconciler) recordAction(s *computerScope) {
 		}
 		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Exited", "Observe", "%s%s", how, logSuffix(s.seen.LogTail))
 	}
-	switch s.acted {
-	case actStart, actReboot:
-		verb := "Started"
-		if s.acted == actReboot {
-			verb = "Rebooted"
-		}
-		if s.actErr != nil {
-			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "StartFailed", string(s.acted), "%s (failure %d in a row)%s", s.actErr.Error(), failCount(st.StartFailure), retryText(st.StartFailure))
+	if s.decision.StopDone {
+		if s.prev.StopDeadline != nil && s.seen.ExitStatus == "exit status 0" {
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopped", "Stop", "the guest powered itself off")
 		} else {
-			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, verb, string(s.acted), "QEMU pid %d, guest port %d, images %s / %s", s.obs.PID, s.obs.GuestPort, st.GoldenImage, st.RuntimeImage)
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopped", "Stop", "QEMU is gone%s", parens(s.seen.ExitStatus))
 		}
-	case actStop:
+	}
+	switch s.acted {
+	case actStart:
 		switch {
 		case s.actErr != nil:
-			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "StopFailed", "Stop", "%s", s.actErr.Error())
-		case s.stop.PoweredOff:
-			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopped", "Stop", "the guest powered itself off")
-		case s.stop.Killed:
-			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Stopped", "Stop", "QEMU was killed: the guest did not power off in time")
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "StartFailed", "Start", "%s (failure %d in a row)%s", s.actErr.Error(), failCount(st.StartFailure), retryText(st.StartFailure))
+		case s.decision.RebootHandled:
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Rebooted", "Start", "QEMU pid %d, guest port %d, images %s / %s", s.obs.PID, s.obs.GuestPort, st.GoldenImage, st.RuntimeImage)
 		default:
-			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopped", "Stop", "nothing was running")
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Started", "Start", "QEMU pid %d, guest port %d, images %s / %s", s.obs.PID, s.obs.GuestPort, st.GoldenImage, st.RuntimeImage)
+		}
+	case actStop:
+		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopping", "Stop", "the guest was asked to power off; it is killed at %s if it has not", st.StopDeadline.UTC().Format(time.RFC3339))
+	case actKill:
+		switch {
+		case s.actErr != nil:
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "KillFailed", "Kill", "%s", s.actErr.Error())
+		case s.kill.WasRunning:
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Killed", "Kill", "QEMU was killed: the guest did not power off in time%s", poweroffNote(s.poweroffErr))
 		}
 	}
 }
 
+func parens(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+// poweroffNote says why the guest did not take the poweroff, when it did not.
+func poweroffNote(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (the guest did not accept the poweroff: " + err.Error() + ")"
+}
+
 // recordTransition emits the Event of a status that was written: every
 // change of state.
-func (r *ComputerReconciler) recordTransition(s *computerScope) {
+func (r *Reconciler) recordTransition(s *scope) {
 	c := s.computer
 	st := c.Status
 	if st.State != s.prev.State && st.State != "" {
@@ -203,7 +241,7 @@ func (r *ComputerReconciler) recordTransition(s *computerScope) {
 		if st.State == dotsv1.ComputerError {
 			typ = corev1.EventTypeWarning
 		}
-		note := fmt.Sprintf("%s -> %s", orNone(string(s.prev.State)), st.State)
+		note := fmt.Sprintf("%s -> %s", cmp.Or(string(s.prev.State), "(none)"), st.State)
 		if s.prev.State == "" && st.State == dotsv1.ComputerRunning && s.acted == actNone {
 			note += " (a running QEMU was adopted)"
 		}
@@ -247,12 +285,7 @@ func errText(err error) string {
 	return err.Error()
 }
 
-func orNone(s string) string {
-	if s == "" {
-		return "(none)"
-	}
-	return s
-}
+
 
 // logSuffix quotes the end of QEMU's log and the serial console.
 func logSuffix(tail string) string {

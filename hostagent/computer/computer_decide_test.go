@@ -1,4 +1,4 @@
-package controllers
+package computer
 
 import (
 	"testing"
@@ -93,9 +93,44 @@ func TestDecideRun(t *testing.T) {
 			want:   runDecision{},
 		},
 		"AlwaysRebootRequested": {
-			reason: "a reboot request of a running VM reboots it once",
+			reason: "a reboot of a running VM begins with a stop without a stop reason; the request stays pending for the start",
 			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, RebootRequested: true},
-			want:   runDecision{Action: actReboot, RebootHandled: true},
+			want:   runDecision{Action: actStop},
+		},
+		"RebootStopDoneStarts": {
+			reason: "once the reboot's stop ended, the pending request starts it and is handled",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopping, Observed: driver.Stopped, Exited: true, RebootRequested: true},
+			want:   runDecision{Action: actStart, StopDone: true, RebootHandled: true},
+		},
+		"StoppingWaitsForPoweroff": {
+			reason: "a STOPPING VM before its deadline is left to power itself off",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running},
+			want:   runDecision{StopReason: dotsv1.StopUser},
+		},
+		"StoppingKilledAtDeadline": {
+			reason: "a STOPPING VM past its deadline is killed",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, DeadlinePassed: true},
+			want:   runDecision{Action: actKill, StopReason: dotsv1.StopUser},
+		},
+		"StoppingRunsToItsEnd": {
+			reason: "a stop already asked of the guest is not undone by a strategy of Always",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, RebootRequested: true},
+			want:   runDecision{StopReason: dotsv1.StopUser},
+		},
+		"StopDoneHalted": {
+			reason: "a person's stop that ended is recorded, not an unasked exit",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Stopped, Exited: true},
+			want:   runDecision{StopReason: dotsv1.StopUser, StopDone: true},
+		},
+		"StopDoneAlwaysStartsAgain": {
+			reason: "Always starts the VM again once a stop asked under another strategy ended",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Stopped},
+			want:   runDecision{Action: actStart, StopReason: dotsv1.StopUser, StopDone: true},
+		},
+		"PortTakenStartsAgain": {
+			reason: "QEMU that lost its guest port at the start is started again, not counted",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStarting, Observed: driver.Stopped, Exited: true, PortTaken: true},
+			want:   runDecision{Action: actStart},
 		},
 		"RebootOfStoppedStarts": {
 			reason: "a reboot request of a stopped OnDemand VM starts it",
@@ -103,9 +138,9 @@ func TestDecideRun(t *testing.T) {
 			want:   runDecision{Action: actStart, StopReason: dotsv1.StopIdle, RebootHandled: true},
 		},
 		"GuestStuckRebootsAfterBackoff": {
-			reason: "a guest stuck at its start (counted) is rebooted once the backoff allows",
+			reason: "a guest stuck at its start (counted) is stopped once the backoff allows, and started again after",
 			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStarting, Observed: driver.Running, GuestStuck: true},
-			want:   runDecision{Action: actReboot},
+			want:   runDecision{Action: actStop},
 		},
 		"GuestStuckWaitsForBackoff": {
 			reason: "the backoff holds the reboot of a stuck guest too",

@@ -1,4 +1,4 @@
-package controllers
+package computer
 
 import (
 	"math"
@@ -12,10 +12,14 @@ import (
 type vmAction string
 
 const (
-	actNone   vmAction = ""
-	actStart  vmAction = "Start"
-	actStop   vmAction = "Stop"
-	actReboot vmAction = "Reboot"
+	actNone  vmAction = ""
+	actStart vmAction = "Start"
+	// actStop asks the guest to power off and records STOPPING with a
+	// deadline; it does not wait for QEMU to exit.
+	actStop vmAction = "Stop"
+	// actKill kills a STOPPING VM whose guest did not power off by the
+	// deadline (the kill rule checked again first).
+	actKill vmAction = "Kill"
 )
 
 // runInput is what the run-strategy decision reads: the spec, the status
@@ -41,6 +45,11 @@ type runInput struct {
 	// timeout, that start is counted as failed, and it still does not
 	// answer. It is rebooted once the backoff allows.
 	GuestStuck bool
+	// DeadlinePassed: the STOPPING VM's stopDeadline is past.
+	DeadlinePassed bool
+	// PortTaken: QEMU exited at its start because its guest port was taken
+	// between picking it and binding it; not a failure, started again.
+	PortTaken bool
 }
 
 // runDecision is what to do and what to record.
@@ -57,6 +66,8 @@ type runDecision struct {
 	CountFailure bool
 	// Wait is set when a start is due but the backoff holds it.
 	Wait time.Duration
+	// StopDone: the VM was STOPPING and QEMU is gone: our stop ended.
+	StopDone bool
 	// StartHandled and RebootHandled: the pending request is consumed by
 	// this decision (acted on, or moot) once the action succeeds.
 	StartHandled  bool
@@ -74,11 +85,26 @@ func decideRun(in runInput) runDecision {
 		return d
 	}
 	running := in.Observed == driver.Running
+	stopping := in.PrevState == dotsv1.ComputerStopping
 	wasUp := in.PrevState == dotsv1.ComputerRunning || in.PrevState == dotsv1.ComputerStarting
-	if !running && wasUp {
+	switch {
+	case running && stopping:
+		// A guest told to power off cannot be told otherwise: the stop runs
+		// to its end whatever the strategy says now, then the strategy
+		// decides.
+		if in.DeadlinePassed {
+			d.Action = actKill
+		}
+		return d
+	case !running && stopping:
+		d.StopDone = true
+	case !running && wasUp && in.PrevState == dotsv1.ComputerStarting && in.PortTaken:
+		// Lost the race for the guest port: not the guest's fault.
+		return startUnlessBackoff(d, in)
+	case !running && wasUp:
 		// It was up when we last looked and we did not stop it (a stop of
-		// ours records STOPPED before it returns): QEMU exited, was killed,
-		// or the host restarted (Exited, StaleBoot).
+		// ours records STOPPING first): QEMU exited, was killed, or the
+		// host restarted (Exited, StaleBoot).
 		d.ExitedUnasked = true
 		d.CountFailure = in.PrevState == dotsv1.ComputerStarting
 		d.StopReason = dotsv1.StopExited
@@ -120,16 +146,18 @@ func decideRun(in runInput) runDecision {
 
 // keepRunning is the decision for a VM that runs and should: a requested
 // reboot, a reboot of a guest stuck at its start once the backoff allows,
-// or nothing.
+// or nothing. A reboot is a stop with no stop reason: once QEMU is gone,
+// the strategy starts it again (the request, still pending, is handled by
+// that start).
 func keepRunning(d runDecision, in runInput) runDecision {
 	d.StartHandled = in.StartRequested
 	switch {
 	case in.RebootRequested:
-		d.Action, d.RebootHandled = actReboot, true
+		d.Action, d.StopReason = actStop, ""
 	case in.GuestStuck && in.BackoffLeft > 0:
 		d.Wait = in.BackoffLeft
 	case in.GuestStuck:
-		d.Action = actReboot
+		d.Action, d.StopReason = actStop, ""
 	}
 	return d
 }

@@ -1,0 +1,177 @@
+// Package agent is the host agent: a controller manager of its own, for one
+// host. It registers and heartbeats its Host, and reconciles only the
+// Computers placed on it (its cache holds no other host's, through a field
+// selector on spec.nodeName), owning everything that touches a VM: QEMU, the
+// disks, the images, adoption after its own restart, health. It talks to the
+// API server alone, never to PostgreSQL, as a kubelet never touches etcd.
+//
+// `invisible-dots server` runs one in process for its own machine;
+// `invisible-dots agent --kubeconfig FILE` runs one alone, on another
+// machine or in another home, with a credential of its own.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/hostagent/computer"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+)
+
+// Options are what a host agent needs.
+type Options struct {
+	Config *rest.Config
+	// HostName is the Host this agent runs (a DNS label).
+	HostName string
+	Home     home.Layout
+	// Driver runs this host's VMs. Nil when the host cannot run them;
+	// DriverProblem then says why, on the Host and on each Computer placed
+	// here.
+	Driver        driver.Driver
+	DriverProblem error
+	// Accelerator and QEMUVersion are reported on the Host.
+	Accelerator dotsv1.Accelerator
+	QEMUVersion string
+	// Facts replaces the machine's facts (a test seam); read from the
+	// kernel when nil.
+	Facts func(ctx context.Context) (heartbeat.Facts, error)
+	Log   logr.Logger
+	Clock clock.PassiveClock
+	// HeartbeatInterval is the Lease's renewal period; 10 s when zero.
+	HeartbeatInterval time.Duration
+	// StopGrace is how long a guest asked to power off has before it is
+	// killed; 60 s when zero.
+	StopGrace time.Duration
+}
+
+// dnsLabel is a Host's name.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ValidateHostName says what is wrong with a host name.
+func ValidateHostName(name string) error {
+	if !dnsLabel.MatchString(name) {
+		return fmt.Errorf("host name %q is not a DNS label (1 to 63 characters of a-z, 0-9 and -, starting and ending with a letter or digit): pass --host NAME", name)
+	}
+	return nil
+}
+
+// DefaultHostName is this machine's host name made a DNS label: lower case,
+// the first label, anything else replaced with '-'.
+func DefaultHostName() (string, error) {
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("read the machine's host name: %w (pass --host NAME)", err)
+	}
+	h, _, _ = strings.Cut(strings.ToLower(h), ".")
+	h = strings.Trim(regexp.MustCompile(`[^a-z0-9-]+`).ReplaceAllString(h, "-"), "-")
+	if len(h) > 63 {
+		h = strings.Trim(h[:63], "-")
+	}
+	if h == "" {
+		h = "host"
+	}
+	return h, ValidateHostName(h)
+}
+
+// NewManager builds the host agent's manager.
+func NewManager(o Options) (ctrl.Manager, error) {
+	if err := ValidateHostName(o.HostName); err != nil {
+		return nil, err
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Driver == nil && o.DriverProblem == nil {
+		o.DriverProblem = errors.New("no VM driver")
+	}
+	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
+		Scheme:                 controllers.Scheme,
+		Logger:                 o.Log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// One agent per host: nothing to elect.
+		LeaderElection:          false,
+		GracefulShutdownTimeout: ptr.To(10 * time.Second),
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only this host's Computers: the selector is served by the API
+			// server (spec.nodeName is a selectable field of the CRD), so
+			// other hosts' never reach this process.
+			&dotsv1.Computer{}: {Field: fields.OneTermEqualSelector("spec.nodeName", o.HostName)},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create the host agent's manager: %w", err)
+	}
+	facts := o.Facts
+	if facts == nil {
+		facts = machineFacts(o)
+	}
+	if err := mgr.Add(&heartbeat.Heartbeat{
+		Client:   mgr.GetClient(),
+		Reader:   mgr.GetAPIReader(),
+		HostName: o.HostName,
+		Facts:    facts,
+		Clock:    o.Clock,
+		Log:      o.Log.WithName("heartbeat"),
+		Interval: o.HeartbeatInterval,
+	}); err != nil {
+		return nil, err
+	}
+	if err := (&computer.Reconciler{
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		Driver:        o.Driver,
+		DriverProblem: o.DriverProblem,
+		HostName:      o.HostName,
+		Recorder:      mgr.GetEventRecorder(computer.ControllerName),
+		Clock:         o.Clock,
+		StopGrace:     o.StopGrace,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// machineFacts reads the machine and the driver's images.
+func machineFacts(o Options) func(ctx context.Context) (heartbeat.Facts, error) {
+	return func(ctx context.Context) (heartbeat.Facts, error) {
+		m, err := heartbeat.ReadMachine(o.Home.Root)
+		if err != nil {
+			return heartbeat.Facts{}, err
+		}
+		f := heartbeat.Facts{
+			CPUs: m.CPUs, MemTotal: m.MemTotal, MemAvailable: m.MemAvailable,
+			DiskTotal: m.DiskTotal, DiskFree: m.DiskFree,
+		}
+		if o.Driver == nil {
+			f.Problem = o.DriverProblem.Error()
+			return f, nil
+		}
+		f.Accelerator, f.QEMUVersion = o.Accelerator, o.QEMUVersion
+		imgs, err := o.Driver.Images(ctx)
+		if err != nil {
+			return f, fmt.Errorf("list the registered images: %w", err)
+		}
+		f.Images = imgs
+		return f, nil
+	}
+}

@@ -1,0 +1,42 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	rbacac "k8s.io/client-go/applyconfigurations/rbac/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/config/rbac"
+)
+
+// InstallSystem makes what the controllers and host agents rely on besides
+// the CRDs: the system namespace (host Leases, the leader Lease, hosts'
+// ServiceAccounts) and the host agents' ClusterRoles, server-side applied
+// from the embedded manifests.
+func InstallSystem(ctx context.Context, cfg *rest.Config) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dotsv1.SystemNamespace}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the namespace %s: %w", dotsv1.SystemNamespace, err)
+	}
+	for _, data := range [][]byte{rbac.HostAgentRole, rbac.HostAgentSecretsRole} {
+		var ac rbacac.ClusterRoleApplyConfiguration
+		if err := yaml.Unmarshal(data, &ac); err != nil {
+			return fmt.Errorf("parse an embedded ClusterRole: %w", err)
+		}
+		if _, err := cs.RbacV1().ClusterRoles().Apply(ctx, &ac, metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
+			return fmt.Errorf("apply the ClusterRole %s: %w", *ac.Name, err)
+		}
+	}
+	return nil
+}

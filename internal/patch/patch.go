@@ -1,0 +1,156 @@
+// Package patch is the one way a reconciler writes an object's status.
+//
+// Three rules, after cluster-api's util/patch:
+//   - nothing is written when the status did not change, so a steady state
+//     costs no write and no watch event;
+//   - the status is written only over the resourceVersion it was computed
+//     from (a merge patch with an optimistic lock): a reconcile that read a
+//     stale cache loses with a Conflict and computes again from the newer
+//     object, instead of writing old facts over new ones;
+//   - each writer owns some condition types. Conditions it does not own are
+//     put back as they were read before the write, so a writer cannot undo
+//     another's condition even by mistake; with the lock, a condition another
+//     writer set meanwhile is never overwritten either.
+//
+// Because the lock makes a concurrent write fail rather than merge, a
+// Conflict is normal: RequeueOnConflict turns it into a quick requeue.
+package patch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Object is a kind with a status subresource and conditions.
+type Object interface {
+	client.Object
+	GetConditions() []metav1.Condition
+	SetConditions([]metav1.Condition)
+}
+
+// Writer is one controller's right to write status: the condition types it
+// owns. Two writers of one kind own disjoint types, except where a writer
+// outside the object's host stands in for it (the host lifecycle marking a
+// Computer's Ready Unknown) and both list the type.
+type Writer struct {
+	// Name is the controller's name, for errors.
+	Name string
+	// Conditions are the condition types this writer may set or remove.
+	Conditions []string
+}
+
+// Helper remembers an object as it was read and writes its status later.
+type Helper struct {
+	client client.Client
+	writer Writer
+	before Object
+}
+
+// NewHelper snapshots obj (as read from the API server or the cache) for a
+// later Patch. Call it before changing obj.
+func NewHelper(c client.Client, w Writer, obj Object) *Helper {
+	return &Helper{client: c, writer: w, before: obj.DeepCopyObject().(Object)}
+}
+
+// Before is the object as it was read.
+func (h *Helper) Before() Object { return h.before }
+
+// Changed reports whether obj's status differs from the snapshot's, after
+// restoring the conditions the writer does not own.
+func (h *Helper) Changed(obj Object) bool {
+	h.keepOthersConditions(obj)
+	return !equality.Semantic.DeepEqual(status(h.before), status(obj))
+}
+
+// Patch writes obj's status when it changed since NewHelper, over the
+// snapshot's resourceVersion. It reports whether it wrote. A Conflict means
+// the object changed since it was read: compute again (RequeueOnConflict).
+// A NotFound is returned as is: the object is gone.
+func (h *Helper) Patch(ctx context.Context, obj Object) (bool, error) {
+	if !h.Changed(obj) {
+		return false, nil
+	}
+	err := h.client.Status().Patch(ctx, obj, client.MergeFromWithOptions(h.before, client.MergeFromWithOptimisticLock{}))
+	if err != nil {
+		return false, fmt.Errorf("%s: write the status of %s: %w", h.writer.Name, client.ObjectKeyFromObject(obj), err)
+	}
+	// A second Patch from the same snapshot would conflict with this one.
+	h.before = obj.DeepCopyObject().(Object)
+	return true, nil
+}
+
+// keepOthersConditions puts back, as read, every condition obj's writer does
+// not own, and drops those it added.
+func (h *Helper) keepOthersConditions(obj Object) {
+	owned := func(t string) bool { return slices.Contains(h.writer.Conditions, t) }
+	var out []metav1.Condition
+	for _, c := range obj.GetConditions() {
+		if owned(c.Type) {
+			out = append(out, c)
+		}
+	}
+	for _, c := range h.before.GetConditions() {
+		if !owned(c.Type) {
+			out = append(out, c)
+		}
+	}
+	// The order as read, so a write is not made of a reordering alone.
+	order := func(t string) int {
+		for i, c := range h.before.GetConditions() {
+			if c.Type == t {
+				return i
+			}
+		}
+		return len(h.before.GetConditions())
+	}
+	slices.SortStableFunc(out, func(a, b metav1.Condition) int { return order(a.Type) - order(b.Type) })
+	obj.SetConditions(out)
+}
+
+// status is the object's status field, for comparison.
+func status(obj Object) any {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		// Every kind here converts; compare the whole object if not.
+		return obj
+	}
+	return u["status"]
+}
+
+// ConflictRetry is how soon a status write that lost a Conflict is
+// computed again: at once, from the newer object, once the cache has it.
+const ConflictRetry = 100 * time.Millisecond
+
+// RequeueOnConflict turns a Conflict from Patch into a quick requeue, so a
+// lost race is not logged as an error.
+func RequeueOnConflict(res ctrl.Result, err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: ConflictRetry}, nil
+	}
+	return res, err
+}
+
+// SetCondition sets one condition with the object's generation. Its
+// LastTransitionTime changes only when the status does.
+func SetCondition(obj Object, now time.Time, typ string, status metav1.ConditionStatus, reason, message string) {
+	conds := obj.GetConditions()
+	meta.SetStatusCondition(&conds, metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: obj.GetGeneration(),
+		LastTransitionTime: metav1.NewTime(now),
+	})
+	obj.SetConditions(conds)
+}
