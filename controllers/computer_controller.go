@@ -25,7 +25,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // ComputerControllerName names the Computer reconciler in logs and Events.
@@ -64,7 +64,7 @@ type ComputerReconciler struct {
 	// APIReader reads around the cache (the token Secret just created).
 	APIReader client.Reader
 	Driver    driver.Driver
-	Home      paths.Home
+	Home      home.Layout
 	Recorder  recorder.EventRecorder
 	Clock     clock.PassiveClock
 	// Jitter returns a number in [0,1) for the backoff; math/rand by
@@ -198,8 +198,8 @@ func (r *ComputerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	return r.reconcileNormal(ctx, s)
 }
 
-func vmID(c *dotsv1.Computer) paths.VMID {
-	return paths.VMID{Namespace: c.Namespace, Name: c.Name}
+func vmID(c *dotsv1.Computer) home.VMID {
+	return home.VMID{Namespace: c.Namespace, Name: c.Name}
 }
 
 // reconcileNormal: token, observe, decide, act, ask for health.
@@ -429,7 +429,7 @@ func specShape(c *dotsv1.Computer) (int, int64) {
 // registration does not change a Computer's disk under it), else the newest
 // registered.
 func (r *ComputerReconciler) newestImages(c *dotsv1.Computer) (string, string, error) {
-	pick := func(kind paths.ImageKind, spec, inUse string) (string, error) {
+	pick := func(kind home.ImageKind, spec, inUse string) (string, error) {
 		if spec != "" {
 			// A version named in the spec must be registered: say so here,
 			// before the driver is asked.
@@ -447,11 +447,11 @@ func (r *ComputerReconciler) newestImages(c *dotsv1.Computer) (string, string, e
 		}
 		return img.Version, nil
 	}
-	golden, err := pick(paths.Golden, c.Spec.GoldenImage, c.Status.GoldenImage)
+	golden, err := pick(home.Golden, c.Spec.GoldenImage, c.Status.GoldenImage)
 	if err != nil {
 		return "", "", err
 	}
-	runtime, err := pick(paths.Runtime, c.Spec.RuntimeImage, c.Status.RuntimeImage)
+	runtime, err := pick(home.Runtime, c.Spec.RuntimeImage, c.Status.RuntimeImage)
 	if err != nil {
 		return "", "", err
 	}

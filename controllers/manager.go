@@ -17,7 +17,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
 )
 
@@ -36,7 +36,7 @@ func init() {
 // Options are what the controllers need from the server.
 type Options struct {
 	Config *rest.Config
-	Home   paths.Home
+	Home   home.Layout
 	// DB is the event log's database; nil in tests that need no event log.
 	DB *postgres.Instance
 	// Driver runs this host's VMs. Nil means no host agent runs in this

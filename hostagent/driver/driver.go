@@ -13,8 +13,7 @@ import (
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // State is the VM's state as the host sees it (ref 3.4). The transitional
@@ -45,7 +44,7 @@ type Observation struct {
 	PID       int
 	GuestPort int
 	// Boot is the boot id and uptime qemu.json was written with.
-	Boot hostboot.Stamp
+	Boot home.Stamp
 	// StartedAt is when the record was written (the spawn).
 	StartedAt time.Time
 	// GoldenImage and RuntimeImage are the image versions the running (or
@@ -77,7 +76,7 @@ type Observation struct {
 
 // Spec is what a start needs: the VM's identity and its shape.
 type Spec struct {
-	ID paths.VMID
+	ID home.VMID
 	// UID is the Computer's UID; the seed carries it as the Dot's id.
 	UID string
 	// CPUs and MemoryMiB size the machine (-smp, -m).
@@ -87,7 +86,7 @@ type Spec struct {
 	// Only the first start (the overlay's creation) uses it.
 	DiskBytes int64
 	// GoldenImage and RuntimeImage are image versions registered under
-	// images/ (paths.Home.Golden, paths.Home.Runtime).
+	// images/ (home.Layout.Golden, home.Layout.Runtime).
 	GoldenImage  string
 	RuntimeImage string
 	// Token is the Dot's guest token: written into the seed, sent to the
@@ -111,7 +110,7 @@ type Driver interface {
 	// Observe reports the VM's state from the host's records and processes.
 	// It never modifies anything. An error means the host could not be read;
 	// a VM in trouble is an Observation with State Error, not an error.
-	Observe(ctx context.Context, id paths.VMID) (Observation, error)
+	Observe(ctx context.Context, id home.VMID) (Observation, error)
 	// Start provisions the VM on first use (overlay disk), writes its seed,
 	// and starts QEMU; it returns once the guest port listens and QEMU is
 	// still alive a second later. A running VM is left alone and observed.
@@ -119,19 +118,19 @@ type Driver interface {
 	// Stop asks the guest to power off with the token, waits for QEMU to
 	// exit, then kills it (the kill rule checked again first). Stopping a
 	// stopped VM succeeds and clears what its record left behind.
-	Stop(ctx context.Context, id paths.VMID, token string) (StopResult, error)
+	Stop(ctx context.Context, id home.VMID, token string) (StopResult, error)
 	// Reboot is Stop then Start: a new runtime ISO, CPU count or memory size
 	// applies, and the guest port changes.
 	Reboot(ctx context.Context, spec Spec) (Observation, error)
 	// Destroy kills the VM without a poweroff and removes its directory and
 	// logs. Destroying a VM that does not exist succeeds.
-	Destroy(ctx context.Context, id paths.VMID) error
+	Destroy(ctx context.Context, id home.VMID) error
 	// Health asks the running VM's guest GET /v1/health through the proven
 	// channel (ref 5.1): the token goes only to a listener that proved it
 	// holds it. An unproven listener is guestclient.ErrGuestUnproven, not
 	// retried (a security event: something else holds the port); a guest
 	// that is not up yet is guestclient.ErrGuestNotAnswering (ask again).
-	Health(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error)
+	Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
 }
 
 // ErrVMError is wrapped by Start, Stop and Destroy when the VM is in state

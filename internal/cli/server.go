@@ -12,9 +12,9 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // Environment variables the server reads.
@@ -43,7 +43,7 @@ It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(verbosity)
 			ctrl.SetLogger(log)
-			home, err := paths.FromEnv()
+			h, err := home.FromEnv()
 			if err != nil {
 				return err
 			}
@@ -60,7 +60,7 @@ It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 				log.Info("the web client is not built yet in this version; serving the API only")
 			}
 			cp, err := controlplane.Start(ctx, controlplane.Options{
-				Home:               home,
+				Home:               h,
 				ListenAddress:      listen,
 				DatabaseURL:        os.Getenv(envDatabaseURL),
 				ExternalKubeconfig: kubeconfig,
@@ -80,14 +80,14 @@ It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 			// This host's VMs run through the QEMU driver; without QEMU the
 			// server still serves, and each Computer says no host agent runs.
 			var vmDriver driver.Driver
-			if d, err := qemu.New(ctx, qemu.Options{Home: home}); err != nil {
+			if d, err := qemu.New(ctx, qemu.Options{Home: h}); err != nil {
 				log.Error(err, "this host cannot run VMs: Computers stay PROVISIONING; run invisible-dots setup (invisible-dots doctor shows what is missing)")
 			} else {
 				vmDriver = d
 			}
 			err = controllers.Run(ctx, controllers.Options{
 				Config:     cp.Config,
-				Home:       home,
+				Home:       h,
 				DB:         cp.DB,
 				Driver:     vmDriver,
 				Log:        log.WithName("controllers"),
@@ -121,13 +121,13 @@ func newKubeconfigCommand() *cobra.Command {
 		Short: "Print the admin kubeconfig the server wrote (for kubectl --kubeconfig or KUBECONFIG)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			home, err := paths.FromEnv()
+			h, err := home.FromEnv()
 			if err != nil {
 				return err
 			}
-			data, err := os.ReadFile(home.Kubeconfig())
+			data, err := os.ReadFile(h.Kubeconfig())
 			if err != nil {
-				return fmt.Errorf("no kubeconfig at %s: start the server once with 'invisible-dots server' (%w)", home.Kubeconfig(), err)
+				return fmt.Errorf("no kubeconfig at %s: start the server once with 'invisible-dots server' (%w)", h.Kubeconfig(), err)
 			}
 			_, err = cmd.OutOrStdout().Write(data)
 			return err

@@ -12,24 +12,23 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
-	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // DriverFns implements driver.Driver with one function per method. A nil
 // function observes a stopped, unprovisioned VM and succeeds at everything.
 type DriverFns struct {
-	ObserveFn func(ctx context.Context, id paths.VMID) (driver.Observation, error)
+	ObserveFn func(ctx context.Context, id home.VMID) (driver.Observation, error)
 	StartFn   func(ctx context.Context, spec driver.Spec) (driver.Observation, error)
-	StopFn    func(ctx context.Context, id paths.VMID, token string) (driver.StopResult, error)
+	StopFn    func(ctx context.Context, id home.VMID, token string) (driver.StopResult, error)
 	RebootFn  func(ctx context.Context, spec driver.Spec) (driver.Observation, error)
-	DestroyFn func(ctx context.Context, id paths.VMID) error
-	HealthFn  func(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error)
+	DestroyFn func(ctx context.Context, id home.VMID) error
+	HealthFn  func(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
 }
 
 var _ driver.Driver = DriverFns{}
 
-func (f DriverFns) Observe(ctx context.Context, id paths.VMID) (driver.Observation, error) {
+func (f DriverFns) Observe(ctx context.Context, id home.VMID) (driver.Observation, error) {
 	if f.ObserveFn == nil {
 		return driver.Observation{State: driver.Stopped}, nil
 	}
@@ -43,7 +42,7 @@ func (f DriverFns) Start(ctx context.Context, spec driver.Spec) (driver.Observat
 	return f.StartFn(ctx, spec)
 }
 
-func (f DriverFns) Stop(ctx context.Context, id paths.VMID, token string) (driver.StopResult, error) {
+func (f DriverFns) Stop(ctx context.Context, id home.VMID, token string) (driver.StopResult, error) {
 	if f.StopFn == nil {
 		return driver.StopResult{}, nil
 	}
@@ -57,7 +56,7 @@ func (f DriverFns) Reboot(ctx context.Context, spec driver.Spec) (driver.Observa
 	return f.RebootFn(ctx, spec)
 }
 
-func (f DriverFns) Destroy(ctx context.Context, id paths.VMID) error {
+func (f DriverFns) Destroy(ctx context.Context, id home.VMID) error {
 	if f.DestroyFn == nil {
 		return nil
 	}
@@ -66,7 +65,7 @@ func (f DriverFns) Destroy(ctx context.Context, id paths.VMID) error {
 
 // Health implements driver.Driver; nil answers a healthy guest without an
 // engine.
-func (f DriverFns) Health(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error) {
+func (f DriverFns) Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error) {
 	if f.HealthFn == nil {
 		return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage("null")}, nil
 	}
@@ -78,16 +77,16 @@ func (f DriverFns) Health(ctx context.Context, id paths.VMID, token string) (pro
 // restart. Safe for concurrent use.
 type Host struct {
 	mu      sync.Mutex
-	boot    hostboot.Stamp
+	boot    home.Stamp
 	nextPID int
-	vms     map[paths.VMID]*vm
+	vms     map[home.VMID]*vm
 	calls   map[string]int
 	// FailStart, when set, is returned by Start for that VM (a start failure
 	// for crash-loop backoff tests).
-	FailStart map[paths.VMID]error
+	FailStart map[home.VMID]error
 	// Unhealthy, when set, is returned by Health for that VM (a guest that
 	// never comes up).
-	Unhealthy map[paths.VMID]error
+	Unhealthy map[home.VMID]error
 }
 
 type vm struct {
@@ -99,12 +98,12 @@ type vm struct {
 // NewHost returns an empty fake host on boot "boot-1".
 func NewHost() *Host {
 	return &Host{
-		boot:      hostboot.Stamp{BootID: "boot-1", HostUptimeS: 100},
+		boot:      home.Stamp{BootID: "boot-1", HostUptimeS: 100},
 		nextPID:   1000,
-		vms:       map[paths.VMID]*vm{},
+		vms:       map[home.VMID]*vm{},
 		calls:     map[string]int{},
-		FailStart: map[paths.VMID]error{},
-		Unhealthy: map[paths.VMID]error{},
+		FailStart: map[home.VMID]error{},
+		Unhealthy: map[home.VMID]error{},
 	}
 }
 
@@ -118,7 +117,7 @@ func (h *Host) Calls(method string) int {
 }
 
 // Observe implements driver.Driver.
-func (h *Host) Observe(_ context.Context, id paths.VMID) (driver.Observation, error) {
+func (h *Host) Observe(_ context.Context, id home.VMID) (driver.Observation, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls["Observe"]++
@@ -161,7 +160,7 @@ func (h *Host) Start(_ context.Context, spec driver.Spec) (driver.Observation, e
 }
 
 // Stop implements driver.Driver.
-func (h *Host) Stop(_ context.Context, id paths.VMID, _ string) (driver.StopResult, error) {
+func (h *Host) Stop(_ context.Context, id home.VMID, _ string) (driver.StopResult, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls["Stop"]++
@@ -187,7 +186,7 @@ func (h *Host) Reboot(ctx context.Context, spec driver.Spec) (driver.Observation
 }
 
 // Destroy implements driver.Driver.
-func (h *Host) Destroy(_ context.Context, id paths.VMID) error {
+func (h *Host) Destroy(_ context.Context, id home.VMID) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls["Destroy"]++
@@ -197,7 +196,7 @@ func (h *Host) Destroy(_ context.Context, id paths.VMID) error {
 
 // Health implements driver.Driver: a running VM answers healthy, with the
 // engine's answer {"status":"ok"}.
-func (h *Host) Health(_ context.Context, id paths.VMID, _ string) (protocol.HealthResponse, error) {
+func (h *Host) Health(_ context.Context, id home.VMID, _ string) (protocol.HealthResponse, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls["Health"]++
@@ -213,7 +212,7 @@ func (h *Host) Health(_ context.Context, id paths.VMID, _ string) (protocol.Heal
 
 // Crash makes a running VM exit unasked (QEMU killed, guest powered itself
 // off): Observe then reports Stopped with Exited.
-func (h *Host) Crash(id paths.VMID) error {
+func (h *Host) Crash(id home.VMID) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v, ok := h.vms[id]
@@ -227,7 +226,7 @@ func (h *Host) Crash(id paths.VMID) error {
 }
 
 // SetState forces a VM's observation (an Error state, a foreign listener).
-func (h *Host) SetState(id paths.VMID, obs driver.Observation) {
+func (h *Host) SetState(id home.VMID, obs driver.Observation) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v, ok := h.vms[id]
@@ -243,14 +242,14 @@ func (h *Host) SetState(id paths.VMID, obs driver.Observation) {
 func (h *Host) RebootHost() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.boot = hostboot.Stamp{BootID: h.boot.BootID + "+", HostUptimeS: 1}
+	h.boot = home.Stamp{BootID: h.boot.BootID + "+", HostUptimeS: 1}
 }
 
 // Running lists the VMs that are running now, for assertions.
-func (h *Host) Running() []paths.VMID {
+func (h *Host) Running() []home.VMID {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []paths.VMID
+	var out []home.VMID
 	for id, v := range h.vms {
 		if v.obs.State == driver.Running && h.boot.SameBoot(v.obs.Boot) {
 			out = append(out, id)
