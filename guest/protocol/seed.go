@@ -95,7 +95,7 @@ type RuntimeContents struct {
 }
 
 // Image kinds of ImageManifest.Kind; the same words as the file prefixes of
-// hostagent/paths.
+// internal/home.
 const (
 	ImageKindGolden  = "golden"
 	ImageKindRuntime = "runtime"

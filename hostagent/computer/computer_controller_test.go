@@ -24,7 +24,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 var testNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -79,7 +79,7 @@ func TestComputerStartPassesTokenFromItsSecret(t *testing.T) {
 		t.Fatalf("token secret: %v", err)
 	}
 	want := driver.Spec{
-		ID: paths.VMID{Namespace: "default", Name: "a"}, UID: "uid-a", CPUs: 2, MemoryMiB: 512, DiskBytes: 2 << 30,
+		ID: home.VMID{Namespace: "default", Name: "a"}, UID: "uid-a", CPUs: 2, MemoryMiB: 512, DiskBytes: 2 << 30,
 		GoldenImage: "g1", RuntimeImage: "r1", Token: string(sec.Data[TokenSecretKey]),
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -104,7 +104,7 @@ func TestComputerStartPassesTokenFromItsSecret(t *testing.T) {
 func TestComputerDeletionBlockedByVMError(t *testing.T) {
 	destroyed := false
 	drv := fake.DriverFns{
-		DestroyFn: func(ctx context.Context, id paths.VMID) error {
+		DestroyFn: func(ctx context.Context, id home.VMID) error {
 			if destroyed {
 				return nil
 			}
@@ -138,7 +138,7 @@ func TestComputerDeletionBlockedByVMError(t *testing.T) {
 
 func TestComputerCrashLoopBackoff(t *testing.T) {
 	h := fake.NewHost()
-	id := paths.VMID{Namespace: "default", Name: "c"}
+	id := home.VMID{Namespace: "default", Name: "c"}
 	h.FailStart[id] = fmt.Errorf("qemu exited at once: no such file")
 	r, c := newTestReconciler(h, testComputer("c", dotsv1.RunAlways))
 	clk := r.Clock.(*clocktesting.FakePassiveClock)
@@ -217,7 +217,7 @@ func TestComputerGuestStuckAtStart(t *testing.T) {
 	answering := false
 	reboots := 0
 	drv := fake.DriverFns{
-		ObserveFn: func(context.Context, paths.VMID) (driver.Observation, error) {
+		ObserveFn: func(context.Context, home.VMID) (driver.Observation, error) {
 			return driver.Observation{Provisioned: true, State: driver.Running, PID: 7, GuestPort: 7000, StartedAt: started}, nil
 		},
 		RebootFn: func(_ context.Context, s driver.Spec) (driver.Observation, error) {
@@ -225,7 +225,7 @@ func TestComputerGuestStuckAtStart(t *testing.T) {
 			started = testNow.Add(2 * time.Second)
 			return driver.Observation{Provisioned: true, State: driver.Running, PID: 8, GuestPort: 8000, StartedAt: started}, nil
 		},
-		HealthFn: func(context.Context, paths.VMID, string) (protocol.HealthResponse, error) {
+		HealthFn: func(context.Context, home.VMID, string) (protocol.HealthResponse, error) {
 			if answering {
 				return protocol.HealthResponse{Agentd: protocol.AgentdOK}, nil
 			}
@@ -276,7 +276,7 @@ func TestComputerGuestStuckIsRebooted(t *testing.T) {
 	started := testNow.Add(-6 * time.Minute)
 	reboots := 0
 	drv := fake.DriverFns{
-		ObserveFn: func(context.Context, paths.VMID) (driver.Observation, error) {
+		ObserveFn: func(context.Context, home.VMID) (driver.Observation, error) {
 			return driver.Observation{Provisioned: true, State: driver.Running, PID: 7, GuestPort: 7000, StartedAt: started}, nil
 		},
 		RebootFn: func(_ context.Context, s driver.Spec) (driver.Observation, error) {
@@ -284,7 +284,7 @@ func TestComputerGuestStuckIsRebooted(t *testing.T) {
 			started = testNow.Add(2 * time.Second)
 			return driver.Observation{Provisioned: true, State: driver.Running, PID: 8, GuestPort: 8000, StartedAt: started}, nil
 		},
-		HealthFn: func(context.Context, paths.VMID, string) (protocol.HealthResponse, error) {
+		HealthFn: func(context.Context, home.VMID, string) (protocol.HealthResponse, error) {
 			return protocol.HealthResponse{}, errors.New("guest not answering")
 		},
 	}

@@ -21,8 +21,8 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // Status of one check.
@@ -86,7 +86,7 @@ type Runner func(ctx context.Context, timeout time.Duration, argv ...string) (Re
 
 // Deps is what the doctor reads from the machine. Real() fills them.
 type Deps struct {
-	Home   paths.Home
+	Home   home.Layout
 	Getenv func(string) string
 	Run    Runner
 	// OpenKVM opens /dev/kvm read-write and closes it.
@@ -104,7 +104,7 @@ type Deps struct {
 const MinFreeBytes = 2 << 30
 
 // Real returns the dependencies of the running machine.
-func Real(h paths.Home) Deps {
+func Real(h home.Layout) Deps {
 	return Deps{
 		Home:   h,
 		Getenv: os.Getenv,
@@ -215,11 +215,11 @@ func Run(ctx context.Context, d Deps) Report {
 	rows = append(rows, accelerator(ctx, d, cfg, cfgErr, bins, qemuOK)...)
 
 	// Home path and free space.
-	add(home(d))
+	add(homeDir(d))
 
 	// Images.
-	add(image(d, paths.Golden, RowGolden))
-	add(image(d, paths.Runtime, RowRuntime))
+	add(image(d, home.Golden, RowGolden))
+	add(image(d, home.Runtime, RowRuntime))
 
 	// PostgreSQL.
 	add(postgres(d))
@@ -236,7 +236,7 @@ func Run(ctx context.Context, d Deps) Report {
 // fixFor names the QEMU directory when INVISIBLE_DOTS_QEMU_DIR chose it.
 func fixFor(_ Deps, b Binaries, fix string) string {
 	if b.Dir != "" {
-		return "install QEMU into " + b.Dir + " or unset " + paths.EnvQEMUDir + "; " + fix
+		return "install QEMU into " + b.Dir + " or unset " + home.EnvQEMUDir + "; " + fix
 	}
 	return fix
 }
@@ -337,10 +337,10 @@ func accelerator(ctx context.Context, d Deps, cfg hostconfig.Config, cfgErr erro
 	return []Check{row, modelRow}
 }
 
-func home(d Deps) Check {
+func homeDir(d Deps) Check {
 	root := d.Home.Root
-	if err := paths.QEMUPathProblem(root); err != nil {
-		return Check{Name: RowHome, Status: Failed, Detail: err.Error(), Fix: "export " + paths.EnvHome + "=/a/plain/ascii/path (no comma)"}
+	if err := home.QEMUPathProblem(root); err != nil {
+		return Check{Name: RowHome, Status: Failed, Detail: err.Error(), Fix: "export " + home.EnvHome + "=/a/plain/ascii/path (no comma)"}
 	}
 	// The home may not exist yet: measure the nearest existing parent.
 	p := root
@@ -356,12 +356,12 @@ func home(d Deps) Check {
 	}
 	detail := fmt.Sprintf("%s, %.1f GiB free", root, float64(free)/(1<<30))
 	if free < MinFreeBytes {
-		return Check{Name: RowHome, Status: Failed, Detail: detail + fmt.Sprintf(" (under %d GiB)", MinFreeBytes>>30), Fix: "free space on the file system of " + p + ", or set " + paths.EnvHome + " to a larger one"}
+		return Check{Name: RowHome, Status: Failed, Detail: detail + fmt.Sprintf(" (under %d GiB)", MinFreeBytes>>30), Fix: "free space on the file system of " + p + ", or set " + home.EnvHome + " to a larger one"}
 	}
 	return Check{Name: RowHome, Status: OK, Detail: detail}
 }
 
-func image(d Deps, kind paths.ImageKind, row string) Check {
+func image(d Deps, kind home.ImageKind, row string) Check {
 	img, err := images.Latest(d.Home, kind)
 	if err != nil {
 		st := Failed

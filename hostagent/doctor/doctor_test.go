@@ -15,7 +15,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // machine is a fake host: which programs exist, what they answer.
@@ -30,7 +30,7 @@ type machine struct {
 	probes    []string
 }
 
-func (m *machine) deps(t *testing.T, h paths.Home) Deps {
+func (m *machine) deps(t *testing.T, h home.Layout) Deps {
 	t.Helper()
 	bin := t.TempDir()
 	mk := func(name string) {
@@ -83,10 +83,10 @@ func goodMachine(t *testing.T) *machine {
 	}
 }
 
-func registerImages(t *testing.T, h paths.Home) {
+func registerImages(t *testing.T, h home.Layout) {
 	t.Helper()
 	os.MkdirAll(h.Images(), 0o755)
-	for _, kind := range []paths.ImageKind{paths.Golden, paths.Runtime} {
+	for _, kind := range []home.ImageKind{home.Golden, home.Runtime} {
 		f := h.ImageFile(kind, "20261130T000000Z-abc")
 		os.WriteFile(f, []byte(string(kind)), 0o644)
 		sum, size, _ := images.FileSHA256(f)
@@ -117,7 +117,7 @@ func TestDoctor(t *testing.T) {
 	}
 	tests := map[string]struct {
 		reason string
-		setup  func(t *testing.T, m *machine, h *paths.Home)
+		setup  func(t *testing.T, m *machine, h *home.Layout)
 		want   map[string]Status
 		ok     bool
 		fixHas map[string]string // row -> substring of its fix
@@ -125,18 +125,18 @@ func TestDoctor(t *testing.T) {
 		"healthy kvm host": {reason: "everything in place", want: allOK, ok: true},
 		"qemu too old": {
 			reason: "QEMU 7.1 is under the 7.2 minimum",
-			setup:  func(t *testing.T, m *machine, h *paths.Home) { m.version = "QEMU emulator version 7.1.0" },
+			setup:  func(t *testing.T, m *machine, h *home.Layout) { m.version = "QEMU emulator version 7.1.0" },
 			want:   with(map[string]Status{RowQEMU: Failed, RowAccelerator: Failed}), fixHas: map[string]string{RowQEMU: "apt-get install -y qemu-system-x86"},
 		},
 		"no qemu": {
 			reason: "nothing installed",
-			setup:  func(t *testing.T, m *machine, h *paths.Home) { m.noQEMU, m.noQEMUImg = true, true },
+			setup:  func(t *testing.T, m *machine, h *home.Layout) { m.noQEMU, m.noQEMUImg = true, true },
 			want:   with(map[string]Status{RowQEMU: Missing, RowQEMUImg: Missing, RowAccelerator: Failed}),
 			fixHas: map[string]string{RowQEMU: "qemu-system-x86", RowQEMUImg: "qemu-utils"},
 		},
 		"kvm not accessible": {
 			reason: "/dev/kvm denied and the probe fails: the group line",
-			setup: func(t *testing.T, m *machine, h *paths.Home) {
+			setup: func(t *testing.T, m *machine, h *home.Layout) {
 				m.kvmErr = os.ErrPermission
 				m.probe[hostconfig.CPUModel] = Result{ExitCode: 1, Output: "Could not access KVM kernel module: Permission denied"}
 			},
@@ -144,12 +144,12 @@ func TestDoctor(t *testing.T) {
 		},
 		"probe has the last word": {
 			reason: "/dev/kvm check fails but QEMU runs with kvm: ok",
-			setup:  func(t *testing.T, m *machine, h *paths.Home) { m.kvmErr = os.ErrPermission },
+			setup:  func(t *testing.T, m *machine, h *home.Layout) { m.kvmErr = os.ErrPermission },
 			want:   allOK, ok: true,
 		},
 		"nested virtualization": {
 			reason: "the default model fails with MSR 0x10a, the recorded override runs",
-			setup: func(t *testing.T, m *machine, h *paths.Home) {
+			setup: func(t *testing.T, m *machine, h *home.Layout) {
 				m.probe[hostconfig.CPUModel] = Result{ExitCode: 134, Output: "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69"}
 				m.probe[hostconfig.CPUModelNoArchCapabilities] = Result{}
 			},
@@ -158,7 +158,7 @@ func TestDoctor(t *testing.T) {
 		},
 		"override recorded": {
 			reason: "setup recorded the override; the probe runs it",
-			setup: func(t *testing.T, m *machine, h *paths.Home) {
+			setup: func(t *testing.T, m *machine, h *home.Layout) {
 				m.probe = map[string]Result{hostconfig.CPUModelNoArchCapabilities: {}}
 				hostconfig.Save(*h, hostconfig.Config{CPUModel: hostconfig.CPUModelNoArchCapabilities, CPUModelReason: "failed to set MSR 0x10a"})
 			},
@@ -166,54 +166,54 @@ func TestDoctor(t *testing.T) {
 		},
 		"vcpu hangs": {
 			reason: "a probe still running at its timeout is a virtual CPU that does not run",
-			setup: func(t *testing.T, m *machine, h *paths.Home) {
+			setup: func(t *testing.T, m *machine, h *home.Layout) {
 				m.probe[hostconfig.CPUModel] = Result{TimedOut: true, ExitCode: -1}
 			},
 			want: with(map[string]Status{RowAccelerator: Failed}), fixHas: map[string]string{RowAccelerator: "KVM"},
 		},
 		"tcg": {
 			reason: "accelerator: tcg is always a warning, not a failure",
-			setup: func(t *testing.T, m *machine, h *paths.Home) {
+			setup: func(t *testing.T, m *machine, h *home.Layout) {
 				hostconfig.Save(*h, hostconfig.Config{Accelerator: hostconfig.TCG})
 			},
 			want: with(map[string]Status{RowAccelerator: Warning}), ok: true, fixHas: map[string]string{RowAccelerator: "accelerator: tcg"},
 		},
 		"comma in home": {
 			reason: "a home QEMU cannot be given",
-			setup: func(t *testing.T, m *machine, h *paths.Home) {
+			setup: func(t *testing.T, m *machine, h *home.Layout) {
 				old := h.Root
 				h.Root = filepath.Join(old, "a,b")
 				os.MkdirAll(h.Root, 0o700)
 				registerImages(t, *h)
 			},
-			want: with(map[string]Status{RowHome: Failed}), fixHas: map[string]string{RowHome: paths.EnvHome},
+			want: with(map[string]Status{RowHome: Failed}), fixHas: map[string]string{RowHome: home.EnvHome},
 		},
 		"disk full": {
 			reason: "under 2 GiB free",
-			setup:  func(t *testing.T, m *machine, h *paths.Home) { m.free = 1 << 20 },
+			setup:  func(t *testing.T, m *machine, h *home.Layout) { m.free = 1 << 20 },
 			want:   with(map[string]Status{RowHome: Failed}), fixHas: map[string]string{RowHome: "free space"},
 		},
 		"no images": {
 			reason: "a fresh home",
-			setup:  func(t *testing.T, m *machine, h *paths.Home) { os.RemoveAll(h.Images()) },
+			setup:  func(t *testing.T, m *machine, h *home.Layout) { os.RemoveAll(h.Images()) },
 			want:   with(map[string]Status{RowGolden: Missing, RowRuntime: Missing}), fixHas: map[string]string{RowGolden: "make test-image"},
 		},
 		"tampered image": {
 			reason: "the golden image changed after it was registered",
-			setup: func(t *testing.T, m *machine, h *paths.Home) {
+			setup: func(t *testing.T, m *machine, h *home.Layout) {
 				os.WriteFile(h.Golden("20261130T000000Z-abc"), []byte("changed"), 0o644)
 			},
 			want: with(map[string]Status{RowGolden: Failed}), fixHas: map[string]string{RowGolden: "make test-image"},
 		},
 		"no postgres": {
 			reason: "no server binaries",
-			setup:  func(t *testing.T, m *machine, h *paths.Home) { m.pgDir = t.TempDir() },
+			setup:  func(t *testing.T, m *machine, h *home.Layout) { m.pgDir = t.TempDir() },
 			want:   with(map[string]Status{RowPostgres: Missing}), fixHas: map[string]string{RowPostgres: "apt-get install -y postgresql"},
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := paths.Home{Root: t.TempDir()}
+			h := home.Layout{Root: t.TempDir()}
 			registerImages(t, h)
 			m := goodMachine(t)
 			if tc.setup != nil {
@@ -241,7 +241,7 @@ func TestDoctor(t *testing.T) {
 }
 
 func TestDoctorOrderAndJSON(t *testing.T) {
-	h := paths.Home{Root: t.TempDir()}
+	h := home.Layout{Root: t.TempDir()}
 	registerImages(t, h)
 	m := goodMachine(t)
 	rep := Run(context.Background(), m.deps(t, h))
@@ -267,7 +267,7 @@ func TestDoctorOrderAndJSON(t *testing.T) {
 // TestRealProbe runs the real probe under tcg when QEMU is installed: exit 0
 // means QEMU ran the firmware with that CPU model.
 func TestRealProbe(t *testing.T) {
-	d := Real(paths.Home{Root: t.TempDir()})
+	d := Real(home.Layout{Root: t.TempDir()})
 	bin := "/usr/bin/qemu-system-x86_64"
 	if _, err := os.Stat(bin); err != nil {
 		t.Skip("QEMU is not installed")

@@ -15,7 +15,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // Accelerators.
@@ -114,7 +114,7 @@ func (c Config) Validate() error {
 }
 
 // Load reads host.yaml; a missing file is the default config.
-func Load(h paths.Home) (Config, error) {
+func Load(h home.Layout) (Config, error) {
 	b, err := os.ReadFile(h.HostConfig())
 	if errors.Is(err, os.ErrNotExist) {
 		return Config{}, nil
@@ -141,7 +141,7 @@ const header = `# invisible-dots host settings (DESIGN.md 5). Written by "invisi
 `
 
 // Save writes host.yaml atomically (temporary file, then rename).
-func Save(h paths.Home, c Config) error {
+func Save(h home.Layout, c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func Save(h paths.Home, c Config) error {
 	if err != nil {
 		return fmt.Errorf("encode host.yaml: %w", err)
 	}
-	if err := os.MkdirAll(h.Config(), paths.PrivateDirMode); err != nil {
+	if err := os.MkdirAll(h.Config(), home.PrivateDirMode); err != nil {
 		return fmt.Errorf("create %s: %w", h.Config(), err)
 	}
 	tmp, err := os.CreateTemp(h.Config(), ".host.yaml.*")

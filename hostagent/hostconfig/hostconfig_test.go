@@ -6,11 +6,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 func TestLoadSave(t *testing.T) {
-	h := paths.Home{Root: t.TempDir()}
+	h := home.Layout{Root: t.TempDir()}
 	c, err := Load(h)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func TestLoadRefuses(t *testing.T) {
 	}
 	for name, body := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := paths.Home{Root: t.TempDir()}
+			h := home.Layout{Root: t.TempDir()}
 			os.MkdirAll(h.Config(), 0o700)
 			os.WriteFile(h.HostConfig(), []byte(body), 0o600)
 			if c, err := Load(h); err == nil {

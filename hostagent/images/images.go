@@ -16,12 +16,12 @@ import (
 	"sort"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // Image is one registered image.
 type Image struct {
-	Kind    paths.ImageKind
+	Kind    home.ImageKind
 	Version string
 	// File and Manifest are absolute paths.
 	File         string
@@ -30,7 +30,7 @@ type Image struct {
 
 // List returns the images of a kind whose file and manifest both exist,
 // oldest first (versions are "<date>-<digest>", so they sort by age).
-func List(h paths.Home, kind paths.ImageKind) ([]Image, error) {
+func List(h home.Layout, kind home.ImageKind) ([]Image, error) {
 	entries, err := os.ReadDir(h.Images())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -40,7 +40,7 @@ func List(h paths.Home, kind paths.ImageKind) ([]Image, error) {
 	}
 	var out []Image
 	for _, e := range entries {
-		k, v, ok := paths.ParseImageFile(e.Name())
+		k, v, ok := home.ParseImageFile(e.Name())
 		if !ok || k != kind {
 			continue
 		}
@@ -58,7 +58,7 @@ func List(h paths.Home, kind paths.ImageKind) ([]Image, error) {
 var ErrNoImage = errors.New("no image registered")
 
 // Latest returns the newest registered image of a kind.
-func Latest(h paths.Home, kind paths.ImageKind) (Image, error) {
+func Latest(h home.Layout, kind home.ImageKind) (Image, error) {
 	all, err := List(h, kind)
 	if err != nil {
 		return Image{}, err
@@ -71,8 +71,8 @@ func Latest(h paths.Home, kind paths.ImageKind) (Image, error) {
 
 // Get returns the image of a kind and version, checking that its file and
 // manifest exist.
-func Get(h paths.Home, kind paths.ImageKind, version string) (Image, error) {
-	if err := paths.ValidVersion(version); err != nil {
+func Get(h home.Layout, kind home.ImageKind, version string) (Image, error) {
+	if err := home.ValidVersion(version); err != nil {
 		return Image{}, err
 	}
 	img := Image{Kind: kind, Version: version, File: h.ImageFile(kind, version), ManifestPath: h.ImageManifest(kind, version)}

@@ -12,11 +12,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // register writes an image file and its manifest the way a builder does.
-func register(t *testing.T, h paths.Home, kind paths.ImageKind, version, content string) Image {
+func register(t *testing.T, h home.Layout, kind home.ImageKind, version, content string) Image {
 	t.Helper()
 	os.MkdirAll(h.Images(), 0o755)
 	file := h.ImageFile(kind, version)
@@ -36,17 +36,17 @@ func register(t *testing.T, h paths.Home, kind paths.ImageKind, version, content
 }
 
 func TestListLatestVerify(t *testing.T) {
-	h := paths.Home{Root: t.TempDir()}
-	if _, err := Latest(h, paths.Golden); !errors.Is(err, ErrNoImage) {
+	h := home.Layout{Root: t.TempDir()}
+	if _, err := Latest(h, home.Golden); !errors.Is(err, ErrNoImage) {
 		t.Fatalf("Latest() on an empty home = %v, want ErrNoImage", err)
 	}
-	register(t, h, paths.Golden, "20261101T000000Z-aaa", "old")
-	newest := register(t, h, paths.Golden, "20261130T000000Z-bbb", "new")
-	register(t, h, paths.Runtime, "20261201T000000Z-ccc", "iso")
+	register(t, h, home.Golden, "20261101T000000Z-aaa", "old")
+	newest := register(t, h, home.Golden, "20261130T000000Z-bbb", "new")
+	register(t, h, home.Runtime, "20261201T000000Z-ccc", "iso")
 	// A file without a manifest is not registered.
 	os.WriteFile(h.Golden("20261231T000000Z-zzz"), []byte("x"), 0o644)
 
-	got, err := Latest(h, paths.Golden)
+	got, err := Latest(h, home.Golden)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,10 +60,10 @@ func TestListLatestVerify(t *testing.T) {
 	if _, err := got.Verify(); err == nil || !strings.Contains(err.Error(), "changed after it was registered") {
 		t.Errorf("Verify() of a changed image = %v, want a digest mismatch", err)
 	}
-	if _, err := Get(h, paths.Runtime, "nope"); !errors.Is(err, ErrNoImage) {
+	if _, err := Get(h, home.Runtime, "nope"); !errors.Is(err, ErrNoImage) {
 		t.Errorf("Get() of a missing version = %v, want ErrNoImage", err)
 	}
-	if _, err := Get(h, paths.Runtime, "../x"); err == nil {
+	if _, err := Get(h, home.Runtime, "../x"); err == nil {
 		t.Error("Get() of a version with a path in it: want an error")
 	}
 }

@@ -21,10 +21,9 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
-	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 var _ driver.Driver = (*Driver)(nil)
@@ -41,14 +40,14 @@ const diskLockedMessage = "Failed to get \"write\" lock"
 
 // Options configure a Driver. Zero values take the defaults.
 type Options struct {
-	Home paths.Home
+	Home home.Layout
 	// Config is host.yaml; New loads it when nil.
 	Config *hostconfig.Config
 	// Binaries are found by FindBinaries when empty.
 	Binaries Binaries
-	// Boot reads the host's boot id and uptime; hostboot.Current by default.
+	// Boot reads the host's boot id and uptime; home.CurrentBoot by default.
 	// Tests inject another to fake a host restart.
-	Boot hostboot.Source
+	Boot home.BootSource
 	// Guest is the proven guest client; a new one by default.
 	Guest *guestclient.Client
 	// Environ is the server's environment, filtered for QEMU; os.Environ by
@@ -58,10 +57,10 @@ type Options struct {
 
 // Driver runs QEMU VMs under one home.
 type Driver struct {
-	home    paths.Home
+	home    home.Layout
 	cfg     hostconfig.Config
 	bin     Binaries
-	boot    hostboot.Source
+	boot    home.BootSource
 	guest   *guestclient.Client
 	environ func() []string
 
@@ -77,10 +76,10 @@ type Driver struct {
 	pickPort func() (int, error)
 
 	mu       sync.Mutex
-	vmLocks  map[paths.VMID]*sync.Mutex
+	vmLocks  map[home.VMID]*sync.Mutex
 	children map[int]*child
 	// exits keeps how the last QEMU this process spawned for a VM ended.
-	exits map[paths.VMID]exitInfo
+	exits map[home.VMID]exitInfo
 }
 
 // exitInfo is how a spawned QEMU ended.
@@ -94,7 +93,7 @@ type exitInfo struct {
 // cannot be recycled, so it may be killed without the port check (the first
 // half of the kill rule).
 type child struct {
-	id         paths.VMID
+	id         home.VMID
 	pid        int
 	startTicks uint64
 	done       chan struct{}
@@ -113,7 +112,7 @@ func (c *child) exited() bool {
 // New returns a driver for a home. It finds QEMU and refuses one older than
 // hostconfig.MinQEMU and a home QEMU cannot be given.
 func New(ctx context.Context, o Options) (*Driver, error) {
-	if err := paths.QEMUPathProblem(o.Home.Root); err != nil {
+	if err := home.QEMUPathProblem(o.Home.Root); err != nil {
 		return nil, err
 	}
 	d := &Driver{
@@ -121,7 +120,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 		ListenTimeout: 30 * time.Second, AliveCheck: time.Second,
 		PoweroffGrace: 60 * time.Second, KillGrace: 10 * time.Second, PoweroffCall: 15 * time.Second,
 		StartAttempts: 5, pollInterval: 50 * time.Millisecond, pickPort: freePort,
-		vmLocks: map[paths.VMID]*sync.Mutex{}, children: map[int]*child{}, exits: map[paths.VMID]exitInfo{},
+		vmLocks: map[home.VMID]*sync.Mutex{}, children: map[int]*child{}, exits: map[home.VMID]exitInfo{},
 	}
 	if o.Config != nil {
 		d.cfg = *o.Config
@@ -150,7 +149,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 		return nil, fmt.Errorf("%s is QEMU %s, older than the %s this needs: install a newer QEMU (sudo apt-get install -y qemu-system-x86 qemu-utils)", d.bin.System, v, hostconfig.MinQEMU)
 	}
 	if d.boot == nil {
-		d.boot = hostboot.Current
+		d.boot = home.CurrentBoot
 	}
 	if d.guest == nil {
 		d.guest = guestclient.New()
@@ -162,7 +161,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 }
 
 // lock serialises the operations that change one VM.
-func (d *Driver) lock(id paths.VMID) func() {
+func (d *Driver) lock(id home.VMID) func() {
 	d.mu.Lock()
 	l, ok := d.vmLocks[id]
 	if !ok {
@@ -295,12 +294,12 @@ func (d *Driver) waitGone(ctx context.Context, rec record, timeout time.Duration
 
 // Observe implements driver.Driver. It reads qemu.json, /proc and the guest
 // port, and changes nothing.
-func (d *Driver) Observe(ctx context.Context, id paths.VMID) (driver.Observation, error) {
+func (d *Driver) Observe(ctx context.Context, id home.VMID) (driver.Observation, error) {
 	obs, _, err := d.observe(ctx, id)
 	return obs, err
 }
 
-func (d *Driver) observe(_ context.Context, id paths.VMID) (driver.Observation, *record, error) {
+func (d *Driver) observe(_ context.Context, id home.VMID) (driver.Observation, *record, error) {
 	if err := id.Validate(); err != nil {
 		return driver.Observation{}, nil, err
 	}
@@ -354,7 +353,7 @@ func (d *Driver) observe(_ context.Context, id paths.VMID) (driver.Observation, 
 }
 
 // Health implements driver.Driver.
-func (d *Driver) Health(ctx context.Context, id paths.VMID, token string) (protocol.HealthResponse, error) {
+func (d *Driver) Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error) {
 	obs, _, err := d.observe(ctx, id)
 	if err != nil {
 		return protocol.HealthResponse{}, err
@@ -401,7 +400,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Observatio
 	}
 	vm := d.home.VM(spec.ID)
 	for _, dir := range []string{vm.Dir, d.home.Logs()} {
-		if err := os.MkdirAll(dir, paths.PrivateDirMode); err != nil {
+		if err := os.MkdirAll(dir, home.PrivateDirMode); err != nil {
 			return obs, fmt.Errorf("start %s: %w", spec.ID, err)
 		}
 	}
@@ -443,7 +442,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Observatio
 
 // ensureDisk creates the overlay on first use and returns the golden image
 // version it sits on.
-func (d *Driver) ensureDisk(ctx context.Context, vm paths.VM, spec driver.Spec) (string, error) {
+func (d *Driver) ensureDisk(ctx context.Context, vm home.VM, spec driver.Spec) (string, error) {
 	if _, err := os.Stat(vm.Disk()); err == nil {
 		return d.backingVersion(ctx, vm.Disk())
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -452,11 +451,11 @@ func (d *Driver) ensureDisk(ctx context.Context, vm paths.VM, spec driver.Spec) 
 	if spec.GoldenImage == "" {
 		return "", fmt.Errorf("no golden image named for the new disk (register one: make test-image, or invisible-dots image build)")
 	}
-	img, err := images.Get(d.home, paths.Golden, spec.GoldenImage)
+	img, err := images.Get(d.home, home.Golden, spec.GoldenImage)
 	if err != nil {
 		return "", err
 	}
-	if err := paths.QEMUPathProblem(img.File); err != nil {
+	if err := home.QEMUPathProblem(img.File); err != nil {
 		return "", err
 	}
 	tmp := filepath.Join(vm.Dir, ".disk.qcow2.creating")
@@ -469,7 +468,7 @@ func (d *Driver) ensureDisk(ctx context.Context, vm paths.VM, spec driver.Spec) 
 		_ = os.Remove(tmp)
 		return "", fmt.Errorf("create the overlay on %s: %w: %s", filepath.Base(img.File), err, strings.TrimSpace(out))
 	}
-	if err := os.Chmod(tmp, paths.PrivateFileMode); err != nil {
+	if err := os.Chmod(tmp, home.PrivateFileMode); err != nil {
 		return "", err
 	}
 	if err := os.Rename(tmp, vm.Disk()); err != nil {
@@ -501,16 +500,16 @@ func (d *Driver) backingVersion(ctx context.Context, disk string) (string, error
 	if err := json.Unmarshal([]byte(out), &info); err != nil {
 		return "", fmt.Errorf("read the overlay %s: %w", disk, err)
 	}
-	kind, version, ok := paths.ParseImageFile(filepath.Base(info.Backing))
-	if !ok || kind != paths.Golden {
+	kind, version, ok := home.ParseImageFile(filepath.Base(info.Backing))
+	if !ok || kind != home.Golden {
 		return "", fmt.Errorf("the overlay %s sits on %q, not on a registered golden image: destroy the VM to make a new disk", disk, info.Backing)
 	}
 	return version, nil
 }
 
 // machineFor resolves the images and builds the machine (without its port).
-func (d *Driver) machineFor(vm paths.VM, spec driver.Spec, golden string) (machine, error) {
-	gimg, err := images.Get(d.home, paths.Golden, golden)
+func (d *Driver) machineFor(vm home.VM, spec driver.Spec, golden string) (machine, error) {
+	gimg, err := images.Get(d.home, home.Golden, golden)
 	if err != nil {
 		return machine{}, err
 	}
@@ -518,7 +517,7 @@ func (d *Driver) machineFor(vm paths.VM, spec driver.Spec, golden string) (machi
 	if err != nil {
 		return machine{}, err
 	}
-	rimg, err := images.Get(d.home, paths.Runtime, spec.RuntimeImage)
+	rimg, err := images.Get(d.home, home.Runtime, spec.RuntimeImage)
 	if err != nil {
 		return machine{}, err
 	}
@@ -534,7 +533,7 @@ func (d *Driver) machineFor(vm paths.VM, spec driver.Spec, golden string) (machi
 		m.Append = b.Append
 	}
 	for _, p := range []string{m.Disk, m.Seed, m.Runtime, m.SerialLog, m.Kernel, m.Initrd} {
-		if err := paths.QEMUPathProblem(p); err != nil {
+		if err := home.QEMUPathProblem(p); err != nil {
 			return machine{}, err
 		}
 	}
@@ -544,7 +543,7 @@ func (d *Driver) machineFor(vm paths.VM, spec driver.Spec, golden string) (machi
 // spawnAndWait starts QEMU, records it, and waits until the guest port
 // listens and QEMU still runs AliveCheck later. retry is true when QEMU
 // reported the port taken.
-func (d *Driver) spawnAndWait(ctx context.Context, vm paths.VM, m machine, golden, runtime string) (retry bool, err error) {
+func (d *Driver) spawnAndWait(ctx context.Context, vm home.VM, m machine, golden, runtime string) (retry bool, err error) {
 	args := qemuArgs(m)
 	if f := hasForbiddenFlag(args); f != "" {
 		return false, fmt.Errorf("internal: qemu argv holds the forbidden flag %s", f)
@@ -555,7 +554,7 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm paths.VM, m machine, golde
 		// size; then it starts over.
 		flags |= os.O_TRUNC
 	}
-	logf, err := os.OpenFile(vm.QEMULog(), flags, paths.PrivateFileMode)
+	logf, err := os.OpenFile(vm.QEMULog(), flags, home.PrivateFileMode)
 	if err != nil {
 		return false, fmt.Errorf("open %s: %w", vm.QEMULog(), err)
 	}
@@ -677,7 +676,7 @@ func (d *Driver) killChild(c *child) {
 
 // Stop implements driver.Driver (ref 3.4): poweroff through the guest, up to
 // PoweroffGrace for QEMU to exit by itself, then the kill rule and SIGKILL.
-func (d *Driver) Stop(ctx context.Context, id paths.VMID, token string) (driver.StopResult, error) {
+func (d *Driver) Stop(ctx context.Context, id home.VMID, token string) (driver.StopResult, error) {
 	if err := id.Validate(); err != nil {
 		return driver.StopResult{}, err
 	}
@@ -686,7 +685,7 @@ func (d *Driver) Stop(ctx context.Context, id paths.VMID, token string) (driver.
 	return d.stop(ctx, id, token)
 }
 
-func (d *Driver) stop(ctx context.Context, id paths.VMID, token string) (driver.StopResult, error) {
+func (d *Driver) stop(ctx context.Context, id home.VMID, token string) (driver.StopResult, error) {
 	vm := d.home.VM(id)
 	obs, rec, err := d.observe(ctx, id)
 	if err != nil {
@@ -752,7 +751,7 @@ func (d *Driver) Reboot(ctx context.Context, spec driver.Spec) (driver.Observati
 
 // Destroy implements driver.Driver: kill without a poweroff, then remove the
 // VM's directory and log.
-func (d *Driver) Destroy(ctx context.Context, id paths.VMID) error {
+func (d *Driver) Destroy(ctx context.Context, id home.VMID) error {
 	if err := id.Validate(); err != nil {
 		return err
 	}
@@ -788,7 +787,7 @@ func (d *Driver) Destroy(ctx context.Context, id paths.VMID) error {
 }
 
 // logTail is the end of QEMU's log and of the serial console.
-func (d *Driver) logTail(vm paths.VM) string {
+func (d *Driver) logTail(vm home.VM) string {
 	var b strings.Builder
 	if s := tail(vm.QEMULog(), 1024); s != "" {
 		b.WriteString("qemu: " + s)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // Program names.
@@ -37,15 +37,15 @@ var ErrNotFound = errors.New("not found")
 // version on the same disks), otherwise on PATH. getenv is os.Getenv outside
 // tests.
 func FindBinaries(getenv func(string) string) (Binaries, error) {
-	if dir := getenv(paths.EnvQEMUDir); dir != "" {
+	if dir := getenv(home.EnvQEMUDir); dir != "" {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
-			return Binaries{}, fmt.Errorf("resolve %s=%q: %w", paths.EnvQEMUDir, dir, err)
+			return Binaries{}, fmt.Errorf("resolve %s=%q: %w", home.EnvQEMUDir, dir, err)
 		}
 		b := Binaries{Dir: abs, System: filepath.Join(abs, SystemBinary), Img: filepath.Join(abs, ImgBinary)}
 		for _, p := range []string{b.System, b.Img} {
 			if err := executable(p); err != nil {
-				return b, fmt.Errorf("%w: %s (%s=%s; install QEMU there or unset it): %v", ErrNotFound, p, paths.EnvQEMUDir, dir, err)
+				return b, fmt.Errorf("%w: %s (%s=%s; install QEMU there or unset it): %v", ErrNotFound, p, home.EnvQEMUDir, dir, err)
 			}
 		}
 		return b, nil

@@ -15,7 +15,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // These tests boot helper A's test image (a Debian cloud kernel and a
@@ -33,7 +33,7 @@ var (
 
 // testImageHome returns a home with the test image registered, building it
 // once per test binary.
-func testImageHome(t testing.TB) paths.Home {
+func testImageHome(t testing.TB) home.Layout {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("boots a VM")
@@ -71,7 +71,7 @@ func testImageHome(t testing.TB) paths.Home {
 	if imageErr != nil {
 		t.Fatal(imageErr)
 	}
-	return paths.Home{Root: imageHome}
+	return home.Layout{Root: imageHome}
 }
 
 func repoRoot() (string, error) {
@@ -93,7 +93,7 @@ func repoRoot() (string, error) {
 func imageDriver(t testing.TB) (*Driver, driver.Spec) {
 	t.Helper()
 	src := testImageHome(t)
-	h := paths.Home{Root: t.TempDir()}
+	h := home.Layout{Root: t.TempDir()}
 	if err := h.Ensure(); err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +106,11 @@ func imageDriver(t testing.TB) (*Driver, driver.Spec) {
 			t.Fatal(err)
 		}
 	}
-	golden, err := images.Latest(h, paths.Golden)
+	golden, err := images.Latest(h, home.Golden)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runtime, err := images.Latest(h, paths.Runtime)
+	runtime, err := images.Latest(h, home.Runtime)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func imageDriver(t testing.TB) (*Driver, driver.Spec) {
 		t.Fatal(err)
 	}
 	return d, driver.Spec{
-		ID: paths.VMID{Namespace: "default", Name: "vm"}, CPUs: 1, MemoryMiB: 512,
+		ID: home.VMID{Namespace: "default", Name: "vm"}, CPUs: 1, MemoryMiB: 512,
 		GoldenImage: golden.Version, RuntimeImage: runtime.Version, Token: testToken,
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // These tests run the real QEMU under tcg with a blank golden disk: the
@@ -38,7 +38,7 @@ func realDriver(t testing.TB) *Driver {
 	if err != nil {
 		t.Skipf("QEMU is not installed (%v); CI installs qemu-system-x86 and qemu-utils", err)
 	}
-	h := paths.Home{Root: t.TempDir()}
+	h := home.Layout{Root: t.TempDir()}
 	if err := h.Ensure(); err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +46,12 @@ func realDriver(t testing.TB) *Driver {
 	if out, err := exec.Command(bin.Img, "create", "-q", "-f", "qcow2", golden, "64M").CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img create: %v: %s", err, out)
 	}
-	registerManifest(t, h, paths.Golden, blankGolden, golden)
+	registerManifest(t, h, home.Golden, blankGolden, golden)
 	runtime := h.Runtime(blankRuntime)
 	if err := writeISO(runtime, protocol.RuntimeVolumeLabel, map[string][]byte{"manifest.json": []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
-	registerManifest(t, h, paths.Runtime, blankRuntime, runtime)
+	registerManifest(t, h, home.Runtime, blankRuntime, runtime)
 	cfg := hostconfig.Config{Accelerator: hostconfig.TCG}
 	d, err := New(context.Background(), Options{Home: h, Config: &cfg, Binaries: bin})
 	if err != nil {
@@ -64,7 +64,7 @@ func realDriver(t testing.TB) *Driver {
 	return d
 }
 
-func registerManifest(t testing.TB, h paths.Home, kind paths.ImageKind, version, file string) {
+func registerManifest(t testing.TB, h home.Layout, kind home.ImageKind, version, file string) {
 	t.Helper()
 	sum, size, err := images.FileSHA256(file)
 	if err != nil {
@@ -76,7 +76,7 @@ func registerManifest(t testing.TB, h paths.Home, kind paths.ImageKind, version,
 	}
 }
 
-func blankSpec(id paths.VMID) driver.Spec {
+func blankSpec(id home.VMID) driver.Spec {
 	return driver.Spec{ID: id, CPUs: 1, MemoryMiB: 128, GoldenImage: blankGolden, RuntimeImage: blankRuntime, Token: testToken}
 }
 
@@ -86,7 +86,7 @@ func TestRealQEMULifecycle(t *testing.T) {
 	}
 	ctx := context.Background()
 	d := realDriver(t)
-	id := paths.VMID{Namespace: "team-a", Name: "helper"}
+	id := home.VMID{Namespace: "team-a", Name: "helper"}
 	vm := d.home.VM(id)
 	t.Cleanup(func() { d.Destroy(ctx, id) })
 
@@ -176,7 +176,7 @@ func TestRealQEMUDestroyKillsRunning(t *testing.T) {
 	}
 	ctx := context.Background()
 	d := realDriver(t)
-	id := paths.VMID{Namespace: "team-b", Name: "helper"}
+	id := home.VMID{Namespace: "team-b", Name: "helper"}
 	obs, err := d.Start(ctx, blankSpec(id))
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestRealQEMUPortTakenIsRetried(t *testing.T) {
 		}
 		return freePort()
 	}
-	id := paths.VMID{Namespace: "default", Name: "retry"}
+	id := home.VMID{Namespace: "default", Name: "retry"}
 	t.Cleanup(func() { d.Destroy(ctx, id) })
 	obs, err := d.Start(ctx, blankSpec(id))
 	if err != nil {
@@ -234,7 +234,7 @@ func TestRealQEMUStartFailureQuotesQEMU(t *testing.T) {
 	// words must reach the caller. (Config.Validate refuses this pair; it is
 	// set here directly to make QEMU fail.)
 	d.cfg = hostconfig.Config{Accelerator: hostconfig.TCG, CPUModel: hostconfig.CPUModel}
-	id := paths.VMID{Namespace: "default", Name: "broken"}
+	id := home.VMID{Namespace: "default", Name: "broken"}
 	t.Cleanup(func() { d.Destroy(ctx, id) })
 	_, err := d.Start(ctx, blankSpec(id))
 	if err == nil || !strings.Contains(err.Error(), "requires KVM") {
@@ -253,7 +253,7 @@ func TestRealQEMUNeverTwoOnOneDisk(t *testing.T) {
 	}
 	ctx := context.Background()
 	d := realDriver(t)
-	id := paths.VMID{Namespace: "default", Name: "twice"}
+	id := home.VMID{Namespace: "default", Name: "twice"}
 	obs, err := d.Start(ctx, blankSpec(id))
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +284,7 @@ func TestRealQEMURebootIsStopAndStart(t *testing.T) {
 	}
 	ctx := context.Background()
 	d := realDriver(t)
-	id := paths.VMID{Namespace: "default", Name: "reboot"}
+	id := home.VMID{Namespace: "default", Name: "reboot"}
 	t.Cleanup(func() { d.Destroy(ctx, id) })
 	first, err := d.Start(ctx, blankSpec(id))
 	if err != nil {
@@ -314,7 +314,7 @@ func TestRealQEMUAdoptedByANewServer(t *testing.T) {
 	}
 	ctx := context.Background()
 	d1 := realDriver(t)
-	id := paths.VMID{Namespace: "default", Name: "adopt"}
+	id := home.VMID{Namespace: "default", Name: "adopt"}
 	first, err := d1.Start(ctx, blankSpec(id))
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // record is qemu.json: the one record of which process and which port belong
@@ -18,7 +17,7 @@ import (
 type record struct {
 	PID       int `json:"pid"`
 	GuestPort int `json:"guest_port"`
-	hostboot.Stamp
+	home.Stamp
 	// ProcStartTicks is the process's start time in clock ticks since boot
 	// (/proc/<pid>/stat field 22). A pid handed to another process later has
 	// another start time, so the record cannot be mistaken for it.
@@ -74,7 +73,7 @@ func writeRecord(path string, r record) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", path, err)
 	}
-	return replaceFile(path, append(b, '\n'), paths.PrivateFileMode)
+	return replaceFile(path, append(b, '\n'), home.PrivateFileMode)
 }
 
 // replaceFile writes data to a temporary file beside path, syncs it and

@@ -16,7 +16,7 @@ import (
 	"github.com/kdomanski/iso9660"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // sudoersPoweroff is the one sudo rule of ref 4.1: dotagentd may run exactly
@@ -26,7 +26,7 @@ var sudoersPoweroff = protocol.UserDotAgentd + " ALL=(root) NOPASSWD: " + string
 // seedFiles returns the NoCloud seed's files and its instance id. The id is
 // iid-<namespace>.<name>-<hash of the seed's content>, so cloud-init re-runs
 // its per-instance steps exactly when what the seed says changes (ref 3.4).
-func seedFiles(id paths.VMID, cfg protocol.GuestConfig) (map[string][]byte, string, error) {
+func seedFiles(id home.VMID, cfg protocol.GuestConfig) (map[string][]byte, string, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, "", err
 	}
@@ -63,7 +63,7 @@ func seedFiles(id paths.VMID, cfg protocol.GuestConfig) (map[string][]byte, stri
 
 // writeSeed writes the seed ISO to dest atomically, private to the server's
 // user (it holds the token), and returns the instance id.
-func writeSeed(dest string, id paths.VMID, cfg protocol.GuestConfig) (string, error) {
+func writeSeed(dest string, id home.VMID, cfg protocol.GuestConfig) (string, error) {
 	files, iid, err := seedFiles(id, cfg)
 	if err != nil {
 		return "", err
@@ -98,7 +98,7 @@ func writeISO(dest, label string, files map[string][]byte) error {
 		return fmt.Errorf("write %s: %w", dest, err)
 	}
 	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(paths.PrivateFileMode); err != nil {
+	if err := tmp.Chmod(home.PrivateFileMode); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", dest, err)
 	}

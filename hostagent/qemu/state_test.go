@@ -16,23 +16,22 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
-	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
-var testID = paths.VMID{Namespace: "team-a", Name: "helper"}
+var testID = home.VMID{Namespace: "team-a", Name: "helper"}
 
 // testDriver is a Driver on a temporary home whose boot source the test
 // controls; it never runs QEMU.
-func testDriver(t *testing.T, boot *hostboot.Stamp) *Driver {
+func testDriver(t *testing.T, boot *home.Stamp) *Driver {
 	t.Helper()
-	h := paths.Home{Root: t.TempDir()}
+	h := home.Layout{Root: t.TempDir()}
 	d := &Driver{
-		home: h, boot: func() (hostboot.Stamp, error) { return *boot, nil }, guest: guestclient.New(), environ: os.Environ,
+		home: h, boot: func() (home.Stamp, error) { return *boot, nil }, guest: guestclient.New(), environ: os.Environ,
 		ListenTimeout: 5 * time.Second, AliveCheck: 100 * time.Millisecond,
 		PoweroffGrace: 300 * time.Millisecond, KillGrace: 5 * time.Second, PoweroffCall: 2 * time.Second,
 		StartAttempts: 1, pollInterval: 20 * time.Millisecond, pickPort: freePort,
-		vmLocks: map[paths.VMID]*sync.Mutex{}, children: map[int]*child{}, exits: map[paths.VMID]exitInfo{},
+		vmLocks: map[home.VMID]*sync.Mutex{}, children: map[int]*child{}, exits: map[home.VMID]exitInfo{},
 	}
 	if err := os.MkdirAll(h.VM(testID).Dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -142,7 +141,7 @@ func writeTestRecord(t *testing.T, d *Driver, rec record) {
 }
 
 func TestObserveStates(t *testing.T) {
-	boot := hostboot.Stamp{BootID: "boot-a", HostUptimeS: 1000}
+	boot := home.Stamp{BootID: "boot-a", HostUptimeS: 1000}
 	ctx := context.Background()
 
 	t.Run("no record is STOPPED", func(t *testing.T) {
@@ -250,7 +249,7 @@ func TestObserveStates(t *testing.T) {
 		// Everything about the process matches, but the record was written
 		// in another boot: after a restart the pid means nothing.
 		writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: l.port, Stamp: boot, ProcStartTicks: ticks})
-		now = hostboot.Stamp{BootID: "boot-b", HostUptimeS: 30}
+		now = home.Stamp{BootID: "boot-b", HostUptimeS: 30}
 		obs, err := d.Observe(ctx, testID)
 		if err != nil || obs.State != driver.Stopped || !obs.StaleBoot || obs.Exited {
 			t.Fatalf("Observe() = %+v, %v; want Stopped and StaleBoot", obs, err)
@@ -263,8 +262,8 @@ func TestObserveStates(t *testing.T) {
 		}
 		// Without boot ids, uptime alone tells: a record with more uptime
 		// than the host has now is from an earlier boot.
-		writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: l.port, Stamp: hostboot.Stamp{HostUptimeS: 500}, ProcStartTicks: ticks})
-		now = hostboot.Stamp{HostUptimeS: 30}
+		writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: l.port, Stamp: home.Stamp{HostUptimeS: 500}, ProcStartTicks: ticks})
+		now = home.Stamp{HostUptimeS: 30}
 		if obs, _ := d.Observe(ctx, testID); obs.State != driver.Stopped || !obs.StaleBoot {
 			t.Errorf("uptime-only Observe() = %+v; want Stopped and StaleBoot", obs)
 		}
@@ -302,7 +301,7 @@ func fakeGuest(t *testing.T, proveWith string, onPoweroff func()) (int, *atomic.
 }
 
 func TestStopKillsAfterGraceUnderTheRule(t *testing.T) {
-	boot := hostboot.Stamp{BootID: "boot-a", HostUptimeS: 1000}
+	boot := home.Stamp{BootID: "boot-a", HostUptimeS: 1000}
 	ctx := context.Background()
 	d := testDriver(t, &boot)
 	p, ticks := bystander(t)
@@ -322,7 +321,7 @@ func TestStopKillsAfterGraceUnderTheRule(t *testing.T) {
 }
 
 func TestStopRechecksTheRuleBeforeKilling(t *testing.T) {
-	boot := hostboot.Stamp{BootID: "boot-a", HostUptimeS: 1000}
+	boot := home.Stamp{BootID: "boot-a", HostUptimeS: 1000}
 	ctx := context.Background()
 	d := testDriver(t, &boot)
 	p, ticks := bystander(t)
@@ -369,7 +368,7 @@ func fakeGuestWithListener(t *testing.T, lnOut *net.Listener, onPoweroff func())
 }
 
 func TestStopNeverSendsTokenToUnprovenListener(t *testing.T) {
-	boot := hostboot.Stamp{BootID: "boot-a", HostUptimeS: 1000}
+	boot := home.Stamp{BootID: "boot-a", HostUptimeS: 1000}
 	ctx := context.Background()
 	d := testDriver(t, &boot)
 	p, ticks := bystander(t)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef"
@@ -72,7 +72,7 @@ func TestForbiddenFlagsAreCaught(t *testing.T) {
 
 func TestSeedISOReadBack(t *testing.T) {
 	dir := t.TempDir()
-	id := paths.VMID{Namespace: "team-a", Name: "helper"}
+	id := home.VMID{Namespace: "team-a", Name: "helper"}
 	cfg := protocol.GuestConfig{DotID: "team-a/helper", Token: testToken, Hostname: "helper"}
 	dest := filepath.Join(dir, "seed.iso")
 	iid, err := writeSeed(dest, id, cfg)
@@ -163,9 +163,9 @@ func TestFindBinaries(t *testing.T) {
 		want   Binaries
 		err    bool
 	}{
-		"qemu dir": {"INVISIBLE_DOTS_QEMU_DIR wins over PATH", map[string]string{paths.EnvQEMUDir: full, "PATH": onlySystem},
+		"qemu dir": {"INVISIBLE_DOTS_QEMU_DIR wins over PATH", map[string]string{home.EnvQEMUDir: full, "PATH": onlySystem},
 			Binaries{Dir: full, System: filepath.Join(full, SystemBinary), Img: filepath.Join(full, ImgBinary)}, false},
-		"qemu dir alone": {"no qemu-img from PATH mixed with a QEMU from the dir", map[string]string{paths.EnvQEMUDir: onlySystem, "PATH": full}, Binaries{}, true},
+		"qemu dir alone": {"no qemu-img from PATH mixed with a QEMU from the dir", map[string]string{home.EnvQEMUDir: onlySystem, "PATH": full}, Binaries{}, true},
 		"path": {"first on PATH", map[string]string{"PATH": onlySystem + ":" + full},
 			Binaries{System: filepath.Join(onlySystem, SystemBinary), Img: filepath.Join(full, ImgBinary)}, false},
 		"relative path entry": {"a relative PATH entry is never searched", map[string]string{"PATH": "full"}, Binaries{}, true},

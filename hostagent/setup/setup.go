@@ -19,8 +19,8 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // Runner runs one command, its output going to the person.
@@ -78,7 +78,7 @@ func Run(ctx context.Context, d Deps) (doctor.Report, error) {
 	var pkgs []string
 	for _, row := range []string{doctor.RowQEMU, doctor.RowQEMUImg, doctor.RowPostgres} {
 		if c, ok := rep.Row(row); ok && c.Status != doctor.OK {
-			if row == doctor.RowQEMU && d.Doctor.Getenv(paths.EnvQEMUDir) != "" {
+			if row == doctor.RowQEMU && d.Doctor.Getenv(home.EnvQEMUDir) != "" {
 				// A QEMU of the person's own choosing: not ours to install.
 				continue
 			}

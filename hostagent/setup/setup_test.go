@@ -15,7 +15,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // host is a fake Linux host: apt-get install "installs" by creating the
@@ -48,11 +48,11 @@ func (h *host) install(t *testing.T, pkg string) {
 	}
 }
 
-func (h *host) deps(t *testing.T, home paths.Home, euid int) (Deps, *bytes.Buffer) {
+func (h *host) deps(t *testing.T, layout home.Layout, euid int) (Deps, *bytes.Buffer) {
 	out := &bytes.Buffer{}
 	env := map[string]string{"PATH": h.bin}
 	dd := doctor.Deps{
-		Home: home, Getenv: func(k string) string { return env[k] },
+		Home: layout, Getenv: func(k string) string { return env[k] },
 		Run: func(_ context.Context, _ time.Duration, argv ...string) (doctor.Result, error) {
 			if argv[len(argv)-1] == "--version" {
 				return doctor.Result{Output: "QEMU emulator version 7.2.22"}, nil
@@ -103,9 +103,9 @@ func indexOf(s []string, v string) int {
 }
 
 // withImages registers stand-in images so only the rows setup fixes differ.
-func withImages(t *testing.T, h paths.Home) {
+func withImages(t *testing.T, h home.Layout) {
 	os.MkdirAll(h.Images(), 0o755)
-	for _, kind := range []paths.ImageKind{paths.Golden, paths.Runtime} {
+	for _, kind := range []home.ImageKind{home.Golden, home.Runtime} {
 		f := h.ImageFile(kind, "v1")
 		os.WriteFile(f, []byte("x"), 0o644)
 		os.WriteFile(h.ImageManifest(kind, "v1"), []byte(`{"kind":"`+string(kind)+`","version":"v1","file":"`+filepath.Base(f)+`","sha256":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881","size":1}`), 0o644)
@@ -128,10 +128,10 @@ func TestSetupInstallsWhatIsMissing(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			home := paths.Home{Root: t.TempDir()}
-			withImages(t, home)
+			layout := home.Layout{Root: t.TempDir()}
+			withImages(t, layout)
 			h := newHost(t)
-			d, out := h.deps(t, home, tc.euid)
+			d, out := h.deps(t, layout, tc.euid)
 			rep, err := Run(context.Background(), d)
 			if err != nil {
 				t.Fatalf("Run() = %v\n%s", err, out)
@@ -147,12 +147,12 @@ func TestSetupInstallsWhatIsMissing(t *testing.T) {
 }
 
 func TestSetupOnlyWhatIsMissing(t *testing.T) {
-	home := paths.Home{Root: t.TempDir()}
-	withImages(t, home)
+	layout := home.Layout{Root: t.TempDir()}
+	withImages(t, layout)
 	h := newHost(t)
 	h.install(t, "qemu-system-x86")
 	h.install(t, "qemu-utils")
-	d, _ := h.deps(t, home, 0)
+	d, _ := h.deps(t, layout, 0)
 	if _, err := Run(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
@@ -167,15 +167,15 @@ func TestSetupOnlyWhatIsMissing(t *testing.T) {
 }
 
 func TestSetupKVMGroupLine(t *testing.T) {
-	home := paths.Home{Root: t.TempDir()}
-	withImages(t, home)
+	layout := home.Layout{Root: t.TempDir()}
+	withImages(t, layout)
 	h := newHost(t)
 	for _, p := range []string{"qemu-system-x86", "qemu-utils", "postgresql"} {
 		h.install(t, p)
 	}
 	h.kvmErr = os.ErrPermission
 	h.probe = map[string]int{}
-	d, out := h.deps(t, home, 1000)
+	d, out := h.deps(t, layout, 1000)
 	_, err := Run(context.Background(), d)
 	if err == nil || !strings.Contains(err.Error(), "sudo usermod -aG kvm anna") {
 		t.Errorf("Run() = %v; want the kvm group line for anna", err)
@@ -189,20 +189,20 @@ func TestSetupKVMGroupLine(t *testing.T) {
 }
 
 func TestSetupRecordsCPUModel(t *testing.T) {
-	home := paths.Home{Root: t.TempDir()}
-	withImages(t, home)
+	layout := home.Layout{Root: t.TempDir()}
+	withImages(t, layout)
 	h := newHost(t)
 	for _, p := range []string{"qemu-system-x86", "qemu-utils", "postgresql"} {
 		h.install(t, p)
 	}
 	// Nested virtualization: the default model fails, the override runs.
 	h.probe = map[string]int{hostconfig.CPUModel: 134, hostconfig.CPUModelNoArchCapabilities: 0}
-	d, out := h.deps(t, home, 0)
+	d, out := h.deps(t, layout, 0)
 	rep, err := Run(context.Background(), d)
 	if err != nil {
 		t.Fatalf("Run() = %v\n%s", err, out)
 	}
-	cfg, err := hostconfig.Load(home)
+	cfg, err := hostconfig.Load(layout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,11 +215,11 @@ func TestSetupRecordsCPUModel(t *testing.T) {
 }
 
 func TestSetupWithoutApt(t *testing.T) {
-	home := paths.Home{Root: t.TempDir()}
-	withImages(t, home)
+	layout := home.Layout{Root: t.TempDir()}
+	withImages(t, layout)
 	h := newHost(t)
 	h.hasApt = false
-	d, out := h.deps(t, home, 0)
+	d, out := h.deps(t, layout, 0)
 	if _, err := Run(context.Background(), d); err == nil {
 		t.Error("Run() without apt-get: want an error")
 	}

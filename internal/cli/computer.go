@@ -13,7 +13,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // newComputerCommand is `invisible-dots computer start|stop|reboot NAME`:
@@ -119,16 +119,16 @@ func patchComputer(ctx context.Context, c client.Client, key client.ObjectKey, m
 
 // homeClient is a client of the server whose kubeconfig is in the home.
 func homeClient() (client.Client, error) {
-	home, err := paths.FromEnv()
+	h, err := home.FromEnv()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(home.Kubeconfig()); err != nil {
-		return nil, fmt.Errorf("no kubeconfig at %s: start the server with 'invisible-dots server' (%w)", home.Kubeconfig(), err)
+	if _, err := os.Stat(h.Kubeconfig()); err != nil {
+		return nil, fmt.Errorf("no kubeconfig at %s: start the server with 'invisible-dots server' (%w)", h.Kubeconfig(), err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", home.Kubeconfig())
+	cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig())
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", home.Kubeconfig(), err)
+		return nil, fmt.Errorf("read %s: %w", h.Kubeconfig(), err)
 	}
 	return client.New(cfg, client.Options{Scheme: controllers.Scheme})
 }

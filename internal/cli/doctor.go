@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 func newDoctorCommand() *cobra.Command {
@@ -21,11 +21,11 @@ Dots' machine, accelerator and CPU model), the home directory, the images and Po
 It changes nothing. Exit code 0 when no check is missing or failed (warnings allowed).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			home, err := paths.FromEnv()
+			h, err := home.FromEnv()
 			if err != nil {
 				return err
 			}
-			rep := doctor.Run(cmd.Context(), doctor.Real(home))
+			rep := doctor.Run(cmd.Context(), doctor.Real(h))
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)

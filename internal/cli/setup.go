@@ -4,8 +4,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 	"github.com/invisible-dots/invisible-dots/hostagent/setup"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 func newSetupCommand() *cobra.Command {
@@ -18,11 +18,11 @@ is not accessible, and records the CPU model in $INVISIBLE_DOTS_HOME/config/host
 accelerator probe needs the override. It can be run again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			home, err := paths.FromEnv()
+			h, err := home.FromEnv()
 			if err != nil {
 				return err
 			}
-			_, err = setup.Run(cmd.Context(), setup.Real(doctor.Real(home), cmd.OutOrStdout()))
+			_, err = setup.Run(cmd.Context(), setup.Real(doctor.Real(h), cmd.OutOrStdout()))
 			return err
 		},
 	}

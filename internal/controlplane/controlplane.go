@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 	"github.com/invisible-dots/invisible-dots/internal/apiserver"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/pidlock"
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
 )
@@ -31,7 +31,7 @@ const DefaultListenAddress = "127.0.0.1:8787"
 
 // Options configure Start.
 type Options struct {
-	Home paths.Home
+	Home home.Layout
 	// ListenAddress is host:port of the API (INVISIBLE_DOTS_LISTEN).
 	ListenAddress string
 	// DatabaseURL replaces the managed PostgreSQL when set (DATABASE_URL).
@@ -54,7 +54,7 @@ type ControlPlane struct {
 	// KubeconfigPath is the admin kubeconfig written for people and kubectl.
 	KubeconfigPath string
 
-	home paths.Home
+	home home.Layout
 	lock *pidlock.Lock
 	log  logr.Logger
 }
@@ -66,7 +66,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	if o.ListenAddress == "" {
 		o.ListenAddress = DefaultListenAddress
 	}
-	if problem := paths.QEMUPathProblem(o.Home.Root); problem != nil {
+	if problem := home.QEMUPathProblem(o.Home.Root); problem != nil {
 		return nil, fmt.Errorf("INVISIBLE_DOTS_HOME %s cannot be used: %w; choose a plain-ASCII path without commas", o.Home.Root, problem)
 	}
 	if err := o.Home.Ensure(); err != nil {

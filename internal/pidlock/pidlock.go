@@ -23,8 +23,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // Record is a lock file's contents: {pid, host_uptime_s, boot_id}, plus the
@@ -34,7 +33,7 @@ import (
 type Record struct {
 	PID      int `json:"pid"`
 	ChildPID int `json:"child_pid,omitempty"`
-	hostboot.Stamp
+	home.Stamp
 }
 
 func (r Record) String() string {
@@ -47,8 +46,8 @@ func (r Record) String() string {
 
 // Options are the seams of Acquire; the zero value is the real host.
 type Options struct {
-	// Boot reads the host's boot id and uptime; hostboot.Current when nil.
-	Boot hostboot.Source
+	// Boot reads the host's boot id and uptime; home.CurrentBoot when nil.
+	Boot home.BootSource
 	// Alive says whether a process runs; signal 0 when nil.
 	Alive func(pid int) bool
 	// PID is the pid to record; os.Getpid() when zero.
@@ -57,7 +56,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Boot == nil {
-		o.Boot = hostboot.Current
+		o.Boot = home.CurrentBoot
 	}
 	if o.Alive == nil {
 		o.Alive = processAlive
@@ -155,7 +154,7 @@ func Acquire(path string, opts Options) (*Lock, error) {
 }
 
 // live says why holder still holds the lock, or "" when it is stale.
-func live(holder Record, now hostboot.Stamp, opts Options) string {
+func live(holder Record, now home.Stamp, opts Options) string {
 	switch {
 	case !now.SameBoot(holder.Stamp):
 		return "" // written before the host restarted
@@ -172,7 +171,7 @@ func live(holder Record, now hostboot.Stamp, opts Options) string {
 // takeOver replaces a stale lock whose bytes were seen. It reports false when
 // the lock changed since (the caller looks again).
 func takeOver(path string, seen, body []byte, holder *Record) (bool, error) {
-	marker := paths.Takeover(path)
+	marker := home.Takeover(path)
 	f, err := os.OpenFile(marker, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		return false, &HeldError{Path: path, Holder: holder, Remove: marker,

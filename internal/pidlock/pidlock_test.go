@@ -11,8 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/hostboot"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 const (
@@ -26,7 +25,7 @@ const (
 func fakeHost(running ...int) Options {
 	return Options{
 		PID:   me,
-		Boot:  func() (hostboot.Stamp, error) { return hostboot.Stamp{BootID: boot, HostUptimeS: 500}, nil },
+		Boot:  func() (home.Stamp, error) { return home.Stamp{BootID: boot, HostUptimeS: 500}, nil },
 		Alive: func(pid int) bool { return contains(running, pid) },
 	}
 }
@@ -61,7 +60,7 @@ func readRecord(t *testing.T, path string) Record {
 }
 
 func TestAcquire(t *testing.T) {
-	mine := Record{PID: me, Stamp: hostboot.Stamp{BootID: boot, HostUptimeS: 500}}
+	mine := Record{PID: me, Stamp: home.Stamp{BootID: boot, HostUptimeS: 500}}
 	tests := map[string]struct {
 		reason   string
 		existing string // the lock file before; none when empty
@@ -127,12 +126,12 @@ func TestAcquire(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), paths.ServerLockFile)
+			path := filepath.Join(t.TempDir(), home.ServerLockFile)
 			if tc.existing != "" {
 				writeLock(t, path, tc.existing)
 			}
 			if tc.marker {
-				writeLock(t, paths.Takeover(path), `{"pid":3000}`)
+				writeLock(t, home.Takeover(path), `{"pid":3000}`)
 			}
 			lock, err := Acquire(path, tc.opts)
 			if tc.wantHeld != nil {
@@ -155,7 +154,7 @@ func TestAcquire(t *testing.T) {
 			if diff := cmp.Diff(mine, readRecord(t, path)); diff != "" {
 				t.Errorf("%s: lock file (-want +got):\n%s", tc.reason, diff)
 			}
-			if _, err := os.Stat(paths.Takeover(path)); !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(home.Takeover(path)); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("%s: .takeover left behind (%v)", tc.reason, err)
 			}
 			if err := lock.Release(); err != nil {
@@ -169,7 +168,7 @@ func TestAcquire(t *testing.T) {
 }
 
 func TestReleaseOnlyByHolder(t *testing.T) {
-	path := filepath.Join(t.TempDir(), paths.ServerLockFile)
+	path := filepath.Join(t.TempDir(), home.ServerLockFile)
 	lock, err := Acquire(path, fakeHost())
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +185,7 @@ func TestReleaseOnlyByHolder(t *testing.T) {
 }
 
 func TestRealHost(t *testing.T) {
-	path := filepath.Join(t.TempDir(), paths.ServerLockFile)
+	path := filepath.Join(t.TempDir(), home.ServerLockFile)
 	first, err := Acquire(path, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +209,7 @@ func TestOneWinnerAmongMany(t *testing.T) {
 		"stale": `{"pid":2000,"host_uptime_s":100,"boot_id":"` + boot + `"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), paths.ServerLockFile)
+			path := filepath.Join(t.TempDir(), home.ServerLockFile)
 			if existing != "" {
 				writeLock(t, path, existing)
 			}
@@ -246,7 +245,7 @@ func TestOneWinnerAmongMany(t *testing.T) {
 }
 
 func TestSetChild(t *testing.T) {
-	path := filepath.Join(t.TempDir(), paths.GoldenBuildLock)
+	path := filepath.Join(t.TempDir(), home.GoldenBuildLock)
 	lock, err := Acquire(path, fakeHost())
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +253,7 @@ func TestSetChild(t *testing.T) {
 	if err := lock.SetChild(4242); err != nil {
 		t.Fatal(err)
 	}
-	want := Record{PID: me, ChildPID: 4242, Stamp: hostboot.Stamp{BootID: boot, HostUptimeS: 500}}
+	want := Record{PID: me, ChildPID: 4242, Stamp: home.Stamp{BootID: boot, HostUptimeS: 500}}
 	if diff := cmp.Diff(want, readRecord(t, path)); diff != "" {
 		t.Errorf("lock file after SetChild (-want +got):\n%s", diff)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 const (
@@ -49,23 +49,23 @@ type managed struct {
 	tail   *tailBuffer
 }
 
-// startManaged brings up the managed instance under home: initdb on first
-// start, then postgres on a unix socket in home/run only.
-func startManaged(ctx context.Context, home string, log logr.Logger) (*managed, error) {
-	h, err := paths.New(home)
+// startManaged brings up the managed instance under homeDir: initdb on first
+// start, then postgres on a unix socket in homeDir/run only.
+func startManaged(ctx context.Context, homeDir string, log logr.Logger) (*managed, error) {
+	h, err := home.New(homeDir)
 	if err != nil {
 		return nil, err
 	}
-	home, dataDir, runDir := h.Root, h.DB(), h.Run()
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		return nil, fmt.Errorf("create the home %s: %w", home, err)
+	homeDir, dataDir, runDir := h.Root, h.DB(), h.Run()
+	if err := os.MkdirAll(homeDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the home %s: %w", homeDir, err)
 	}
 	if sock := filepath.Join(runDir, socketName); len(sock) > maxSocketPath {
 		return nil, fmt.Errorf("the PostgreSQL socket path %s is %d bytes, longer than the %d a unix socket allows: choose a shorter INVISIBLE_DOTS_HOME or set DATABASE_URL",
 			sock, len(sock), maxSocketPath)
 	}
 	if strings.ContainsAny(runDir, `",`) {
-		return nil, fmt.Errorf("the home %s contains a comma or a double quote, which PostgreSQL's socket directory list cannot carry: choose another INVISIBLE_DOTS_HOME", home)
+		return nil, fmt.Errorf("the home %s contains a comma or a double quote, which PostgreSQL's socket directory list cannot carry: choose another INVISIBLE_DOTS_HOME", homeDir)
 	}
 
 	wantMajor := ""
@@ -80,7 +80,7 @@ func startManaged(ctx context.Context, home string, log logr.Logger) (*managed, 
 	if err != nil {
 		return nil, err
 	}
-	granted, err := acct.ensureReachable(home, false)
+	granted, err := acct.ensureReachable(homeDir, false)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // Environment of the benchmark (not of the server, which gets none of it).
@@ -93,7 +93,7 @@ func BenchmarkControlPlane(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	home, err := paths.New(filepath.Join(root, "home"))
+	h, err := home.New(filepath.Join(root, "home"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func BenchmarkControlPlane(b *testing.B) {
 
 	start := func(kind string) ([]metric, error) {
 		var err error
-		srv, err = startServer(bin, home, addr, logPath)
+		srv, err = startServer(bin, h, addr, logPath)
 		if err != nil {
 			return nil, err
 		}
@@ -185,7 +185,7 @@ func BenchmarkControlPlane(b *testing.B) {
 		{"start/cold", func() ([]metric, error) { return start("cold") }},
 		{"memory/idle-cold", func() ([]metric, error) { return mem("idle after cold start", settle) }},
 		{"db/cycles", func() ([]metric, error) {
-			before, err := readDB(ctx, home, cyclePattern)
+			before, err := readDB(ctx, h, cyclePattern)
 			if err != nil {
 				return nil, err
 			}
@@ -211,7 +211,7 @@ func BenchmarkControlPlane(b *testing.B) {
 				return nil, err
 			}
 			drained := time.Since(began)
-			afterCycles, err = readDB(ctx, home, cyclePattern)
+			afterCycles, err = readDB(ctx, h, cyclePattern)
 			if err != nil {
 				return nil, err
 			}
@@ -232,7 +232,7 @@ func BenchmarkControlPlane(b *testing.B) {
 		{"start/warm", func() ([]metric, error) {
 			// The kubeconfig is written anew once the CRDs are established:
 			// removing the old one makes its appearance the signal again.
-			if err := os.Remove(home.Kubeconfig()); err != nil {
+			if err := os.Remove(h.Kubeconfig()); err != nil {
 				return nil, fmt.Errorf("remove the old kubeconfig: %w", err)
 			}
 			warmStarted = time.Now()
@@ -240,7 +240,7 @@ func BenchmarkControlPlane(b *testing.B) {
 			if err != nil {
 				return nil, err
 			}
-			s, err := readDB(ctx, home, cyclePattern)
+			s, err := readDB(ctx, h, cyclePattern)
 			if err != nil {
 				return nil, err
 			}
@@ -301,7 +301,7 @@ func BenchmarkControlPlane(b *testing.B) {
 			compacted := false
 			for {
 				var err error
-				if s, err = readDB(ctx, home, cyclePattern); err != nil {
+				if s, err = readDB(ctx, h, cyclePattern); err != nil {
 					return nil, err
 				}
 				if compacted = s.CompactRevision > compactAtWarm; compacted || time.Now().After(deadline) {
@@ -352,7 +352,7 @@ func BenchmarkControlPlane(b *testing.B) {
 			}
 			if err != nil {
 				if srv != nil {
-					b.Log(sessions(ctx, home))
+					b.Log(sessions(ctx, h))
 				}
 				b.Fatal(err)
 			}

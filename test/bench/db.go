@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // The managed PostgreSQL's superuser and database, as internal/postgres makes
@@ -41,10 +41,10 @@ type dbStats struct {
 
 // readDB reads the resource store's figures from the managed PostgreSQL of
 // home, counting the rows whose key matches the LIKE pattern.
-func readDB(ctx context.Context, home paths.Home, pattern string) (dbStats, error) {
-	conn, err := pgx.Connect(ctx, dsn(home))
+func readDB(ctx context.Context, h home.Layout, pattern string) (dbStats, error) {
+	conn, err := pgx.Connect(ctx, dsn(h))
 	if err != nil {
-		return dbStats{}, fmt.Errorf("connect to the managed PostgreSQL on %s: %w", home.Run(), err)
+		return dbStats{}, fmt.Errorf("connect to the managed PostgreSQL on %s: %w", h.Run(), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var s dbStats
@@ -68,10 +68,10 @@ func readDB(ctx context.Context, home paths.Home, pattern string) (dbStats, erro
 // sessions describes what every session of the managed PostgreSQL is doing
 // and which lock requests wait: when requests time out it tells a stuck
 // database (a lock, a full pool) from a slow machine.
-func sessions(ctx context.Context, home paths.Home) string {
+func sessions(ctx context.Context, h home.Layout) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn(home))
+	conn, err := pgx.Connect(ctx, dsn(h))
 	if err != nil {
 		return fmt.Sprintf("(cannot connect to PostgreSQL to describe its sessions: %v)", err)
 	}
@@ -119,12 +119,12 @@ func sessions(ctx context.Context, home paths.Home) string {
 	return sb.String()
 }
 
-func dsn(home paths.Home) string {
+func dsn(h home.Layout) string {
 	u := url.URL{
 		Scheme:   "postgres",
 		User:     url.User(dbUser),
 		Path:     "/" + dbName,
-		RawQuery: url.Values{"host": {home.Run()}, "sslmode": {"disable"}}.Encode(),
+		RawQuery: url.Values{"host": {h.Run()}, "sslmode": {"disable"}}.Encode(),
 	}
 	return u.String()
 }

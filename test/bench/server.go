@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 var (
@@ -33,7 +33,7 @@ var (
 
 // server is one `invisible-dots server` subprocess on a home.
 type server struct {
-	home    paths.Home
+	home    home.Layout
 	addr    string
 	logPath string
 
@@ -55,14 +55,14 @@ type readiness struct {
 
 // startServer execs bin as `invisible-dots server --no-web` on home,
 // listening on addr, its output appended to logPath.
-func startServer(bin string, home paths.Home, addr, logPath string) (*server, error) {
+func startServer(bin string, h home.Layout, addr, logPath string) (*server, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open the server log: %w", err)
 	}
-	s := &server{home: home, addr: addr, logPath: logPath, exited: make(chan struct{})}
+	s := &server{home: h, addr: addr, logPath: logPath, exited: make(chan struct{})}
 	cmd := exec.Command(bin, "server", "--no-web")
-	cmd.Env = serverEnv(home.Root, addr)
+	cmd.Env = serverEnv(h.Root, addr)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A benchmark killed by go test's timeout must not leave the server
 	// running; SIGINT is the server's clean stop. The signal follows the
@@ -92,7 +92,7 @@ func startServer(bin string, home paths.Home, addr, logPath string) (*server, er
 
 // serverEnv is the benchmark's environment without anything that would point
 // the server elsewhere (another database, cluster or home), plus ours.
-func serverEnv(home, addr string) []string {
+func serverEnv(homeDir, addr string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -102,7 +102,7 @@ func serverEnv(home, addr string) []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, paths.EnvHome+"="+home, "INVISIBLE_DOTS_LISTEN="+addr)
+	return append(env, home.EnvHome+"="+homeDir, "INVISIBLE_DOTS_LISTEN="+addr)
 }
 
 func (s *server) pid() int { return s.cmd.Process.Pid }

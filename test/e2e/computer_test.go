@@ -23,8 +23,8 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // vmReadyTimeout bounds apply-to-Ready under tcg on a shared 2-core machine.
@@ -37,28 +37,28 @@ func TestComputerRealVM(t *testing.T) {
 	if _, err := qemu.FindBinaries(os.Getenv); err != nil {
 		t.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
 	}
-	home, err := paths.New(newHome(t))
+	h, err := home.New(newHome(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := home.Ensure(); err != nil {
+	if err := h.Ensure(); err != nil {
 		t.Fatal(err)
 	}
 	// The test image (a Debian cloud kernel and a busybox initramfs with our
 	// dot-agentd), registered as the home's newest images.
-	cvmRun(t, repoRoot, nil, "go", "run", "./guest/image/cmd/test-image", "--work", filepath.Join(repoRoot, "_output/test-image"), "--home", home.Root)
+	cvmRun(t, repoRoot, nil, "go", "run", "./guest/image/cmd/test-image", "--work", filepath.Join(repoRoot, "_output/test-image"), "--home", h.Root)
 	// tcg, explicitly: see the file comment.
-	if err := hostconfig.Save(home, hostconfig.Config{Accelerator: hostconfig.TCG}); err != nil {
+	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG}); err != nil {
 		t.Fatal(err)
 	}
 
 	name := "e2e-vm"
-	vm := home.VM(paths.VMID{Namespace: "default", Name: name})
+	vm := h.VM(home.VMID{Namespace: "default", Name: name})
 	// A failed run leaves no QEMU behind: the one in this home's record is
 	// killed (its command line names this VM's directory, so it is ours).
 	// Registered first, so it runs after the servers' own cleanups.
 	t.Cleanup(func() { cvmKillRecorded(vm) })
-	srv := startServer(t, home.Root)
+	srv := startServer(t, h.Root)
 	k := cvmKubectl{t: t, s: srv}
 
 	k.apply(fmt.Sprintf(`apiVersion: dots.invisible.dev/v1alpha1
@@ -98,12 +98,12 @@ spec:
 	k.waitEvent(name, "the guest powered itself off")
 
 	t.Log("invisible-dots computer start: RUNNING and Ready again")
-	cvmRun(t, repoRoot, []string{"INVISIBLE_DOTS_HOME=" + home.Root}, binary, "computer", "start", name)
+	cvmRun(t, repoRoot, []string{"INVISIBLE_DOTS_HOME=" + h.Root}, binary, "computer", "start", name)
 	c = k.waitComputer(name, vmReadyTimeout, runningReady)
 
 	t.Log("invisible-dots computer reboot: a new QEMU, once")
 	pid = int(c.Status.PID)
-	cvmRun(t, repoRoot, []string{"INVISIBLE_DOTS_HOME=" + home.Root}, binary, "computer", "reboot", name)
+	cvmRun(t, repoRoot, []string{"INVISIBLE_DOTS_HOME=" + h.Root}, binary, "computer", "reboot", name)
 	c = k.waitComputer(name, vmReadyTimeout, func(c *dotsv1.Computer) bool {
 		return runningReady(c) && int(c.Status.PID) != pid && c.Status.HandledRebootRequest != ""
 	})
@@ -127,11 +127,11 @@ spec:
 
 	t.Log("kill -9 of the server, then a restart, adopts the running VM without a second QEMU")
 	pid = int(c.Status.PID)
-	cvmKillServer(t, srv, home)
+	cvmKillServer(t, srv, h)
 	if !cvmAlive(pid) {
 		t.Fatalf("QEMU pid %d died with the server; it must outlive it", pid)
 	}
-	srv = startServer(t, home.Root)
+	srv = startServer(t, h.Root)
 	k = cvmKubectl{t: t, s: srv}
 	k.waitComputer(name, 2*time.Minute, func(c *dotsv1.Computer) bool {
 		return runningReady(c) && c.Status.ObservedGeneration == c.Generation
@@ -144,13 +144,13 @@ spec:
 	}
 
 	t.Log("a faked host reboot (server and QEMU gone, qemu.json from another boot) brings the Always Computer back")
-	cvmKillServer(t, srv, home)
+	cvmKillServer(t, srv, h)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 %d: %v", pid, err)
 	}
 	cvmWaitGone(t, pid)
 	cvmRewriteBootID(t, vm.QEMUJSON())
-	srv = startServer(t, home.Root)
+	srv = startServer(t, h.Root)
 	k = cvmKubectl{t: t, s: srv}
 	c = k.waitComputer(name, vmReadyTimeout, func(c *dotsv1.Computer) bool {
 		return runningReady(c) && int(c.Status.PID) != pid
@@ -189,10 +189,10 @@ func runningReady(c *dotsv1.Computer) bool {
 // for it, because a server started while that postmaster is still shutting
 // down fails on its socket lock (noted for the control plane: its restart
 // could wait for it too).
-func cvmKillServer(t *testing.T, s *server, home paths.Home) {
+func cvmKillServer(t *testing.T, s *server, h home.Layout) {
 	t.Helper()
 	pm := 0
-	if b, err := os.ReadFile(filepath.Join(home.DB(), "postmaster.pid")); err == nil {
+	if b, err := os.ReadFile(filepath.Join(h.DB(), "postmaster.pid")); err == nil {
 		first, _, _ := strings.Cut(string(b), "\n")
 		pm, _ = strconv.Atoi(strings.TrimSpace(first))
 	}
@@ -329,7 +329,7 @@ func cvmWaitGone(t *testing.T, pid int) {
 }
 
 // cvmCountQEMU counts the live processes started with the VM's -name.
-func cvmCountQEMU(vm paths.VM) int {
+func cvmCountQEMU(vm home.VM) int {
 	entries, _ := os.ReadDir("/proc")
 	n := 0
 	for _, e := range entries {
@@ -376,7 +376,7 @@ func cvmRewriteBootID(t *testing.T, path string) {
 
 // cvmKillRecorded kills the QEMU of the VM's qemu.json when its command line
 // names the VM's own directory.
-func cvmKillRecorded(vm paths.VM) {
+func cvmKillRecorded(vm home.VM) {
 	b, err := os.ReadFile(vm.QEMUJSON())
 	if err != nil {
 		return

@@ -16,14 +16,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/invisible-dots/invisible-dots/controllers"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // ControlPlane is a started control plane for a test.
 type ControlPlane struct {
 	*controlplane.ControlPlane
-	Home paths.Home
+	Home home.Layout
 	// Client is a controller-runtime client that knows our kinds.
 	Client client.Client
 	// Address is the API server's host:port.
@@ -33,7 +33,7 @@ type ControlPlane struct {
 // Start starts a control plane in a fresh home under dir (a short path: the
 // PostgreSQL socket path must stay under 107 bytes). The caller stops it.
 func Start(ctx context.Context, dir string, log logr.Logger) (*ControlPlane, error) {
-	home, err := paths.New(filepath.Join(dir, "home"))
+	h, err := home.New(filepath.Join(dir, "home"))
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func Start(ctx context.Context, dir string, log logr.Logger) (*ControlPlane, err
 		return nil, err
 	}
 	cp, err := controlplane.Start(ctx, controlplane.Options{
-		Home:          home,
+		Home:          h,
 		ListenAddress: addr,
 		DatabaseURL:   os.Getenv("HARNESS_DATABASE_URL"),
 		Log:           log,
@@ -55,7 +55,7 @@ func Start(ctx context.Context, dir string, log logr.Logger) (*ControlPlane, err
 		cp.Stop(ctx)
 		return nil, err
 	}
-	return &ControlPlane{ControlPlane: cp, Home: home, Client: c, Address: addr}, nil
+	return &ControlPlane{ControlPlane: cp, Home: h, Client: c, Address: addr}, nil
 }
 
 // FreeAddress returns a loopback address with a port free right now.

@@ -25,7 +25,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // fakeImageVersion is registered in the suite's home so the reconciler can
@@ -39,7 +39,7 @@ func registerFakeImages() {
 	GinkgoHelper()
 	h := cp.Home
 	Expect(os.MkdirAll(h.Images(), 0o700)).To(Succeed())
-	for _, k := range []paths.ImageKind{paths.Golden, paths.Runtime} {
+	for _, k := range []home.ImageKind{home.Golden, home.Runtime} {
 		for _, p := range []string{h.ImageFile(k, fakeImageVersion), h.ImageManifest(k, fakeImageVersion)} {
 			Expect(os.WriteFile(p, []byte("{}"), 0o600)).To(Succeed())
 		}
@@ -60,7 +60,7 @@ func newComputer(strategy dotsv1.RunStrategy) *dotsv1.Computer {
 	return c
 }
 
-func idOf(c *dotsv1.Computer) paths.VMID { return paths.VMID{Namespace: c.Namespace, Name: c.Name} }
+func idOf(c *dotsv1.Computer) home.VMID { return home.VMID{Namespace: c.Namespace, Name: c.Name} }
 
 // eventuallyComputer polls the Computer until check passes and returns it.
 func eventuallyComputer(c *dotsv1.Computer, check func(g Gomega, c *dotsv1.Computer), intervals ...any) *dotsv1.Computer {

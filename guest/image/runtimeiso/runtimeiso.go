@@ -23,7 +23,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 //go:embed units
@@ -121,13 +121,13 @@ func Write(dest, version string, files map[string][]byte) error {
 // Register writes the runtime ISO of these binaries into home's images/
 // with its manifest, unless an ISO of the same contents is registered and
 // intact, which it returns instead.
-func Register(home paths.Home, agentd, engine string, now time.Time) (protocol.ImageManifest, error) {
+func Register(layout home.Layout, agentd, engine string, now time.Time) (protocol.ImageManifest, error) {
 	files, err := Contents(agentd, engine)
 	if err != nil {
 		return protocol.ImageManifest{}, err
 	}
 	sum := Digest(files)[:16]
-	if all, err := images.List(home, paths.Runtime); err == nil {
+	if all, err := images.List(layout, home.Runtime); err == nil {
 		for i := len(all) - 1; i >= 0; i-- {
 			if strings.HasSuffix(all[i].Version, "-"+sum) {
 				if m, err := all[i].Verify(); err == nil {
@@ -136,11 +136,11 @@ func Register(home paths.Home, agentd, engine string, now time.Time) (protocol.I
 			}
 		}
 	}
-	if err := os.MkdirAll(home.Images(), 0o755); err != nil {
+	if err := os.MkdirAll(layout.Images(), 0o755); err != nil {
 		return protocol.ImageManifest{}, err
 	}
 	version := now.UTC().Format("20060102T150405Z") + "-" + sum
-	dest := home.Runtime(version)
+	dest := layout.Runtime(version)
 	if err := Write(dest, version, files); err != nil {
 		return protocol.ImageManifest{}, err
 	}
@@ -160,7 +160,7 @@ func Register(home paths.Home, agentd, engine string, now time.Time) (protocol.I
 	if err != nil {
 		return protocol.ImageManifest{}, err
 	}
-	mp := home.RuntimeManifest(version)
+	mp := layout.RuntimeManifest(version)
 	if err := os.WriteFile(mp+".tmp", append(b, '\n'), 0o644); err != nil {
 		return protocol.ImageManifest{}, err
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // readISO returns the label and every file of an ISO by path.
@@ -63,12 +63,12 @@ func fakeBinaries(t *testing.T) (string, string) {
 
 func TestRegisterWritesAReadableISO(t *testing.T) {
 	agentd, engine := fakeBinaries(t)
-	home, _ := paths.New(t.TempDir())
-	m, err := Register(home, agentd, engine, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	h, _ := home.New(t.TempDir())
+	m, err := Register(h, agentd, engine, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := images.Latest(home, paths.Runtime)
+	img, err := images.Latest(h, home.Runtime)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,28 +100,28 @@ func TestRegisterWritesAReadableISO(t *testing.T) {
 		t.Fatalf("manifest.json = %+v, want version %s and dot-agentd's digest", contents, m.Version)
 	}
 	// The same inputs again are a no-op; a changed binary is a new version.
-	again, err := Register(home, agentd, engine, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	again, err := Register(h, agentd, engine, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	if err != nil || again.Version != m.Version {
 		t.Fatalf("registering unchanged inputs gave %s (%v), want %s again", again.Version, err, m.Version)
 	}
 	os.WriteFile(agentd, []byte("agentd binary v2"), 0o755)
-	newer, err := Register(home, agentd, engine, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	newer, err := Register(h, agentd, engine, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	if err != nil || newer.Version == m.Version {
 		t.Fatalf("a changed dot-agentd gave version %s (%v), want a new one", newer.Version, err)
 	}
-	if latest, _ := images.Latest(home, paths.Runtime); latest.Version != newer.Version {
+	if latest, _ := images.Latest(h, home.Runtime); latest.Version != newer.Version {
 		t.Fatalf("the newest registered runtime is %s, want %s", latest.Version, newer.Version)
 	}
 }
 
 func TestWithoutEngine(t *testing.T) {
 	agentd, _ := fakeBinaries(t)
-	home, _ := paths.New(t.TempDir())
-	m, err := Register(home, agentd, "", time.Now())
+	h, _ := home.New(t.TempDir())
+	m, err := Register(h, agentd, "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, files := readISO(t, home.Runtime(m.Version))
+	_, files := readISO(t, h.Runtime(m.Version))
 	if _, ok := files[protocol.RuntimeEngineFile]; ok {
 		t.Fatal("an ISO built without an engine holds one")
 	}

@@ -22,13 +22,13 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // builtImage registers the test image in a fresh home from the cache `make
 // test-image` fills, or skips when that has not run: downloading a kernel is
 // not a unit test's business.
-func builtImage(t testing.TB) (paths.Home, images.Image, images.Image) {
+func builtImage(t testing.TB) (home.Layout, images.Image, images.Image) {
 	t.Helper()
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		t.Skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
@@ -44,21 +44,21 @@ func builtImage(t testing.TB) (paths.Home, images.Image, images.Image) {
 	if len(k) == 0 || len(b) == 0 {
 		t.Skipf("the test image is not built: run make test-image (it caches Debian's packages in %s)", work)
 	}
-	home, _ := paths.New(t.TempDir())
+	layout, _ := home.New(t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := Build(ctx, Options{Home: home, Repo: repo, Work: work, Log: t.Logf}); err != nil {
+	if _, err := Build(ctx, Options{Home: layout, Repo: repo, Work: work, Log: t.Logf}); err != nil {
 		t.Fatalf("build the test image: %v", err)
 	}
-	g, err := images.Latest(home, paths.Golden)
+	g, err := images.Latest(layout, home.Golden)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := images.Latest(home, paths.Runtime)
+	r, err := images.Latest(layout, home.Runtime)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return home, g, r
+	return layout, g, r
 }
 
 // vm is one boot of the test image, started the way ref 3.4's argv starts a

@@ -34,7 +34,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/image/runtimeiso"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 //go:embed rootfs
@@ -109,7 +109,7 @@ nogroup:x:65534:
 // Options says where to build and where to register.
 type Options struct {
 	// Home is the INVISIBLE_DOTS_HOME the images are registered in.
-	Home paths.Home
+	Home home.Layout
 	// Repo is this repository's root (holding go.mod).
 	Repo string
 	// Work caches downloads and build outputs between runs.
@@ -132,7 +132,7 @@ func Build(ctx context.Context, o Options) (Result, error) {
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
 	}
-	if err := paths.QEMUPathProblem(o.Home.Root); err != nil {
+	if err := home.QEMUPathProblem(o.Home.Root); err != nil {
 		return Result{}, err
 	}
 	if err := os.MkdirAll(o.Home.Images(), 0o755); err != nil {
@@ -360,7 +360,7 @@ func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.I
 
 // registered finds a golden image of this digest that still verifies.
 func (b *builder) registered(sum string) (protocol.ImageManifest, bool) {
-	all, err := images.List(b.o.Home, paths.Golden)
+	all, err := images.List(b.o.Home, home.Golden)
 	if err != nil {
 		return protocol.ImageManifest{}, false
 	}
@@ -403,10 +403,10 @@ func makeHomeDisk(ctx context.Context, busybox, raw, out string) error {
 // qemuImgPath finds qemu-img as the host agent finds QEMU (ref 3.1):
 // INVISIBLE_DOTS_QEMU_DIR, then PATH.
 func qemuImgPath() (string, error) {
-	if dir := os.Getenv(paths.EnvQEMUDir); dir != "" {
+	if dir := os.Getenv(home.EnvQEMUDir); dir != "" {
 		p := filepath.Join(dir, "qemu-img")
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s names %s, which has no qemu-img: %w", paths.EnvQEMUDir, dir, err)
+			return "", fmt.Errorf("%s names %s, which has no qemu-img: %w", home.EnvQEMUDir, dir, err)
 		}
 		return p, nil
 	}

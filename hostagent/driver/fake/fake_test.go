@@ -5,13 +5,13 @@ import (
 	"testing"
 
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 func TestHostLifecycle(t *testing.T) {
 	ctx := context.Background()
 	h := NewHost()
-	id := paths.VMID{Namespace: "default", Name: "helper"}
+	id := home.VMID{Namespace: "default", Name: "helper"}
 	obs, err := h.Start(ctx, driver.Spec{ID: id})
 	if err != nil || obs.State != driver.Running || obs.PID == 0 {
 		t.Fatalf("Start() = %+v, %v; want Running with a pid", obs, err)
@@ -45,7 +45,7 @@ func TestHostLifecycle(t *testing.T) {
 func TestHostHealth(t *testing.T) {
 	ctx := context.Background()
 	h := NewHost()
-	id := paths.VMID{Namespace: "default", Name: "helper"}
+	id := home.VMID{Namespace: "default", Name: "helper"}
 	if _, err := h.Health(ctx, id, "t"); err == nil {
 		t.Error("Health() of a VM never started: want an error")
 	}

@@ -16,7 +16,7 @@ import (
 	"path/filepath"
 
 	"github.com/invisible-dots/invisible-dots/guest/image/testimage"
-	"github.com/invisible-dots/invisible-dots/hostagent/paths"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 func main() {
@@ -41,11 +41,11 @@ func run() error {
 	if *work == "" {
 		*work = filepath.Join(*repo, "_output", "test-image")
 	}
-	var home paths.Home
+	var h home.Layout
 	if *homeDir != "" {
-		home, err = paths.New(*homeDir)
+		h, err = home.New(*homeDir)
 	} else {
-		home, err = paths.FromEnv()
+		h, err = home.FromEnv()
 	}
 	if err != nil {
 		return err
@@ -53,12 +53,12 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	res, err := testimage.Build(ctx, testimage.Options{
-		Home: home, Repo: *repo, Work: *work,
+		Home: h, Repo: *repo, Work: *work,
 		Log: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "test-image: "+format+"\n", args...) },
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("golden  %s\nruntime %s\nhome    %s\n", res.Golden.Version, res.Runtime.Version, home.Root)
+	fmt.Printf("golden  %s\nruntime %s\nhome    %s\n", res.Golden.Version, res.Runtime.Version, h.Root)
 	return nil
 }

@@ -1,9 +1,10 @@
-// Package hostboot reads which boot of the host this is: the kernel's boot id
-// and the host's uptime. Every record that names a process (server.lock,
-// qemu.json, the build locks) carries both, so a record written before the
-// host restarted is recognised as stale without trusting its pid, which the
-// kernel may have handed to another process since (ref 3.2).
-package hostboot
+package home
+
+// Which boot of the host this is: the kernel's boot id and the host's uptime.
+// Every record that names a process (server.lock, qemu.json, the build locks)
+// carries both, so a record written before the host restarted is recognised as
+// stale without trusting its pid, which the kernel may have handed to another
+// process since (ref 3.2).
 
 import (
 	"bytes"
@@ -24,21 +25,22 @@ type Stamp struct {
 	HostUptimeS float64 `json:"host_uptime_s"`
 }
 
-// Source returns the current stamp. Tests inject a fixed one to fake a reboot.
-type Source func() (Stamp, error)
+// BootSource returns the current stamp. Tests inject a fixed one to fake a
+// reboot.
+type BootSource func() (Stamp, error)
 
-// Linux files read by Current.
+// Linux files read by CurrentBoot.
 const (
 	bootIDPath = "/proc/sys/kernel/random/boot_id"
 	uptimePath = "/proc/uptime"
 )
 
-// Current reads the running host's boot id and uptime from /proc.
-func Current() (Stamp, error) {
-	return read(bootIDPath, uptimePath)
+// CurrentBoot reads the running host's boot id and uptime from /proc.
+func CurrentBoot() (Stamp, error) {
+	return readBoot(bootIDPath, uptimePath)
 }
 
-func read(bootIDFile, uptimeFile string) (Stamp, error) {
+func readBoot(bootIDFile, uptimeFile string) (Stamp, error) {
 	up, err := os.ReadFile(uptimeFile)
 	if err != nil {
 		return Stamp{}, fmt.Errorf("read host uptime: %w", err)

@@ -1,4 +1,4 @@
-package paths
+package home
 
 import (
 	"os"
@@ -53,7 +53,7 @@ func TestFromEnv(t *testing.T) {
 }
 
 func TestLayout(t *testing.T) {
-	h := Home{Root: "/h"}
+	h := Layout{Root: "/h"}
 	a := h.VM(VMID{Namespace: "team-a", Name: "helper"})
 	b := h.VM(VMID{Namespace: "team-b", Name: "helper"})
 	got := map[string]string{
@@ -155,7 +155,7 @@ func TestParseImageFile(t *testing.T) {
 }
 
 func TestEnsure(t *testing.T) {
-	h := Home{Root: filepath.Join(t.TempDir(), "home")}
+	h := Layout{Root: filepath.Join(t.TempDir(), "home")}
 	if err := os.MkdirAll(h.Config(), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,13 @@
-// Package paths is the one place that names the files under the host's home
-// directory, INVISIBLE_DOTS_HOME (ref 3.2 plus DESIGN.md 2's additions).
-// Nothing else in the repository spells these names; a file that moves moves
-// here.
+// Package home is the host's home directory, INVISIBLE_DOTS_HOME (ref 3.2 plus
+// DESIGN.md 2's additions): the one place that names the files under it, and
+// the boot stamp every record naming a process carries. Nothing else in the
+// repository spells these names; a file that moves moves here. It imports only
+// the standard library, so every other package may import it.
 //
 // A VM is identified on the host by its namespace and name together (DESIGN.md
 // 5): two namespaces may each hold a Dot called "helper", and they must never
 // share a directory, a log file or a QEMU name.
-package paths
+package home
 
 import (
 	"errors"
@@ -69,34 +70,34 @@ const (
 	SerialLog    = "serial.log"
 )
 
-// Home is the root of one host's files.
-type Home struct {
+// Layout is the root of one host's files and the names under it.
+type Layout struct {
 	// Root is an absolute, cleaned path.
 	Root string
 }
 
 // New returns the home rooted at dir, made absolute.
-func New(dir string) (Home, error) {
+func New(dir string) (Layout, error) {
 	if dir == "" {
-		return Home{}, errors.New("home directory is empty: set " + EnvHome + " or HOME")
+		return Layout{}, errors.New("home directory is empty: set " + EnvHome + " or HOME")
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return Home{}, fmt.Errorf("resolve home directory %q: %w", dir, err)
+		return Layout{}, fmt.Errorf("resolve home directory %q: %w", dir, err)
 	}
-	return Home{Root: abs}, nil
+	return Layout{Root: abs}, nil
 }
 
 // FromEnv returns the home named by INVISIBLE_DOTS_HOME, or ~/.invisible-dots.
 // It does not check the path rule: callers that hand paths to QEMU call
 // QEMUPathProblem (doctor reports it as a row, the driver refuses to start).
-func FromEnv() (Home, error) {
+func FromEnv() (Layout, error) {
 	if dir := os.Getenv(EnvHome); dir != "" {
 		return New(dir)
 	}
 	userHome, err := os.UserHomeDir()
 	if err != nil {
-		return Home{}, fmt.Errorf("find the user's home directory (set %s): %w", EnvHome, err)
+		return Layout{}, fmt.Errorf("find the user's home directory (set %s): %w", EnvHome, err)
 	}
 	return New(filepath.Join(userHome, DefaultHomeDir))
 }
@@ -124,68 +125,68 @@ func QEMUPathProblem(path string) error {
 }
 
 // Config is config/, private to the server's user.
-func (h Home) Config() string { return filepath.Join(h.Root, ConfigDir) }
+func (h Layout) Config() string { return filepath.Join(h.Root, ConfigDir) }
 
 // HostConfig is config/host.yaml: accelerator, CPU model (hostconfig).
-func (h Home) HostConfig() string { return filepath.Join(h.Root, ConfigDir, HostConfigFile) }
+func (h Layout) HostConfig() string { return filepath.Join(h.Root, ConfigDir, HostConfigFile) }
 
 // APIToken is config/api.token: the API's bearer token (first line).
-func (h Home) APIToken() string { return filepath.Join(h.Root, ConfigDir, APITokenFile) }
+func (h Layout) APIToken() string { return filepath.Join(h.Root, ConfigDir, APITokenFile) }
 
 // MasterKey is config/master.key: 32 random bytes, the secrets' encryption key.
-func (h Home) MasterKey() string { return filepath.Join(h.Root, ConfigDir, MasterKeyFile) }
+func (h Layout) MasterKey() string { return filepath.Join(h.Root, ConfigDir, MasterKeyFile) }
 
 // DB is db/, the managed PostgreSQL's data directory.
-func (h Home) DB() string { return filepath.Join(h.Root, DBDir) }
+func (h Layout) DB() string { return filepath.Join(h.Root, DBDir) }
 
 // ServerLock is server.lock, the one-server-per-home lock.
-func (h Home) ServerLock() string { return filepath.Join(h.Root, ServerLockFile) }
+func (h Layout) ServerLock() string { return filepath.Join(h.Root, ServerLockFile) }
 
 // Takeover is the file created exclusively by the one process allowed to take
 // over a stale lock (ref 3.2).
 func Takeover(lockPath string) string { return lockPath + TakeoverSuffix }
 
 // PKI is pki/: the CA and the serving certificate.
-func (h Home) PKI() string { return filepath.Join(h.Root, PKIDir) }
+func (h Layout) PKI() string { return filepath.Join(h.Root, PKIDir) }
 
 // Kubeconfig is the admin kubeconfig (0600).
-func (h Home) Kubeconfig() string { return filepath.Join(h.Root, KubeconfigFile) }
+func (h Layout) Kubeconfig() string { return filepath.Join(h.Root, KubeconfigFile) }
 
 // Run is run/, the unix sockets (PostgreSQL, kine).
-func (h Home) Run() string { return filepath.Join(h.Root, RunDir) }
+func (h Layout) Run() string { return filepath.Join(h.Root, RunDir) }
 
 // Images is images/.
-func (h Home) Images() string { return filepath.Join(h.Root, ImagesDir) }
+func (h Layout) Images() string { return filepath.Join(h.Root, ImagesDir) }
 
 // ImagesCache is images/.cache/, verified downloads.
-func (h Home) ImagesCache() string { return filepath.Join(h.Root, ImagesDir, CacheDir) }
+func (h Layout) ImagesCache() string { return filepath.Join(h.Root, ImagesDir, CacheDir) }
 
 // GoldenBuildLock and RuntimeBuildLock are the two build locks.
-func (h Home) GoldenBuildLock() string  { return filepath.Join(h.Root, ImagesDir, GoldenBuildLock) }
-func (h Home) RuntimeBuildLock() string { return filepath.Join(h.Root, ImagesDir, RuntimeBuildLock) }
+func (h Layout) GoldenBuildLock() string  { return filepath.Join(h.Root, ImagesDir, GoldenBuildLock) }
+func (h Layout) RuntimeBuildLock() string { return filepath.Join(h.Root, ImagesDir, RuntimeBuildLock) }
 
 // Golden is images/golden-<version>.qcow2, immutable once a VM uses it.
-func (h Home) Golden(version string) string {
+func (h Layout) Golden(version string) string {
 	return filepath.Join(h.Root, ImagesDir, goldenPrefix+version+goldenDiskExt)
 }
 
 // GoldenManifest is images/golden-<version>.json.
-func (h Home) GoldenManifest(version string) string {
+func (h Layout) GoldenManifest(version string) string {
 	return filepath.Join(h.Root, ImagesDir, goldenPrefix+version+manifestExt)
 }
 
 // GoldenWork is images/.golden-<version>.work/, a golden build in progress.
-func (h Home) GoldenWork(version string) string {
+func (h Layout) GoldenWork(version string) string {
 	return filepath.Join(h.Root, ImagesDir, goldenWorkPrefix+version+goldenWorkSuffix)
 }
 
 // Runtime is images/runtime-<version>.iso.
-func (h Home) Runtime(version string) string {
+func (h Layout) Runtime(version string) string {
 	return filepath.Join(h.Root, ImagesDir, runtimePrefix+version+runtimeISOExt)
 }
 
 // RuntimeManifest is images/runtime-<version>.json.
-func (h Home) RuntimeManifest(version string) string {
+func (h Layout) RuntimeManifest(version string) string {
 	return filepath.Join(h.Root, ImagesDir, runtimePrefix+version+manifestExt)
 }
 
@@ -228,7 +229,7 @@ func ValidVersion(v string) error {
 }
 
 // ImageFile is the path of an image of a kind and version.
-func (h Home) ImageFile(kind ImageKind, version string) string {
+func (h Layout) ImageFile(kind ImageKind, version string) string {
 	if kind == Golden {
 		return h.Golden(version)
 	}
@@ -236,7 +237,7 @@ func (h Home) ImageFile(kind ImageKind, version string) string {
 }
 
 // ImageManifest is the manifest path of an image of a kind and version.
-func (h Home) ImageManifest(kind ImageKind, version string) string {
+func (h Layout) ImageManifest(kind ImageKind, version string) string {
 	if kind == Golden {
 		return h.GoldenManifest(version)
 	}
@@ -244,10 +245,10 @@ func (h Home) ImageManifest(kind ImageKind, version string) string {
 }
 
 // VMs is vms/.
-func (h Home) VMs() string { return filepath.Join(h.Root, VMsDir) }
+func (h Layout) VMs() string { return filepath.Join(h.Root, VMsDir) }
 
 // Logs is logs/.
-func (h Home) Logs() string { return filepath.Join(h.Root, LogsDir) }
+func (h Layout) Logs() string { return filepath.Join(h.Root, LogsDir) }
 
 // VMID is a VM's identity on the host: the Computer's namespace and name.
 type VMID struct {
@@ -286,7 +287,7 @@ type VM struct {
 
 // VM returns the paths of a VM. It does not validate id: call id.Validate
 // before creating anything from it.
-func (h Home) VM(id VMID) VM {
+func (h Layout) VM(id VMID) VM {
 	return VM{ID: id, Dir: filepath.Join(h.Root, VMsDir, id.Namespace, id.Name), logs: h.Logs()}
 }
 
@@ -318,7 +319,7 @@ const (
 // Ensure creates the home's directories that every part expects (not db/,
 // which PostgreSQL's initdb creates) and brings the private ones back to
 // 0700 when they exist with a wider mode (ref 3.2: every start does).
-func (h Home) Ensure() error {
+func (h Layout) Ensure() error {
 	for _, d := range []string{h.Root, h.Config(), h.PKI(), h.Run(), h.Images(), h.VMs(), h.Logs()} {
 		if err := os.MkdirAll(d, PrivateDirMode); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)

@@ -1,4 +1,4 @@
-package hostboot
+package home
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestRead(t *testing.T) {
+func TestReadBoot(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
 		p := filepath.Join(dir, name)
@@ -21,34 +21,34 @@ func TestRead(t *testing.T) {
 	up := write("uptime", "12345.67 2345.01\n")
 	bad := write("bad", "soon\n")
 
-	got, err := read(id, up)
+	got, err := readBoot(id, up)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Stamp{BootID: "0b5a52c4-1a7e-4a54-8f66-3c1f7e1e2b11", HostUptimeS: 12345.67}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("read() mismatch (-want +got):\n%s", diff)
+		t.Errorf("readBoot() mismatch (-want +got):\n%s", diff)
 	}
-	if got, err := read(filepath.Join(dir, "absent"), up); err != nil || got.BootID != "" {
-		t.Errorf("read() without a boot id = %+v, %v; want empty id and no error", got, err)
+	if got, err := readBoot(filepath.Join(dir, "absent"), up); err != nil || got.BootID != "" {
+		t.Errorf("readBoot() without a boot id = %+v, %v; want empty id and no error", got, err)
 	}
-	if _, err := read(id, bad); err == nil {
-		t.Error("read() of an uptime that is not a number: want an error")
+	if _, err := readBoot(id, bad); err == nil {
+		t.Error("readBoot() of an uptime that is not a number: want an error")
 	}
 }
 
-func TestCurrent(t *testing.T) {
+func TestCurrentBoot(t *testing.T) {
 	if _, err := os.Stat(uptimePath); err != nil {
 		t.Skipf("no %s on this host", uptimePath)
 	}
-	a, err := Current()
+	a, err := CurrentBoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.HostUptimeS <= 0 {
-		t.Errorf("Current() uptime = %v, want > 0", a.HostUptimeS)
+		t.Errorf("CurrentBoot() uptime = %v, want > 0", a.HostUptimeS)
 	}
-	b, err := Current()
+	b, err := CurrentBoot()
 	if err != nil {
 		t.Fatal(err)
 	}
