@@ -74,9 +74,6 @@ type Options struct {
 	// availability) never both act. The embedded API server needs none (one
 	// control plane per database).
 	LeaderElection bool
-	// Identity names this process in the leader Lease; the host name and
-	// pid when empty.
-	Identity string
 	// Clock is time for the reconcilers; the real clock when nil.
 	Clock clock.PassiveClock
 }
@@ -95,7 +92,6 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       dotsv1.SystemNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		LeaderElectionIdentity:        o.Identity,
 		GracefulShutdownTimeout:       ptr.To(defaultShutdownTimeout),
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only the host access bindings of this product.

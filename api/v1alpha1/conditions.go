@@ -155,13 +155,7 @@ const (
 	ComputerFinalizer = "dots.invisible.dev/vm"
 )
 
-// ConditionsAccessor is what the one status writer needs of a kind to tell
-// each writer's conditions apart.
-type ConditionsAccessor interface {
-	GetConditions() []metav1.Condition
-	SetConditions([]metav1.Condition)
-}
-
+// Each kind's conditions, for the one status writer (internal/patch).
 func (d *Dot) GetConditions() []metav1.Condition       { return d.Status.Conditions }
 func (d *Dot) SetConditions(c []metav1.Condition)      { d.Status.Conditions = c }
 func (c *Computer) GetConditions() []metav1.Condition  { return c.Status.Conditions }

@@ -142,7 +142,10 @@ type scope struct {
 	actErr error
 	// poweroffErr: the guest did not accept the poweroff (it was killed).
 	poweroffErr error
-	kill        driver.KillResult
+	// deadline is when a guest asked to power off by this reconcile is
+	// killed.
+	deadline time.Time
+	kill     driver.KillResult
 	// health is the guest's answer when asked; healthErr why it did not.
 	healthAsked bool
 	healthErr   error
@@ -254,6 +257,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	s.decision = d
 
 	if d.StopDone {
+		c.Status.StopDeadline = nil
 		// Our stop ended: clear what QEMU's record left behind.
 		if k, err := r.Driver.Kill(ctx, vmID(c)); err == nil {
 			s.kill = k
@@ -288,6 +292,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			s.acted = actKill
 			s.kill, s.actErr = r.Driver.Kill(ctx, vmID(c))
 		}
+		s.deadline = deadline
 		c.Status.StopDeadline = &metav1.Time{Time: deadline}
 		r.observeAgain(ctx, s)
 	case actKill:

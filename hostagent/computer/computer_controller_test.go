@@ -1,4 +1,4 @@
-package controllers
+package computer
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	clientfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
@@ -31,27 +32,30 @@ var testNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func testComputer(name string, strategy dotsv1.RunStrategy) *dotsv1.Computer {
 	return &dotsv1.Computer{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Finalizers: []string{ComputerFinalizer}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Finalizers: []string{dotsv1.ComputerFinalizer}},
 		Spec: dotsv1.ComputerSpec{CPU: 2, Memory: resource.MustParse("512Mi"), Disk: resource.MustParse("2Gi"),
-			RunStrategy: strategy},
+			RunStrategy: strategy, NodeName: testHost},
 	}
 }
 
-func newTestReconciler(drv driver.Driver, objs ...client.Object) (*ComputerReconciler, client.Client) {
-	c := clientfake.NewClientBuilder().WithScheme(Scheme).
+const testHost = "h1"
+
+func newTestReconciler(drv driver.Driver, objs ...client.Object) (*Reconciler, client.Client) {
+	c := clientfake.NewClientBuilder().WithScheme(controllers.Scheme).
 		WithStatusSubresource(&dotsv1.Computer{}).WithObjects(objs...).Build()
-	return &ComputerReconciler{
-		Client: c, APIReader: c, Driver: drv,
+	clk := clocktesting.NewFakePassiveClock(testNow)
+	if h, ok := drv.(*fake.Host); ok {
+		h.Clock = clk
+	}
+	return &Reconciler{
+		Client: c, APIReader: c, Driver: drv, HostName: testHost,
 		Recorder: events.NewFakeRecorder(1000),
-		Clock:    clocktesting.NewFakePassiveClock(testNow),
+		Clock:    clk,
 		Jitter:   func() float64 { return 0 },
-		ResolveImages: func(*dotsv1.Computer) (string, string, error) {
-			return "g1", "r1", nil
-		},
 	}, c
 }
 
-func reconcileOnce(t *testing.T, r *ComputerReconciler, name string) ctrl.Result {
+func reconcileOnce(t *testing.T, r *Reconciler, name string) ctrl.Result {
 	t.Helper()
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "default", Name: name}})
 	if err != nil {
@@ -80,7 +84,7 @@ func TestComputerStartPassesTokenFromItsSecret(t *testing.T) {
 	}
 	want := driver.Spec{
 		ID: home.VMID{Namespace: "default", Name: "a"}, UID: "uid-a", CPUs: 2, MemoryMiB: 512, DiskBytes: 2 << 30,
-		GoldenImage: "g1", RuntimeImage: "r1", Token: string(sec.Data[TokenSecretKey]),
+		Token: string(sec.Data[TokenSecretKey]),
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Start spec: -want +got:\n%s", diff)
@@ -220,10 +224,10 @@ func TestComputerGuestStuckAtStart(t *testing.T) {
 		ObserveFn: func(context.Context, home.VMID) (driver.Observation, error) {
 			return driver.Observation{Provisioned: true, State: driver.Running, PID: 7, GuestPort: 7000, StartedAt: started}, nil
 		},
-		RebootFn: func(_ context.Context, s driver.Spec) (driver.Observation, error) {
+		// A reboot begins with a poweroff.
+		PoweroffFn: func(context.Context, home.VMID, string) error {
 			reboots++
-			started = testNow.Add(2 * time.Second)
-			return driver.Observation{Provisioned: true, State: driver.Running, PID: 8, GuestPort: 8000, StartedAt: started}, nil
+			return nil
 		},
 		HealthFn: func(context.Context, home.VMID, string) (protocol.HealthResponse, error) {
 			if answering {
@@ -273,34 +277,105 @@ func TestComputerGuestStuckAtStart(t *testing.T) {
 }
 
 func TestComputerGuestStuckIsRebooted(t *testing.T) {
-	started := testNow.Add(-6 * time.Minute)
-	reboots := 0
-	drv := fake.DriverFns{
-		ObserveFn: func(context.Context, home.VMID) (driver.Observation, error) {
-			return driver.Observation{Provisioned: true, State: driver.Running, PID: 7, GuestPort: 7000, StartedAt: started}, nil
-		},
-		RebootFn: func(_ context.Context, s driver.Spec) (driver.Observation, error) {
-			reboots++
-			started = testNow.Add(2 * time.Second)
-			return driver.Observation{Provisioned: true, State: driver.Running, PID: 8, GuestPort: 8000, StartedAt: started}, nil
-		},
-		HealthFn: func(context.Context, home.VMID, string) (protocol.HealthResponse, error) {
-			return protocol.HealthResponse{}, errors.New("guest not answering")
-		},
-	}
-	comp := testComputer("e", dotsv1.RunAlways)
-	comp.Status.State = dotsv1.ComputerStarting
-	r, c := newTestReconciler(drv, comp)
+	h := fake.NewHost()
+	id := home.VMID{Namespace: "default", Name: "e"}
+	h.Unhealthy[id] = errors.New("guest not answering")
+	h.PoweroffTakes = time.Second
+	r, c := newTestReconciler(h, testComputer("e", dotsv1.RunAlways))
 	clk := r.Clock.(*clocktesting.FakePassiveClock)
-	reconcileOnce(t, r, "e")
-	clk.SetTime(testNow.Add(2 * time.Second))
-	reconcileOnce(t, r, "e")
-	got := &dotsv1.Computer{}
-	_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "e"}, got)
-	if reboots != 1 || got.Status.PID != 8 || got.Status.State != dotsv1.ComputerStarting {
-		t.Errorf("after the backoff: %d reboots, pid %d, state %s; want one reboot to pid 8, STARTING", reboots, got.Status.PID, got.Status.State)
+	get := func() *dotsv1.Computer {
+		got := &dotsv1.Computer{}
+		_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "e"}, got)
+		return got
+	}
+	reconcileOnce(t, r, "e") // started; the guest never answers
+	firstPID := get().Status.PID
+	clk.SetTime(testNow.Add(6 * time.Minute))
+	reconcileOnce(t, r, "e") // counted: a start whose guest did not answer
+	if f := get().Status.StartFailure; f == nil || f.ConsecutiveFailCount != 1 {
+		t.Fatalf("startFailure %+v; want one failure", f)
+	}
+	clk.SetTime(testNow.Add(6*time.Minute + 2*time.Second))
+	reconcileOnce(t, r, "e") // after the backoff: asked to power off (a reboot's first half)
+	if got := get(); got.Status.State != dotsv1.ComputerStopping || h.Calls("Poweroff") != 1 {
+		t.Fatalf("after the backoff: state %s, %d poweroffs; want STOPPING and one", got.Status.State, h.Calls("Poweroff"))
+	}
+	clk.SetTime(testNow.Add(6*time.Minute + 3*time.Second))
+	reconcileOnce(t, r, "e") // QEMU gone: started again
+	got := get()
+	if got.Status.State != dotsv1.ComputerStarting || got.Status.PID == firstPID || got.Status.PID == 0 {
+		t.Errorf("after the stop: state %s, pid %d (was %d); want STARTING with a new QEMU", got.Status.State, got.Status.PID, firstPID)
 	}
 	if f := got.Status.StartFailure; f == nil || f.ConsecutiveFailCount != 1 {
 		t.Errorf("startFailure %+v; want the one failure kept until a start answers", f)
+	}
+}
+
+// TestComputerStopDeadline: a stop asks the guest and returns; the VM is
+// STOPPING until QEMU exits, and is killed once the deadline passes.
+func TestComputerStopDeadline(t *testing.T) {
+	tests := map[string]struct {
+		reason     string
+		refuse     bool
+		advance    time.Duration
+		wantState  dotsv1.ComputerState
+		wantKilled bool
+	}{
+		"before the deadline": {
+			reason: "a guest powering off has its 60 s: nothing is killed at 59 s",
+			advance: 59 * time.Second, wantState: dotsv1.ComputerStopping,
+		},
+		"at the deadline": {
+			reason: "a guest still running at 60 s is killed",
+			advance: 60 * time.Second, wantState: dotsv1.ComputerStopped, wantKilled: true,
+		},
+		"guest refuses": {
+			reason: "a guest that does not accept the poweroff is killed at once",
+			refuse: true, wantState: dotsv1.ComputerStopped, wantKilled: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := fake.NewHost()
+			h.PoweroffTakes = time.Hour // the guest never finishes on its own
+			id := home.VMID{Namespace: "default", Name: "s"}
+			r, c := newTestReconciler(h, testComputer("s", dotsv1.RunAlways))
+			clk := r.Clock.(*clocktesting.FakePassiveClock)
+			get := func() *dotsv1.Computer {
+				got := &dotsv1.Computer{}
+				_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "s"}, got)
+				return got
+			}
+			reconcileOnce(t, r, "s")
+			if get().Status.State != dotsv1.ComputerRunning {
+				t.Fatalf("not running after the start: %s", get().Status.State)
+			}
+			if tc.refuse {
+				h.RefusePoweroff[id] = errors.New("guest: 401")
+			}
+			halt := get()
+			halt.Spec.RunStrategy = dotsv1.RunHalted
+			if err := c.Update(context.Background(), halt); err != nil {
+				t.Fatal(err)
+			}
+			res := reconcileOnce(t, r, "s")
+			got := get()
+			if !tc.refuse {
+				want := metav1.NewTime(testNow.Add(defaultStopGrace))
+				if got.Status.State != dotsv1.ComputerStopping || got.Status.StopDeadline == nil || !got.Status.StopDeadline.Equal(&want) || res.RequeueAfter != time.Second {
+					t.Fatalf("%s\nafter the stop: state %s, deadline %v, requeue %v; want STOPPING until %v, polled every second", tc.reason, got.Status.State, got.Status.StopDeadline, res.RequeueAfter, want)
+				}
+				clk.SetTime(testNow.Add(tc.advance))
+				reconcileOnce(t, r, "s")
+				reconcileOnce(t, r, "s") // a killed QEMU is seen gone on the next look
+				got = get()
+			}
+			if got.Status.State != tc.wantState || (h.Calls("Kill") > 0) != tc.wantKilled {
+				t.Errorf("%s\nstate %s, kills %d; want %s, killed %v", tc.reason, got.Status.State, h.Calls("Kill"), tc.wantState, tc.wantKilled)
+			}
+			if tc.wantState == dotsv1.ComputerStopped && (got.Status.StopReason != dotsv1.StopUser || got.Status.StopDeadline != nil) {
+				t.Errorf("%s\nstopReason %q, deadline %v; want user and none", tc.reason, got.Status.StopReason, got.Status.StopDeadline)
+			}
+		})
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -108,6 +110,9 @@ type Host struct {
 	// PoweroffTakes is how long a guest takes to power off once asked; a
 	// guest told to power off keeps running until then. Zero: at once.
 	PoweroffTakes time.Duration
+	// Clock is the host's time (starts, poweroffs); the real clock by
+	// default.
+	Clock clock.PassiveClock
 }
 
 type vm struct {
@@ -128,6 +133,7 @@ func NewHost() *Host {
 		FailStart:      map[home.VMID]error{},
 		Unhealthy:      map[home.VMID]error{},
 		RefusePoweroff: map[home.VMID]error{},
+		Clock:          clock.RealClock{},
 	}
 }
 
@@ -157,7 +163,7 @@ func (h *Host) Images(context.Context) ([]driver.Image, error) {
 
 // settle makes a VM whose poweroff time has come exit. Called with mu held.
 func (h *Host) settle(v *vm) {
-	if v.obs.State == driver.Running && !v.offAt.IsZero() && !time.Now().Before(v.offAt) {
+	if v.obs.State == driver.Running && !v.offAt.IsZero() && !h.Clock.Now().Before(v.offAt) {
 		v.obs.State = driver.Stopped
 		v.obs.Exited = true
 		v.obs.ExitStatus = "exit status 0"
@@ -218,7 +224,7 @@ func (h *Host) Start(_ context.Context, spec driver.Spec) (driver.Observation, e
 	v.offAt = time.Time{}
 	v.obs = driver.Observation{
 		Provisioned: true, State: driver.Running, PID: h.nextPID, GuestPort: 20000 + h.nextPID%40000,
-		Boot: h.boot, GoldenImage: golden, RuntimeImage: runtime, StartedAt: time.Now(),
+		Boot: h.boot, GoldenImage: golden, RuntimeImage: runtime, StartedAt: h.Clock.Now(),
 		CPUs: spec.CPUs, MemoryMiB: spec.MemoryMiB,
 	}
 	return v.obs, nil
@@ -237,7 +243,7 @@ func (h *Host) Poweroff(_ context.Context, id home.VMID, _ string) error {
 		return fmt.Errorf("fake host: %s: %w", id, driver.ErrNotRunning)
 	}
 	if v.offAt.IsZero() {
-		v.offAt = time.Now().Add(h.PoweroffTakes)
+		v.offAt = h.Clock.Now().Add(h.PoweroffTakes)
 	}
 	h.settle(v)
 	return nil
