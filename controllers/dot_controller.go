@@ -80,8 +80,12 @@ func (r *DotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 			return // gone with the finalizer's removal
 		}
 		r.updateStatus(s, reterr == nil)
-		if _, err := helper.Patch(ctx, dot); err != nil && !apierrors.IsNotFound(err) {
-			res, reterr = patch.RequeueOnConflict(res, kerrors.NewAggregate([]error{reterr, err}))
+		_, err := helper.Patch(ctx, dot)
+		switch {
+		case apierrors.IsConflict(err):
+			res, reterr = ctrl.Result{RequeueAfter: patch.ConflictRetry}, nil
+		case err != nil && !apierrors.IsNotFound(err):
+			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
 

@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
@@ -69,11 +70,12 @@ var hostAccessSelector = func() labels.Selector {
 type Options struct {
 	Config *rest.Config
 	Log    logr.Logger
-	// LeaderElection makes the controllers act only while this process
-	// holds the leader Lease: two servers against one cluster (a second for
-	// availability) never both act. The embedded API server needs none (one
-	// control plane per database).
-	LeaderElection bool
+	// Embedded says the controllers run beside the embedded API server.
+	// Either way they act only while this process holds the leader Lease,
+	// so two servers against one cluster (a second for availability) never
+	// both act; an embedded server takes the Lease of a killed predecessor
+	// at once (see embeddedPrefix).
+	Embedded bool
 	// Clock is time for the reconcilers; the real clock when nil.
 	Clock clock.PassiveClock
 }
@@ -83,15 +85,27 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	identity := leaderIdentity(o.Embedded)
+	if o.Embedded {
+		if err := releaseStaleEmbedded(ctx, o.Config, identity); err != nil {
+			return nil, err
+		}
+	}
+	lock, err := leaderLock(o.Config, identity)
+	if err != nil {
+		return nil, err
+	}
+	o.Log.Info("central controllers: waiting for the leader Lease", "lease", dotsv1.SystemNamespace+"/"+LeaderElectionID, "identity", identity)
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
-		Scheme:                        Scheme,
-		Logger:                        o.Log,
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                o.LeaderElection,
-		LeaderElectionID:              LeaderElectionID,
-		LeaderElectionNamespace:       dotsv1.SystemNamespace,
-		LeaderElectionReleaseOnCancel: true,
+		Scheme:                              Scheme,
+		Logger:                              o.Log,
+		Metrics:                             metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:              "0",
+		LeaderElection:                      true,
+		LeaderElectionID:                    LeaderElectionID,
+		LeaderElectionNamespace:             dotsv1.SystemNamespace,
+		LeaderElectionResourceLockInterface: lock,
+		LeaderElectionReleaseOnCancel:       true,
 		GracefulShutdownTimeout:       ptr.To(defaultShutdownTimeout),
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only the host access bindings of this product.
@@ -100,6 +114,15 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the controller manager: %w", err)
+	}
+	// Runs once this process leads: the log says which server's controllers
+	// act.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		o.Log.Info("central controllers lead: this process acts", "identity", identity)
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return nil, err
 	}
 	if err := IndexNodeName(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("index computers by host: %w", err)

@@ -27,6 +27,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
@@ -111,6 +112,9 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		// One agent per host: nothing to elect.
 		LeaderElection:          false,
 		GracefulShutdownTimeout: ptr.To(10 * time.Second),
+		// Several agents may share a process (one per home; the tests run
+		// two), each with its own metrics-free manager.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only this host's Computers: the selector is served by the API
 			// server (spec.nodeName is a selectable field of the CRD), so

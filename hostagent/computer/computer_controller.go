@@ -186,8 +186,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		switch {
 		case written:
 			r.recordTransition(s)
+		case apierrors.IsConflict(err):
+			res, reterr = ctrl.Result{RequeueAfter: patch.ConflictRetry}, nil
 		case err != nil && !apierrors.IsNotFound(err):
-			res, reterr = patch.RequeueOnConflict(res, kerrors.NewAggregate([]error{reterr, err}))
+			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
 

@@ -205,7 +205,11 @@ func (r *Reconciler) recordAction(s *scope) {
 			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Started", "Start", "QEMU pid %d, guest port %d, images %s / %s", s.obs.PID, s.obs.GuestPort, st.GoldenImage, st.RuntimeImage)
 		}
 	case actStop:
-		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopping", "Stop", "the guest was asked to power off; it is killed at %s if it has not", s.deadline.UTC().Format(time.RFC3339))
+		if s.obs.State != driver.Running {
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopped", "Stop", "the guest powered itself off")
+		} else {
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopping", "Stop", "the guest was asked to power off; it is killed at %s if it has not", s.deadline.UTC().Format(time.RFC3339))
+		}
 	case actKill:
 		switch {
 		case s.actErr != nil:

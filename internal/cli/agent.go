@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -86,7 +87,7 @@ cluster); make that kubeconfig on the server's machine with
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "the kubeconfig of the API server (from 'invisible-dots host join')")
-	cmd.Flags().StringVar(&hostName, "host", "", "the name of this machine's Host (default: its host name)")
+	cmd.Flags().StringVar(&hostName, "host", os.Getenv(envHost), "the name of this machine's Host (default: $"+envHost+", else the machine's host name)")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 = events only)")
 	return cmd
 }

@@ -20,14 +20,17 @@ import (
 const (
 	envListen      = "INVISIBLE_DOTS_LISTEN"
 	envDatabaseURL = "DATABASE_URL"
+	// envHost names this machine's Host for server and agent (--host).
+	envHost = "INVISIBLE_DOTS_HOST"
 )
 
 func newServerCommand() *cobra.Command {
 	var (
 		noWeb      bool
-		kubeconfig string
-		hostName   string
-		verbosity  int
+		kubeconfig    string
+		hostName      string
+		noControllers bool
+		verbosity     int
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -45,6 +48,9 @@ for kubectl:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(verbosity)
 			ctrl.SetLogger(log)
+			if noControllers && kubeconfig != "" {
+				return fmt.Errorf("--no-controllers serves the embedded API alone and --kubeconfig runs the controllers against another: choose one")
+			}
 			layout, err := home.FromEnv()
 			if err != nil {
 				return err
@@ -79,6 +85,16 @@ for kubectl:
 			if cp.KubeconfigPath != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", cp.KubeconfigPath)
 			}
+			if noControllers {
+				log.Info("serving the API alone (--no-controllers): the central controllers and host agents run elsewhere")
+				select {
+				case <-ctx.Done():
+				case <-apiStoppedOrNever(cp):
+					return fmt.Errorf("the API server stopped")
+				}
+				log.Info("signal received, shutting down")
+				return nil
+			}
 			if hostName == "" {
 				if hostName, err = agent.DefaultHostName(); err != nil {
 					return err
@@ -87,10 +103,7 @@ for kubectl:
 			central, err := controllers.NewManager(ctx, controllers.Options{
 				Config: cp.Config,
 				Log:    log.WithName("controllers"),
-				// Against a real cluster a second server may run for
-				// availability: only the leader's controllers act. The
-				// embedded API server has one control plane per database.
-				LeaderElection: kubeconfig != "",
+				Embedded: kubeconfig == "",
 			})
 			if err != nil {
 				return err
@@ -108,10 +121,19 @@ for kubectl:
 		},
 	}
 	cmd.Flags().BoolVar(&noWeb, "no-web", false, "do not serve the web client")
+	cmd.Flags().BoolVar(&noControllers, "no-controllers", false, "serve the API and its database alone: the central controllers (server --kubeconfig) and host agents (agent) run elsewhere")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "run the controllers against the cluster of this kubeconfig instead of the embedded API server")
-	cmd.Flags().StringVar(&hostName, "host", "", "the name of this machine's Host (default: its host name)")
+	cmd.Flags().StringVar(&hostName, "host", os.Getenv(envHost), "the name of this machine's Host (default: $"+envHost+", else the machine's host name)")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 = events only)")
 	return cmd
+}
+
+// apiStoppedOrNever is apiStopped, or a channel that never closes.
+func apiStoppedOrNever(cp *controlplane.ControlPlane) <-chan struct{} {
+	if c := apiStopped(cp); c != nil {
+		return c
+	}
+	return make(chan struct{})
 }
 
 // apiStopped is closed when the embedded API server stops by itself, so the

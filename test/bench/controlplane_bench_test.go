@@ -33,6 +33,10 @@ const (
 	// envSkipCompaction=1 skips the wait of about five minutes for kine's
 	// first compaction.
 	envSkipCompaction = "BENCH_SKIP_COMPACTION"
+	// envWaitingMinutes is how long the Computers that no host can take
+	// (the bench's home registers no image) are watched for churn: the
+	// figures at 1 minute and at this many (default 10).
+	envWaitingMinutes = "BENCH_WAITING_MINUTES"
 	// envKeep=1 keeps the home and the server's log after a run that passed
 	// (a failed run always keeps them).
 	envKeep = "BENCH_KEEP"
@@ -64,6 +68,7 @@ const (
 	// cyclePattern matches the keys of the cycle namespace's Dots and
 	// Computers in kine.
 	cyclePattern = "/registry/dots.invisible.dev/%/" + cycleNS + "/%"
+	benchPattern = "/registry/dots.invisible.dev/%/" + benchNS + "/%"
 )
 
 // BenchmarkControlPlane runs invisible-dots server on a fresh home and
@@ -112,6 +117,8 @@ func BenchmarkControlPlane(b *testing.B) {
 		afterCycles      dbStats
 		compactAtWarm    int64
 		createsBegan     time.Time
+		waitingAt1       dbStats
+		waitingMinutes   = 10
 		keepServerLogDir = os.Getenv(envKeep) == "1"
 	)
 	defer func() {
@@ -289,6 +296,20 @@ func BenchmarkControlPlane(b *testing.B) {
 		{"memory/with-dots", func() ([]metric, error) {
 			return mem(fmt.Sprintf("with %d Dots and Computers", n), settle)
 		}},
+		// No image is registered in the bench's home, so no host can take
+		// the Computers: each waits PROVISIONING with one condition and one
+		// Event. Waiting must cost nothing: the database and the server's
+		// memory stay flat.
+		{"waiting/1min", func() ([]metric, error) {
+			time.Sleep(time.Until(createsBegan.Add(time.Minute)))
+			var err error
+			if waitingAt1, err = readDB(ctx, h, benchPattern); err != nil {
+				return nil, err
+			}
+			m, err := mem(fmt.Sprintf("%d Computers no host can take, 1 min after the first create", n), 0)
+			rep.add("waiting Computers, 1 min: database; kine revision", fmt.Sprintf("%s; %d", sizes(waitingAt1), waitingAt1.Revision), "")
+			return append(m, metric{mib(waitingAt1.Database), "db-MiB"}, metric{float64(waitingAt1.Revision), "revision"}), err
+		}},
 		{"watch", func() ([]metric, error) { return watchLatency(ctx, client, rep) }},
 		{"db/compacted", func() ([]metric, error) {
 			if os.Getenv(envSkipCompaction) == "1" {
@@ -333,6 +354,21 @@ func BenchmarkControlPlane(b *testing.B) {
 		}},
 		{"memory/with-dots-later", func() ([]metric, error) {
 			return mem(fmt.Sprintf("with %d Dots, minutes later", n), 0)
+		}},
+		{"waiting/later", func() ([]metric, error) {
+			time.Sleep(time.Until(createsBegan.Add(time.Duration(waitingMinutes) * time.Minute)))
+			later, err := readDB(ctx, h, benchPattern)
+			if err != nil {
+				return nil, err
+			}
+			m, err := mem(fmt.Sprintf("%d Computers no host can take, %d min after the first create", n, waitingMinutes), 0)
+			minutes := float64(waitingMinutes - 1)
+			writes := float64(later.Revision-waitingAt1.Revision) / minutes
+			// The host's Lease (every 10 s) and the leader Lease (every 2 s)
+			// are renewed whatever the Computers do: 36 writes a minute.
+			rep.add(fmt.Sprintf("waiting Computers, %d min: database; kine revision", waitingMinutes), fmt.Sprintf("%s; %d", sizes(later), later.Revision), "flat")
+			rep.add("waiting Computers: writes a minute between the two looks (Lease renewals alone: 36)", fmt.Sprintf("%.0f", writes), "36")
+			return append(m, metric{mib(later.Database), "db-MiB"}, metric{writes, "writes-per-min"}), err
 		}},
 		{"stop/warm", func() ([]metric, error) { return stop("warm") }},
 	}

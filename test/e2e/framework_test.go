@@ -111,18 +111,25 @@ func startServer(t *testing.T, home string, extraEnv ...string) *server {
 // launchServer starts the server without waiting for it.
 func launchServer(t *testing.T, home string, extraEnv ...string) *server {
 	t.Helper()
+	return launch(t, home, []string{"server", "--no-web"}, extraEnv...)
+}
+
+// launch starts `invisible-dots ARGS...` on home (a server, or a host
+// agent) without waiting for it.
+func launch(t *testing.T, home string, args []string, extraEnv ...string) *server {
+	t.Helper()
 	s := &server{t: t, home: home, addr: freeAddress(t), done: make(chan struct{})}
 	s.env = append(os.Environ(), "INVISIBLE_DOTS_HOME="+home, "INVISIBLE_DOTS_LISTEN="+s.addr)
 	s.env = append(s.env, extraEnv...)
 	if err := os.MkdirAll(filepath.Dir(home), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	log, err := os.CreateTemp(filepath.Dir(home), "server-*.log")
+	log, err := os.CreateTemp(filepath.Dir(home), args[0]+"-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.logPath = log.Name()
-	s.cmd = exec.Command(binary, "server", "--no-web")
+	s.cmd = exec.Command(binary, args...)
 	s.cmd.Env = s.env
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	// Its own process group, so a test's kill reaches the server alone, the
@@ -142,7 +149,7 @@ func launchServer(t *testing.T, home string, extraEnv ...string) *server {
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
-			t.Logf("server log (%s):\n%s", s.logPath, s.logTail(80))
+			t.Logf("%s log (%s):\n%s", args[0], s.logPath, s.logTail(80))
 		}
 	})
 	return s

@@ -2,7 +2,7 @@ package integration
 
 import (
 	"context"
-	"os"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -22,29 +22,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/hostagent/computer"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
-
-// fakeImageVersion is registered in the suite's home so the reconciler can
-// pick "the newest image" for the fake host (the files are placeholders:
-// the fake host opens nothing).
-const fakeImageVersion = "20261130-fake"
-
-// registerFakeImages writes a golden and a runtime image of fakeImageVersion
-// (file and manifest) into the suite's home, once.
-func registerFakeImages() {
-	GinkgoHelper()
-	h := cp.Home
-	Expect(os.MkdirAll(h.Images(), 0o700)).To(Succeed())
-	for _, k := range []home.ImageKind{home.Golden, home.Runtime} {
-		for _, p := range []string{h.ImageFile(k, fakeImageVersion), h.ImageManifest(k, fakeImageVersion)} {
-			Expect(os.WriteFile(p, []byte("{}"), 0o600)).To(Succeed())
-		}
-	}
-}
 
 func newComputer(strategy dotsv1.RunStrategy) *dotsv1.Computer {
 	GinkgoHelper()
@@ -125,24 +107,24 @@ func patchComputer(c *dotsv1.Computer, mutate func(c *dotsv1.Computer)) {
 }
 
 var _ = Describe("The Computer reconciler", func() {
-	BeforeEach(registerFakeImages)
-
 	It("starts an OnDemand Computer at create: RUNNING, Ready, a token Secret, images and Events recorded", func() {
 		c := newComputer(dotsv1.RunOnDemand)
 		got := eventuallyComputer(c, runningAndReady)
 		Expect(got.Status.HostBootID).NotTo(BeEmpty())
-		Expect(got.Status.GoldenImage).To(Equal(fakeImageVersion))
-		Expect(got.Status.RuntimeImage).To(Equal(fakeImageVersion))
+		Expect(got.Spec.NodeName).To(Equal(fakeHostName), "placed on the one host")
+		Expect(meta.IsStatusConditionTrue(got.Status.Conditions, dotsv1.PlacedCondition)).To(BeTrue())
+		Expect(got.Status.GoldenImage).To(Equal(fake.DefaultImages[0].Version))
+		Expect(got.Status.RuntimeImage).To(Equal(fake.DefaultImages[1].Version))
 		Expect(got.Status.StartFailure).To(BeNil())
 		Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 		Expect(meta.IsStatusConditionTrue(got.Status.Conditions, dotsv1.ProvisionedCondition)).To(BeTrue())
-		Expect(got.Finalizers).To(ContainElement(controllers.ComputerFinalizer))
+		Expect(got.Finalizers).To(ContainElement(dotsv1.ComputerFinalizer))
 		Expect(isRunningOnHost(c)).To(BeTrue())
 
 		sec := &corev1.Secret{}
-		Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: c.Namespace, Name: controllers.TokenSecretName(c.Name)}, sec)).To(Succeed())
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: c.Namespace, Name: computer.TokenSecretName(c.Name)}, sec)).To(Succeed())
 		Expect(metav1.IsControlledBy(sec, got)).To(BeTrue())
-		Expect(len(sec.Data[controllers.TokenSecretKey])).To(BeNumerically(">=", 32))
+		Expect(len(sec.Data[computer.TokenSecretKey])).To(BeNumerically(">=", 32))
 
 		Eventually(func() []string { return eventReasons(c) }).Should(ContainElements("Started", "StateChanged"))
 	})
@@ -222,13 +204,13 @@ var _ = Describe("The Computer reconciler", func() {
 				starts.Add(1)
 				return fakeHost.Start(ctx, s)
 			},
-			StopFn:    fakeHost.Stop,
-			RebootFn:  fakeHost.Reboot,
-			DestroyFn: fakeHost.Destroy,
-			HealthFn:  fakeHost.Health,
+			PoweroffFn: fakeHost.Poweroff,
+			KillFn:     fakeHost.Kill,
+			DestroyFn:  fakeHost.Destroy,
+			HealthFn:   fakeHost.Health,
 		}
-		restarted := &controllers.ComputerReconciler{
-			Client: k8sClient, APIReader: k8sClient, Driver: counting, Home: cp.Home,
+		restarted := &computer.Reconciler{
+			Client: k8sClient, APIReader: k8sClient, Driver: counting, HostName: fakeHostName,
 			Recorder: events.NewFakeRecorder(100), Clock: clock.RealClock{},
 		}
 		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}
@@ -269,7 +251,7 @@ var _ = Describe("The Computer reconciler", func() {
 		eventuallyComputer(onDemand, stoppedFor(dotsv1.StopExited))
 	})
 
-	It("records failed starts with a growing backoff and clears them once RUNNING", func() {
+	It("keeps a Computer whose image no host has PROVISIONING, saying why, and places it once one has", func() {
 		c := &dotsv1.Computer{
 			ObjectMeta: metav1.ObjectMeta{Name: "vm-" + rand.String(6), Namespace: "default"},
 			Spec: dotsv1.ComputerSpec{
@@ -279,12 +261,41 @@ var _ = Describe("The Computer reconciler", func() {
 		}
 		Expect(k8sClient.Create(suiteCtx, c)).To(Succeed())
 		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), c) })
+		waiting := eventuallyComputer(c, func(g Gomega, c *dotsv1.Computer) {
+			g.Expect(c.Status.State).To(Equal(dotsv1.ComputerProvisioning))
+			p := meta.FindStatusCondition(c.Status.Conditions, dotsv1.PlacedCondition)
+			g.Expect(p).NotTo(BeNil())
+			g.Expect(p.Reason).To(Equal(dotsv1.NoHostFitsReason))
+			g.Expect(p.Message).To(ContainSubstring("host " + fakeHostName + " has no golden image 20200101-missing"))
+			r := meta.FindStatusCondition(c.Status.Conditions, dotsv1.ReadyCondition)
+			g.Expect(r).NotTo(BeNil())
+			g.Expect(r.Reason).To(Equal(dotsv1.NoHostFitsReason))
+		})
+		Expect(waiting.Spec.NodeName).To(BeEmpty())
+		Expect(eventReasons(c)).To(ContainElement(dotsv1.NoHostFitsReason))
+
+		patchComputer(c, func(c *dotsv1.Computer) { c.Spec.GoldenImage = fake.DefaultImages[0].Version })
+		got := eventuallyComputer(c, runningAndReady, "30s")
+		Expect(got.Spec.NodeName).To(Equal(fakeHostName))
+	})
+
+	It("records failed starts with a growing backoff and clears them once RUNNING", func() {
+		c := &dotsv1.Computer{
+			ObjectMeta: metav1.ObjectMeta{Name: "vm-" + rand.String(6), Namespace: "default"},
+			Spec: dotsv1.ComputerSpec{
+				CPU: 1, Memory: resource.MustParse("256Mi"), Disk: resource.MustParse("1Gi"),
+				RunStrategy: dotsv1.RunAlways,
+			},
+		}
+		fakeHost.SetFailStart(idOf(c), errors.New("qemu-img: the golden image is unreadable"))
+		Expect(k8sClient.Create(suiteCtx, c)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), c) })
 
 		failed := eventuallyComputer(c, func(g Gomega, c *dotsv1.Computer) {
 			g.Expect(c.Status.StartFailure).NotTo(BeNil())
 			g.Expect(c.Status.StartFailure.ConsecutiveFailCount).To(BeNumerically(">=", 2))
 			g.Expect(c.Status.StartFailure.RetryAfter).NotTo(BeNil())
-			g.Expect(c.Status.StartFailure.Message).To(ContainSubstring("20200101-missing"))
+			g.Expect(c.Status.StartFailure.Message).To(ContainSubstring("unreadable"))
 			r := meta.FindStatusCondition(c.Status.Conditions, dotsv1.ReadyCondition)
 			g.Expect(r).NotTo(BeNil())
 			g.Expect(r.Reason).To(Equal(dotsv1.StartFailedReason))
@@ -298,7 +309,7 @@ var _ = Describe("The Computer reconciler", func() {
 		// start at least that long after the second failure.
 		Expect(failed.Status.StartFailure.RetryAfter.Time).To(BeTemporally(">", time.Now().Add(-time.Second)))
 
-		patchComputer(c, func(c *dotsv1.Computer) { c.Spec.GoldenImage = fakeImageVersion })
+		fakeHost.SetFailStart(idOf(c), nil)
 		got := eventuallyComputer(c, runningAndReady, "60s")
 		Expect(got.Status.StartFailure).To(BeNil())
 	})
@@ -336,8 +347,6 @@ var _ = Describe("The Computer reconciler", func() {
 })
 
 var _ = Describe("100 Computers on the fake host", func() {
-	BeforeEach(registerFakeImages)
-
 	// The figure of `make bench` "reconcile time for 100 Computers whose
 	// VMs are faked at the host-agent interface", through the real API
 	// server and the manager's cache: from the first create to all 100

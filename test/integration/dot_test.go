@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 )
 
 func createDot(ns string) *dotsv1.Dot {
@@ -49,7 +48,7 @@ var _ = Describe("The Dot reconciler", func() {
 		By("keeping a finalizer until the Computer is gone")
 		Eventually(func(g Gomega) {
 			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(d), d)).To(Succeed())
-			g.Expect(d.Finalizers).To(ContainElement(controllers.DotFinalizer))
+			g.Expect(d.Finalizers).To(ContainElement(dotsv1.DotFinalizer))
 		}).Should(Succeed())
 
 		By("resizing the Computer when spec.computer changes, keeping its run strategy")

@@ -13,11 +13,15 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/hostagent/agent"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
+	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
 	"github.com/invisible-dots/invisible-dots/test/harness"
 )
 
@@ -45,22 +49,35 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient = cp.Client
 
-	// The reconcilers run against the real API server; the host's VMs are
-	// the in-memory fake host (named fake: nothing here runs QEMU). The
-	// real-VM path is test/e2e's.
+	// The central controllers and one host agent run against the real API
+	// server, as in invisible-dots server; the host's VMs are the in-memory
+	// fake host (named fake: nothing here runs QEMU), on a machine with
+	// room for every Computer the suite makes. The real-VM path is
+	// test/e2e's.
 	fakeHost = fake.NewHost()
-	mgr, err := controllers.NewManager(controllers.Options{
+	central, err := controllers.NewManager(suiteCtx, controllers.Options{
 		Config: cp.Config,
-		Home:   cp.Home,
-		DB:     cp.DB,
-		Driver: fakeHost,
 		Log:    testLog.WithName("controllers"),
 	})
 	Expect(err).NotTo(HaveOccurred())
-	go func() {
-		defer GinkgoRecover()
-		Expect(mgr.Start(suiteCtx)).To(Succeed())
-	}()
+	hostAgent, err := agent.NewManager(agent.Options{
+		Config:            cp.Config,
+		HostName:          fakeHostName,
+		Home:              cp.Home,
+		Driver:            fakeHost,
+		Accelerator:       dotsv1.AcceleratorTCG,
+		QEMUVersion:       "fake",
+		Facts:             roomyMachine(fakeHost),
+		HeartbeatInterval: time.Second,
+		Log:               testLog.WithName("agent"),
+	})
+	Expect(err).NotTo(HaveOccurred())
+	for _, m := range []ctrl.Manager{central, hostAgent} {
+		go func() {
+			defer GinkgoRecover()
+			Expect(m.Start(suiteCtx)).To(Succeed())
+		}()
+	}
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 })
@@ -73,6 +90,21 @@ var _ = AfterSuite(func() {
 		cancel()
 	}
 })
+
+// fakeHostName is the Host of the suite's agent.
+const fakeHostName = "fake-host"
+
+// roomyMachine is a machine with room for every Computer the suite makes,
+// with the fake host's images.
+func roomyMachine(h *fake.Host) func(ctx context.Context) (heartbeat.Facts, error) {
+	return func(ctx context.Context) (heartbeat.Facts, error) {
+		imgs, err := h.Images(ctx)
+		return heartbeat.Facts{
+			CPUs: 64, MemTotal: 4 << 40, MemAvailable: 4 << 40, DiskTotal: 64 << 40, DiskFree: 64 << 40,
+			Accelerator: dotsv1.AcceleratorTCG, QEMUVersion: "fake", Images: imgs,
+		}, err
+	}
+}
 
 // clientDryRun asks the API server to validate and default without storing.
 var clientDryRun = client.CreateOptions{DryRun: []string{metav1.DryRunAll}}

@@ -147,6 +147,24 @@ func (h *Host) Calls(method string) int {
 	return h.calls[method]
 }
 
+// SetPoweroffTakes sets how long a guest takes to power off once asked.
+func (h *Host) SetPoweroffTakes(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.PoweroffTakes = d
+}
+
+// SetFailStart makes Start of id fail with err (nil: succeed again).
+func (h *Host) SetFailStart(id home.VMID, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		delete(h.FailStart, id)
+		return
+	}
+	h.FailStart[id] = err
+}
+
 // SetImages replaces the images the host has registered.
 func (h *Host) SetImages(imgs []driver.Image) {
 	h.mu.Lock()

@@ -1,0 +1,231 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+)
+
+// vmHome makes a home with the test image registered and tcg set (see
+// computer_test.go), for a server or an agent that boots VMs.
+func vmHome(t *testing.T) home.Layout {
+	t.Helper()
+	h, err := home.New(newHome(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	cvmRun(t, repoRoot, nil, "go", "run", "./hostagent/images/cmd/test-image", "--work", filepath.Join(repoRoot, "_output/test-image"), "--home", h.Root)
+	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG}); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// pinnedDot is a small Dot pinned to a host.
+func pinnedDot(name, host string) string {
+	return fmt.Sprintf(`apiVersion: dots.invisible.dev/v1alpha1
+kind: Dot
+metadata:
+  name: %s
+  namespace: default
+spec:
+  model:
+    id: z-ai/glm-5.3-flash
+  computer:
+    cpu: 1
+    memory: 2Gi
+    disk: 20Gi
+    host: %s
+`, name, host)
+}
+
+func readyIs(c *dotsv1.Computer, status metav1.ConditionStatus, reason string) bool {
+	r := meta.FindStatusCondition(c.Status.Conditions, dotsv1.ReadyCondition)
+	return r != nil && r.Status == status && (reason == "" || r.Reason == reason)
+}
+
+// TestTwoHosts: the server's own host and a second host agent, joined with
+// `host join` and run as its own process in its own home, each run only
+// the VMs pinned to them; the second agent's credential is its own; a
+// killed agent's Computers turn Unknown and come back with the same QEMU
+// when it returns.
+func TestTwoHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots VMs under QEMU")
+	}
+	if _, err := qemu.FindBinaries(os.Getenv); err != nil {
+		t.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
+	}
+	a, b := vmHome(t), vmHome(t)
+	vmA := a.VM(home.VMID{Namespace: "default", Name: "on-a"})
+	vmB := b.VM(home.VMID{Namespace: "default", Name: "on-b"})
+	t.Cleanup(func() { cvmKillRecorded(vmA); cvmKillRecorded(vmB) })
+
+	srv := startServer(t, a.Root, "INVISIBLE_DOTS_HOST=host-a")
+	k := cvmKubectl{t: t, s: srv}
+
+	t.Log("host join prints a kubeconfig of the second host's own")
+	agentKubeconfig := filepath.Join(t.TempDir(), "host-b.kubeconfig")
+	cvmRun(t, repoRoot, []string{"INVISIBLE_DOTS_HOME=" + a.Root}, binary, "host", "join", "--name", "host-b", "--output", agentKubeconfig)
+	if st, err := os.Stat(agentKubeconfig); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the agent's kubeconfig: %v, mode %v; want 0600", err, st.Mode().Perm())
+	}
+	startAgent := func() *server {
+		ag := launch(t, b.Root, []string{"agent", "--kubeconfig", agentKubeconfig, "--host", "host-b"})
+		eventually(t, time.Minute, "host-b registered and Ready", func() error {
+			out, err := k.try("get", "host", "host-b", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+			if err != nil || strings.TrimSpace(out) != "True" {
+				return fmt.Errorf("Ready=%q (%v); agent log:\n%s", out, err, ag.logTail(10))
+			}
+			return nil
+		})
+		return ag
+	}
+	ag := startAgent()
+	t.Log(k.run("get", "hosts", "-o", "wide"))
+
+	t.Log("a Dot pinned to each host: each agent starts only its own QEMU")
+	k.apply(pinnedDot("on-a", "host-a"))
+	k.apply(pinnedDot("on-b", "host-b"))
+	ca := k.waitComputer("on-a", vmReadyTimeout, runningReady)
+	cb := k.waitComputer("on-b", vmReadyTimeout, runningReady)
+	if ca.Spec.NodeName != "host-a" || cb.Spec.NodeName != "host-b" {
+		t.Fatalf("nodeName %q and %q; want host-a and host-b", ca.Spec.NodeName, cb.Spec.NodeName)
+	}
+	if cvmCountQEMU(vmA) != 1 || cvmCountQEMU(vmB) != 1 {
+		t.Fatalf("QEMU of on-a: %d, of on-b: %d; want one each", cvmCountQEMU(vmA), cvmCountQEMU(vmB))
+	}
+	if _, err := os.Stat(vmB.Disk()); err != nil {
+		t.Errorf("on-b's disk is not in host-b's home: %v", err)
+	}
+	if _, err := os.Stat(a.VM(home.VMID{Namespace: "default", Name: "on-b"}).Dir); err == nil {
+		t.Errorf("on-b has a directory in host-a's home")
+	}
+
+	t.Log("the second agent's credential: its Computers, not Dots, not other namespaces' Secrets")
+	srv.mustKubectl("create", "namespace", "elsewhere")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "computers", "-n", "default"}, "yes"},
+		{[]string{"get", "secrets", "-n", "default"}, "yes"},
+		{[]string{"get", "secrets", "-n", "elsewhere"}, "no"},
+		{[]string{"get", "secrets", "-n", dotsv1.SystemNamespace}, "no"},
+		{[]string{"create", "dots", "-n", "default"}, "no"},
+		{[]string{"patch", "dots", "-n", "default"}, "no"},
+		{[]string{"delete", "hosts"}, "no"},
+	} {
+		out, _ := runKubectl(agentKubeconfig, append([]string{"auth", "can-i"}, c.args...)...)
+		if got := strings.TrimSpace(out); got != c.want {
+			t.Errorf("host-b: kubectl auth can-i %s = %q; want %s", strings.Join(c.args, " "), got, c.want)
+		}
+	}
+
+	t.Log("kill -9 of the second agent: its Computer turns Unknown, its VM keeps running, host-a's is untouched")
+	pidB := int(cb.Status.PID)
+	ag.kill9()
+	killed := time.Now()
+	k.waitComputer("on-b", 90*time.Second, func(c *dotsv1.Computer) bool {
+		return readyIs(c, metav1.ConditionUnknown, dotsv1.HostUnreachableReason)
+	})
+	t.Logf("FIGURE agent killed to Computer Unknown: %s", time.Since(killed).Round(time.Second))
+	if !cvmAlive(pidB) {
+		t.Fatalf("on-b's QEMU pid %d died with its agent", pidB)
+	}
+	if got := k.getComputer("on-a"); !readyIs(got, metav1.ConditionTrue, "") {
+		t.Errorf("on-a after host-b's agent died: %+v; want Ready", got.Status.Conditions)
+	}
+	dot := &dotsv1.Dot{}
+	if err := json.Unmarshal([]byte(k.run("get", "dot", "on-b", "-o", "json")), dot); err != nil {
+		t.Fatal(err)
+	}
+	if r := meta.FindStatusCondition(dot.Status.Conditions, dotsv1.ReadyCondition); r == nil || r.Reason != dotsv1.HostUnreachableReason {
+		t.Errorf("Dot on-b's Ready: %+v; want reason %s", r, dotsv1.HostUnreachableReason)
+	}
+
+	t.Log("the agent comes back: it adopts its VM (same pid) and Ready returns")
+	startAgent()
+	cb = k.waitComputer("on-b", 2*time.Minute, runningReady)
+	if int(cb.Status.PID) != pidB || cvmCountQEMU(vmB) != 1 {
+		t.Errorf("after the agent's return: pid %d (was %d), %d QEMU; want the same one, alone", cb.Status.PID, pidB, cvmCountQEMU(vmB))
+	}
+
+	t.Log("deleting the Dots removes each VM from its own host")
+	k.run("delete", "dot", "on-a", "on-b", "--wait=true", "--timeout=120s")
+	for _, vm := range []home.VM{vmA, vmB} {
+		if _, err := os.Stat(vm.Dir); err == nil {
+			t.Errorf("%s is still there after its Dot was deleted", vm.Dir)
+		}
+	}
+}
+
+// TestLeaderElection: two servers run their controllers with --kubeconfig
+// against the API of a third that serves the API alone; one leads at a
+// time, and when the leader is killed the other takes over within the
+// Lease's duration.
+func TestLeaderElection(t *testing.T) {
+	api := launch(t, newHome(t), []string{"server", "--no-web", "--no-controllers"})
+	api.waitReady()
+	var standbys []*server
+	for i := range 2 {
+		s := launch(t, newHome(t), []string{"server", "--no-web", "--kubeconfig", api.kubeconfig()}, fmt.Sprintf("INVISIBLE_DOTS_HOST=standby-%d", i))
+		standbys = append(standbys, s)
+	}
+	leads := func(s *server) bool { return strings.Contains(s.logTail(1000), "central controllers lead") }
+	leaders := func() []*server {
+		var out []*server
+		for _, s := range standbys {
+			if leads(s) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	eventually(t, 2*time.Minute, "one server leads", func() error {
+		if n := len(leaders()); n != 1 {
+			return fmt.Errorf("%d lead", n)
+		}
+		return nil
+	})
+	leader := leaders()[0]
+	time.Sleep(5 * time.Second)
+	if n := len(leaders()); n != 1 {
+		t.Fatalf("%d servers lead at once", n)
+	}
+	t.Log("only the leader acts: a Dot's Computer is made once")
+	api.mustKubectl("apply", "-f", "config/samples/dots_v1alpha1_dot.yaml")
+	eventually(t, time.Minute, "the sample Dot's Computer", func() error {
+		_, err := api.kubectl("get", "computer", "fare-watch")
+		return err
+	})
+
+	t.Log("kill -9 of the leader: the other takes over within the Lease's duration")
+	killed := time.Now()
+	leader.kill9()
+	eventually(t, 45*time.Second, "the other server leads", func() error {
+		for _, s := range standbys {
+			if s != leader && leads(s) {
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+	t.Logf("FIGURE leader killed to hand-over: %s (Lease of 15 s)", time.Since(killed).Round(time.Second))
+	api.mustKubectl("delete", "dot", "fare-watch", "--wait=true", "--timeout=60s")
+}
