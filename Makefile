@@ -65,7 +65,7 @@ test-e2e:
 TEST_IMAGE_WORK ?= _output/test-image
 .PHONY: test-image dot-agentd test-agentd bench-parts
 test-image:
-	$(GO) run ./guest/image/cmd/test-image --work $(TEST_IMAGE_WORK) $(if $(TEST_IMAGE_HOME),--home $(TEST_IMAGE_HOME))
+	$(GO) run ./hostagent/images/cmd/test-image --work $(TEST_IMAGE_WORK) $(if $(TEST_IMAGE_HOME),--home $(TEST_IMAGE_HOME))
 
 dot-agentd:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/dot-agentd ./guest/agentd/cmd/dot-agentd

@@ -107,7 +107,8 @@ const (
 type ImageManifest struct {
 	Kind    string `json:"kind"`
 	Version string `json:"version"`
-	// File is the image's base name in images/.
+	// File is the image's base name in images/ (in a builder's output
+	// folder: beside the manifest, see guest/image/artifact).
 	File   string `json:"file"`
 	SHA256 string `json:"sha256"`
 	Size   int64  `json:"size"`
@@ -126,8 +127,8 @@ type ImageManifest struct {
 	Boot *DirectBoot `json:"boot,omitempty"`
 }
 
-// DirectBoot names a kernel and an initramfs beside the image in images/ and
-// the kernel's command line.
+// DirectBoot names a kernel and an initramfs beside the image (in images/, or
+// in a builder's output folder) and the kernel's command line.
 type DirectBoot struct {
 	Kernel       string `json:"kernel"`
 	KernelSHA256 string `json:"kernelSha256"`

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
-	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -66,7 +66,7 @@ func realDriver(t testing.TB) *Driver {
 
 func registerManifest(t testing.TB, h home.Layout, kind home.ImageKind, version, file string) {
 	t.Helper()
-	sum, size, err := images.FileSHA256(file)
+	sum, size, err := artifact.FileSHA256(file)
 	if err != nil {
 		t.Fatal(err)
 	}
