@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/google/renameio/v2"
+
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -162,29 +164,22 @@ func copyImageFile(from, to, want string) error {
 		return fmt.Errorf("register %s: %w", from, err)
 	}
 	defer in.Close()
-	tmp := to + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	out, err := renameio.NewPendingFile(to, renameio.WithTempDir(filepath.Dir(to)), renameio.WithStaticPermissions(ImageFileMode))
 	if err != nil {
 		return fmt.Errorf("register %s: %w", from, err)
 	}
+	defer out.Cleanup()
 	sum := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(out, sum), in); err != nil {
-		out.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("copy %s to %s: %w", from, to, err)
-	}
-	if err := out.Close(); err != nil {
-		os.Remove(tmp)
 		return fmt.Errorf("copy %s to %s: %w", from, to, err)
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != want {
-		os.Remove(tmp)
 		return fmt.Errorf("register %s: its SHA-256 is %s, its manifest says %s", from, got, want)
 	}
-	if err := os.Chmod(tmp, ImageFileMode); err != nil {
-		return err
+	if err := out.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("copy %s to %s: %w", from, to, err)
 	}
-	return os.Rename(tmp, to)
+	return nil
 }
 
 // Manifest reads and validates the image's manifest, and checks that it

@@ -458,6 +458,9 @@ func (d *Driver) ensureDisk(ctx context.Context, vm home.VM, spec driver.Spec) (
 	if err := home.QEMUPathProblem(img.File); err != nil {
 		return "", err
 	}
+	// qemu-img writes the overlay itself, so it is made under a temporary
+	// name and renamed into place here rather than written through renameio,
+	// which only replaces files this process writes.
 	tmp := filepath.Join(vm.Dir, ".disk.qcow2.creating")
 	_ = os.Remove(tmp)
 	args := []string{"create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", img.File, tmp}

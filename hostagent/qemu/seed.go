@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/google/renameio/v2"
 	"github.com/kdomanski/iso9660"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -93,27 +94,15 @@ func writeISO(dest, label string, files map[string][]byte) error {
 			return fmt.Errorf("write %s: add %s: %w", dest, n, err)
 		}
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".*")
+	f, err := renameio.NewPendingFile(dest, renameio.WithTempDir(filepath.Dir(dest)), renameio.WithStaticPermissions(home.PrivateFileMode))
 	if err != nil {
 		return fmt.Errorf("write %s: %w", dest, err)
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(home.PrivateFileMode); err != nil {
-		tmp.Close()
+	defer f.Cleanup()
+	if err := w.WriteTo(f, label); err != nil {
 		return fmt.Errorf("write %s: %w", dest, err)
 	}
-	if err := w.WriteTo(tmp, label); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	if err := os.Rename(tmp.Name(), dest); err != nil {
+	if err := f.CloseAtomicallyReplace(); err != nil {
 		return fmt.Errorf("write %s: %w", dest, err)
 	}
 	return nil

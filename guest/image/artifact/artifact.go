@@ -12,6 +12,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+
+	"github.com/google/renameio/v2"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
@@ -45,11 +48,18 @@ func WriteManifest(path string, m protocol.ImageManifest) error {
 	if err != nil {
 		return fmt.Errorf("write the manifest %s: %w", path, err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), ManifestMode); err != nil {
-		return err
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithPermissions(ManifestMode))
+	if err != nil {
+		return fmt.Errorf("write the manifest %s: %w", path, err)
 	}
-	return os.Rename(tmp, path)
+	defer f.Cleanup()
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write the manifest %s: %w", path, err)
+	}
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("write the manifest %s: %w", path, err)
+	}
+	return nil
 }
 
 // ReadManifest reads and validates the manifest at path.

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"github.com/kdomanski/iso9660"
 
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
@@ -104,23 +105,18 @@ func Write(dest, version string, files map[string][]byte) error {
 			return fmt.Errorf("add %s to the runtime ISO: %w", n, err)
 		}
 	}
-	tmp := dest + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := renameio.NewPendingFile(dest, renameio.WithTempDir(filepath.Dir(dest)), renameio.WithStaticPermissions(0o444))
 	if err != nil {
-		return err
-	}
-	if err := w.WriteTo(f, protocol.RuntimeVolumeLabel); err != nil {
-		f.Close()
-		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", dest, err)
 	}
-	if err := f.Close(); err != nil {
-		return err
+	defer f.Cleanup()
+	if err := w.WriteTo(f, protocol.RuntimeVolumeLabel); err != nil {
+		return fmt.Errorf("write %s: %w", dest, err)
 	}
-	if err := os.Chmod(tmp, 0o444); err != nil {
-		return err
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("write %s: %w", dest, err)
 	}
-	return os.Rename(tmp, dest)
+	return nil
 }
 
 // Output names in the folder Build writes to.

@@ -30,6 +30,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/renameio/v2"
+
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
 	"github.com/invisible-dots/invisible-dots/guest/image/cpio"
 	"github.com/invisible-dots/invisible-dots/guest/image/runtimeiso"
@@ -580,23 +582,18 @@ func copyFile(from, to string, mode os.FileMode) error {
 
 // writeFile writes r to path with mode, replacing any file there at once.
 func writeFile(path string, r io.Reader, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(mode))
 	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, r); err != nil {
-		out.Close()
-		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := out.Close(); err != nil {
-		return err
+	defer f.Cleanup()
+	if _, err := io.Copy(f, r); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return err
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }
 
 var errNoRepo = errors.New("no go.mod found above the working directory: pass --repo")
