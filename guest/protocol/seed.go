@@ -13,10 +13,10 @@ import (
 // (ref 3.3); the host's writer, the image builders and the test image's init
 // all take them from here.
 //
-// Both ISOs are written with github.com/kdomanski/iso9660, which records plain
-// ISO 9660 names (no Rock Ridge, no Joliet): lower-case letters, digits, '-'
-// and '_', at most one '.', 30 characters. Linux shows them as written. Every
-// name below keeps to that, and a test holds them to it.
+// Both ISOs are written by guest/image/isofs (github.com/kdomanski/iso9660),
+// which records plain ISO 9660 names (no Rock Ridge, no Joliet): lower-case
+// letters, digits, '-' and '_', at most one '.', 30 characters. Linux shows
+// them as written. Every name below keeps to that, and a test holds them to it.
 
 // SeedVolumeLabel is the NoCloud seed's volume label: cloud-init finds its
 // datasource by it, and the test image's init mounts the seed by it.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
@@ -48,7 +49,7 @@ func realDriver(t testing.TB) *Driver {
 	}
 	registerManifest(t, h, home.Golden, blankGolden, golden)
 	runtime := h.Runtime(blankRuntime)
-	if err := writeISO(runtime, protocol.RuntimeVolumeLabel, map[string][]byte{"manifest.json": []byte("{}")}); err != nil {
+	if err := isofs.Write(runtime, protocol.RuntimeVolumeLabel, map[string][]byte{"manifest.json": []byte("{}")}, home.PrivateFileMode); err != nil {
 		t.Fatal(err)
 	}
 	registerManifest(t, h, home.Runtime, blankRuntime, runtime)

@@ -1,14 +1,12 @@
 // Package runtimeiso writes the runtime ISO (ref 3.3): our code for the
 // guest, attached read-only to every VM and mounted at
 // /opt/invisible-dots: dot-agentd, the engine when it is built, the systemd
-// units and a manifest of what it holds. It is written with
-// github.com/kdomanski/iso9660, so no ISO tool is needed on any host. Build
-// writes it into a folder (see guest/image/artifact); hostagent/images
-// registers it in a home.
+// units and a manifest of what it holds. It is written by guest/image/isofs,
+// so no ISO tool is needed on any host. Build writes it into a folder (see
+// guest/image/artifact); hostagent/images registers it in a home.
 package runtimeiso
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -21,10 +19,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/google/renameio/v2"
-	"github.com/kdomanski/iso9660"
-
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -86,37 +82,11 @@ func Write(dest, version string, files map[string][]byte) error {
 	if err != nil {
 		return err
 	}
-	w, err := iso9660.NewWriter()
-	if err != nil {
-		return fmt.Errorf("start the runtime ISO: %w", err)
-	}
-	defer w.Cleanup()
 	all := map[string][]byte{protocol.RuntimeManifestFile: append(mb, '\n')}
 	for n, d := range files {
 		all[n] = d
 	}
-	names := make([]string, 0, len(all))
-	for n := range all {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := w.AddFile(bytes.NewReader(all[n]), n); err != nil {
-			return fmt.Errorf("add %s to the runtime ISO: %w", n, err)
-		}
-	}
-	f, err := renameio.NewPendingFile(dest, renameio.WithTempDir(filepath.Dir(dest)), renameio.WithStaticPermissions(0o444))
-	if err != nil {
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	defer f.Cleanup()
-	if err := w.WriteTo(f, protocol.RuntimeVolumeLabel); err != nil {
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	if err := f.CloseAtomicallyReplace(); err != nil {
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	return nil
+	return isofs.Write(dest, protocol.RuntimeVolumeLabel, all, 0o444)
 }
 
 // Output names in the folder Build writes to.

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,43 +12,19 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/kdomanski/iso9660"
 
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
 // readISO returns the label and every file of an ISO by path.
 func readISO(t *testing.T, path string) (string, map[string][]byte) {
 	t.Helper()
-	f, err := os.Open(path)
+	label, files, err := isofs.Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	img, err := iso9660.OpenImage(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	label, _ := img.Label()
-	root, _ := img.RootDir()
-	files := map[string][]byte{}
-	var walk func(dir *iso9660.File, prefix string)
-	walk = func(dir *iso9660.File, prefix string) {
-		kids, err := dir.GetChildren()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range kids {
-			if k.IsDir() {
-				walk(k, prefix+k.Name()+"/")
-				continue
-			}
-			b, _ := io.ReadAll(k.Reader())
-			files[prefix+k.Name()] = b
-		}
-	}
-	walk(root, "")
 	return label, files
 }
 

@@ -17,8 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdomanski/iso9660"
-
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
 	"github.com/invisible-dots/invisible-dots/guest/image/runtimeiso"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
@@ -85,21 +84,15 @@ type vm struct {
 }
 
 func writeSeed(path string, gc protocol.GuestConfig) error {
-	w, err := iso9660.NewWriter()
+	cfg, err := json.Marshal(gc)
 	if err != nil {
 		return err
 	}
-	defer w.Cleanup()
-	cfg, _ := json.Marshal(gc)
-	w.AddFile(bytes.NewReader(cfg), protocol.SeedGuestConfigFile)
-	w.AddFile(strings.NewReader("instance-id: iid-test\nlocal-hostname: "+gc.Hostname+"\n"), protocol.SeedMetaDataFile)
-	w.AddFile(strings.NewReader("#cloud-config\n"), protocol.SeedUserDataFile)
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return w.WriteTo(f, protocol.SeedVolumeLabel)
+	return isofs.Write(path, protocol.SeedVolumeLabel, map[string][]byte{
+		protocol.SeedGuestConfigFile: cfg,
+		protocol.SeedMetaDataFile:    []byte("instance-id: iid-test\nlocal-hostname: " + gc.Hostname + "\n"),
+		protocol.SeedUserDataFile:    []byte("#cloud-config\n"),
+	}, 0o600)
 }
 
 func freePort(t testing.TB) int {
