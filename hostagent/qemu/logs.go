@@ -57,10 +57,3 @@ func readFrom(path string, offset, max int64) string {
 	n, _ := f.ReadAt(buf, offset)
 	return strings.TrimSpace(string(buf[:n]))
 }
-
-func orNothing(s string) string {
-	if s == "" {
-		return "(nothing)"
-	}
-	return s
-}

@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -43,10 +44,7 @@ func seedFiles(id home.VMID, cfg protocol.GuestConfig) (map[string][]byte, strin
 		h.Write(part)
 	}
 	instanceID := "iid-" + id.String() + "-" + hex.EncodeToString(h.Sum(nil))[:16]
-	hostname := cfg.Hostname
-	if hostname == "" {
-		hostname = id.Name
-	}
+	hostname := cmp.Or(cfg.Hostname, id.Name)
 	metaData := []byte("instance-id: " + instanceID + "\nlocal-hostname: " + hostname + "\n")
 	return map[string][]byte{
 		protocol.SeedMetaDataFile:    metaData,

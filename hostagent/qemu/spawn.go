@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -178,7 +179,7 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm home.VM, m machine, golden
 			// a second one off it.
 			hint = fmt.Sprintf(" (another QEMU holds the disk: find it with `pgrep -af %s` and stop it)", vm.QEMUName())
 		}
-		return strings.Contains(log, portTakenMessage), fmt.Errorf("qemu %s%s; its log %s says: %s%s", what, status, vm.QEMULog(), orNothing(log), hint)
+		return strings.Contains(log, portTakenMessage), fmt.Errorf("qemu %s%s; its log %s says: %s%s", what, status, vm.QEMULog(), cmp.Or(log, "(nothing)"), hint)
 	}
 
 	deadline := time.NewTimer(d.ListenTimeout)
