@@ -11,7 +11,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 BIN := bin/invisible-dots
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
-.PHONY: all build run test test-unit test-integration test-e2e bench manifests generate verify clean
+.PHONY: all build run test test-unit test-integration test-e2e test-image dot-agentd test-agentd bench bench-parts manifests generate verify clean
 
 all: build
 
@@ -59,16 +59,16 @@ test-integration:
 test-e2e:
 	$(GO) test -count=1 -p 1 -timeout 40m ./test/e2e/
 
-# --- test image (helper A) ---
 # `make test-image` builds the test image (Debian cloud kernel + busybox
 # initramfs with dot-agentd) and the runtime ISO and registers both in
 # $INVISIBLE_DOTS_HOME/images (default ~/.invisible-dots; TEST_IMAGE_HOME=DIR
-# for another home). Downloads and outputs are cached in _output/test-image,
-# so a second run is quick. Needs apt-get (download only), dpkg-deb, qemu-img.
+# for another home). Downloads, unpacked packages and our binaries are cached
+# in _output/test-image and an image whose inputs have not changed is not built
+# again, so a second run is quick. Needs apt-get (download only), dpkg-deb,
+# qemu-img.
 TEST_IMAGE_WORK ?= _output/test-image
-.PHONY: test-image dot-agentd test-agentd bench-parts
 test-image:
-	$(GO) run ./guest/image/cmd/test-image --work $(TEST_IMAGE_WORK) $(if $(TEST_IMAGE_HOME),--home $(TEST_IMAGE_HOME))
+	$(GO) run ./hostagent/images/cmd/test-image --work $(TEST_IMAGE_WORK) $(if $(TEST_IMAGE_HOME),--home $(TEST_IMAGE_HOME))
 
 dot-agentd:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/dot-agentd ./guest/agentd/cmd/dot-agentd
@@ -77,12 +77,10 @@ dot-agentd:
 # until `make test-image` has filled _output/test-image).
 test-agentd:
 	$(GO) test ./guest/protocol/... ./guest/agentd/... ./guest/image/...
-# --- end test image ---
 
 clean:
 	rm -rf bin _output
 
-# --- bench (helper B) ---
 # `make bench` builds the binary and runs the control plane benchmark once
 # (test/bench): cold and warm start to a ready API, create/patch latency for
 # 1000 Dots, create-to-watch-event latency, the server's and postgres's memory
@@ -95,7 +93,6 @@ BENCH_FLAGS ?= -benchtime=1x -timeout 30m
 bench: build
 	INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/ -run '^$$' -bench . $(BENCH_FLAGS)
 	$(MAKE) bench-parts
-# --- end bench ---
 
 # The other figures of `make bench`: the host agent's VMs under the test image
 # (tcg on hosts whose host.yaml says so), the Computer reconciler over 100

@@ -13,10 +13,10 @@ import (
 // (ref 3.3); the host's writer, the image builders and the test image's init
 // all take them from here.
 //
-// Both ISOs are written with github.com/kdomanski/iso9660, which records plain
-// ISO 9660 names (no Rock Ridge, no Joliet): lower-case letters, digits, '-'
-// and '_', at most one '.', 30 characters. Linux shows them as written. Every
-// name below keeps to that, and a test holds them to it.
+// Both ISOs are written by guest/image/isofs (github.com/kdomanski/iso9660),
+// which records plain ISO 9660 names (no Rock Ridge, no Joliet): lower-case
+// letters, digits, '-' and '_', at most one '.', 30 characters. Linux shows
+// them as written. Every name below keeps to that, and a test holds them to it.
 
 // SeedVolumeLabel is the NoCloud seed's volume label: cloud-init finds its
 // datasource by it, and the test image's init mounts the seed by it.
@@ -107,7 +107,8 @@ const (
 type ImageManifest struct {
 	Kind    string `json:"kind"`
 	Version string `json:"version"`
-	// File is the image's base name in images/.
+	// File is the image's base name in images/ (in a builder's output
+	// folder: beside the manifest, see guest/image/artifact).
 	File   string `json:"file"`
 	SHA256 string `json:"sha256"`
 	Size   int64  `json:"size"`
@@ -126,8 +127,8 @@ type ImageManifest struct {
 	Boot *DirectBoot `json:"boot,omitempty"`
 }
 
-// DirectBoot names a kernel and an initramfs beside the image in images/ and
-// the kernel's command line.
+// DirectBoot names a kernel and an initramfs beside the image (in images/, or
+// in a builder's output folder) and the kernel's command line.
 type DirectBoot struct {
 	Kernel       string `json:"kernel"`
 	KernelSHA256 string `json:"kernelSha256"`

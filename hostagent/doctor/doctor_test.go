@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
-	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -89,7 +89,7 @@ func registerImages(t *testing.T, h home.Layout) {
 	for _, kind := range []home.ImageKind{home.Golden, home.Runtime} {
 		f := h.ImageFile(kind, "20261130T000000Z-abc")
 		os.WriteFile(f, []byte(string(kind)), 0o644)
-		sum, size, _ := images.FileSHA256(f)
+		sum, size, _ := artifact.FileSHA256(f)
 		b, _ := json.Marshal(protocol.ImageManifest{Kind: string(kind), Version: "20261130T000000Z-abc", File: filepath.Base(f), SHA256: sum, Size: size})
 		os.WriteFile(h.ImageManifest(kind, "20261130T000000Z-abc"), b, 0o644)
 	}

@@ -10,9 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
+	"github.com/google/renameio/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -140,7 +140,8 @@ const header = `# invisible-dots host settings (DESIGN.md 5). Written by "invisi
 #   cpuModel: recorded only when the default host,-vmx,-svm fails the probe
 `
 
-// Save writes host.yaml atomically (temporary file, then rename).
+// Save writes host.yaml atomically (temporary file, then rename), private to
+// the server's user.
 func Save(h home.Layout, c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
@@ -152,23 +153,15 @@ func Save(h home.Layout, c Config) error {
 	if err := os.MkdirAll(h.Config(), home.PrivateDirMode); err != nil {
 		return fmt.Errorf("create %s: %w", h.Config(), err)
 	}
-	tmp, err := os.CreateTemp(h.Config(), ".host.yaml.*")
+	f, err := renameio.NewPendingFile(h.HostConfig(), renameio.WithTempDir(h.Config()), renameio.WithPermissions(home.PrivateFileMode))
 	if err != nil {
 		return fmt.Errorf("write %s: %w", h.HostConfig(), err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(header + string(b)); err != nil {
-		tmp.Close()
+	defer f.Cleanup()
+	if _, err := f.WriteString(header + string(b)); err != nil {
 		return fmt.Errorf("write %s: %w", h.HostConfig(), err)
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", h.HostConfig(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", h.HostConfig(), err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Clean(h.HostConfig())); err != nil {
+	if err := f.CloseAtomicallyReplace(); err != nil {
 		return fmt.Errorf("write %s: %w", h.HostConfig(), err)
 	}
 	return nil

@@ -1,20 +1,24 @@
-// Package images finds the images registered under $HOME/images/ (ref 3.2):
-// golden disks and runtime ISOs, each beside its manifest. It lists them,
-// picks the newest, and verifies a file against its manifest's digest. The
-// builders (guest/image) write them; the driver and doctor read them here.
+// Package images keeps the images registered under $HOME/images/ (ref 3.2):
+// golden disks and runtime ISOs, each beside its manifest. It registers what
+// a builder wrote into a folder (guest/image/artifact) under the home's names,
+// lists the registered images, picks the newest, and verifies a file against
+// its manifest's digest. The driver and doctor read them here.
 package images
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
+	"github.com/google/renameio/v2"
+
+	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
@@ -84,19 +88,106 @@ func Get(h home.Layout, kind home.ImageKind, version string) (Image, error) {
 	return img, nil
 }
 
+// FindBuilt returns the newest registered image of a kind that was built
+// from the inputs digest names (a builder's versions are
+// "<date>-<digest of the inputs>") and still verifies.
+func FindBuilt(h home.Layout, kind home.ImageKind, digest string) (protocol.ImageManifest, bool) {
+	all, err := List(h, kind)
+	if err != nil {
+		return protocol.ImageManifest{}, false
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if strings.HasSuffix(all[i].Version, "-"+digest) {
+			if m, err := all[i].Verify(); err == nil {
+				return m, true
+			}
+		}
+	}
+	return protocol.ImageManifest{}, false
+}
+
+// Register copies the image a builder wrote (the manifest at manifestPath and
+// the files it names beside it) into h's images/ under the home's names,
+// read-only, and writes its manifest there last: that is what registers it.
+// An image of the same kind and version registered already and intact is
+// returned as it is.
+func Register(h home.Layout, manifestPath string) (Image, error) {
+	m, err := artifact.ReadManifest(manifestPath)
+	if err != nil {
+		return Image{}, err
+	}
+	kind := home.ImageKind(m.Kind)
+	if err := home.ValidVersion(m.Version); err != nil {
+		return Image{}, err
+	}
+	if img, err := Get(h, kind, m.Version); err == nil {
+		if _, err := img.Verify(); err == nil {
+			return img, nil
+		}
+	}
+	if err := os.MkdirAll(h.Images(), 0o755); err != nil {
+		return Image{}, fmt.Errorf("make %s: %w", h.Images(), err)
+	}
+	src := filepath.Dir(manifestPath)
+	img := Image{Kind: kind, Version: m.Version, File: h.ImageFile(kind, m.Version), ManifestPath: h.ImageManifest(kind, m.Version)}
+	type fileCopy struct{ from, to, sha256 string }
+	var copies []fileCopy
+	if b := m.Boot; b != nil {
+		boot := *b
+		kernel, initrd := h.GoldenKernel(m.Version), h.GoldenInitrd(m.Version)
+		copies = append(copies, fileCopy{filepath.Join(src, b.Kernel), kernel, b.KernelSHA256}, fileCopy{filepath.Join(src, b.Initrd), initrd, b.InitrdSHA256})
+		boot.Kernel, boot.Initrd = filepath.Base(kernel), filepath.Base(initrd)
+		m.Boot = &boot
+	}
+	copies = append(copies, fileCopy{filepath.Join(src, m.File), img.File, m.SHA256})
+	for _, c := range copies {
+		if err := copyImageFile(c.from, c.to, c.sha256); err != nil {
+			return Image{}, err
+		}
+	}
+	m.File = filepath.Base(img.File)
+	if err := artifact.WriteManifest(img.ManifestPath, m); err != nil {
+		return Image{}, err
+	}
+	return img, nil
+}
+
+// ImageFileMode is the mode of a registered image file: read-only, so a VM's
+// overlay never writes through to the golden disk it is based on.
+const ImageFileMode os.FileMode = 0o444
+
+// copyImageFile copies from to to, read-only, checking on the way that its
+// SHA-256 is the one its manifest says.
+func copyImageFile(from, to, want string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return fmt.Errorf("register %s: %w", from, err)
+	}
+	defer in.Close()
+	out, err := renameio.NewPendingFile(to, renameio.WithTempDir(filepath.Dir(to)), renameio.WithStaticPermissions(ImageFileMode))
+	if err != nil {
+		return fmt.Errorf("register %s: %w", from, err)
+	}
+	defer out.Cleanup()
+	sum := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(out, sum), in); err != nil {
+		return fmt.Errorf("copy %s to %s: %w", from, to, err)
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); got != want {
+		return fmt.Errorf("register %s: its SHA-256 is %s, its manifest says %s", from, got, want)
+	}
+	if err := out.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("copy %s to %s: %w", from, to, err)
+	}
+	return nil
+}
+
 // Manifest reads and validates the image's manifest, and checks that it
 // describes this file.
 func (img Image) Manifest() (protocol.ImageManifest, error) {
-	b, err := os.ReadFile(img.ManifestPath)
+	m, err := artifact.ReadManifest(img.ManifestPath)
 	if err != nil {
-		return protocol.ImageManifest{}, fmt.Errorf("read manifest: %w", err)
-	}
-	var m protocol.ImageManifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return protocol.ImageManifest{}, fmt.Errorf("parse %s: %w", img.ManifestPath, err)
-	}
-	if err := m.Validate(); err != nil {
-		return protocol.ImageManifest{}, fmt.Errorf("%s: %w", img.ManifestPath, err)
+		return protocol.ImageManifest{}, err
 	}
 	if m.Kind != string(img.Kind) || m.Version != img.Version || m.File != filepath.Base(img.File) {
 		return protocol.ImageManifest{}, fmt.Errorf("%s describes %s %s %q, not %s", img.ManifestPath, m.Kind, m.Version, m.File, filepath.Base(img.File))
@@ -113,7 +204,7 @@ func (img Image) Verify() (protocol.ImageManifest, error) {
 		return m, err
 	}
 	check := func(path, want string) error {
-		got, size, err := FileSHA256(path)
+		got, size, err := artifact.FileSHA256(path)
 		if err != nil {
 			return err
 		}
@@ -135,19 +226,4 @@ func (img Image) Verify() (protocol.ImageManifest, error) {
 		}
 	}
 	return m, nil
-}
-
-// FileSHA256 returns a file's SHA-256 in hex and its size.
-func FileSHA256(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, fmt.Errorf("hash %s: %w", path, err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, fmt.Errorf("hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }

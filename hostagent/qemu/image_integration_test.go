@@ -18,11 +18,10 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
-// These tests boot helper A's test image (a Debian cloud kernel and a
-// busybox initramfs running dot-agentd) under tcg. The image is built and
-// registered in a temporary home by A's entry point,
-// go run ./guest/image/cmd/test-image --home DIR, whose cache under _output/
-// makes every build after the first quick.
+// These tests boot the test image (a Debian cloud kernel and a busybox
+// initramfs running dot-agentd) under tcg. The image is built and registered
+// in a temporary home by go run ./hostagent/images/cmd/test-image --home DIR,
+// whose cache under _output/ makes every build after the first quick.
 
 var (
 	imageOnce sync.Once
@@ -44,8 +43,8 @@ func testImageHome(t testing.TB) home.Layout {
 			imageSkip = err.Error()
 			return
 		}
-		if _, err := os.Stat(filepath.Join(repo, "guest/image/cmd/test-image/main.go")); err != nil {
-			imageSkip = "the test image builder (guest/image/cmd/test-image) is not in this checkout"
+		if _, err := os.Stat(filepath.Join(repo, "hostagent/images/cmd/test-image/main.go")); err != nil {
+			imageSkip = "the test image builder (hostagent/images/cmd/test-image) is not in this checkout"
 			return
 		}
 		if _, err := FindBinaries(os.Getenv); err != nil {
@@ -58,7 +57,7 @@ func testImageHome(t testing.TB) home.Layout {
 			return
 		}
 		imageHome = dir
-		cmd := exec.Command("go", "run", "./guest/image/cmd/test-image", "--home", dir)
+		cmd := exec.Command("go", "run", "./hostagent/images/cmd/test-image", "--home", dir)
 		cmd.Dir = repo
 		out, err := cmd.CombinedOutput()
 		if err != nil {

@@ -14,10 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
-	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -48,7 +49,7 @@ func realDriver(t testing.TB) *Driver {
 	}
 	registerManifest(t, h, home.Golden, blankGolden, golden)
 	runtime := h.Runtime(blankRuntime)
-	if err := writeISO(runtime, protocol.RuntimeVolumeLabel, map[string][]byte{"manifest.json": []byte("{}")}); err != nil {
+	if err := isofs.Write(runtime, protocol.RuntimeVolumeLabel, map[string][]byte{"manifest.json": []byte("{}")}, home.PrivateFileMode); err != nil {
 		t.Fatal(err)
 	}
 	registerManifest(t, h, home.Runtime, blankRuntime, runtime)
@@ -66,7 +67,7 @@ func realDriver(t testing.TB) *Driver {
 
 func registerManifest(t testing.TB, h home.Layout, kind home.ImageKind, version, file string) {
 	t.Helper()
-	sum, size, err := images.FileSHA256(file)
+	sum, size, err := artifact.FileSHA256(file)
 	if err != nil {
 		t.Fatal(err)
 	}

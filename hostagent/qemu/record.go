@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/google/renameio/v2"
+
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -76,30 +78,18 @@ func writeRecord(path string, r record) error {
 	return replaceFile(path, append(b, '\n'), home.PrivateFileMode)
 }
 
-// replaceFile writes data to a temporary file beside path, syncs it and
-// renames it over path.
+// replaceFile writes data with mode to a temporary file beside path, syncs it
+// and renames it over path.
 func replaceFile(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(mode))
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
+	defer f.Cleanup()
+	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := f.CloseAtomicallyReplace(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

@@ -1,20 +1,15 @@
 package qemu
 
 import (
-	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 
-	"github.com/kdomanski/iso9660"
-
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
@@ -49,10 +44,7 @@ func seedFiles(id home.VMID, cfg protocol.GuestConfig) (map[string][]byte, strin
 		h.Write(part)
 	}
 	instanceID := "iid-" + id.String() + "-" + hex.EncodeToString(h.Sum(nil))[:16]
-	hostname := cfg.Hostname
-	if hostname == "" {
-		hostname = id.Name
-	}
+	hostname := cmp.Or(cfg.Hostname, id.Name)
 	metaData := []byte("instance-id: " + instanceID + "\nlocal-hostname: " + hostname + "\n")
 	return map[string][]byte{
 		protocol.SeedMetaDataFile:    metaData,
@@ -68,92 +60,8 @@ func writeSeed(dest string, id home.VMID, cfg protocol.GuestConfig) (string, err
 	if err != nil {
 		return "", err
 	}
-	if err := writeISO(dest, protocol.SeedVolumeLabel, files); err != nil {
+	if err := isofs.Write(dest, protocol.SeedVolumeLabel, files, home.PrivateFileMode); err != nil {
 		return "", err
 	}
 	return iid, nil
-}
-
-// writeISO writes files (name -> content, names as protocol defines them) as
-// an ISO 9660 image labelled label. The writer stages files in a private
-// temporary directory of its own (0700) and removes it.
-func writeISO(dest, label string, files map[string][]byte) error {
-	w, err := iso9660.NewWriter()
-	if err != nil {
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	defer w.Cleanup()
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := w.AddFile(bytes.NewReader(files[n]), n); err != nil {
-			return fmt.Errorf("write %s: add %s: %w", dest, n, err)
-		}
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(home.PrivateFileMode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	if err := w.WriteTo(tmp, label); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	if err := os.Rename(tmp.Name(), dest); err != nil {
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	return nil
-}
-
-// readISO returns the label and the root directory's files of an ISO, as
-// Linux shows them (no Rock Ridge: the ";1" version suffix dropped). Tests
-// read the seed back with it.
-func readISO(path string) (string, map[string][]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", nil, err
-	}
-	defer f.Close()
-	img, err := iso9660.OpenImage(f)
-	if err != nil {
-		return "", nil, fmt.Errorf("open %s as ISO 9660: %w", path, err)
-	}
-	label, err := img.Label()
-	if err != nil {
-		return "", nil, err
-	}
-	root, err := img.RootDir()
-	if err != nil {
-		return "", nil, err
-	}
-	children, err := root.GetChildren()
-	if err != nil {
-		return "", nil, err
-	}
-	out := map[string][]byte{}
-	for _, c := range children {
-		if c.IsDir() {
-			continue
-		}
-		b, err := io.ReadAll(c.Reader())
-		if err != nil {
-			return "", nil, err
-		}
-		out[strings.TrimSuffix(c.Name(), ";1")] = b
-	}
-	return label, out, nil
 }

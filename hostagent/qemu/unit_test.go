@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -86,7 +87,7 @@ func TestSeedISOReadBack(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("seed.iso mode = %v, want 0600 (it holds the token)", fi.Mode().Perm())
 	}
-	label, files, err := readISO(dest)
+	label, files, err := isofs.Read(dest)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@
 package setup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,13 +43,7 @@ type Deps struct {
 
 // Real returns the dependencies of the running machine.
 func Real(d doctor.Deps, out io.Writer) Deps {
-	user := os.Getenv("SUDO_USER")
-	if user == "" {
-		user = os.Getenv("USER")
-	}
-	if user == "" {
-		user = "$USER"
-	}
+	user := cmp.Or(os.Getenv("SUDO_USER"), os.Getenv("USER"), "$USER")
 	return Deps{
 		Doctor: d, Out: out, Euid: os.Geteuid(), User: user, LookPath: exec.LookPath,
 		Run: func(ctx context.Context, argv ...string) error {

@@ -2,8 +2,9 @@ package controlplane
 
 import (
 	"fmt"
-	"os"
+	"path/filepath"
 
+	"github.com/google/renameio/v2"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -29,14 +30,15 @@ func Kubeconfig(server string, caPEM []byte, token string) ([]byte, error) {
 // writeKubeconfig writes the kubeconfig with mode 0600, replacing it
 // atomically so a reader never sees half a file.
 func writeKubeconfig(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(0o600))
+	if err != nil {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
-	if err := os.Chmod(tmp, 0o600); err != nil {
+	defer f.Cleanup()
+	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := f.CloseAtomicallyReplace(); err != nil {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
 	return nil

@@ -54,6 +54,8 @@ const (
 	goldenPrefix     = "golden-"
 	runtimePrefix    = "runtime-"
 	goldenDiskExt    = ".qcow2"
+	goldenKernelExt  = ".vmlinuz"
+	goldenInitrdExt  = ".initrd"
 	runtimeISOExt    = ".iso"
 	manifestExt      = ".json"
 	goldenWorkPrefix = ".golden-"
@@ -173,6 +175,16 @@ func (h Layout) Golden(version string) string {
 // GoldenManifest is images/golden-<version>.json.
 func (h Layout) GoldenManifest(version string) string {
 	return filepath.Join(h.Root, ImagesDir, goldenPrefix+version+manifestExt)
+}
+
+// GoldenKernel and GoldenInitrd are images/golden-<version>.vmlinuz and
+// .initrd, the kernel and initramfs a golden image without a boot loader is
+// booted with (its manifest's boot section names them).
+func (h Layout) GoldenKernel(version string) string {
+	return filepath.Join(h.Root, ImagesDir, goldenPrefix+version+goldenKernelExt)
+}
+func (h Layout) GoldenInitrd(version string) string {
+	return filepath.Join(h.Root, ImagesDir, goldenPrefix+version+goldenInitrdExt)
 }
 
 // GoldenWork is images/.golden-<version>.work/, a golden build in progress.

@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/google/renameio/v2"
+
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -203,13 +205,15 @@ func takeOver(path string, seen, body []byte, holder *Record) (bool, error) {
 
 // createExclusive makes path with body, atomically: a reader sees no file or
 // the whole record, never an empty one. It reports false when path exists.
+// The record is written to a temporary file first and then linked, not
+// renamed, into place: a rename would replace a lock another process holds.
 func createExclusive(path string, body []byte) (bool, error) {
-	tmp, err := writeTemp(path, body)
+	f, err := pendingRecord(path, body)
 	if err != nil {
 		return false, err
 	}
-	defer os.Remove(tmp)
-	if err := os.Link(tmp, path); err != nil {
+	defer f.Cleanup()
+	if err := os.Link(f.Name(), path); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return false, nil
 		}
@@ -218,38 +222,34 @@ func createExclusive(path string, body []byte) (bool, error) {
 	return true, nil
 }
 
+// replace writes body over path, atomically.
 func replace(path string, body []byte) error {
-	tmp, err := writeTemp(path, body)
+	f, err := pendingRecord(path, body)
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
+	defer f.Cleanup()
+	if err := f.CloseAtomicallyReplace(); err != nil {
 		return fmt.Errorf("replace the lock %s: %w", path, err)
 	}
 	return nil
 }
 
-func writeTemp(path string, body []byte) (string, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+// pendingRecord writes body, synced and private, to a temporary file beside
+// path.
+func pendingRecord(path string, body []byte) (*renameio.PendingFile, error) {
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(0o600))
 	if err != nil {
-		return "", fmt.Errorf("write the lock %s: %w", path, err)
+		return nil, fmt.Errorf("write the lock %s: %w", path, err)
 	}
-	_, err = f.Write(body)
-	if serr := f.Sync(); err == nil {
-		err = serr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o600)
+	if _, err := f.Write(body); err == nil {
+		err = f.Sync()
 	}
 	if err != nil {
-		_ = os.Remove(f.Name())
-		return "", fmt.Errorf("write the lock %s: %w", path, err)
+		f.Cleanup()
+		return nil, fmt.Errorf("write the lock %s: %w", path, err)
 	}
-	return f.Name(), nil
+	return f, nil
 }
 
 // SetChild records the child process the holder runs on the lock's behalf

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"k8s.io/utils/ptr"
 )
 
 // BenchmarkAppendEvent stores one guest event per transaction, the event
@@ -14,7 +16,7 @@ func BenchmarkAppendEvent(b *testing.B) {
 	var n int64
 	for b.Loop() {
 		n++
-		if _, err := testStore.AppendEvents(ctx, Event{Dot: dot, Type: "task.progress", Source: SourceGuest, GuestSeq: seq(n)}); err != nil {
+		if _, err := testStore.AppendEvents(ctx, Event{Dot: dot, Type: "task.progress", Source: SourceGuest, GuestSeq: ptr.To(n)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -28,7 +30,7 @@ func BenchmarkEventsAfter(b *testing.B) {
 	batch := make([]Event, 0, 1000)
 	var first int64
 	for i := int64(1); i <= 10000; i++ {
-		batch = append(batch, Event{Dot: dot, Type: "task.progress", Source: SourceGuest, GuestSeq: seq(i)})
+		batch = append(batch, Event{Dot: dot, Type: "task.progress", Source: SourceGuest, GuestSeq: ptr.To(i)})
 		if len(batch) == cap(batch) {
 			stored, err := testStore.AppendEvents(ctx, batch...)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/utils/ptr"
 
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
 )
@@ -48,8 +49,6 @@ func newDot(name string) Dot {
 	return Dot{Namespace: "default", Name: name, UID: fmt.Sprintf("uid-%d-%d", time.Now().UnixNano(), n)}
 }
 
-func seq(n int64) *int64 { return &n }
-
 // summary is what a test compares of an event: the store fills in the rest.
 type summary struct {
 	Type     string
@@ -82,7 +81,7 @@ func TestAppendEventsIdempotent(t *testing.T) {
 	ctx := context.Background()
 	dot, other := newDot("helper"), newDot("helper")
 	guest := func(d Dot, n int64, typ string) Event {
-		return Event{Dot: d, Type: typ, Source: SourceGuest, GuestSeq: seq(n), Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))}
+		return Event{Dot: d, Type: typ, Source: SourceGuest, GuestSeq: ptr.To(n), Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))}
 	}
 
 	first, err := testStore.AppendEvents(ctx, guest(dot, 1, "agent.state"), guest(dot, 2, "task.progress"))

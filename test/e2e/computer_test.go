@@ -46,7 +46,7 @@ func TestComputerRealVM(t *testing.T) {
 	}
 	// The test image (a Debian cloud kernel and a busybox initramfs with our
 	// dot-agentd), registered as the home's newest images.
-	cvmRun(t, repoRoot, nil, "go", "run", "./guest/image/cmd/test-image", "--work", filepath.Join(repoRoot, "_output/test-image"), "--home", h.Root)
+	cvmRun(t, repoRoot, nil, "go", "run", "./hostagent/images/cmd/test-image", "--work", filepath.Join(repoRoot, "_output/test-image"), "--home", h.Root)
 	// tcg, explicitly: see the file comment.
 	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG}); err != nil {
 		t.Fatal(err)

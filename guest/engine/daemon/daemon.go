@@ -6,6 +6,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,24 +70,18 @@ type Config struct {
 
 // ConfigFromEnv reads the environment once (ref 8.8).
 func ConfigFromEnv(getenv func(string) string) Config {
-	or := func(v, def string) string {
-		if v == "" {
-			return def
-		}
-		return v
-	}
-	home := or(getenv(protocol.DotHomeEnv), protocol.DefaultDotHome)
+	home := cmp.Or(getenv(protocol.DotHomeEnv), protocol.DefaultDotHome)
 	return Config{
-		AgentSocket:   or(getenv(protocol.EnvAgentSocket), protocol.AgentSocketPath),
-		AgentdSocket:  or(getenv(protocol.EnvAgentdSocket), protocol.AgentdSocketPath),
-		AgentdBin:     or(getenv(protocol.EnvAgentdBin), protocol.RuntimeMountPoint+"/bin/dot-agentd"),
-		Workspace:     or(getenv(protocol.EnvWorkspace), path.Join(home, "workspace")),
-		StateDir:      or(getenv(protocol.EnvEngineState), DefaultStateDir),
+		AgentSocket:   cmp.Or(getenv(protocol.EnvAgentSocket), protocol.AgentSocketPath),
+		AgentdSocket:  cmp.Or(getenv(protocol.EnvAgentdSocket), protocol.AgentdSocketPath),
+		AgentdBin:     cmp.Or(getenv(protocol.EnvAgentdBin), protocol.RuntimeMountPoint+"/bin/dot-agentd"),
+		Workspace:     cmp.Or(getenv(protocol.EnvWorkspace), path.Join(home, "workspace")),
+		StateDir:      cmp.Or(getenv(protocol.EnvEngineState), DefaultStateDir),
 		NetworkCheck:  getenv(protocol.EnvNetworkCheck),
 		MCPCommand:    getenv(protocol.EnvMCPCommand),
-		ModelUser:     or(getenv(protocol.EnvModelUser), protocol.DefaultModelUser),
-		OpenRouterURL: or(getenv(protocol.EnvOpenRouterURL), openrouter.DefaultBaseURL),
-		BuiltinSkills: or(getenv(EnvBuiltinSkills), DefaultBuiltinSkills),
+		ModelUser:     cmp.Or(getenv(protocol.EnvModelUser), protocol.DefaultModelUser),
+		OpenRouterURL: cmp.Or(getenv(protocol.EnvOpenRouterURL), openrouter.DefaultBaseURL),
+		BuiltinSkills: cmp.Or(getenv(EnvBuiltinSkills), DefaultBuiltinSkills),
 		CrashAt:       getenv(EnvTestCrashAt),
 		Grace:         parseDuration(getenv(EnvTestGrace)),
 	}

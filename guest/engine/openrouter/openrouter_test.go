@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 )
 
 const testKey = "sk-or-v1-secret-test-key-0123456789"
@@ -126,8 +127,6 @@ func newTest(t *testing.T, answers ...func(http.ResponseWriter, *http.Request)) 
 	return c, f, s
 }
 
-func ptr[T any](v T) *T { return &v }
-
 const (
 	chunkText1 = `{"provider":"Fake","choices":[{"delta":{"role":"assistant","content":"Let me "}}]}`
 	chunkText2 = `{"choices":[{"delta":{"content":"look."}}]}`
@@ -162,7 +161,7 @@ func TestCompleteAssemblesTextToolCallsAndUsage(t *testing.T) {
 			{ID: "call_1", Name: "exec", Arguments: `{"command":"ls"}`},
 		},
 		FinishReason: "tool_calls",
-		Usage:        Usage{PromptTokens: 120, CompletionTokens: 30, CostUSD: ptr(0.00042)},
+		Usage:        Usage{PromptTokens: 120, CompletionTokens: 30, CostUSD: ptr.To(0.00042)},
 		Provider:     "Fake",
 		Attempts:     1,
 	}
@@ -238,12 +237,12 @@ func TestCompleteCost(t *testing.T) {
 		usage string
 		want  *float64
 	}{
-		"cost":                       {`{"prompt_tokens":1,"completion_tokens":2,"cost":0.5}`, ptr(0.5)},
+		"cost":                       {`{"prompt_tokens":1,"completion_tokens":2,"cost":0.5}`, ptr.To(0.5)},
 		"no cost reported":           {`{"prompt_tokens":1,"completion_tokens":2}`, nil},
 		"null cost":                  {`{"prompt_tokens":1,"completion_tokens":2,"cost":null}`, nil},
-		"zero cost (a free model)":   {`{"prompt_tokens":1,"completion_tokens":2,"cost":0}`, ptr(0.0)},
-		"byok adds the upstream":     {`{"prompt_tokens":1,"completion_tokens":2,"cost":0.001,"is_byok":true,"cost_details":{"upstream_inference_cost":0.02}}`, ptr(0.021)},
-		"upstream without byok only": {`{"prompt_tokens":1,"completion_tokens":2,"cost":0.25,"cost_details":{"upstream_inference_cost":0.25}}`, ptr(0.25)},
+		"zero cost (a free model)":   {`{"prompt_tokens":1,"completion_tokens":2,"cost":0}`, ptr.To(0.0)},
+		"byok adds the upstream":     {`{"prompt_tokens":1,"completion_tokens":2,"cost":0.001,"is_byok":true,"cost_details":{"upstream_inference_cost":0.02}}`, ptr.To(0.021)},
+		"upstream without byok only": {`{"prompt_tokens":1,"completion_tokens":2,"cost":0.25,"cost_details":{"upstream_inference_cost":0.25}}`, ptr.To(0.25)},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

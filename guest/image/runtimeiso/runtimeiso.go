@@ -1,12 +1,12 @@
 // Package runtimeiso writes the runtime ISO (ref 3.3): our code for the
 // guest, attached read-only to every VM and mounted at
 // /opt/invisible-dots: dot-agentd, the engine when it is built, the systemd
-// units and a manifest of what it holds. It is written with
-// github.com/kdomanski/iso9660, so no ISO tool is needed on any host.
+// units and a manifest of what it holds. It is written by guest/image/isofs,
+// so no ISO tool is needed on any host. Build writes it into a folder (see
+// guest/image/artifact); hostagent/images registers it in a home.
 package runtimeiso
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -15,15 +15,13 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
-	"github.com/kdomanski/iso9660"
-
+	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 //go:embed units
@@ -70,6 +68,10 @@ func Digest(files map[string][]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// Sum is the last part of a runtime ISO's version: the first 16 hex
+// characters of the files' Digest.
+func Sum(files map[string][]byte) string { return Digest(files)[:16] }
+
 // Write writes an ISO holding files plus manifest.json for version.
 func Write(dest, version string, files map[string][]byte) error {
 	manifest := protocol.RuntimeContents{Version: version, Files: map[string]string{}}
@@ -80,89 +82,49 @@ func Write(dest, version string, files map[string][]byte) error {
 	if err != nil {
 		return err
 	}
-	w, err := iso9660.NewWriter()
-	if err != nil {
-		return fmt.Errorf("start the runtime ISO: %w", err)
-	}
-	defer w.Cleanup()
 	all := map[string][]byte{protocol.RuntimeManifestFile: append(mb, '\n')}
 	for n, d := range files {
 		all[n] = d
 	}
-	names := make([]string, 0, len(all))
-	for n := range all {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := w.AddFile(bytes.NewReader(all[n]), n); err != nil {
-			return fmt.Errorf("add %s to the runtime ISO: %w", n, err)
-		}
-	}
-	tmp := dest + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if err := w.WriteTo(f, protocol.RuntimeVolumeLabel); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", dest, err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, 0o444); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dest)
+	return isofs.Write(dest, protocol.RuntimeVolumeLabel, all, 0o444)
 }
 
-// Register writes the runtime ISO of these binaries into home's images/
-// with its manifest, unless an ISO of the same contents is registered and
-// intact, which it returns instead.
-func Register(layout home.Layout, agentd, engine string, now time.Time) (protocol.ImageManifest, error) {
-	files, err := Contents(agentd, engine)
-	if err != nil {
-		return protocol.ImageManifest{}, err
+// Output names in the folder Build writes to.
+const (
+	ISOFile      = "runtime.iso"
+	ManifestFile = "runtime.json"
+)
+
+// Build writes the runtime ISO of files (see Contents) into out as ISOFile,
+// beside its manifest ManifestFile, and returns the manifest's path and
+// contents. The version is the build time and the files' Sum, so an ISO of
+// the same files can be found by it.
+func Build(out string, files map[string][]byte, now time.Time) (string, protocol.ImageManifest, error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", protocol.ImageManifest{}, fmt.Errorf("make the output folder %s: %w", out, err)
 	}
-	sum := Digest(files)[:16]
-	if all, err := images.List(layout, home.Runtime); err == nil {
-		for i := len(all) - 1; i >= 0; i-- {
-			if strings.HasSuffix(all[i].Version, "-"+sum) {
-				if m, err := all[i].Verify(); err == nil {
-					return m, nil
-				}
-			}
-		}
-	}
-	if err := os.MkdirAll(layout.Images(), 0o755); err != nil {
-		return protocol.ImageManifest{}, err
-	}
-	version := now.UTC().Format("20060102T150405Z") + "-" + sum
-	dest := layout.Runtime(version)
+	version := now.UTC().Format("20060102T150405Z") + "-" + Sum(files)
+	dest := filepath.Join(out, ISOFile)
 	if err := Write(dest, version, files); err != nil {
-		return protocol.ImageManifest{}, err
+		return "", protocol.ImageManifest{}, err
 	}
+	_, withEngine := files[protocol.RuntimeEngineFile]
 	m := protocol.ImageManifest{
-		Kind: protocol.ImageKindRuntime, Version: version, File: path.Base(dest),
+		Kind: protocol.ImageKindRuntime, Version: version, File: ISOFile,
 		Created:     now.UTC().Format(time.RFC3339),
-		Description: "runtime ISO: dot-agentd, units" + map[bool]string{true: ", dot-engine", false: ""}[engine != ""],
+		Description: "runtime ISO: dot-agentd, units" + map[bool]string{true: ", dot-engine", false: ""}[withEngine],
 		Inputs:      map[string]string{},
 	}
 	for n, data := range files {
 		m.Inputs[n] = fmt.Sprintf("%x", sha256.Sum256(data))
 	}
-	if m.SHA256, m.Size, err = images.FileSHA256(dest); err != nil {
-		return protocol.ImageManifest{}, err
+	var err error
+	if m.SHA256, m.Size, err = artifact.FileSHA256(dest); err != nil {
+		return "", protocol.ImageManifest{}, err
 	}
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return protocol.ImageManifest{}, err
+	mp := filepath.Join(out, ManifestFile)
+	if err := artifact.WriteManifest(mp, m); err != nil {
+		return "", protocol.ImageManifest{}, err
 	}
-	mp := layout.RuntimeManifest(version)
-	if err := os.WriteFile(mp+".tmp", append(b, '\n'), 0o644); err != nil {
-		return protocol.ImageManifest{}, err
-	}
-	return m, os.Rename(mp+".tmp", mp)
+	return mp, m, nil
 }

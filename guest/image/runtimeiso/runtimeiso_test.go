@@ -4,52 +4,27 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/kdomanski/iso9660"
 
+	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // readISO returns the label and every file of an ISO by path.
 func readISO(t *testing.T, path string) (string, map[string][]byte) {
 	t.Helper()
-	f, err := os.Open(path)
+	label, files, err := isofs.Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	img, err := iso9660.OpenImage(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	label, _ := img.Label()
-	root, _ := img.RootDir()
-	files := map[string][]byte{}
-	var walk func(dir *iso9660.File, prefix string)
-	walk = func(dir *iso9660.File, prefix string) {
-		kids, err := dir.GetChildren()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range kids {
-			if k.IsDir() {
-				walk(k, prefix+k.Name()+"/")
-				continue
-			}
-			b, _ := io.ReadAll(k.Reader())
-			files[prefix+k.Name()] = b
-		}
-	}
-	walk(root, "")
 	return label, files
 }
 
@@ -61,21 +36,41 @@ func fakeBinaries(t *testing.T) (string, string) {
 	return a, e
 }
 
-func TestRegisterWritesAReadableISO(t *testing.T) {
+func build(t *testing.T, agentd, engine string, now time.Time) (string, protocol.ImageManifest) {
+	t.Helper()
+	files, err := Contents(agentd, engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	path, m, err := Build(out, files, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path != filepath.Join(out, ManifestFile) {
+		t.Fatalf("Build() wrote its manifest to %s, want %s", path, filepath.Join(out, ManifestFile))
+	}
+	return out, m
+}
+
+func TestBuildWritesAReadableISO(t *testing.T) {
 	agentd, engine := fakeBinaries(t)
-	h, _ := home.New(t.TempDir())
-	m, err := Register(h, agentd, engine, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	out, m := build(t, agentd, engine, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	read, err := artifact.ReadManifest(filepath.Join(out, ManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := images.Latest(h, home.Runtime)
-	if err != nil {
-		t.Fatal(err)
+	if diff := cmp.Diff(m, read); diff != "" {
+		t.Fatalf("the manifest on disk differs from the one returned (-returned +disk):\n%s", diff)
 	}
-	if _, err := img.Verify(); err != nil {
-		t.Fatalf("the registered ISO does not verify against its manifest: %v", err)
+	iso := filepath.Join(out, m.File)
+	if sum, size, err := artifact.FileSHA256(iso); err != nil || sum != m.SHA256 || size != m.Size {
+		t.Fatalf("the ISO hashes to %s, %d bytes (%v); its manifest says %s, %d", sum, size, err, m.SHA256, m.Size)
 	}
-	label, files := readISO(t, img.File)
+	if fi, err := os.Stat(iso); err != nil || fi.Mode().Perm() != 0o444 {
+		t.Fatalf("the ISO's mode = %v (%v), want read-only 0444", fi.Mode().Perm(), err)
+	}
+	label, files := readISO(t, iso)
 	if label != protocol.RuntimeVolumeLabel {
 		t.Fatalf("label %q, want %q", label, protocol.RuntimeVolumeLabel)
 	}
@@ -99,29 +94,30 @@ func TestRegisterWritesAReadableISO(t *testing.T) {
 	if contents.Version != m.Version || contents.Files[protocol.RuntimeAgentdFile] != fmt.Sprintf("%x", sha256.Sum256([]byte("agentd binary"))) {
 		t.Fatalf("manifest.json = %+v, want version %s and dot-agentd's digest", contents, m.Version)
 	}
-	// The same inputs again are a no-op; a changed binary is a new version.
-	again, err := Register(h, agentd, engine, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	if err != nil || again.Version != m.Version {
-		t.Fatalf("registering unchanged inputs gave %s (%v), want %s again", again.Version, err, m.Version)
+}
+
+// The version ends in the files' Sum: the same files give the same one, a
+// changed binary another, so a registered ISO of the same files can be found.
+func TestVersionSaysWhatTheISOHolds(t *testing.T) {
+	agentd, engine := fakeBinaries(t)
+	_, m := build(t, agentd, engine, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	_, again := build(t, agentd, engine, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	files, _ := Contents(agentd, engine)
+	digest := func(version string) string { _, d, _ := strings.Cut(version, "-"); return d }
+	if digest(m.Version) != Sum(files) || digest(again.Version) != Sum(files) {
+		t.Fatalf("the same files gave versions %s and %s, want both to end in the files' sum %s", m.Version, again.Version, Sum(files))
 	}
 	os.WriteFile(agentd, []byte("agentd binary v2"), 0o755)
-	newer, err := Register(h, agentd, engine, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	if err != nil || newer.Version == m.Version {
-		t.Fatalf("a changed dot-agentd gave version %s (%v), want a new one", newer.Version, err)
-	}
-	if latest, _ := images.Latest(h, home.Runtime); latest.Version != newer.Version {
-		t.Fatalf("the newest registered runtime is %s, want %s", latest.Version, newer.Version)
+	_, newer := build(t, agentd, engine, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	if newer.Version == m.Version {
+		t.Fatalf("a changed dot-agentd gave version %s again, want a new one", newer.Version)
 	}
 }
 
 func TestWithoutEngine(t *testing.T) {
 	agentd, _ := fakeBinaries(t)
-	h, _ := home.New(t.TempDir())
-	m, err := Register(h, agentd, "", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, files := readISO(t, h.Runtime(m.Version))
+	out, m := build(t, agentd, "", time.Now())
+	_, files := readISO(t, filepath.Join(out, m.File))
 	if _, ok := files[protocol.RuntimeEngineFile]; ok {
 		t.Fatal("an ISO built without an engine holds one")
 	}

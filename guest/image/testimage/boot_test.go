@@ -17,18 +17,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdomanski/iso9660"
-
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
+	"github.com/invisible-dots/invisible-dots/guest/image/runtimeiso"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
-	"github.com/invisible-dots/invisible-dots/hostagent/images"
-	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
-// builtImage registers the test image in a fresh home from the cache `make
+// tcgCPUModel is the host agent's CPU model under TCG (hostconfig.CPUModelTCG
+// in the host agent, which guest/ does not import).
+const tcgCPUModel = "qemu64,-vmx,-svm"
+
+// image is one built image: its manifest and the folder holding its files.
+type image struct {
+	dir string
+	protocol.ImageManifest
+}
+
+// path is the path of a file the manifest names.
+func (i image) path(name string) string { return filepath.Join(i.dir, name) }
+
+// builtImage builds the test image into a fresh folder from the cache `make
 // test-image` fills, or skips when that has not run: downloading a kernel is
 // not a unit test's business.
-func builtImage(t testing.TB) (home.Layout, images.Image, images.Image) {
+func builtImage(t testing.TB) (golden, runtime image) {
 	t.Helper()
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		t.Skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
@@ -44,21 +54,20 @@ func builtImage(t testing.TB) (home.Layout, images.Image, images.Image) {
 	if len(k) == 0 || len(b) == 0 {
 		t.Skipf("the test image is not built: run make test-image (it caches Debian's packages in %s)", work)
 	}
-	layout, _ := home.New(t.TempDir())
+	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := Build(ctx, Options{Home: layout, Repo: repo, Work: work, Log: t.Logf}); err != nil {
+	res, err := Build(ctx, Options{Out: out, Repo: repo, Work: work, Log: t.Logf})
+	if err != nil {
 		t.Fatalf("build the test image: %v", err)
 	}
-	g, err := images.Latest(layout, home.Golden)
-	if err != nil {
-		t.Fatal(err)
+	if res.GoldenManifest != filepath.Join(out, ManifestFile) || res.RuntimeManifest != filepath.Join(out, runtimeiso.ManifestFile) {
+		t.Fatalf("Build() wrote the manifests %q and %q, want both in %s", res.GoldenManifest, res.RuntimeManifest, out)
 	}
-	r, err := images.Latest(layout, home.Runtime)
-	if err != nil {
-		t.Fatal(err)
+	if res.Golden.Boot == nil {
+		t.Fatalf("the test image's manifest has no boot section: %+v", res.Golden)
 	}
-	return layout, g, r
+	return image{out, res.Golden}, image{out, res.Runtime}
 }
 
 // vm is one boot of the test image, started the way ref 3.4's argv starts a
@@ -75,21 +84,15 @@ type vm struct {
 }
 
 func writeSeed(path string, gc protocol.GuestConfig) error {
-	w, err := iso9660.NewWriter()
+	cfg, err := json.Marshal(gc)
 	if err != nil {
 		return err
 	}
-	defer w.Cleanup()
-	cfg, _ := json.Marshal(gc)
-	w.AddFile(bytes.NewReader(cfg), protocol.SeedGuestConfigFile)
-	w.AddFile(strings.NewReader("instance-id: iid-test\nlocal-hostname: "+gc.Hostname+"\n"), protocol.SeedMetaDataFile)
-	w.AddFile(strings.NewReader("#cloud-config\n"), protocol.SeedUserDataFile)
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return w.WriteTo(f, protocol.SeedVolumeLabel)
+	return isofs.Write(path, protocol.SeedVolumeLabel, map[string][]byte{
+		protocol.SeedGuestConfigFile: cfg,
+		protocol.SeedMetaDataFile:    []byte("instance-id: iid-test\nlocal-hostname: " + gc.Hostname + "\n"),
+		protocol.SeedUserDataFile:    []byte("#cloud-config\n"),
+	}, 0o600)
 }
 
 func freePort(t testing.TB) int {
@@ -110,28 +113,23 @@ func newDisk(t testing.TB, golden, dir string) string {
 	return disk
 }
 
-func bootVM(t testing.TB, g, r images.Image, dir, disk, token string) *vm {
+func bootVM(t testing.TB, g, r image, dir, disk, token string) *vm {
 	t.Helper()
-	m, err := g.Manifest()
-	if err != nil || m.Boot == nil {
-		t.Fatalf("golden manifest %+v: %v", m, err)
-	}
 	seed := filepath.Join(dir, "seed.iso")
 	if err := writeSeed(seed, protocol.GuestConfig{DotID: "test/boot", Token: token, Hostname: "boot"}); err != nil {
 		t.Fatal(err)
 	}
 	v := &vm{t: t, port: freePort(t), token: token, serial: filepath.Join(dir, "serial.log"), exited: make(chan struct{})}
 	v.url = fmt.Sprintf("http://127.0.0.1:%d", v.port)
-	imgDir := filepath.Dir(g.File)
 	v.cmd = exec.Command("qemu-system-x86_64",
-		"-name", "invisible-dot-test.boot", "-machine", "q35", "-accel", "tcg", "-cpu", hostconfig.CPUModelTCG, "-smp", "1", "-m", "512",
+		"-name", "invisible-dot-test.boot", "-machine", "q35", "-accel", "tcg", "-cpu", tcgCPUModel, "-smp", "1", "-m", "512",
 		"-drive", "if=virtio,file="+disk+",format=qcow2,discard=unmap",
-		"-drive", "if=virtio,file="+r.File+",format=raw,readonly=on",
+		"-drive", "if=virtio,file="+r.path(r.File)+",format=raw,readonly=on",
 		"-drive", "if=virtio,file="+seed+",format=raw,readonly=on",
 		"-netdev", fmt.Sprintf("user,id=net0,hostfwd=tcp:127.0.0.1:%d-:%d", v.port, protocol.AgentdPort),
 		"-device", "virtio-net-pci,netdev=net0", "-device", "virtio-rng-pci",
 		"-serial", "file:"+v.serial, "-display", "none",
-		"-kernel", filepath.Join(imgDir, m.Boot.Kernel), "-initrd", filepath.Join(imgDir, m.Boot.Initrd), "-append", m.Boot.Append)
+		"-kernel", g.path(g.Boot.Kernel), "-initrd", g.path(g.Boot.Initrd), "-append", g.Boot.Append)
 	var qlog bytes.Buffer
 	v.cmd.Stdout, v.cmd.Stderr = &qlog, &qlog
 	if err := v.cmd.Start(); err != nil {
@@ -218,9 +216,9 @@ func (v *vm) exec(command string) protocol.ExecResponse {
 // capability, the token out of dot's reach, files on the Dot's own disk
 // surviving a restart, and a poweroff that ends QEMU by itself.
 func TestBootTestImage(t *testing.T) {
-	_, g, r := builtImage(t)
+	g, r := builtImage(t)
 	dir := t.TempDir()
-	disk := newDisk(t, g.File, dir)
+	disk := newDisk(t, g.path(g.File), dir)
 	token := "boot-test-token-" + hex.EncodeToString([]byte("0123456789"))
 	v := bootVM(t, g, r, dir, disk, token)
 	took := v.waitProof(4 * time.Minute)
@@ -236,7 +234,7 @@ func TestBootTestImage(t *testing.T) {
 	}
 	// With an engine on the runtime ISO, its health comes through
 	// dot-agentd (the engine starts a moment after the daemon).
-	if rm, err := r.Manifest(); err == nil && rm.Inputs[protocol.RuntimeEngineFile] != "" {
+	if r.Inputs[protocol.RuntimeEngineFile] != "" {
 		deadline := time.Now().Add(2 * time.Minute)
 		for string(h.Agent) == "null" && time.Now().Before(deadline) {
 			time.Sleep(500 * time.Millisecond)
@@ -325,10 +323,10 @@ echo poweroff 2>&1 > /run/invisible-dots-power/request; echo "power=$?"
 // BenchmarkBootToProof is QEMU start to the first answered proof through
 // the forward, under TCG (the accelerator of these machines' tests).
 func BenchmarkBootToProof(b *testing.B) {
-	_, g, r := builtImage(b)
+	g, r := builtImage(b)
 	for i := 0; i < b.N; i++ {
 		dir := b.TempDir()
-		disk := newDisk(b, g.File, dir)
+		disk := newDisk(b, g.path(g.File), dir)
 		v := bootVM(b, g, r, dir, disk, "bench-token-0123456789")
 		took := v.waitProof(4 * time.Minute)
 		b.ReportMetric(took.Seconds(), "s/boot")

@@ -2,13 +2,14 @@
 // kernel from Debian's own package, an initramfs holding busybox (from
 // busybox-static), our static dot-agentd, the three users and an init that
 // reads the NoCloud seed, brings up the network and starts dot-agentd, and a
-// small qcow2 disk the Dot's overlay sits on. It registers the image, with the
-// runtime ISO (package runtimeiso), in $INVISIBLE_DOTS_HOME/images/.
+// small qcow2 disk the Dot's overlay sits on. It writes the image, with the
+// runtime ISO (package runtimeiso), into an output folder (see
+// guest/image/artifact), from which hostagent/images registers both in a home.
 //
 // Everything comes from Debian packages fetched with `apt-get download` (no
-// install) and from this repository. Outputs are cached under a work
-// directory (the Makefile's _output/test-image), and registering unchanged
-// inputs again is a no-op.
+// install) and from this repository. Downloads are cached under a work
+// directory (the Makefile's _output/test-image), and an image whose inputs
+// are unchanged since it was registered is not built again.
 package testimage
 
 import (
@@ -18,7 +19,6 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,10 +30,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/renameio/v2"
+
+	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
 	"github.com/invisible-dots/invisible-dots/guest/image/cpio"
 	"github.com/invisible-dots/invisible-dots/guest/image/runtimeiso"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -106,40 +108,52 @@ nogroup:x:65534:
 `
 )
 
-// Options says where to build and where to register.
+// Output names in the folder Build writes to. The runtime ISO's are
+// runtimeiso.ISOFile and runtimeiso.ManifestFile.
+const (
+	DiskFile     = "golden.qcow2"
+	KernelFile   = "golden.vmlinuz"
+	InitrdFile   = "golden.initrd"
+	ManifestFile = "golden.json"
+)
+
+// Options says where to build and what is built already.
 type Options struct {
-	// Home is the INVISIBLE_DOTS_HOME the images are registered in.
-	Home home.Layout
+	// Out is the folder the images are written to, each beside its manifest.
+	Out string
 	// Repo is this repository's root (holding go.mod).
 	Repo string
-	// Work caches downloads and build outputs between runs.
+	// Work caches downloads and build steps between runs.
 	Work string
 	// Log receives one line per step; nil discards.
 	Log func(format string, args ...any)
+	// Registered returns an image of a kind (protocol.ImageKindGolden or
+	// protocol.ImageKindRuntime) registered already, intact, and built from
+	// the inputs digest names (its version ends in "-"+digest). Such an image
+	// is not built again. Nil finds none.
+	Registered func(kind, digest string) (protocol.ImageManifest, bool)
 }
 
-// Result names what is registered.
+// Result says what was built.
 type Result struct {
 	Golden, Runtime protocol.ImageManifest
-	// Reused is true when the golden image of these inputs was registered
-	// already.
-	Reused bool
+	// GoldenManifest and RuntimeManifest are the manifests written in
+	// Options.Out; empty for an image Options.Registered returned, which was
+	// not built again.
+	GoldenManifest, RuntimeManifest string
 }
 
-// Build builds (or reuses) the test image and the runtime ISO and registers
-// both in o.Home.
+// Build builds the test image and the runtime ISO into o.Out, each unless it
+// is registered already.
 func Build(ctx context.Context, o Options) (Result, error) {
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
 	}
-	if err := home.QEMUPathProblem(o.Home.Root); err != nil {
-		return Result{}, err
-	}
-	if err := os.MkdirAll(o.Home.Images(), 0o755); err != nil {
-		return Result{}, fmt.Errorf("make %s: %w", o.Home.Images(), err)
+	if o.Registered == nil {
+		o.Registered = func(string, string) (protocol.ImageManifest, bool) { return protocol.ImageManifest{}, false }
 	}
 	b := &builder{o: o, bin: filepath.Join(o.Work, "bin"), debs: filepath.Join(o.Work, "debs"), x: filepath.Join(o.Work, "x")}
-	for _, d := range []string{b.bin, b.debs, b.x} {
+	for _, d := range []string{o.Out, b.bin, b.debs, b.x} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return Result{}, fmt.Errorf("make the work directory %s: %w", d, err)
 		}
@@ -158,16 +172,24 @@ func Build(ctx context.Context, o Options) (Result, error) {
 			return Result{}, err
 		}
 	}
-	rt, err := runtimeiso.Register(o.Home, agentd, engine, time.Now())
+	var res Result
+	files, err := runtimeiso.Contents(agentd, engine)
 	if err != nil {
 		return Result{}, err
 	}
-	o.Log("runtime ISO %s registered", rt.Version)
-	golden, reused, err := b.golden(ctx, agentd, launch)
-	if err != nil {
+	if m, ok := o.Registered(protocol.ImageKindRuntime, runtimeiso.Sum(files)); ok {
+		o.Log("runtime ISO %s already registered", m.Version)
+		res.Runtime = m
+	} else {
+		if res.RuntimeManifest, res.Runtime, err = runtimeiso.Build(o.Out, files, time.Now()); err != nil {
+			return Result{}, err
+		}
+		o.Log("runtime ISO %s built", res.Runtime.Version)
+	}
+	if res.Golden, res.GoldenManifest, err = b.golden(ctx, agentd, launch); err != nil {
 		return Result{}, err
 	}
-	return Result{Golden: golden, Runtime: rt, Reused: reused}, nil
+	return res, nil
 }
 
 type builder struct {
@@ -245,26 +267,28 @@ func (b *builder) extract(ctx context.Context, deb string) (string, error) {
 // changing, so the digest moves.
 const builderVersion = "testimage/1"
 
-func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.ImageManifest, bool, error) {
+// golden builds the test image into Out and returns its manifest and the
+// manifest's path, or the registered image of the same inputs and no path.
+func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.ImageManifest, string, error) {
 	kpkg, err := kernelPackage(ctx)
 	if err != nil {
-		return protocol.ImageManifest{}, false, err
+		return protocol.ImageManifest{}, "", err
 	}
 	kdeb, err := aptDownload(ctx, b.debs, kpkg)
 	if err != nil {
-		return protocol.ImageManifest{}, false, err
+		return protocol.ImageManifest{}, "", err
 	}
 	bdeb, err := aptDownload(ctx, b.debs, BusyboxPackage)
 	if err != nil {
-		return protocol.ImageManifest{}, false, err
+		return protocol.ImageManifest{}, "", err
 	}
 	inputs := map[string]string{}
 	digest := sha256.New()
 	fmt.Fprintln(digest, builderVersion, KernelAppend, HomeDiskBytes, HomeInodes)
 	for _, in := range []struct{ name, path string }{{filepath.Base(kdeb), kdeb}, {filepath.Base(bdeb), bdeb}, {"dot-agentd", agentd}, {"dots-launch", launch}} {
-		sum, _, err := images.FileSHA256(in.path)
+		sum, _, err := artifact.FileSHA256(in.path)
 		if err != nil {
-			return protocol.ImageManifest{}, false, err
+			return protocol.ImageManifest{}, "", err
 		}
 		inputs[in.name] = sum
 		fmt.Fprintln(digest, in.name, sum)
@@ -278,32 +302,32 @@ func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.I
 		return err
 	})
 	if err != nil {
-		return protocol.ImageManifest{}, false, err
+		return protocol.ImageManifest{}, "", err
 	}
 	fmt.Fprintln(digest, strings.Join(Modules, ","))
 	sum := hex.EncodeToString(digest.Sum(nil))[:16]
-	if m, ok := b.registered(sum); ok {
+	if m, ok := b.o.Registered(protocol.ImageKindGolden, sum); ok {
 		b.o.Log("test image %s already registered", m.Version)
-		return m, true, nil
+		return m, "", nil
 	}
 	kdir, err := b.extract(ctx, kdeb)
 	if err != nil {
-		return protocol.ImageManifest{}, false, err
+		return protocol.ImageManifest{}, "", err
 	}
 	bdir, err := b.extract(ctx, bdeb)
 	if err != nil {
-		return protocol.ImageManifest{}, false, err
+		return protocol.ImageManifest{}, "", err
 	}
 	version := time.Now().UTC().Format("20060102T150405Z") + "-" + sum
 	work := filepath.Join(b.o.Work, "golden-"+version)
 	if err := os.MkdirAll(work, 0o755); err != nil {
-		return protocol.ImageManifest{}, false, err
+		return protocol.ImageManifest{}, "", err
 	}
 	defer os.RemoveAll(work)
 
 	kernels, _ := filepath.Glob(filepath.Join(kdir, "boot", "vmlinuz-*"))
 	if len(kernels) != 1 {
-		return protocol.ImageManifest{}, false, fmt.Errorf("%s holds %d kernels, want one", kdeb, len(kernels))
+		return protocol.ImageManifest{}, "", fmt.Errorf("%s holds %d kernels, want one", kdeb, len(kernels))
 	}
 	kver := strings.TrimPrefix(filepath.Base(kernels[0]), "vmlinuz-")
 	busybox := filepath.Join(bdir, "bin", "busybox")
@@ -312,66 +336,41 @@ func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.I
 		ModulesDir: filepath.Join(kdir, "lib", "modules", kver),
 	})
 	if err != nil {
-		return protocol.ImageManifest{}, false, err
-	}
-	disk := filepath.Join(work, "disk.qcow2")
-	if err := makeHomeDisk(ctx, busybox, filepath.Join(work, "disk.raw"), disk); err != nil {
-		return protocol.ImageManifest{}, false, err
-	}
-	initrdPath := filepath.Join(work, "initrd")
-	if err := os.WriteFile(initrdPath, initrd, 0o644); err != nil {
-		return protocol.ImageManifest{}, false, err
+		return protocol.ImageManifest{}, "", err
 	}
 	inputs["kernel"] = kver
 	m := protocol.ImageManifest{
-		Kind: protocol.ImageKindGolden, Version: version,
+		Kind: protocol.ImageKindGolden, Version: version, File: DiskFile,
 		Description: fmt.Sprintf("test image: Debian cloud kernel %s, busybox initramfs with dot-agentd", kver),
 		Inputs:      inputs,
-		Boot:        &protocol.DirectBoot{Append: KernelAppend},
+		Boot:        &protocol.DirectBoot{Kernel: KernelFile, Initrd: InitrdFile, Append: KernelAppend},
 	}
-	h := b.o.Home
-	goldenPath := h.Golden(version)
-	base := strings.TrimSuffix(goldenPath, filepath.Ext(goldenPath))
-	kernelDest, initrdDest := base+".vmlinuz", base+".initrd"
-	for _, c := range []struct{ from, to string }{{kernels[0], kernelDest}, {initrdPath, initrdDest}, {disk, goldenPath}} {
-		if err := copyFile(c.from, c.to, 0o444); err != nil {
-			return protocol.ImageManifest{}, false, err
-		}
+	disk, kernel, initrdPath := filepath.Join(b.o.Out, m.File), filepath.Join(b.o.Out, m.Boot.Kernel), filepath.Join(b.o.Out, m.Boot.Initrd)
+	if err := makeHomeDisk(ctx, busybox, filepath.Join(work, "disk.raw"), disk); err != nil {
+		return protocol.ImageManifest{}, "", err
 	}
-	if m.SHA256, m.Size, err = images.FileSHA256(goldenPath); err != nil {
-		return protocol.ImageManifest{}, false, err
+	if err := writeFile(initrdPath, bytes.NewReader(initrd), 0o444); err != nil {
+		return protocol.ImageManifest{}, "", err
 	}
-	m.File = filepath.Base(goldenPath)
-	m.Boot.Kernel, m.Boot.Initrd = filepath.Base(kernelDest), filepath.Base(initrdDest)
-	if m.Boot.KernelSHA256, _, err = images.FileSHA256(kernelDest); err != nil {
-		return protocol.ImageManifest{}, false, err
+	if err := copyFile(kernels[0], kernel, 0o444); err != nil {
+		return protocol.ImageManifest{}, "", err
 	}
-	if m.Boot.InitrdSHA256, _, err = images.FileSHA256(initrdDest); err != nil {
-		return protocol.ImageManifest{}, false, err
+	if m.SHA256, m.Size, err = artifact.FileSHA256(disk); err != nil {
+		return protocol.ImageManifest{}, "", err
+	}
+	if m.Boot.KernelSHA256, _, err = artifact.FileSHA256(kernel); err != nil {
+		return protocol.ImageManifest{}, "", err
+	}
+	if m.Boot.InitrdSHA256, _, err = artifact.FileSHA256(initrdPath); err != nil {
+		return protocol.ImageManifest{}, "", err
 	}
 	m.Created = time.Now().UTC().Format(time.RFC3339)
-	// The manifest is written last: it is what registers the image.
-	if err := writeManifest(h.GoldenManifest(version), m); err != nil {
-		return protocol.ImageManifest{}, false, err
+	mp := filepath.Join(b.o.Out, ManifestFile)
+	if err := artifact.WriteManifest(mp, m); err != nil {
+		return protocol.ImageManifest{}, "", err
 	}
-	b.o.Log("test image %s registered (kernel %s)", version, kver)
-	return m, false, nil
-}
-
-// registered finds a golden image of this digest that still verifies.
-func (b *builder) registered(sum string) (protocol.ImageManifest, bool) {
-	all, err := images.List(b.o.Home, home.Golden)
-	if err != nil {
-		return protocol.ImageManifest{}, false
-	}
-	for i := len(all) - 1; i >= 0; i-- {
-		if strings.HasSuffix(all[i].Version, "-"+sum) {
-			if m, err := all[i].Verify(); err == nil {
-				return m, true
-			}
-		}
-	}
-	return protocol.ImageManifest{}, false
+	b.o.Log("test image %s built (kernel %s)", version, kver)
+	return m, mp, nil
 }
 
 // makeHomeDisk makes the golden disk: an ext2 file system labelled HomeLabel
@@ -575,38 +574,26 @@ func copyFile(from, to string, mode os.FileMode) error {
 		return err
 	}
 	defer in.Close()
-	tmp := to + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
+	if err := writeFile(to, in, mode); err != nil {
+		return fmt.Errorf("copy %s: %w", from, err)
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("copy %s to %s: %w", from, to, err)
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, to)
+	return nil
 }
 
-func writeManifest(path string, m protocol.ImageManifest) error {
-	if err := m.Validate(); err != nil {
-		return fmt.Errorf("internal: the manifest being registered is invalid: %w", err)
-	}
-	b, err := json.MarshalIndent(m, "", "  ")
+// writeFile writes r to path with mode, replacing any file there at once.
+func writeFile(path string, r io.Reader, mode os.FileMode) error {
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(mode))
 	if err != nil {
-		return err
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
+	defer f.Cleanup()
+	if _, err := io.Copy(f, r); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return os.Rename(tmp, path)
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
 
 var errNoRepo = errors.New("no go.mod found above the working directory: pass --repo")

@@ -1,10 +1,11 @@
 // Command test-image builds the test image and the runtime ISO and registers
 // them in a home (what `make test-image` runs; e2e tests call it too):
 //
-//	go run ./guest/image/cmd/test-image [--home DIR] [--work DIR] [--repo DIR]
+//	go run ./hostagent/images/cmd/test-image [--home DIR] [--work DIR] [--repo DIR]
 //
 // --home defaults to INVISIBLE_DOTS_HOME (or ~/.invisible-dots), --work to
-// _output/test-image under the repository.
+// _output/test-image under the repository. An image whose inputs are
+// unchanged since it was registered is not built again.
 package main
 
 import (
@@ -16,6 +17,8 @@ import (
 	"path/filepath"
 
 	"github.com/invisible-dots/invisible-dots/guest/image/testimage"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -50,14 +53,39 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if err := home.QEMUPathProblem(h.Root); err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "test-image: "+format+"\n", args...) }
+	if err := os.MkdirAll(*work, 0o755); err != nil {
+		return fmt.Errorf("make the work directory %s: %w", *work, err)
+	}
+	out, err := os.MkdirTemp(*work, "out-")
+	if err != nil {
+		return fmt.Errorf("make the output folder: %w", err)
+	}
+	defer os.RemoveAll(out)
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	res, err := testimage.Build(ctx, testimage.Options{
-		Home: h, Repo: *repo, Work: *work,
-		Log: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "test-image: "+format+"\n", args...) },
+		Out: out, Repo: *repo, Work: *work, Log: logf,
+		Registered: func(kind, digest string) (protocol.ImageManifest, bool) {
+			return images.FindBuilt(h, home.ImageKind(kind), digest)
+		},
 	})
 	if err != nil {
 		return err
+	}
+	for _, m := range []struct{ what, path string }{{"runtime ISO", res.RuntimeManifest}, {"test image", res.GoldenManifest}} {
+		if m.path == "" {
+			continue
+		}
+		img, err := images.Register(h, m.path)
+		if err != nil {
+			return err
+		}
+		logf("%s %s registered", m.what, img.Version)
 	}
 	fmt.Printf("golden  %s\nruntime %s\nhome    %s\n", res.Golden.Version, res.Runtime.Version, h.Root)
 	return nil

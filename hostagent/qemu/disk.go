@@ -1,0 +1,87 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/images"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+)
+
+// ensureDisk creates the overlay on first use and returns the golden image
+// version it sits on.
+func (d *Driver) ensureDisk(ctx context.Context, vm home.VM, spec driver.Spec) (string, error) {
+	if _, err := os.Stat(vm.Disk()); err == nil {
+		return d.backingVersion(ctx, vm.Disk())
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if spec.GoldenImage == "" {
+		return "", fmt.Errorf("no golden image named for the new disk (register one: make test-image, or invisible-dots image build)")
+	}
+	img, err := images.Get(d.home, home.Golden, spec.GoldenImage)
+	if err != nil {
+		return "", err
+	}
+	if err := home.QEMUPathProblem(img.File); err != nil {
+		return "", err
+	}
+	// qemu-img writes the overlay itself, so it is made under a temporary
+	// name and renamed into place here rather than written through renameio,
+	// which only replaces files this process writes.
+	tmp := filepath.Join(vm.Dir, ".disk.qcow2.creating")
+	_ = os.Remove(tmp)
+	args := []string{"create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", img.File, tmp}
+	if spec.DiskBytes > 0 {
+		args = append(args, fmt.Sprintf("%d", spec.DiskBytes))
+	}
+	if out, err := d.runImg(ctx, args...); err != nil {
+		_ = os.Remove(tmp)
+		return "", fmt.Errorf("create the overlay on %s: %w: %s", filepath.Base(img.File), err, strings.TrimSpace(out))
+	}
+	if err := os.Chmod(tmp, home.PrivateFileMode); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, vm.Disk()); err != nil {
+		return "", fmt.Errorf("create the overlay: %w", err)
+	}
+	return spec.GoldenImage, nil
+}
+
+func (d *Driver) runImg(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.bin.Img, args...)
+	cmd.Env = allowlistedEnvironment(d.environ())
+	cmd.Dir = d.home.Root
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// backingVersion reads which golden image an existing overlay sits on.
+func (d *Driver) backingVersion(ctx context.Context, disk string) (string, error) {
+	// -U: a running QEMU holds the image's lock; info only reads.
+	out, err := d.runImg(ctx, "info", "-U", "--output=json", disk)
+	if err != nil {
+		return "", fmt.Errorf("read the overlay %s: %w: %s", disk, err, strings.TrimSpace(out))
+	}
+	var info struct {
+		Backing string `json:"backing-filename"`
+	}
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		return "", fmt.Errorf("read the overlay %s: %w", disk, err)
+	}
+	kind, version, ok := home.ParseImageFile(filepath.Base(info.Backing))
+	if !ok || kind != home.Golden {
+		return "", fmt.Errorf("the overlay %s sits on %q, not on a registered golden image: destroy the VM to make a new disk", disk, info.Backing)
+	}
+	return version, nil
+}
