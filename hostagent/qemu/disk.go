@@ -24,10 +24,15 @@ func (d *Driver) ensureDisk(ctx context.Context, vm home.VM, spec driver.Spec) (
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", err
 	}
-	if spec.GoldenImage == "" {
-		return "", fmt.Errorf("no golden image named for the new disk (register one: make test-image, or invisible-dots image build)")
+	// The spec's version, else the newest registered (Latest says how to
+	// register one when there is none).
+	var img images.Image
+	var err error
+	if spec.GoldenImage != "" {
+		img, err = images.Get(d.home, home.Golden, spec.GoldenImage)
+	} else {
+		img, err = images.Latest(d.home, home.Golden)
 	}
-	img, err := images.Get(d.home, home.Golden, spec.GoldenImage)
 	if err != nil {
 		return "", err
 	}
@@ -53,7 +58,7 @@ func (d *Driver) ensureDisk(ctx context.Context, vm home.VM, spec driver.Spec) (
 	if err := os.Rename(tmp, vm.Disk()); err != nil {
 		return "", fmt.Errorf("create the overlay: %w", err)
 	}
-	return spec.GoldenImage, nil
+	return img.Version, nil
 }
 
 func (d *Driver) runImg(ctx context.Context, args ...string) (string, error) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -49,14 +51,12 @@ type Driver struct {
 	guest   *guestclient.Client
 	environ func() []string
 
-	// Timeouts of ref 3.4; tests shorten them.
-	ListenTimeout time.Duration // QEMU must listen on the guest port within this
-	AliveCheck    time.Duration // and still run this long after
-	PoweroffGrace time.Duration // a guest that accepted poweroff has this long
-	KillGrace     time.Duration // a killed QEMU must be gone within this
-	PoweroffCall  time.Duration // the poweroff request itself
-	StartAttempts int           // tries when QEMU reports the port taken
-	pollInterval  time.Duration
+	// KillWait is how long Kill and Destroy wait for a killed QEMU to
+	// exit before they return (the caller looks again later).
+	KillWait     time.Duration
+	pollInterval time.Duration
+	// version is QEMU's, read once by New.
+	version hostconfig.Version
 	// pickPort is freePort; a test hands out a taken port first.
 	pickPort func() (int, error)
 
@@ -75,9 +75,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	}
 	d := &Driver{
 		home: o.Home, bin: o.Binaries, boot: o.Boot, guest: o.Guest, environ: o.Environ,
-		ListenTimeout: 30 * time.Second, AliveCheck: time.Second,
-		PoweroffGrace: 60 * time.Second, KillGrace: 10 * time.Second, PoweroffCall: 15 * time.Second,
-		StartAttempts: 5, pollInterval: 50 * time.Millisecond, pickPort: freePort,
+		KillWait: time.Second, pollInterval: 20 * time.Millisecond, pickPort: freePort,
 		vmLocks: map[home.VMID]*sync.Mutex{}, children: map[int]*child{}, exits: map[home.VMID]exitInfo{},
 	}
 	if o.Config != nil {
@@ -106,6 +104,7 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	if v.Less(hostconfig.MinQEMU) {
 		return nil, fmt.Errorf("%s is QEMU %s, older than the %s this needs: install a newer QEMU (sudo apt-get install -y qemu-system-x86 qemu-utils)", d.bin.System, v, hostconfig.MinQEMU)
 	}
+	d.version = v
 	if d.boot == nil {
 		d.boot = home.CurrentBoot
 	}
@@ -116,6 +115,28 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 		d.environ = os.Environ
 	}
 	return d, nil
+}
+
+// Accelerator is the accelerator QEMU runs guests with (kvm or tcg).
+func (d *Driver) Accelerator() string { return d.cfg.EffectiveAccelerator() }
+
+// QEMUVersion is the version of the host's QEMU.
+func (d *Driver) QEMUVersion() string { return d.version.String() }
+
+// Images implements driver.Driver: the golden and runtime images registered
+// in the home.
+func (d *Driver) Images(context.Context) ([]driver.Image, error) {
+	var out []driver.Image
+	for _, kind := range []home.ImageKind{home.Golden, home.Runtime} {
+		list, err := images.List(d.home, kind)
+		if err != nil {
+			return nil, err
+		}
+		for _, img := range list {
+			out = append(out, driver.Image{Kind: kind, Version: img.Version})
+		}
+	}
+	return out, nil
 }
 
 // lock serialises the operations that change one VM.
@@ -178,6 +199,14 @@ func (d *Driver) observe(_ context.Context, id home.VMID) (driver.Observation, *
 	case gone:
 		obs.Exited = true
 		obs.LogTail = d.logTail(vm)
+		last := lastStartLog(vm)
+		obs.PortTaken = strings.Contains(last, portTakenMessage)
+		if strings.Contains(last, diskLockedMessage) {
+			// A QEMU without a record (an agent killed between the spawn
+			// and qemu.json) still runs on this disk; QEMU's own image lock
+			// kept a second one off it.
+			obs.LogTail += fmt.Sprintf("\nanother QEMU holds the disk: find it with `pgrep -af %s` and stop it", vm.QEMUName())
+		}
 		d.mu.Lock()
 		if e, ok := d.exits[id]; ok && e.pid == rec.PID && e.startTicks == rec.ProcStartTicks {
 			obs.ExitStatus = e.status
@@ -214,9 +243,6 @@ func (d *Driver) validateSpec(spec driver.Spec) error {
 	if spec.MemoryMiB < 64 {
 		return fmt.Errorf("start %s: memory %d MiB is below 64 MiB", spec.ID, spec.MemoryMiB)
 	}
-	if spec.RuntimeImage == "" {
-		return fmt.Errorf("start %s: no runtime image named (register one: make test-image, or invisible-dots image build)", spec.ID)
-	}
 	return nil
 }
 
@@ -247,7 +273,11 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Observatio
 	if err != nil {
 		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
 	}
-	m, err := d.machineFor(vm, spec, golden)
+	runtime, err := d.runtimeFor(spec)
+	if err != nil {
+		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
+	}
+	m, err := d.machineFor(vm, spec.CPUs, spec.MemoryMiB, golden, runtime)
 	if err != nil {
 		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
 	}
@@ -255,103 +285,82 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Observatio
 	if _, err := writeSeed(vm.Seed(), spec.ID, gcfg); err != nil {
 		return obs, fmt.Errorf("start %s: write the seed: %w", spec.ID, err)
 	}
-	attempts := d.StartAttempts
-	if attempts < 1 {
-		attempts = 1
+	port, err := d.pickPort()
+	if err != nil {
+		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
 	}
-	var lastErr error
-	for i := 0; i < attempts; i++ {
-		port, err := d.pickPort()
-		if err != nil {
-			return obs, err
-		}
-		m.GuestPort = port
-		retry, err := d.spawnAndWait(ctx, vm, m, golden, spec.RuntimeImage)
-		if err == nil {
-			o, _, err := d.observe(ctx, spec.ID)
-			return o, err
-		}
-		lastErr = err
-		if !retry {
-			break
-		}
+	m.GuestPort = port
+	if err := d.spawn(vm, m, golden, runtime); err != nil {
+		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
 	}
-	return obs, fmt.Errorf("start %s: %w", spec.ID, lastErr)
+	o, _, err := d.observe(ctx, spec.ID)
+	return o, err
 }
 
-// Stop implements driver.Driver (ref 3.4): poweroff through the guest, up to
-// PoweroffGrace for QEMU to exit by itself, then the kill rule and SIGKILL.
-func (d *Driver) Stop(ctx context.Context, id home.VMID, token string) (driver.StopResult, error) {
+// runtimeFor is the runtime image a start uses: the spec's, else the newest
+// registered.
+func (d *Driver) runtimeFor(spec driver.Spec) (string, error) {
+	if spec.RuntimeImage != "" {
+		return spec.RuntimeImage, nil
+	}
+	img, err := images.Latest(d.home, home.Runtime)
+	if err != nil {
+		return "", err
+	}
+	return img.Version, nil
+}
+
+// Poweroff implements driver.Driver (ref 3.4): the guest is asked, and the
+// caller watches for QEMU's exit.
+func (d *Driver) Poweroff(ctx context.Context, id home.VMID, token string) error {
+	obs, err := d.Observe(ctx, id)
+	if err != nil {
+		return err
+	}
+	if obs.State != driver.Running {
+		return fmt.Errorf("poweroff %s: %w (state %s)", id, driver.ErrNotRunning, obs.State)
+	}
+	if token == "" {
+		return fmt.Errorf("poweroff %s: no guest token", id)
+	}
+	return d.guest.Poweroff(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token})
+}
+
+// Kill implements driver.Driver: SIGKILL under the kill rule, a short wait,
+// and the record cleared once the process is gone.
+func (d *Driver) Kill(ctx context.Context, id home.VMID) (driver.KillResult, error) {
 	if err := id.Validate(); err != nil {
-		return driver.StopResult{}, err
+		return driver.KillResult{}, err
 	}
 	unlock := d.lock(id)
 	defer unlock()
-	return d.stop(ctx, id, token)
-}
-
-func (d *Driver) stop(ctx context.Context, id home.VMID, token string) (driver.StopResult, error) {
 	vm := d.home.VM(id)
 	obs, rec, err := d.observe(ctx, id)
 	if err != nil {
-		return driver.StopResult{}, err
+		return driver.KillResult{}, err
 	}
+	res := driver.KillResult{WasRunning: obs.State == driver.Running}
 	switch obs.State {
 	case driver.Error:
-		return driver.StopResult{}, fmt.Errorf("stop %s: %w: %s", id, driver.ErrVMError, obs.Problem)
-	case driver.Stopped:
-		// A record whose process is gone or which is from another boot is
-		// cleared, so a pid recycled later cannot make it look alive.
-		if rec != nil {
-			if err := os.Remove(vm.QEMUJSON()); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return driver.StopResult{}, fmt.Errorf("stop %s: %w", id, err)
-			}
-		}
-		return driver.StopResult{}, nil
-	}
-	res := driver.StopResult{WasRunning: true}
-	tgt := guestclient.Target{Port: rec.GuestPort, PID: rec.PID, Token: token}
-	defer d.guest.Forget(tgt)
-	poweredOff := false
-	if token != "" {
-		pctx, cancel := context.WithTimeout(ctx, d.PoweroffCall)
-		err := d.guest.Poweroff(pctx, tgt)
-		cancel()
-		// A guest that does not accept the poweroff cannot power itself off:
-		// it is killed at once.
-		if err == nil && d.waitGone(ctx, *rec, d.PoweroffGrace) {
-			poweredOff = true
-		}
-	}
-	if ctx.Err() != nil {
-		return res, fmt.Errorf("stop %s: %w", id, ctx.Err())
-	}
-	if poweredOff {
-		res.PoweredOff = true
-	} else {
+		return res, fmt.Errorf("kill %s: %w: %s", id, driver.ErrVMError, obs.Problem)
+	case driver.Running:
 		if err := d.kill(*rec); err != nil {
-			return res, fmt.Errorf("stop %s: %w", id, err)
+			return res, fmt.Errorf("kill %s: %w", id, err)
 		}
-		if !d.waitGone(ctx, *rec, d.KillGrace) {
-			return res, fmt.Errorf("stop %s: qemu pid %d is still there %s after SIGKILL", id, rec.PID, d.KillGrace)
+		if !d.waitGone(ctx, *rec, d.KillWait) {
+			return res, nil // not gone yet: the next look sees it go
 		}
-		res.Killed = true
 	}
-	if err := os.Remove(vm.QEMUJSON()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return res, fmt.Errorf("stop %s: %w", id, err)
+	// A record whose process is gone, or which is from another boot, is
+	// cleared, so a pid recycled later cannot make it look alive.
+	if rec != nil {
+		d.guest.Forget(guestclient.Target{Port: rec.GuestPort, PID: rec.PID})
+		if err := os.Remove(vm.QEMUJSON()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return res, fmt.Errorf("kill %s: %w", id, err)
+		}
 	}
+	res.Gone = true
 	return res, nil
-}
-
-// Reboot implements driver.Driver: a stop and a start, not a reset.
-func (d *Driver) Reboot(ctx context.Context, spec driver.Spec) (driver.Observation, error) {
-	if err := d.validateSpec(spec); err != nil {
-		return driver.Observation{}, err
-	}
-	if _, err := d.Stop(ctx, spec.ID, spec.Token); err != nil {
-		return driver.Observation{}, fmt.Errorf("reboot: %w", err)
-	}
-	return d.Start(ctx, spec)
 }
 
 // Destroy implements driver.Driver: kill without a poweroff, then remove the
@@ -374,8 +383,8 @@ func (d *Driver) Destroy(ctx context.Context, id home.VMID) error {
 		if err := d.kill(*rec); err != nil {
 			return fmt.Errorf("destroy %s: %w", id, err)
 		}
-		if !d.waitGone(ctx, *rec, d.KillGrace) {
-			return fmt.Errorf("destroy %s: qemu pid %d is still there %s after SIGKILL", id, rec.PID, d.KillGrace)
+		if !d.waitGone(ctx, *rec, d.KillWait) {
+			return fmt.Errorf("destroy %s: qemu pid %d was killed: %w", id, rec.PID, driver.ErrStillRunning)
 		}
 		d.guest.Forget(guestclient.Target{Port: rec.GuestPort, PID: rec.PID})
 	}

@@ -1,9 +1,6 @@
 package qemu
 
 import (
-	"cmp"
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,13 +9,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // portTakenMessage is what QEMU prints when the guest port was taken between
-// picking it and QEMU binding it (ref 3.4, measured); the start retries.
+// picking it and QEMU binding it (ref 3.4, measured): the start is tried
+// again (Observation.PortTaken).
 const portTakenMessage = "Could not set up host forwarding rule"
 
 // maxQEMULog is the size past which QEMU's log is started over at a start.
@@ -61,7 +58,7 @@ func (d *Driver) childOf(pid int) *child {
 }
 
 // machineFor resolves the images and builds the machine (without its port).
-func (d *Driver) machineFor(vm home.VM, spec driver.Spec, golden string) (machine, error) {
+func (d *Driver) machineFor(vm home.VM, cpus int, memoryMiB int64, golden, runtime string) (machine, error) {
 	gimg, err := images.Get(d.home, home.Golden, golden)
 	if err != nil {
 		return machine{}, err
@@ -70,14 +67,14 @@ func (d *Driver) machineFor(vm home.VM, spec driver.Spec, golden string) (machin
 	if err != nil {
 		return machine{}, err
 	}
-	rimg, err := images.Get(d.home, home.Runtime, spec.RuntimeImage)
+	rimg, err := images.Get(d.home, home.Runtime, runtime)
 	if err != nil {
 		return machine{}, err
 	}
 	m := machine{
 		Binary: d.bin.System, Name: vm.QEMUName(),
 		Accelerator: d.cfg.EffectiveAccelerator(), CPUModel: d.cfg.EffectiveCPUModel(),
-		CPUs: spec.CPUs, MemoryMiB: spec.MemoryMiB,
+		CPUs: cpus, MemoryMiB: memoryMiB,
 		Disk: vm.Disk(), Seed: vm.Seed(), Runtime: rimg.File, SerialLog: vm.SerialLog(),
 	}
 	if b := gman.Boot; b != nil {
@@ -93,13 +90,16 @@ func (d *Driver) machineFor(vm home.VM, spec driver.Spec, golden string) (machin
 	return m, nil
 }
 
-// spawnAndWait starts QEMU, records it, and waits until the guest port
-// listens and QEMU still runs AliveCheck later. retry is true when QEMU
-// reported the port taken.
-func (d *Driver) spawnAndWait(ctx context.Context, vm home.VM, m machine, golden, runtime string) (retry bool, err error) {
+// startMarker begins each start's part of QEMU's log.
+const startMarker = "=== "
+
+// spawn starts QEMU detached and writes its record; it does not wait for
+// the guest port. What QEMU says if it exits at once is read back by
+// Observe from its log.
+func (d *Driver) spawn(vm home.VM, m machine, golden, runtime string) error {
 	args := qemuArgs(m)
 	if f := hasForbiddenFlag(args); f != "" {
-		return false, fmt.Errorf("internal: qemu argv holds the forbidden flag %s", f)
+		return fmt.Errorf("internal: qemu argv holds the forbidden flag %s", f)
 	}
 	flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND
 	if fi, err := os.Stat(vm.QEMULog()); err == nil && fi.Size() > maxQEMULog {
@@ -109,10 +109,9 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm home.VM, m machine, golden
 	}
 	logf, err := os.OpenFile(vm.QEMULog(), flags, home.PrivateFileMode)
 	if err != nil {
-		return false, fmt.Errorf("open %s: %w", vm.QEMULog(), err)
+		return fmt.Errorf("open %s: %w", vm.QEMULog(), err)
 	}
-	fmt.Fprintf(logf, "=== %s start, guest port %d ===\n", time.Now().UTC().Format(time.RFC3339), m.GuestPort)
-	offset, _ := logf.Seek(0, 2)
+	fmt.Fprintf(logf, "%s%s start, guest port %d ===\n", startMarker, time.Now().UTC().Format(time.RFC3339), m.GuestPort)
 	cmd := &exec.Cmd{
 		Path:   args[0],
 		Args:   args,
@@ -120,14 +119,14 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm home.VM, m machine, golden
 		Dir:    d.home.Root,
 		Stdout: logf,
 		Stderr: logf,
-		// Its own session: QEMU outlives the server and is not hit by the
+		// Its own session: QEMU outlives the agent and is not hit by the
 		// terminal's signals (Ctrl+C stops the server, not the Dots).
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
 	startErr := cmd.Start()
 	logf.Close()
 	if startErr != nil {
-		return false, fmt.Errorf("spawn %s: %w", args[0], startErr)
+		return fmt.Errorf("spawn %s: %w", args[0], startErr)
 	}
 	c := &child{id: vm.ID, pid: cmd.Process.Pid, done: make(chan struct{})}
 	if info, err := readProc(c.pid); err == nil && info.Exists {
@@ -153,7 +152,7 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm home.VM, m machine, golden
 	stamp, err := d.boot()
 	if err != nil {
 		d.killChild(c)
-		return false, err
+		return err
 	}
 	rec := record{
 		PID: c.pid, GuestPort: m.GuestPort, Stamp: stamp, ProcStartTicks: c.startTicks,
@@ -161,57 +160,21 @@ func (d *Driver) spawnAndWait(ctx context.Context, vm home.VM, m machine, golden
 		CPUs: m.CPUs, MemoryMiB: m.MemoryMiB,
 	}
 	if err := writeRecord(vm.QEMUJSON(), rec); err != nil {
+		// Without its record the QEMU could not be told from a stranger:
+		// it goes now, while it is provably ours.
 		d.killChild(c)
-		return false, err
+		return err
 	}
-	fail := func(what string) (bool, error) {
-		d.killChild(c)
-		_ = os.Remove(vm.QEMUJSON())
-		log := readFrom(vm.QEMULog(), offset, 4096)
-		status := ""
-		if c.exited() && c.state != nil {
-			status = " (" + c.state.String() + ")"
-		}
-		hint := ""
-		if strings.Contains(log, diskLockedMessage) {
-			// A QEMU without a record (a server killed between the spawn and
-			// qemu.json) still runs on this disk; QEMU's own image lock kept
-			// a second one off it.
-			hint = fmt.Sprintf(" (another QEMU holds the disk: find it with `pgrep -af %s` and stop it)", vm.QEMUName())
-		}
-		return strings.Contains(log, portTakenMessage), fmt.Errorf("qemu %s%s; its log %s says: %s%s", what, status, vm.QEMULog(), cmp.Or(log, "(nothing)"), hint)
-	}
+	return nil
+}
 
-	deadline := time.NewTimer(d.ListenTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(d.pollInterval)
-	defer tick.Stop()
-	for !portAccepts(m.GuestPort) {
-		select {
-		case <-c.done:
-			return fail("exited before it listened on the guest port")
-		case <-deadline.C:
-			return fail(fmt.Sprintf("did not listen on guest port %d within %s and was killed", m.GuestPort, d.ListenTimeout))
-		case <-ctx.Done():
-			_, err := fail("start was cancelled")
-			return false, errors.Join(ctx.Err(), err)
-		case <-tick.C:
-		}
+// lastStartLog is what QEMU wrote since its last start (up to 4 KiB).
+func lastStartLog(vm home.VM) string {
+	s := tail(vm.QEMULog(), 4096)
+	if i := strings.LastIndex(s, startMarker); i >= 0 {
+		return s[i:]
 	}
-	// The second look catches what fails just after the network is up (QEMU
-	// checks the CPU model when it builds the machine).
-	select {
-	case <-c.done:
-		return fail("exited right after it listened")
-	case <-time.After(d.AliveCheck):
-	case <-ctx.Done():
-		_, err := fail("start was cancelled")
-		return false, errors.Join(ctx.Err(), err)
-	}
-	if c.exited() {
-		return fail("exited right after it listened")
-	}
-	return false, nil
+	return s
 }
 
 // killChild kills a QEMU this driver spawned during a failed start and reaps
@@ -223,6 +186,6 @@ func (d *Driver) killChild(c *child) {
 	}
 	select {
 	case <-c.done:
-	case <-time.After(d.KillGrace):
+	case <-time.After(d.KillWait):
 	}
 }
