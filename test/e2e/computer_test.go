@@ -22,7 +22,6 @@ import (
 	"time"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
@@ -37,20 +36,10 @@ func TestComputerRealVM(t *testing.T) {
 	if _, err := qemu.FindBinaries(os.Getenv); err != nil {
 		t.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
 	}
-	h, err := home.New(newHome(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Ensure(); err != nil {
-		t.Fatal(err)
-	}
 	// The test image (a Debian cloud kernel and a busybox initramfs with our
-	// dot-agentd), registered as the home's newest images.
-	cvmRun(t, repoRoot, nil, "go", "run", "./hostagent/images/cmd/test-image", "--work", filepath.Join(repoRoot, "_output/test-image"), "--home", h.Root)
-	// tcg, explicitly: see the file comment.
-	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG}); err != nil {
-		t.Fatal(err)
-	}
+	// dot-agentd), registered as the home's newest images, and tcg,
+	// explicitly: see the file comment.
+	h := vmHome(t)
 
 	name := "e2e-vm"
 	vm := h.VM(home.VMID{Namespace: "default", Name: name})

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -228,4 +229,13 @@ func TestLeaderElection(t *testing.T) {
 	})
 	t.Logf("FIGURE leader killed to hand-over: %s (Lease of 15 s)", time.Since(killed).Round(time.Second))
 	api.mustKubectl("delete", "dot", "fare-watch", "--wait=true", "--timeout=60s")
+}
+
+// runKubectl runs the real kubectl with a kubeconfig and returns its
+// combined output.
+func runKubectl(kubeconfig string, args ...string) (string, error) {
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Dir = repoRoot
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
