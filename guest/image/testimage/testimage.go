@@ -319,9 +319,11 @@ func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.I
 		return protocol.ImageManifest{}, "", err
 	}
 	version := time.Now().UTC().Format("20060102T150405Z") + "-" + sum
-	work := filepath.Join(b.o.Work, "golden-"+version)
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		return protocol.ImageManifest{}, "", err
+	// Builds may share Work and start in the same second (make test-image
+	// and a test's build): each has a scratch folder of its own.
+	work, err := os.MkdirTemp(b.o.Work, "golden-"+version+"-")
+	if err != nil {
+		return protocol.ImageManifest{}, "", fmt.Errorf("make a scratch folder in %s: %w", b.o.Work, err)
 	}
 	defer os.RemoveAll(work)
 
