@@ -6,6 +6,7 @@ package integration
 import (
 	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ var (
 	cancel    context.CancelFunc
 	testLog   logr.Logger
 	fakeHost  *fake.Host
+	managers  sync.WaitGroup
 )
 
 func TestIntegration(t *testing.T) {
@@ -73,8 +75,10 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	for _, m := range []ctrl.Manager{central, hostAgent} {
+		managers.Add(1)
 		go func() {
 			defer GinkgoRecover()
+			defer managers.Done()
 			Expect(m.Start(suiteCtx)).To(Succeed())
 		}()
 	}
@@ -83,11 +87,14 @@ var _ = BeforeSuite(func() {
 })
 
 var _ = AfterSuite(func() {
-	if cp != nil {
-		cp.Stop(context.Background())
-	}
+	// The managers first (the leader gives its Lease back), then the API
+	// server they talk to.
 	if cancel != nil {
 		cancel()
+	}
+	managers.Wait()
+	if cp != nil {
+		cp.Stop(context.Background())
 	}
 })
 
