@@ -134,6 +134,11 @@ func (r *DotReconciler) reconcileComputer(ctx context.Context, s *dotScope) erro
 		return nil
 	}
 	s.computer = computer
+	if pin := dot.Spec.Computer.Host; pin != "" && computer.Spec.NodeName != "" && pin != computer.Spec.NodeName && dot.Generation != dot.Status.ObservedGeneration {
+		// A computer never moves: its disk lives on its host.
+		r.Recorder.Eventf(dot, computer, corev1.EventTypeWarning, "HostPinIgnored", "Place",
+			"spec.computer.host says %s, but Computer %s is on host %s and never moves (its disk lives there); delete the Dot to make its computer anew on %s", pin, computer.Name, computer.Spec.NodeName, pin)
+	}
 	want := computer.DeepCopy()
 	want.Spec.CPU = dot.Spec.Computer.CPU
 	want.Spec.Memory = quantityOr(dot.Spec.Computer.Memory, protocol.Bounds.MemoryGiB.Default)
