@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -197,6 +198,40 @@ var _ = Describe("Hosts", Ordered, func() {
 		}).Should(Succeed())
 	})
 })
+
+var _ = Describe("A host deleted for good", func() {
+	It("lets its Computers be deleted, saying their disks were not cleaned", func() {
+		c := &secondHost{name: "fake-host-gone", host: fake.NewHost()}
+		c.start()
+		DeferCleanup(c.stop)
+		vm := computerOn(c.name, dotsv1.RunAlways, "default")
+		eventuallyComputer(vm, runningAndReady)
+		c.stop()
+
+		By("deleting its Computer while the agent is away: it waits for the host")
+		Expect(k8sClient.Delete(suiteCtx, vm)).To(Succeed())
+		Consistently(func() error {
+			return k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(vm), &dotsv1.Computer{})
+		}, "2s").Should(Succeed())
+
+		By("kubectl delete host: the machine is gone, the Computer goes")
+		Expect(k8sClient.Delete(suiteCtx, &dotsv1.Host{ObjectMeta: metav1.ObjectMeta{Name: c.name}})).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(vm), &dotsv1.Computer{}))
+		}).Should(BeTrue())
+		Eventually(func() []string { return eventReasons(vm) }).Should(ContainElement("DiskNotCleaned"))
+		Expect(isRunningOnHostOf(c.host, vm)).To(BeTrue(), "nothing on the machine was touched")
+	})
+})
+
+func isRunningOnHostOf(h *fake.Host, c *dotsv1.Computer) bool {
+	for _, id := range h.Running() {
+		if id == idOf(c) {
+			return true
+		}
+	}
+	return false
+}
 
 var _ = Describe("Two writers of a Dot's conditions", func() {
 	It("never undo each other", func() {
