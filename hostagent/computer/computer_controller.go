@@ -55,6 +55,9 @@ var writer = patch.Writer{Name: ControllerName, Conditions: []string{dotsv1.Read
 const (
 	runningPoll    = 10 * time.Second
 	transitionPoll = time.Second
+	// startingPoll: a starting guest is asked for its health twice a
+	// second, so Ready follows its boot closely.
+	startingPoll = 500 * time.Millisecond
 	stoppedPoll    = 30 * time.Second
 	errorPoll      = 30 * time.Second
 	healthCall     = 5 * time.Second
@@ -370,7 +373,9 @@ func (r *Reconciler) requeue(s *scope) ctrl.Result {
 	case s.obs.State == driver.Running && s.computer.Status.StopDeadline != nil:
 		// STOPPING: watch for QEMU's exit, and kill at the deadline.
 		return ctrl.Result{RequeueAfter: transitionPoll}
-	case s.obs.State == driver.Running && (s.healthErr != nil):
+	case s.obs.State == driver.Running && s.healthErr != nil && s.prev.State != dotsv1.ComputerRunning:
+		return ctrl.Result{RequeueAfter: startingPoll}
+	case s.obs.State == driver.Running && s.healthErr != nil:
 		return ctrl.Result{RequeueAfter: transitionPoll}
 	case s.obs.State == driver.Running:
 		return ctrl.Result{RequeueAfter: runningPoll}
