@@ -55,6 +55,13 @@ func newTestReconciler(drv driver.Driver, objs ...client.Object) (*Reconciler, c
 	}, c
 }
 
+// getComputer reads a Computer of namespace default back.
+func getComputer(c client.Client, name string) *dotsv1.Computer {
+	got := &dotsv1.Computer{}
+	_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, got)
+	return got
+}
+
 func reconcileOnce(t *testing.T, r *Reconciler, name string) ctrl.Result {
 	t.Helper()
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "default", Name: name}})
@@ -240,11 +247,7 @@ func TestComputerGuestStuckAtStart(t *testing.T) {
 	comp.Status.State = dotsv1.ComputerStarting
 	r, c := newTestReconciler(drv, comp)
 	clk := r.Clock.(*clocktesting.FakePassiveClock)
-	get := func() *dotsv1.Computer {
-		got := &dotsv1.Computer{}
-		_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "d"}, got)
-		return got
-	}
+	get := func() *dotsv1.Computer { return getComputer(c, "d") }
 
 	res := reconcileOnce(t, r, "d")
 	got := get()
@@ -283,11 +286,7 @@ func TestComputerGuestStuckIsRebooted(t *testing.T) {
 	h.PoweroffTakes = time.Second
 	r, c := newTestReconciler(h, testComputer("e", dotsv1.RunAlways))
 	clk := r.Clock.(*clocktesting.FakePassiveClock)
-	get := func() *dotsv1.Computer {
-		got := &dotsv1.Computer{}
-		_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "e"}, got)
-		return got
-	}
+	get := func() *dotsv1.Computer { return getComputer(c, "e") }
 	reconcileOnce(t, r, "e") // started; the guest never answers
 	firstPID := get().Status.PID
 	clk.SetTime(testNow.Add(6 * time.Minute))
@@ -341,11 +340,7 @@ func TestComputerStopDeadline(t *testing.T) {
 			id := home.VMID{Namespace: "default", Name: "s"}
 			r, c := newTestReconciler(h, testComputer("s", dotsv1.RunAlways))
 			clk := r.Clock.(*clocktesting.FakePassiveClock)
-			get := func() *dotsv1.Computer {
-				got := &dotsv1.Computer{}
-				_ = c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "s"}, got)
-				return got
-			}
+			get := func() *dotsv1.Computer { return getComputer(c, "s") }
 			reconcileOnce(t, r, "s")
 			if get().Status.State != dotsv1.ComputerRunning {
 				t.Fatalf("not running after the start: %s", get().Status.State)

@@ -50,19 +50,7 @@ func TestComputerRealVM(t *testing.T) {
 	srv := startServer(t, h.Root)
 	k := cvmKubectl{t: t, s: srv}
 
-	k.apply(fmt.Sprintf(`apiVersion: dots.invisible.dev/v1alpha1
-kind: Dot
-metadata:
-  name: %s
-  namespace: default
-spec:
-  model:
-    id: z-ai/glm-5.3-flash
-  computer:
-    cpu: 1
-    memory: 2Gi
-    disk: 20Gi
-`, name))
+	k.apply(smallDot(name, ""))
 
 	t.Log("apply a Dot: its Computer reaches RUNNING and Ready")
 	start := time.Now()

@@ -37,9 +37,10 @@ func vmHome(t *testing.T) home.Layout {
 	return h
 }
 
-// pinnedDot is a small Dot pinned to a host.
-func pinnedDot(name, host string) string {
-	return fmt.Sprintf(`apiVersion: dots.invisible.dev/v1alpha1
+// smallDot is a Dot with a small computer, pinned to host unless it is
+// empty.
+func smallDot(name, host string) string {
+	m := fmt.Sprintf(`apiVersion: dots.invisible.dev/v1alpha1
 kind: Dot
 metadata:
   name: %s
@@ -51,8 +52,11 @@ spec:
     cpu: 1
     memory: 2Gi
     disk: 20Gi
-    host: %s
-`, name, host)
+`, name)
+	if host != "" {
+		m += "    host: " + host + "\n"
+	}
+	return m
 }
 
 func readyIs(c *dotsv1.Computer, status metav1.ConditionStatus, reason string) bool {
@@ -101,8 +105,8 @@ func TestTwoHosts(t *testing.T) {
 	t.Log(k.run("get", "hosts", "-o", "wide"))
 
 	t.Log("a Dot pinned to each host: each agent starts only its own QEMU")
-	k.apply(pinnedDot("on-a", "host-a"))
-	k.apply(pinnedDot("on-b", "host-b"))
+	k.apply(smallDot("on-a", "host-a"))
+	k.apply(smallDot("on-b", "host-b"))
 	ca := k.waitComputer("on-a", vmReadyTimeout, runningReady)
 	cb := k.waitComputer("on-b", vmReadyTimeout, runningReady)
 	if ca.Spec.NodeName != "host-a" || cb.Spec.NodeName != "host-b" {
