@@ -12,15 +12,16 @@ import (
 // BenchmarkStartStopTestImage boots the test image under tcg (say so when
 // quoting it: KVM is much faster) and reports:
 //   - start-to-health-s: Start() until GET /v1/health answers through the
-//     proven channel;
-//   - stop-s: Stop() (guest poweroff, QEMU exits by itself);
+//     proven channel, asked every 100 ms;
+//   - stop-s: the stop as the reconciler composes it (stopVM: poweroff, QEMU
+//     exits by itself, Kill clears its record);
 //   - idle-rss-MiB: QEMU's resident memory with the guest idle.
 //
 // Run: go test -run '^$' -bench StartStopTestImage -benchtime 3x ./hostagent/qemu/
 func BenchmarkStartStopTestImage(b *testing.B) {
 	ctx := context.Background()
 	d, spec := imageDriver(b)
-	defer d.Destroy(ctx, spec.ID)
+	cleanupVM(b, d, spec.ID)
 	var startTotal, stopTotal time.Duration
 	var rssTotal float64
 	b.ResetTimer()
@@ -39,7 +40,7 @@ func BenchmarkStartStopTestImage(b *testing.B) {
 		rssTotal += rssMiB(b, obs.PID)
 		b.StartTimer()
 		t1 := time.Now()
-		res, err := d.Stop(ctx, spec.ID, spec.Token)
+		res, err := stopVM(ctx, d, spec.ID, spec.Token, imageGrace)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -54,16 +55,18 @@ func BenchmarkStartStopTestImage(b *testing.B) {
 	b.ReportMetric(rssTotal/n, "idle-rss-MiB")
 }
 
-// BenchmarkStartBlank measures the host side alone: overlay, seed, spawn,
-// the forward listening and the 1 s alive check, and a kill (tcg, no guest).
+// BenchmarkStartBlank measures the host side of a start alone (tcg, no
+// guest): Start, which provisions the overlay on the first start, writes the
+// seed, spawns QEMU, writes its record, and returns without waiting for QEMU.
+// Untimed: QEMU's resident memory once it listens on the guest port, and a
+// kill.
 //
 // Run: go test -run '^$' -bench StartBlank -benchtime 5x ./hostagent/qemu/
 func BenchmarkStartBlank(b *testing.B) {
 	ctx := context.Background()
 	d := realDriver(b)
 	spec := blankSpec(testID)
-	d.PoweroffCall = 100 * time.Millisecond
-	defer d.Destroy(ctx, spec.ID)
+	cleanupVM(b, d, spec.ID)
 	var rssTotal float64
 	for i := 0; i < b.N; i++ {
 		obs, err := d.Start(ctx, spec)
@@ -71,8 +74,10 @@ func BenchmarkStartBlank(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
+		waitListening(b, obs.GuestPort)
 		rssTotal += rssMiB(b, obs.PID)
-		if _, err := d.Stop(ctx, spec.ID, ""); err != nil {
+		// No token: no poweroff is asked, QEMU is killed at once.
+		if _, err := stopVM(ctx, d, spec.ID, "", blankGrace); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
