@@ -124,6 +124,10 @@ func imageDriver(t testing.TB) (*Driver, driver.Spec) {
 	}
 }
 
+// imageGrace is how long the test image's guest has to power itself off
+// once it accepted the poweroff (the reconciler's default grace).
+const imageGrace = 60 * time.Second
+
 // waitHealthy asks GET /v1/health through the proven channel until the
 // guest answers, or the VM exits, or the timeout passes.
 func waitHealthy(ctx context.Context, d *Driver, spec driver.Spec, timeout time.Duration) (protocol.HealthResponse, error) {
@@ -145,7 +149,7 @@ func TestTestImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 	ctx := context.Background()
 	d, spec := imageDriver(t)
 	vm := d.home.VM(spec.ID)
-	t.Cleanup(func() { d.Destroy(ctx, spec.ID) })
+	cleanupVM(t, d, spec.ID)
 
 	obs, err := d.Start(ctx, spec)
 	if err != nil {
@@ -153,6 +157,11 @@ func TestTestImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 	}
 	if obs.State != driver.Running {
 		t.Fatalf("Start() = %+v, want Running", obs)
+	}
+	// Start returned before the guest booted: no kernel is up the moment
+	// QEMU is spawned, so a health call made right after fails.
+	if h, err := d.Health(ctx, spec.ID, spec.Token); err == nil {
+		t.Fatalf("Health() right after Start() = %+v; want the guest not up yet (Start does not wait for it)", h)
 	}
 	h, err := waitHealthy(ctx, d, spec, 90*time.Second)
 	if err != nil {
@@ -167,27 +176,29 @@ func TestTestImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 		t.Error("Health() with another Dot's token succeeded; want guest_unproven")
 	}
 
-	res, err := d.Stop(ctx, spec.ID, spec.Token)
+	res, err := stopVM(ctx, d, spec.ID, spec.Token, imageGrace)
 	if err != nil {
-		t.Fatalf("Stop() = %v", err)
+		t.Fatalf("stopVM() = %v", err)
 	}
-	if !res.WasRunning || !res.PoweredOff || res.Killed {
-		t.Errorf("Stop() = %+v; want the guest to power itself off (QEMU exits by itself, not killed)\n%s", res, tail(vm.SerialLog(), 2048))
+	if !res.WasRunning || res.PoweroffErr != nil || !res.PoweredOff || res.Killed || res.ExitStatus != "exit status 0" {
+		t.Errorf("stopVM() = %+v; want the guest to power itself off (QEMU exits by itself with status 0, not killed)\n%s", res, tail(vm.SerialLog(), 2048))
 	}
-	if o, _ := d.Observe(ctx, spec.ID); o.State != driver.Stopped {
-		t.Errorf("after Stop(), Observe() = %+v; want Stopped", o)
+	if o, _ := d.Observe(ctx, spec.ID); o.State != driver.Stopped || o.Exited || o.PID != 0 {
+		t.Errorf("after the stop, Observe() = %+v; want Stopped, record cleared", o)
 	}
 
-	// Start again on the same disk: a new port, the guest answers again.
+	// Start again on the same disk: a new QEMU, the guest answers again.
 	obs2, err := d.Start(ctx, spec)
 	if err != nil {
 		t.Fatalf("second Start() = %v", err)
 	}
+	if obs2.State != driver.Running || obs2.PID == obs.PID {
+		t.Errorf("second Start() = %+v; want a new QEMU", obs2)
+	}
 	if _, err := waitHealthy(ctx, d, spec, 90*time.Second); err != nil {
 		t.Fatalf("after a restart the guest never answered: %v", err)
 	}
-	_ = obs2
-	if err := d.Destroy(ctx, spec.ID); err != nil {
+	if err := destroyVM(ctx, d, spec.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(vm.Dir); !errors.Is(err, os.ErrNotExist) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,12 +25,14 @@ import (
 
 // These tests run the real QEMU under tcg with a blank golden disk: the
 // machine's firmware finds nothing to boot, but QEMU runs, listens on the
-// guest port and is stopped, killed and destroyed for real. The guest side
+// guest port and is killed and destroyed for real. The guest side
 // (health, a poweroff the guest performs) needs the test image: see
 // image_integration_test.go.
 
+// blankGolden and blankRuntime are the version of the blank images
+// realDriver registers.
 const blankGolden = "20260101T000000Z-blank"
-const blankRuntime = "20260101T000000Z-blank"
+const blankRuntime = blankGolden
 
 // realDriver returns a driver on a fresh home with a blank golden image and
 // runtime ISO registered, or skips when QEMU is not installed.
@@ -43,26 +46,34 @@ func realDriver(t testing.TB) *Driver {
 	if err := h.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	golden := h.Golden(blankGolden)
-	if out, err := exec.Command(bin.Img, "create", "-q", "-f", "qcow2", golden, "64M").CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img create: %v: %s", err, out)
-	}
-	registerManifest(t, h, home.Golden, blankGolden, golden)
-	runtime := h.Runtime(blankRuntime)
-	if err := isofs.Write(runtime, protocol.RuntimeVolumeLabel, map[string][]byte{"manifest.json": []byte("{}")}, home.PrivateFileMode); err != nil {
-		t.Fatal(err)
-	}
-	registerManifest(t, h, home.Runtime, blankRuntime, runtime)
+	registerBlank(t, bin, h, blankGolden)
 	cfg := hostconfig.Config{Accelerator: hostconfig.TCG}
 	d, err := New(context.Background(), Options{Home: h, Config: &cfg, Binaries: bin})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.PoweroffGrace = 2 * time.Second
-	// Nothing answers behind the forward of a blank disk: don't wait the
-	// full proof timeout before the kill.
-	d.PoweroffCall = 2 * time.Second
 	return d
+}
+
+// blankGrace is the grace of a stop of a blank VM: no guest ever accepts its
+// poweroff, so it is killed at once whatever the grace.
+const blankGrace = 2 * time.Second
+
+// qemuTimeout bounds the waits for QEMU itself (to exit, to listen) under
+// tcg on a loaded host; reaching it fails the test.
+const qemuTimeout = 30 * time.Second
+
+// waitListening waits until QEMU listens on the guest port, which it does
+// once its user network is set up, whether a guest boots or not.
+func waitListening(t testing.TB, port int) {
+	t.Helper()
+	deadline := time.Now().Add(qemuTimeout)
+	for !portAccepts(port) {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on guest port %d within %s", port, qemuTimeout)
+		}
+		time.Sleep(observePoll)
+	}
 }
 
 func registerManifest(t testing.TB, h home.Layout, kind home.ImageKind, version, file string) {
@@ -89,7 +100,7 @@ func TestRealQEMULifecycle(t *testing.T) {
 	d := realDriver(t)
 	id := home.VMID{Namespace: "team-a", Name: "helper"}
 	vm := d.home.VM(id)
-	t.Cleanup(func() { d.Destroy(ctx, id) })
+	cleanupVM(t, d, id)
 
 	obs, err := d.Start(ctx, blankSpec(id))
 	if err != nil {
@@ -129,15 +140,18 @@ func TestRealQEMULifecycle(t *testing.T) {
 
 	// No guest answers behind the forward (nothing boots): the proof fails,
 	// the token is never sent, and QEMU is killed at once.
-	res, err := d.Stop(ctx, id, testToken)
-	if err != nil || !res.WasRunning || !res.Killed || res.PoweredOff {
-		t.Errorf("Stop() = %+v, %v; want killed (no guest accepted the poweroff)", res, err)
+	res, err := stopVM(ctx, d, id, testToken, blankGrace)
+	if err != nil || !res.WasRunning || !res.Killed || res.PoweredOff || res.PoweroffErr == nil {
+		t.Errorf("stopVM() = %+v, %v; want killed (no guest accepted the poweroff)", res, err)
 	}
 	if o, _ := d.Observe(ctx, id); o.State != driver.Stopped || o.Exited {
-		t.Errorf("after Stop(), Observe() = %+v; want Stopped, record cleared", o)
+		t.Errorf("after the stop, Observe() = %+v; want Stopped, record cleared", o)
 	}
 	if _, err := os.Stat(vm.QEMUJSON()); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("qemu.json after Stop(): %v, want removed", err)
+		t.Errorf("qemu.json after the stop: %v, want removed", err)
+	}
+	if info, _ := readProc(obs.PID); info.Exists {
+		t.Errorf("QEMU pid %d still runs after the stop", obs.PID)
 	}
 
 	// A QEMU killed from outside is noticed as exited.
@@ -146,19 +160,12 @@ func TestRealQEMULifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	syscall.Kill(obs.PID, syscall.SIGKILL)
-	deadline := time.Now().Add(10 * time.Second)
-	var o driver.Observation
-	for time.Now().Before(deadline) {
-		if o, _ = d.Observe(ctx, id); o.State == driver.Stopped {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	o := waitObserved(t, d, id, qemuTimeout, "exit of the QEMU killed from outside", notRunning)
 	if o.State != driver.Stopped || !o.Exited || o.ExitStatus != "signal: killed" {
 		t.Errorf("after kill -9, Observe() = %+v; want Stopped, Exited, exit status \"signal: killed\"", o)
 	}
 
-	if err := d.Destroy(ctx, id); err != nil {
+	if err := destroyVM(ctx, d, id); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{vm.Dir, vm.QEMULog()} {
@@ -182,21 +189,30 @@ func TestRealQEMUDestroyKillsRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Destroy(ctx, id); err != nil {
-		t.Fatal(err)
+	cleanupVM(t, d, id)
+	// Destroy waits a moment for the killed QEMU; one that has not exited
+	// yet is ErrStillRunning, and destroyVM asks again.
+	if err := destroyVM(ctx, d, id); err != nil {
+		t.Fatalf("Destroy() = %v", err)
 	}
 	if info, _ := readProc(obs.PID); info.Exists {
 		t.Errorf("QEMU pid %d still runs after Destroy()", obs.PID)
 	}
+	if _, err := os.Stat(d.home.VM(id).Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after Destroy(), %s: %v; want removed", d.home.VM(id).Dir, err)
+	}
 }
 
+// TestRealQEMUPortTakenIsRetried: the guest port is taken between picking it
+// and QEMU binding it. Start returns at once all the same; a later Observe
+// finds QEMU exited with the port taken (its log says so), and the start the
+// reconciler then makes on a free port runs.
 func TestRealQEMUPortTakenIsRetried(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs QEMU")
 	}
 	ctx := context.Background()
 	d := realDriver(t)
-	d.StartAttempts = 3
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -212,37 +228,105 @@ func TestRealQEMUPortTakenIsRetried(t *testing.T) {
 		return freePort()
 	}
 	id := home.VMID{Namespace: "default", Name: "retry"}
-	t.Cleanup(func() { d.Destroy(ctx, id) })
+	cleanupVM(t, d, id)
+
 	obs, err := d.Start(ctx, blankSpec(id))
 	if err != nil {
-		t.Fatalf("Start() with the first port taken = %v", err)
+		t.Fatalf("Start() on a taken port = %v; want it to return without waiting for QEMU to bind the port", err)
 	}
-	if obs.GuestPort == takenPort {
-		t.Errorf("started on the taken port %d", takenPort)
+	if obs.GuestPort != takenPort {
+		t.Fatalf("Start() = %+v; want it on the taken port %d", obs, takenPort)
 	}
-	if log, _ := os.ReadFile(d.home.VM(id).QEMULog()); !strings.Contains(string(log), portTakenMessage) {
-		t.Errorf("QEMU's log does not show the taken port was met: %s", log)
+	o := waitObserved(t, d, id, qemuTimeout, "exit of the QEMU on the taken port", notRunning)
+	if o.State != driver.Stopped || !o.Exited || !o.PortTaken || !strings.Contains(o.LogTail, portTakenMessage) {
+		t.Fatalf("after a start on the taken port, Observe() = %+v; want Stopped, Exited and PortTaken, with QEMU's words in the log tail", o)
+	}
+
+	// The reconciler starts again on PortTaken.
+	again, err := d.Start(ctx, blankSpec(id))
+	if err != nil {
+		t.Fatalf("second Start() = %v", err)
+	}
+	if again.State != driver.Running || again.GuestPort == takenPort || again.PID == obs.PID {
+		t.Fatalf("second Start() = %+v; want a new QEMU on another port", again)
+	}
+	// It bound its port: QEMU listens there, and still runs after that.
+	waitListening(t, again.GuestPort)
+	if o, err := d.Observe(ctx, id); err != nil || o.State != driver.Running || o.PID != again.PID || o.PortTaken || o.Exited {
+		t.Errorf("after the second start listened, Observe() = %+v, %v; want the new QEMU Running, no port taken", o, err)
 	}
 }
 
-func TestRealQEMUStartFailureQuotesQEMU(t *testing.T) {
+// TestRealQEMUStartFailureIsObservedInQEMUsWords: a QEMU that exits at once
+// is not Start's error (Start does not wait); Observe reports it exited,
+// with how it ended and QEMU's own words, and Kill clears its record.
+func TestRealQEMUStartFailureIsObservedInQEMUsWords(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs QEMU")
 	}
 	ctx := context.Background()
 	d := realDriver(t)
-	// TCG cannot run the "host" CPU model: QEMU exits at once and its own
-	// words must reach the caller. (Config.Validate refuses this pair; it is
-	// set here directly to make QEMU fail.)
+	// TCG cannot run the "host" CPU model: QEMU exits at once. (Config.Validate
+	// refuses this pair; it is set here directly to make QEMU fail.)
 	d.cfg = hostconfig.Config{Accelerator: hostconfig.TCG, CPUModel: hostconfig.CPUModel}
 	id := home.VMID{Namespace: "default", Name: "broken"}
-	t.Cleanup(func() { d.Destroy(ctx, id) })
-	_, err := d.Start(ctx, blankSpec(id))
-	if err == nil || !strings.Contains(err.Error(), "requires KVM") {
-		t.Fatalf("Start() = %v; want QEMU's own message about the CPU model", err)
+	cleanupVM(t, d, id)
+	if _, err := d.Start(ctx, blankSpec(id)); err != nil {
+		t.Fatalf("Start() = %v; want it to return once QEMU is spawned", err)
 	}
-	if o, _ := d.Observe(ctx, id); o.State != driver.Stopped || o.PID != 0 {
-		t.Errorf("after a failed start, Observe() = %+v; want Stopped without a record", o)
+	o := waitObserved(t, d, id, qemuTimeout, "exit of the QEMU that cannot run its CPU model", notRunning)
+	if o.State != driver.Stopped || !o.Exited || o.PortTaken || !strings.HasPrefix(o.ExitStatus, "exit status ") || o.ExitStatus == "exit status 0" || !strings.Contains(o.LogTail, "requires KVM") {
+		t.Fatalf("Observe() = %+v; want Stopped and Exited with a failed exit status and QEMU's own message about the CPU model", o)
+	}
+	if res, err := d.Kill(ctx, id); err != nil || res != (driver.KillResult{Gone: true}) {
+		t.Errorf("Kill() of the exited QEMU = %+v, %v; want nothing to kill, gone", res, err)
+	}
+	if o, _ := d.Observe(ctx, id); o.State != driver.Stopped || o.PID != 0 || o.Exited {
+		t.Errorf("after Kill(), Observe() = %+v; want Stopped without a record", o)
+	}
+}
+
+// TestStartDoesNotWaitForTheGuestPort: Start returns once QEMU is spawned
+// and recorded. A QEMU that never listens on its guest port (here a fake
+// QEMU binary that only sleeps) is started and observed Running while its
+// port stays closed; being this driver's child, it may be killed without the
+// port check.
+func TestStartDoesNotWaitForTheGuestPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs qemu-img")
+	}
+	ctx := context.Background()
+	d := realDriver(t)
+	fakeQEMU := filepath.Join(t.TempDir(), "fake-qemu-that-never-listens")
+	if err := os.WriteFile(fakeQEMU, []byte("#!/bin/sh\nexec sleep 300\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.bin.System = fakeQEMU
+	id := home.VMID{Namespace: "default", Name: "quick"}
+	cleanupVM(t, d, id)
+
+	obs, err := d.Start(ctx, blankSpec(id))
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	if obs.State != driver.Running || obs.PID == 0 || obs.GuestPort == 0 {
+		t.Fatalf("Start() = %+v; want Running with a pid and a port", obs)
+	}
+	if portAccepts(obs.GuestPort) {
+		t.Fatalf("something listens on guest port %d of a QEMU that never listens", obs.GuestPort)
+	}
+	if o, err := d.Observe(ctx, id); err != nil || o.State != driver.Running || o.PID != obs.PID {
+		t.Errorf("Observe() right after Start() = %+v, %v; want Running", o, err)
+	}
+	if _, err := d.Health(ctx, id, testToken); err == nil {
+		t.Error("Health() of a VM whose port never listens succeeded")
+	}
+	res, err := d.Kill(ctx, id)
+	if err != nil || res != (driver.KillResult{WasRunning: true, Gone: true}) {
+		t.Errorf("Kill() = %+v, %v; want the spawned process killed and gone", res, err)
+	}
+	if info, _ := readProc(obs.PID); info.Exists {
+		t.Errorf("pid %d still runs after Kill()", obs.PID)
 	}
 }
 
@@ -261,18 +345,27 @@ func TestRealQEMUNeverTwoOnOneDisk(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		syscall.Kill(obs.PID, syscall.SIGKILL)
-		d.waitGone(ctx, record{PID: obs.PID}, 5*time.Second)
-		d.Destroy(ctx, id)
+		d.waitGone(ctx, record{PID: obs.PID}, qemuTimeout)
+		if err := destroyVM(ctx, d, id); err != nil {
+			t.Errorf("Destroy() = %v", err)
+		}
 	})
+	// QEMU takes the disk's lock as it builds the machine, which is done
+	// once it listens.
+	waitListening(t, obs.GuestPort)
 	// The record is lost (a server killed between spawn and write, or a
 	// person removed it): the driver sees STOPPED and starts again, and
 	// QEMU's own image lock keeps the second QEMU off the disk.
 	if err := os.Remove(d.home.VM(id).QEMUJSON()); err != nil {
 		t.Fatal(err)
 	}
-	_, err = d.Start(ctx, blankSpec(id))
-	if err == nil || !strings.Contains(err.Error(), "another QEMU holds the disk") {
-		t.Fatalf("second Start() on a disk in use = %v; want QEMU's lock refusal with the hint", err)
+	second, err := d.Start(ctx, blankSpec(id))
+	if err != nil {
+		t.Fatalf("second Start() = %v", err)
+	}
+	o := waitObserved(t, d, id, qemuTimeout, "exit of the second QEMU on a disk in use", notRunning)
+	if o.State != driver.Stopped || !o.Exited || o.PID != second.PID || !strings.Contains(o.LogTail, diskLockedMessage) || !strings.Contains(o.LogTail, "another QEMU holds the disk") {
+		t.Fatalf("second QEMU on a disk in use: Observe() = %+v; want it exited with QEMU's lock refusal and the hint", o)
 	}
 	if info, _ := readProc(obs.PID); !info.Exists {
 		t.Error("the first QEMU died")
@@ -286,22 +379,26 @@ func TestRealQEMURebootIsStopAndStart(t *testing.T) {
 	ctx := context.Background()
 	d := realDriver(t)
 	id := home.VMID{Namespace: "default", Name: "reboot"}
-	t.Cleanup(func() { d.Destroy(ctx, id) })
+	cleanupVM(t, d, id)
 	first, err := d.Start(ctx, blankSpec(id))
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec := blankSpec(id)
 	spec.MemoryMiB = 160 // a new size applies only through a new QEMU
-	second, err := d.Reboot(ctx, spec)
+	second, err := rebootVM(ctx, d, spec, blankGrace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if second.State != driver.Running || second.PID == first.PID || second.MemoryMiB != 160 {
-		t.Errorf("Reboot() = %+v after %+v; want a new QEMU with the new memory size", second, first)
+		t.Errorf("the reboot's Start() = %+v after %+v; want a new QEMU with the new memory size", second, first)
 	}
 	if info, _ := readProc(first.PID); info.Exists {
-		t.Errorf("the first QEMU (pid %d) still runs after Reboot()", first.PID)
+		t.Errorf("the first QEMU (pid %d) still runs after the reboot", first.PID)
+	}
+	cmdline, _ := os.ReadFile("/proc/" + itoa(second.PID) + "/cmdline")
+	if !strings.Contains(string(cmdline), "\x00-m\x00160\x00") {
+		t.Errorf("the new QEMU's argv %q does not hold -m 160", cmdline)
 	}
 }
 
@@ -320,13 +417,15 @@ func TestRealQEMUAdoptedByANewServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A new server proves a QEMU it did not spawn by its listening guest
+	// port; Start did not wait for it to listen, so the test does.
+	waitListening(t, first.GuestPort)
 	cfg := d1.cfg
 	d2, err := New(ctx, Options{Home: d1.home, Config: &cfg, Binaries: d1.bin})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2.PoweroffCall = 2 * time.Second
-	t.Cleanup(func() { d2.Destroy(ctx, id) })
+	cleanupVM(t, d2, id)
 	obs, err := d2.Observe(ctx, id)
 	if err != nil || obs.State != driver.Running || obs.PID != first.PID || obs.GuestPort != first.GuestPort {
 		t.Fatalf("new driver Observe() = %+v, %v; want the running QEMU %d adopted", obs, err, first.PID)
@@ -335,11 +434,76 @@ func TestRealQEMUAdoptedByANewServer(t *testing.T) {
 	if err != nil || again.PID != first.PID {
 		t.Errorf("new driver Start() = %+v, %v; want the adopted QEMU, no second one", again, err)
 	}
-	res, err := d2.Stop(ctx, id, testToken)
-	if err != nil || !res.Killed {
-		t.Errorf("new driver Stop() = %+v, %v; want the adopted QEMU killed (no guest on a blank disk)", res, err)
+	res, err := stopVM(ctx, d2, id, testToken, blankGrace)
+	if err != nil || !res.WasRunning || !res.Killed {
+		t.Errorf("new driver's stop = %+v, %v; want the adopted QEMU killed (no guest on a blank disk)", res, err)
 	}
 	if info, _ := readProc(first.PID); info.Exists {
 		t.Errorf("QEMU pid %d still runs", first.PID)
 	}
+}
+
+// TestRealQEMUImagesChosenByTheDriver: a spec that names no image gets the
+// newest registered golden image for a new disk and the newest runtime
+// image; an existing disk keeps the golden image it sits on, however new the
+// registered ones are.
+func TestRealQEMUImagesChosenByTheDriver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs QEMU")
+	}
+	ctx := context.Background()
+	d := realDriver(t)
+	const newer, newest = "20260201T000000Z-blank", "20260301T000000Z-blank"
+	registerBlank(t, d.bin, d.home, newer)
+	id := home.VMID{Namespace: "default", Name: "chosen"}
+	cleanupVM(t, d, id)
+
+	want := []driver.Image{
+		{Kind: home.Golden, Version: blankGolden}, {Kind: home.Golden, Version: newer},
+		{Kind: home.Runtime, Version: blankRuntime}, {Kind: home.Runtime, Version: newer},
+	}
+	if got, err := d.Images(ctx); err != nil || !slices.Equal(got, want) {
+		t.Errorf("Images() = %v, %v; want %v", got, err, want)
+	}
+
+	spec := blankSpec(id)
+	spec.GoldenImage, spec.RuntimeImage = "", ""
+	obs, err := d.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start() without images = %v", err)
+	}
+	if obs.GoldenImage != newer || obs.RuntimeImage != newer {
+		t.Errorf("Start() without images = golden %q, runtime %q; want the newest, %q", obs.GoldenImage, obs.RuntimeImage, newer)
+	}
+	if out, _ := exec.Command(d.bin.Img, "info", "-U", d.home.VM(id).Disk()).CombinedOutput(); !strings.Contains(string(out), "backing file: "+d.home.Golden(newer)) {
+		t.Errorf("the new overlay does not sit on the newest golden image: %s", out)
+	}
+	if _, err := stopVM(ctx, d, id, testToken, blankGrace); err != nil {
+		t.Fatal(err)
+	}
+
+	registerBlank(t, d.bin, d.home, newest)
+	obs, err = d.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("second Start() without images = %v", err)
+	}
+	if obs.GoldenImage != newer || obs.RuntimeImage != newest {
+		t.Errorf("second Start() = golden %q, runtime %q; want the disk's own golden %q and the newest runtime %q", obs.GoldenImage, obs.RuntimeImage, newer, newest)
+	}
+}
+
+// registerBlank registers a blank golden image and a runtime ISO holding
+// nothing, both of one version.
+func registerBlank(t testing.TB, bin Binaries, h home.Layout, version string) {
+	t.Helper()
+	golden := h.Golden(version)
+	if out, err := exec.Command(bin.Img, "create", "-q", "-f", "qcow2", golden, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img create: %v: %s", err, out)
+	}
+	registerManifest(t, h, home.Golden, version, golden)
+	runtime := h.Runtime(version)
+	if err := isofs.Write(runtime, protocol.RuntimeVolumeLabel, map[string][]byte{"manifest.json": []byte("{}")}, home.PrivateFileMode); err != nil {
+		t.Fatal(err)
+	}
+	registerManifest(t, h, home.Runtime, version, runtime)
 }

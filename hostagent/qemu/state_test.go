@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
@@ -28,9 +31,7 @@ func testDriver(t *testing.T, boot *home.Stamp) *Driver {
 	h := home.Layout{Root: t.TempDir()}
 	d := &Driver{
 		home: h, boot: func() (home.Stamp, error) { return *boot, nil }, guest: guestclient.New(), environ: os.Environ,
-		ListenTimeout: 5 * time.Second, AliveCheck: 100 * time.Millisecond,
-		PoweroffGrace: 300 * time.Millisecond, KillGrace: 5 * time.Second, PoweroffCall: 2 * time.Second,
-		StartAttempts: 1, pollInterval: 20 * time.Millisecond, pickPort: freePort,
+		KillWait: time.Second, pollInterval: 20 * time.Millisecond, pickPort: freePort,
 		vmLocks: map[home.VMID]*sync.Mutex{}, children: map[int]*child{}, exits: map[home.VMID]exitInfo{},
 	}
 	if err := os.MkdirAll(h.VM(testID).Dir, 0o700); err != nil {
@@ -209,15 +210,15 @@ func TestObserveStates(t *testing.T) {
 			t.Fatalf("Observe() = %+v, %v; want Stopped and Exited", obs, err)
 		}
 		before := l.conns.Load()
-		res, err := d.Stop(ctx, testID, testToken)
-		if err != nil || res.WasRunning {
-			t.Errorf("Stop() = %+v, %v; want nothing to stop", res, err)
+		res, err := stopVM(ctx, d, testID, testToken, testGrace)
+		if err != nil || res.WasRunning || res.Killed || !errors.Is(res.PoweroffErr, driver.ErrNotRunning) {
+			t.Errorf("stopVM() = %+v, %v; want nothing to stop, the poweroff refused as not running", res, err)
 		}
 		if l.conns.Load() != before || l.sawAuth.Load() {
-			t.Errorf("Stop() talked to the foreign listener (%d new connections, token seen %v)", l.conns.Load()-before, l.sawAuth.Load())
+			t.Errorf("the stop talked to the foreign listener (%d new connections, token seen %v)", l.conns.Load()-before, l.sawAuth.Load())
 		}
 		if _, err := os.Stat(d.home.VM(testID).QEMUJSON()); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("Stop() left the dead record behind: %v", err)
+			t.Errorf("the stop left the dead record behind: %v", err)
 		}
 	})
 
@@ -230,8 +231,8 @@ func TestObserveStates(t *testing.T) {
 		if err != nil || obs.State != driver.Error {
 			t.Fatalf("Observe() = %+v, %v; want Error", obs, err)
 		}
-		if _, err := d.Stop(ctx, testID, testToken); !errors.Is(err, driver.ErrVMError) {
-			t.Errorf("Stop() = %v, want ErrVMError", err)
+		if res, err := stopVM(ctx, d, testID, testToken, testGrace); !errors.Is(err, driver.ErrVMError) || !errors.Is(res.PoweroffErr, driver.ErrNotRunning) {
+			t.Errorf("stopVM() = %+v, %v; want the poweroff refused as not running and the kill refused with ErrVMError", res, err)
 		}
 		if err := d.Destroy(ctx, testID); !errors.Is(err, driver.ErrVMError) {
 			t.Errorf("Destroy() = %v, want ErrVMError", err)
@@ -254,8 +255,11 @@ func TestObserveStates(t *testing.T) {
 		if err != nil || obs.State != driver.Stopped || !obs.StaleBoot || obs.Exited {
 			t.Fatalf("Observe() = %+v, %v; want Stopped and StaleBoot", obs, err)
 		}
-		if res, err := d.Stop(ctx, testID, testToken); err != nil || res.WasRunning || res.Killed {
-			t.Errorf("Stop() = %+v, %v; want nothing stopped", res, err)
+		if res, err := stopVM(ctx, d, testID, testToken, testGrace); err != nil || res.WasRunning || res.Killed {
+			t.Errorf("stopVM() = %+v, %v; want nothing stopped", res, err)
+		}
+		if _, err := os.Stat(d.home.VM(testID).QEMUJSON()); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the stop left the record of the earlier boot behind: %v", err)
 		}
 		if !alive(t, p.Process.Pid) || l.sawAuth.Load() {
 			t.Errorf("after a faked reboot the pid's process was killed (%v) or the listener saw the token (%v)", !alive(t, p.Process.Pid), l.sawAuth.Load())
@@ -271,7 +275,8 @@ func TestObserveStates(t *testing.T) {
 }
 
 // fakeGuest is an HTTP listener that proves with a token and accepts a
-// poweroff, standing in for a guest whose QEMU (here a sleep) does not exit.
+// poweroff, standing in for a guest whose QEMU is a sleep: it exits only when
+// onPoweroff makes it.
 func fakeGuest(t *testing.T, proveWith string, onPoweroff func()) (int, *atomic.Int32) {
 	var poweroffs atomic.Int32
 	mux := http.NewServeMux()
@@ -300,23 +305,68 @@ func fakeGuest(t *testing.T, proveWith string, onPoweroff func()) (int, *atomic.
 	return ln.Addr().(*net.TCPAddr).Port, &poweroffs
 }
 
-func TestStopKillsAfterGraceUnderTheRule(t *testing.T) {
+// testGrace is how long a fake guest asked to power off has before it is
+// killed: the fakes' processes exit by themselves only when told to.
+const testGrace = 300 * time.Millisecond
+
+func TestStopThroughThePrimitives(t *testing.T) {
 	boot := home.Stamp{BootID: "boot-a", HostUptimeS: 1000}
 	ctx := context.Background()
-	d := testDriver(t, &boot)
-	p, ticks := bystander(t)
-	port, poweroffs := fakeGuest(t, testToken, nil)
-	writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: port, Stamp: boot, ProcStartTicks: ticks})
+	tests := map[string]struct {
+		reason string
+		// proveWith is the token the listener on the guest port proves with.
+		proveWith string
+		// exits: the process goes when its fake guest accepts the poweroff.
+		exits           bool
+		want            stopped
+		wantPoweroffErr error
+		wantPoweroffs   int32
+	}{
+		"guest powers itself off": {
+			"the guest accepts the poweroff and its QEMU exits by itself: nothing is killed, the record is cleared",
+			testToken, true, stopped{WasRunning: true, PoweredOff: true}, nil, 1},
+		"guest accepts but never exits": {
+			"QEMU still runs when the grace has passed: it is killed under the kill rule",
+			testToken, false, stopped{WasRunning: true, Killed: true}, nil, 1},
+		"listener cannot prove the token": {
+			"something on the port answers the proof with another token: it passes the kill rule (pid alive, port listening) but is not trusted with the token, so no poweroff reaches it and the process is killed at once",
+			strings.Repeat("f", 32), false, stopped{WasRunning: true, Killed: true}, guestclient.ErrGuestUnproven, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			d := testDriver(t, &boot)
+			p, ticks := bystander(t)
+			var onPoweroff func()
+			if tc.exits {
+				onPoweroff = func() { p.Process.Kill() }
+			}
+			port, poweroffs := fakeGuest(t, tc.proveWith, onPoweroff)
+			writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: port, Stamp: boot, ProcStartTicks: ticks})
 
-	res, err := d.Stop(ctx, testID, testToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.WasRunning || res.PoweredOff || !res.Killed || poweroffs.Load() != 1 {
-		t.Errorf("Stop() = %+v after %d poweroffs; want one poweroff, then a kill after the grace", res, poweroffs.Load())
-	}
-	if alive(t, p.Process.Pid) {
-		t.Error("the process still runs after Stop()")
+			res, err := stopVM(ctx, d, testID, testToken, testGrace)
+			if err != nil {
+				t.Fatalf("%s: stopVM() = %v", tc.reason, err)
+			}
+			if !errors.Is(res.PoweroffErr, tc.wantPoweroffErr) {
+				t.Errorf("%s: Poweroff() = %v, want %v", tc.reason, res.PoweroffErr, tc.wantPoweroffErr)
+			}
+			res.PoweroffErr = nil
+			if diff := cmp.Diff(tc.want, res); diff != "" {
+				t.Errorf("%s: stopVM() mismatch (-want +got):\n%s", tc.reason, diff)
+			}
+			if got := poweroffs.Load(); got != tc.wantPoweroffs {
+				t.Errorf("%s: the guest got %d poweroff requests, want %d", tc.reason, got, tc.wantPoweroffs)
+			}
+			if alive(t, p.Process.Pid) {
+				t.Errorf("%s: the process still runs after the stop", tc.reason)
+			}
+			if _, err := os.Stat(d.home.VM(testID).QEMUJSON()); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: qemu.json after the stop: %v, want removed", tc.reason, err)
+			}
+			if _, err := d.Health(ctx, testID, testToken); !errors.Is(err, driver.ErrNotRunning) {
+				t.Errorf("%s: Health() of a stopped VM = %v, want ErrNotRunning", tc.reason, err)
+			}
+		})
 	}
 }
 
@@ -325,20 +375,22 @@ func TestStopRechecksTheRuleBeforeKilling(t *testing.T) {
 	ctx := context.Background()
 	d := testDriver(t, &boot)
 	p, ticks := bystander(t)
-	var port int
 	var closeOnce sync.Once
 	var srvLn net.Listener
 	// The guest accepts the poweroff, then its port stops listening while
 	// the process lives on: at the kill, the rule no longer holds.
-	port, _ = fakeGuestWithListener(t, &srvLn, func() { closeOnce.Do(func() { srvLn.Close() }) })
+	port, poweroffs := fakeGuestWithListener(t, &srvLn, func() { closeOnce.Do(func() { srvLn.Close() }) })
 	writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: port, Stamp: boot, ProcStartTicks: ticks})
 
-	_, err := d.Stop(ctx, testID, testToken)
-	if !errors.Is(err, driver.ErrVMError) {
-		t.Errorf("Stop() = %v, want a refusal to kill (ErrVMError)", err)
+	res, err := stopVM(ctx, d, testID, testToken, testGrace)
+	if !errors.Is(err, driver.ErrVMError) || res.PoweroffErr != nil || !res.WasRunning || poweroffs.Load() != 1 {
+		t.Errorf("stopVM() = %+v, %v after %d poweroffs; want the poweroff accepted, then a refusal to kill (ErrVMError)", res, err, poweroffs.Load())
 	}
 	if !alive(t, p.Process.Pid) {
 		t.Error("the process was killed although the kill rule failed right before the kill")
+	}
+	if _, err := os.Stat(d.home.VM(testID).QEMUJSON()); err != nil {
+		t.Errorf("the record of a process that is not proven gone was removed: %v", err)
 	}
 }
 
@@ -367,24 +419,104 @@ func fakeGuestWithListener(t *testing.T, lnOut *net.Listener, onPoweroff func())
 	return ln.Addr().(*net.TCPAddr).Port, &poweroffs
 }
 
-func TestStopNeverSendsTokenToUnprovenListener(t *testing.T) {
+// TestKillUnderTheRule: Kill kills only what the kill rule proves to be this
+// VM's QEMU, clears a record whose process is gone or from an earlier boot
+// without touching the pid's process, and refuses a VM in Error.
+func TestKillUnderTheRule(t *testing.T) {
 	boot := home.Stamp{BootID: "boot-a", HostUptimeS: 1000}
 	ctx := context.Background()
-	d := testDriver(t, &boot)
-	p, ticks := bystander(t)
-	// Something on the port that answers the proof with another token: it
-	// passes the kill rule (pid alive, port listening) but is not trusted
-	// with the token, so no poweroff reaches it and the process is killed.
-	port, poweroffs := fakeGuest(t, "ffffffffffffffffffffffffffffffff", nil)
-	writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: port, Stamp: boot, ProcStartTicks: ticks})
-	res, err := d.Stop(ctx, testID, testToken)
-	if err != nil || !res.Killed || res.PoweredOff {
-		t.Errorf("Stop() = %+v, %v; want killed without a poweroff", res, err)
+	// Each setup writes the VM's record and returns the pid it names (0:
+	// none).
+	running := func(t *testing.T, d *Driver, _ *home.Stamp) int {
+		p, ticks := bystander(t)
+		writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: foreignListener(t).port, Stamp: boot, ProcStartTicks: ticks})
+		return p.Process.Pid
 	}
-	if poweroffs.Load() != 0 {
-		t.Errorf("the unproven listener got %d poweroff requests", poweroffs.Load())
+	tests := map[string]struct {
+		reason     string
+		setup      func(t *testing.T, d *Driver, now *home.Stamp) int
+		want       driver.KillResult
+		wantErr    error
+		wantRecord bool // qemu.json is still there after the kill
+		wantAlive  bool // the record's process still runs after the kill
+	}{
+		"no record": {
+			"a VM that never ran has nothing to kill",
+			func(*testing.T, *Driver, *home.Stamp) int { return 0 },
+			driver.KillResult{Gone: true}, nil, false, false},
+		"running": {
+			"a process alive with the recorded start time, this user's, listening on its port is this VM's QEMU: killed, its record cleared",
+			running,
+			driver.KillResult{WasRunning: true, Gone: true}, nil, false, false},
+		"gone pid": {
+			"a stale record whose process exited is cleared, so a pid recycled later cannot make it look alive",
+			func(t *testing.T, d *Driver, _ *home.Stamp) int {
+				pid := deadPID(t)
+				writeTestRecord(t, d, record{PID: pid, GuestPort: foreignListener(t).port, Stamp: boot})
+				return pid
+			},
+			driver.KillResult{Gone: true}, nil, false, false},
+		"recycled pid": {
+			"the pid belongs to another process now (another start time): the record is cleared, the process is not touched",
+			func(t *testing.T, d *Driver, _ *home.Stamp) int {
+				p, ticks := bystander(t)
+				writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: foreignListener(t).port, Stamp: boot, ProcStartTicks: ticks + 1})
+				return p.Process.Pid
+			},
+			driver.KillResult{Gone: true}, nil, false, true},
+		"record from before a host restart": {
+			"after a restart the record's pid means nothing: the record is cleared, the process is not touched",
+			func(t *testing.T, d *Driver, now *home.Stamp) int {
+				pid := running(t, d, now)
+				*now = home.Stamp{BootID: "boot-b", HostUptimeS: 30}
+				return pid
+			},
+			driver.KillResult{Gone: true}, nil, false, true},
+		"live pid not listening": {
+			"a live process that does not listen on the guest port cannot be proven to be QEMU: ERROR, never killed, its record kept",
+			func(t *testing.T, d *Driver, _ *home.Stamp) int {
+				p, ticks := bystander(t)
+				port, _ := freePort()
+				writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: port, Stamp: boot, ProcStartTicks: ticks})
+				return p.Process.Pid
+			},
+			driver.KillResult{}, driver.ErrVMError, true, true},
+		"unparsable record": {
+			"a record that does not parse is ERROR: a QEMU may still run on the disk, so nothing is cleared",
+			func(t *testing.T, d *Driver, _ *home.Stamp) int {
+				if err := os.WriteFile(d.home.VM(testID).QEMUJSON(), []byte(`{"pid": 12`), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return 0
+			},
+			driver.KillResult{}, driver.ErrVMError, true, false},
 	}
-	if _, err := d.Health(ctx, testID, testToken); err == nil {
-		t.Error("Health() of a stopped VM: want an error")
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			now := boot
+			d := testDriver(t, &now)
+			pid := tc.setup(t, d, &now)
+			got, err := d.Kill(ctx, testID)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("%s: Kill() = %+v, %v; want error %v", tc.reason, got, err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("%s: Kill() = %+v, want %+v", tc.reason, got, tc.want)
+			}
+			_, statErr := os.Stat(d.home.VM(testID).QEMUJSON())
+			if hasRecord := statErr == nil; hasRecord != tc.wantRecord {
+				t.Errorf("%s: after Kill() qemu.json exists = %v, want %v", tc.reason, hasRecord, tc.wantRecord)
+			}
+			if pid != 0 && alive(t, pid) != tc.wantAlive {
+				t.Errorf("%s: after Kill() the record's process runs = %v, want %v", tc.reason, !tc.wantAlive, tc.wantAlive)
+			}
+			if err != nil {
+				return
+			}
+			// Kill is idempotent: once gone, a second one finds nothing.
+			if again, err := d.Kill(ctx, testID); err != nil || again != (driver.KillResult{Gone: true}) {
+				t.Errorf("%s: second Kill() = %+v, %v; want {Gone: true}", tc.reason, again, err)
+			}
+		})
 	}
 }
