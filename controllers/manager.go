@@ -106,7 +106,7 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		LeaderElectionNamespace:             dotsv1.SystemNamespace,
 		LeaderElectionResourceLockInterface: lock,
 		LeaderElectionReleaseOnCancel:       true,
-		GracefulShutdownTimeout:       ptr.To(defaultShutdownTimeout),
+		GracefulShutdownTimeout:             ptr.To(defaultShutdownTimeout),
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only the host access bindings of this product.
 			&rbacv1.RoleBinding{}: {Label: hostAccessSelector},

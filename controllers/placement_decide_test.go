@@ -61,23 +61,23 @@ func TestDecidePlacement(t *testing.T) {
 			req:    def, hosts: []hostFacts{readyHost("z", 16, 100), readyHost("m", 16, 100)}, want: "m",
 		},
 		"no host": {
-			reason:  "nothing registered says how to get a host",
-			req:     def, hosts: nil,
+			reason: "nothing registered says how to get a host",
+			req:    def, hosts: nil,
 			wantWhy: []string{"no host is registered", "invisible-dots host join"},
 		},
 		"memory short": {
-			reason:  "the message names the host, its free memory and the need",
-			req:     def, hosts: []hostFacts{full},
+			reason: "the message names the host, its free memory and the need",
+			req:    def, hosts: []hostFacts{full},
 			wantWhy: []string{"no host fits: host a has 0.9 GiB of memory free, the Computer needs 4.0 GiB"},
 		},
 		"disk short": {
-			reason:  "a 40 GiB disk does not fit in 30 GiB free",
-			req:     def, hosts: []hostFacts{small},
+			reason: "a 40 GiB disk does not fit in 30 GiB free",
+			req:    def, hosts: []hostFacts{small},
 			wantWhy: []string{"host s has 30.0 GiB of disk free, the Computer needs 40.0 GiB"},
 		},
 		"too many processors": {
-			reason:  "one VM cannot have more processors than its host",
-			req:     placementRequest{CPU: 16, MemoryBytes: gi}, hosts: []hostFacts{idle},
+			reason: "one VM cannot have more processors than its host",
+			req:    placementRequest{CPU: 16, MemoryBytes: gi}, hosts: []hostFacts{idle},
 			wantWhy: []string{"host b has 8 processors, the Computer needs 16"},
 		},
 		"skips not ready, cordoned and imageless": {
@@ -94,8 +94,8 @@ func TestDecidePlacement(t *testing.T) {
 			},
 		},
 		"named image version": {
-			reason:  "a version the spec names must be registered on the host",
-			req:     placementRequest{CPU: 1, MemoryBytes: gi, GoldenImage: "g2"}, hosts: []hostFacts{idle},
+			reason: "a version the spec names must be registered on the host",
+			req:    placementRequest{CPU: 1, MemoryBytes: gi, GoldenImage: "g2"}, hosts: []hostFacts{idle},
 			wantWhy: []string{"host b has no golden image g2"},
 		},
 	}

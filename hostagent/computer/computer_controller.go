@@ -58,9 +58,14 @@ const (
 	// startingPoll: a starting guest is asked for its health twice a
 	// second, so Ready follows its boot closely.
 	startingPoll = 500 * time.Millisecond
-	stoppedPoll    = 30 * time.Second
-	errorPoll      = 30 * time.Second
-	healthCall     = 5 * time.Second
+	stoppedPoll  = 30 * time.Second
+	errorPoll    = 30 * time.Second
+	healthCall   = 5 * time.Second
+	// startingHealthCall bounds a health call while the guest boots: QEMU's
+	// user network holds a connection open until the guest listens, and a
+	// new connection half a second later is answered sooner than a held
+	// one.
+	startingHealthCall = time.Second
 	// poweroffCall bounds the poweroff request: the guest accepts it at
 	// once or not at all.
 	poweroffCall = 2 * time.Second
@@ -337,7 +342,11 @@ const defaultStartTimeout = 5 * time.Minute
 
 // health asks the guest GET /v1/health through the proven channel.
 func (r *Reconciler) health(ctx context.Context, c *dotsv1.Computer, token string) error {
-	hctx, cancel := context.WithTimeout(ctx, healthCall)
+	timeout := healthCall
+	if c.Status.State != dotsv1.ComputerRunning {
+		timeout = startingHealthCall
+	}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	h, err := r.Driver.Health(hctx, vmID(c), token)
 	if err == nil && h.Agentd != protocol.AgentdOK {

@@ -289,8 +289,6 @@ func errText(err error) string {
 	return err.Error()
 }
 
-
-
 // logSuffix quotes the end of QEMU's log and the serial console.
 func logSuffix(tail string) string {
 	tail = strings.TrimSpace(tail)

@@ -321,11 +321,11 @@ func TestComputerStopDeadline(t *testing.T) {
 		wantKilled bool
 	}{
 		"before the deadline": {
-			reason: "a guest powering off has its 60 s: nothing is killed at 59 s",
+			reason:  "a guest powering off has its 60 s: nothing is killed at 59 s",
 			advance: 59 * time.Second, wantState: dotsv1.ComputerStopping,
 		},
 		"at the deadline": {
-			reason: "a guest still running at 60 s is killed",
+			reason:  "a guest still running at 60 s is killed",
 			advance: 60 * time.Second, wantState: dotsv1.ComputerStopped, wantKilled: true,
 		},
 		"guest refuses": {

@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -161,6 +162,12 @@ func prove(conn net.Conn, addr, token string) (*bufio.Reader, error) {
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 			return nil, fmt.Errorf("%w: %s closed the connection without answering GET %s (the guest is not up yet?)", ErrGuestNotAnswering, addr, protocol.PathProof)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && br.Buffered() == 0 {
+			// Not one byte back: QEMU's user network holds a connection
+			// open while the guest is not listening yet. Nothing was proven
+			// and no token was sent; ask again on a new connection.
+			return nil, fmt.Errorf("%w: %s did not answer GET %s in time (the guest is not up yet?)", ErrGuestNotAnswering, addr, protocol.PathProof)
 		}
 		return nil, fmt.Errorf("%w: %s did not answer GET %s as HTTP: %v", ErrGuestUnproven, addr, protocol.PathProof, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -218,5 +219,42 @@ func TestClosingListenerIsNotAnswering(t *testing.T) {
 	_, err = New().Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: 1, Token: token})
 	if !errors.Is(err, ErrGuestNotAnswering) || errors.Is(err, ErrGuestUnproven) {
 		t.Errorf("Health() against a listener that closes at once = %v, want ErrGuestNotAnswering only", err)
+	}
+}
+
+func TestSilentListenerIsNotAnswering(t *testing.T) {
+	// What QEMU's forward also does while the guest is booting: accept and
+	// hold the connection without a byte until the guest listens.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held <- c
+		}
+	}()
+	defer func() {
+		ln.Close()
+		for {
+			select {
+			case c := <-held:
+				c.Close()
+			default:
+				return
+			}
+		}
+	}()
+	c := New()
+	c.ProofTimeout = 200 * time.Millisecond
+	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: 1, Token: token})
+	if !errors.Is(err, ErrGuestNotAnswering) || errors.Is(err, ErrGuestUnproven) {
+		t.Errorf("Health() against a listener that holds the connection silently = %v, want ErrGuestNotAnswering only", err)
 	}
 }

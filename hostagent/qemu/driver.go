@@ -194,7 +194,7 @@ func (d *Driver) observe(_ context.Context, id home.VMID) (driver.Observation, *
 		return obs, &rec, nil
 	}
 	switch v, why := d.identify(rec); v {
-	case ours:
+	case ours, starting:
 		obs.State = driver.Running
 	case gone:
 		obs.Exited = true

@@ -18,7 +18,17 @@ const (
 	gone     verdict = iota // no such process (or another one now holds the pid)
 	ours                    // this VM's QEMU: the kill rule holds
 	unproven                // alive, but not provably this VM's QEMU
+	// starting: the recorded process (pid, start time, uid) is alive and
+	// its record is younger than portGrace, but its guest port does not
+	// listen yet. QEMU opens the port a moment after it starts, and a start
+	// no longer waits for it, so an agent that restarted in that moment
+	// sees this. It is observed as running; it is not killed (the rule
+	// wants the port).
+	starting
 )
+
+// portGrace is how long after its record a QEMU may not listen yet.
+const portGrace = 30 * time.Second
 
 // identify applies the kill rule of ref 3.4 to a record of this boot: a
 // process this driver spawned whose exit it has not seen, or a pid alive,
@@ -53,6 +63,9 @@ func (d *Driver) identify(rec record) (verdict, string) {
 		return unproven, fmt.Sprintf("process %d belongs to uid %d, not to this server's uid %d", rec.PID, info.UID, os.Getuid())
 	}
 	if !portAccepts(rec.GuestPort) {
+		if !rec.StartedAt.IsZero() && time.Since(rec.StartedAt) < portGrace {
+			return starting, fmt.Sprintf("process %d does not listen on its guest port %d yet", rec.PID, rec.GuestPort)
+		}
 		return unproven, fmt.Sprintf("process %d is alive but does not listen on its guest port %d", rec.PID, rec.GuestPort)
 	}
 	return ours, ""

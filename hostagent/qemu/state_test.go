@@ -242,6 +242,25 @@ func TestObserveStates(t *testing.T) {
 		}
 	})
 
+	t.Run("a fresh record whose QEMU does not listen yet is RUNNING and still never killed", func(t *testing.T) {
+		d := testDriver(t, &boot)
+		p, ticks := bystander(t)
+		port, _ := freePort()
+		// Written a moment ago: QEMU opens its port just after it starts,
+		// and an agent that restarted right then must not call it ERROR.
+		writeTestRecord(t, d, record{PID: p.Process.Pid, GuestPort: port, Stamp: boot, ProcStartTicks: ticks, StartedAt: time.Now()})
+		obs, err := d.Observe(ctx, testID)
+		if err != nil || obs.State != driver.Running {
+			t.Fatalf("Observe() = %+v, %v; want Running", obs, err)
+		}
+		if _, err := d.Kill(ctx, testID); !errors.Is(err, driver.ErrVMError) {
+			t.Errorf("Kill() = %v, want ErrVMError: the kill rule wants the port", err)
+		}
+		if !alive(t, p.Process.Pid) {
+			t.Error("a process not proven by its port was killed")
+		}
+	})
+
 	t.Run("record from before a host restart is STOPPED without trusting its pid", func(t *testing.T) {
 		now := boot
 		d := testDriver(t, &now)

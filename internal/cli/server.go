@@ -26,7 +26,7 @@ const (
 
 func newServerCommand() *cobra.Command {
 	var (
-		noWeb      bool
+		noWeb         bool
 		kubeconfig    string
 		hostName      string
 		noControllers bool
@@ -101,8 +101,8 @@ for kubectl:
 				}
 			}
 			central, err := controllers.NewManager(ctx, controllers.Options{
-				Config: cp.Config,
-				Log:    log.WithName("controllers"),
+				Config:   cp.Config,
+				Log:      log.WithName("controllers"),
 				Embedded: kubeconfig == "",
 			})
 			if err != nil {

@@ -311,6 +311,7 @@ func (h *Host) Health(_ context.Context, id home.VMID, _ string) (protocol.Healt
 	}
 	return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage(`{"status":"ok"}`), UptimeS: 1}, nil
 }
+
 // Crash makes a running VM exit unasked (QEMU killed, guest powered itself
 // off): Observe then reports Stopped with Exited.
 func (h *Host) Crash(id home.VMID) error {
