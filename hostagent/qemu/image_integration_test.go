@@ -133,7 +133,12 @@ const imageGrace = 60 * time.Second
 func waitHealthy(ctx context.Context, d *Driver, spec driver.Spec, timeout time.Duration) (protocol.HealthResponse, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		h, err := d.Health(ctx, spec.ID, spec.Token)
+		// Each ask is bounded as the Computer reconciler bounds it while
+		// the guest boots: QEMU's forward holds a connection open until
+		// the guest listens, and a new one is answered sooner.
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, err := d.Health(hctx, spec.ID, spec.Token)
+		cancel()
 		if err == nil {
 			return h, nil
 		}
