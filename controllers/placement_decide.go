@@ -30,8 +30,9 @@ type hostFacts struct {
 	Allocatable   resources
 	Images        []dotsv1.HostImage
 	// RunningMemoryBytes is the memory of its Computers whose VM runs (or
-	// is starting or stopping): a sleeping VM holds no memory, and its start
-	// is the host agent's to refuse when memory is short.
+	// is starting or stopping): a sleeping VM holds no memory. Sleeping VMs
+	// that all wake at once can run a host short; its MemoryPressure
+	// condition shows that, and nothing refuses the wake today.
 	RunningMemoryBytes int64
 	// Computers counts the Computers placed on it.
 	Computers int
