@@ -1,0 +1,189 @@
+// Package lifecycle holds the decisions of a Dot's work and sleep (ref 9.2,
+// 9.5) as pure functions: which task is dispatched next, whether a Dot has
+// work that keeps its computer awake, when it sleeps and when it wakes, and
+// what a delivery's outcome does to its outbox row. They read facts and
+// fetch nothing, so each is a table test; the controllers and the host
+// agent gather the facts and act on the answer.
+package lifecycle
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+)
+
+// Task is what the dispatcher knows of one of a Dot's Tasks.
+type Task struct {
+	Name        string
+	Phase       dotsv1.TaskPhase
+	Priority    int32
+	Created     time.Time
+	ScheduledAt *time.Time
+	// CancelRequested: a person asked to cancel it.
+	CancelRequested bool
+}
+
+// active: the Dot works on it (one at a time).
+func (t Task) active() bool {
+	return t.Phase == dotsv1.TaskRunning || t.Phase == dotsv1.TaskWaitingApproval
+}
+
+// due: PENDING, not cancelled, and its time has come.
+func (t Task) due(now time.Time) bool {
+	return t.Phase == dotsv1.TaskPending && !t.CancelRequested && (t.ScheduledAt == nil || !now.Before(*t.ScheduledAt))
+}
+
+// Dispatch is the dispatcher's answer for one Dot.
+type Dispatch struct {
+	// Next is the task to send now; empty when none may go.
+	Next string
+	// Blocked names the active task that holds the Dot, if one does.
+	Blocked string
+	// Wait is how long until the earliest scheduled task comes due (zero
+	// when none waits for its time).
+	Wait time.Duration
+}
+
+// NextTask picks the task to dispatch for one Dot (ref 9.2): one active
+// task per Dot (RUNNING or WAITING_APPROVAL blocks the next), then among
+// the due PENDING tasks the highest priority, then the oldest, then by
+// name, so the order is the same every time for the same facts.
+func NextTask(tasks []Task, now time.Time) Dispatch {
+	var d Dispatch
+	var due []Task
+	for _, t := range tasks {
+		switch {
+		case t.active():
+			d.Blocked = t.Name
+		case t.due(now):
+			due = append(due, t)
+		case t.Phase == dotsv1.TaskPending && !t.CancelRequested && t.ScheduledAt != nil:
+			if w := t.ScheduledAt.Sub(now); d.Wait == 0 || w < d.Wait {
+				d.Wait = w
+			}
+		}
+	}
+	if d.Blocked != "" || len(due) == 0 {
+		return d
+	}
+	d.Next = slices.MinFunc(due, func(a, b Task) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name))
+	}).Name
+	return d
+}
+
+// Work is what keeps a Dot awake (ref 9.5, "has work").
+type Work struct {
+	// DueTask: a PENDING task whose time has come.
+	DueTask bool
+	// ActiveTask: a RUNNING or WAITING_APPROVAL task (the guest may be in
+	// the middle of it).
+	ActiveTask bool
+	// Undelivered counts outbox rows not yet delivered to the guest.
+	Undelivered int
+	// NextAutomation is when the Dot's earliest automation is due, as its
+	// guest last reported (automation.next_run); nil when none is.
+	NextAutomation *time.Time
+}
+
+// DefaultWakeLead is how long before an automation is due its sleeping
+// computer is started, so that it is READY with some to spare.
+const DefaultWakeLead = 90 * time.Second
+
+// automationDue: an automation is due within lead, or already past.
+func (w Work) automationDue(now time.Time, lead time.Duration) bool {
+	return w.NextAutomation != nil && !w.NextAutomation.After(now.Add(lead))
+}
+
+// personWork: work a person gave (a task or something to deliver), which
+// wakes even a computer a person stopped.
+func (w Work) personWork() bool {
+	return w.DueTask || w.ActiveTask || w.Undelivered > 0
+}
+
+// KeepsAwake is the one definition of "has work": a task or inbound work
+// for the Dot, or an automation due within the lead (a past one included).
+func KeepsAwake(w Work, now time.Time, lead time.Duration) bool {
+	return w.personWork() || w.automationDue(now, lead)
+}
+
+// Facts are what the sleep and wake decision reads of one Dot.
+type Facts struct {
+	Work     Work
+	Strategy dotsv1.RunStrategy
+	// State and StopReason are the Computer's.
+	State      dotsv1.ComputerState
+	StopReason dotsv1.StopReason
+	// Phase is the Dot's.
+	Phase dotsv1.DotPhase
+	// AgentState is the engine's last reported state (IDLE, THINKING, ...).
+	AgentState string
+	// LastActivity is when the Dot's log last had anything.
+	LastActivity time.Time
+	// IdleTimeout is the Dot's spec.computer.idleTimeout; zero never sleeps.
+	IdleTimeout time.Duration
+	WakeLead    time.Duration
+	Now         time.Time
+}
+
+// Action is what the decision asks for.
+type Action string
+
+const (
+	// Stay: nothing to do.
+	Stay Action = ""
+	// Wake: start the stopped computer (a start request; a Halted one is
+	// set OnDemand again, since a person's work wakes it).
+	Wake Action = "Wake"
+	// Sleep: prepare-sleep, then power off with stopReason idle.
+	Sleep Action = "Sleep"
+)
+
+// Decision is the sleep and wake decision, with why.
+type Decision struct {
+	Action Action
+	Why    string
+	// After is when to look again with nothing changed (zero: at the next
+	// change only).
+	After time.Duration
+}
+
+// Decide is the sleep and wake decision for one Dot (ref 9.5).
+func Decide(f Facts) Decision {
+	lead := cmp.Or(f.WakeLead, DefaultWakeLead)
+	awake := KeepsAwake(f.Work, f.Now, lead)
+	switch f.State {
+	case dotsv1.ComputerStopped:
+		switch {
+		case f.Work.personWork():
+			// A message or a task wakes any stopped computer, a person's
+			// stop included; a VM that exited with work starts again at
+			// once.
+			return Decision{Action: Wake, Why: "it has work"}
+		case f.Strategy == dotsv1.RunHalted || f.StopReason == dotsv1.StopUser:
+			// A person's stop pauses the automations.
+			return Decision{}
+		case f.Phase == dotsv1.DotError || f.Phase == dotsv1.DotCreating:
+			return Decision{}
+		case f.Work.automationDue(f.Now, lead):
+			return Decision{Action: Wake, Why: "an automation is due"}
+		case f.Work.NextAutomation != nil:
+			return Decision{After: f.Work.NextAutomation.Add(-lead).Sub(f.Now)}
+		}
+		return Decision{}
+	case dotsv1.ComputerRunning:
+		if f.Strategy != dotsv1.RunOnDemand && f.Strategy != "" {
+			return Decision{} // Always never sleeps; Halted is stopping
+		}
+		if f.IdleTimeout <= 0 || awake || (f.AgentState != "" && f.AgentState != "IDLE") {
+			return Decision{}
+		}
+		if idle := f.Now.Sub(f.LastActivity); idle < f.IdleTimeout {
+			return Decision{After: f.IdleTimeout - idle}
+		}
+		return Decision{Action: Sleep, Why: "idle for " + f.IdleTimeout.String() + " with no work"}
+	}
+	return Decision{}
+}
