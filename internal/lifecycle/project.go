@@ -1,0 +1,237 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"time"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// Host event types of the log (the guest's are protocol's Event* names).
+// The host's task.created and task.failed share their names with the
+// guest's inbound and outbound events; Source tells them apart.
+const (
+	HostTaskCreated      = "task.created"
+	HostTaskCancelled    = "task.cancelled"
+	HostTaskFailed       = "task.failed"
+	HostApprovalResolved = "approval.resolved"
+)
+
+// Event is what the projection reads of one row of the log.
+type Event struct {
+	ID   int64
+	Type string
+	// Host: told by the control plane; false: by the guest.
+	Host bool
+	Data json.RawMessage
+	At   time.Time
+}
+
+// TaskView is a Task's status as the log tells it.
+type TaskView struct {
+	Phase    dotsv1.TaskPhase
+	Runs     int
+	Summary  string
+	Error    string
+	Progress string
+	SpentUSD float64
+}
+
+// ApprovalView is what the log tells of one approval the guest asked for.
+type ApprovalView struct {
+	Requested protocol.ApprovalRequested
+	Resolved  bool
+}
+
+// View is a Dot's statuses as its log tells them: the one source of a
+// Task's phase, summary, error, spend and progress, of the Dot's
+// agentState, currentTask, pendingApprovals and lastActivityTime, and of the
+// Computer's nextAutomationTime. A status erased by hand comes back from it.
+type View struct {
+	// Tasks by task id (the Task's UID, as task.created carries it).
+	Tasks map[string]*TaskView
+	// Approvals by approval id, in the order asked.
+	Approvals      map[string]*ApprovalView
+	ApprovalOrder  []string
+	AgentState     protocol.AgentState
+	LastActivity   time.Time
+	NextAutomation *time.Time
+	// LastID is the last event folded in.
+	LastID int64
+}
+
+// NewView is an empty view.
+func NewView() *View {
+	return &View{Tasks: map[string]*TaskView{}, Approvals: map[string]*ApprovalView{}}
+}
+
+// CurrentTask is the task the Dot works on (RUNNING or WAITING_APPROVAL),
+// or "".
+func (v *View) CurrentTask() string {
+	for id, t := range v.Tasks {
+		if t.Phase == dotsv1.TaskRunning || t.Phase == dotsv1.TaskWaitingApproval {
+			return id
+		}
+	}
+	return ""
+}
+
+// PendingApprovals counts the approvals asked and not resolved.
+func (v *View) PendingApprovals() int {
+	n := 0
+	for _, a := range v.Approvals {
+		if !a.Resolved {
+			n++
+		}
+	}
+	return n
+}
+
+func ended(p dotsv1.TaskPhase) bool {
+	return p == dotsv1.TaskCompleted || p == dotsv1.TaskFailed || p == dotsv1.TaskCancelled
+}
+
+func (v *View) task(id string) *TaskView {
+	t, ok := v.Tasks[id]
+	if !ok {
+		t = &TaskView{Phase: dotsv1.TaskPending}
+		v.Tasks[id] = t
+	}
+	return t
+}
+
+// Fold applies events, in id order, to the view. An event whose data does
+// not parse changes nothing but the activity time: the log keeps it, and
+// ingestion stored what the protocol refused as guest.event.refused.
+func (v *View) Fold(events ...Event) {
+	for _, e := range events {
+		if e.ID <= v.LastID {
+			continue // folded already
+		}
+		v.LastID = e.ID
+		if e.At.After(v.LastActivity) {
+			v.LastActivity = e.At
+		}
+		if e.Host {
+			v.foldHost(e)
+		} else {
+			v.foldGuest(e)
+		}
+	}
+}
+
+func (v *View) foldHost(e Event) {
+	var d struct {
+		TaskID     string `json:"task_id"`
+		ApprovalID string `json:"approval_id"`
+		Run        int    `json:"run"`
+		Error      string `json:"error"`
+	}
+	if json.Unmarshal(e.Data, &d) != nil {
+		return
+	}
+	switch e.Type {
+	case HostTaskCreated:
+		// The dispatcher gave the task to the Dot: a run opens.
+		if t := v.task(d.TaskID); !ended(t.Phase) {
+			t.Phase, t.Runs = dotsv1.TaskRunning, max(t.Runs, d.Run, t.Runs+1)
+		}
+	case HostTaskCancelled:
+		if t := v.task(d.TaskID); !ended(t.Phase) {
+			t.Phase = dotsv1.TaskCancelled
+		}
+	case HostTaskFailed:
+		// The deliverer gave the task up.
+		if t := v.task(d.TaskID); !ended(t.Phase) {
+			t.Phase, t.Error = dotsv1.TaskFailed, d.Error
+		}
+	case HostApprovalResolved:
+		if a, ok := v.Approvals[d.ApprovalID]; ok && !a.Resolved {
+			a.Resolved = true
+			if a.Requested.TaskID != nil {
+				if t := v.task(*a.Requested.TaskID); t.Phase == dotsv1.TaskWaitingApproval {
+					t.Phase = dotsv1.TaskRunning
+				}
+			}
+		}
+	}
+}
+
+// guestData decodes a stored guest event's data into its protocol type;
+// ingestion checked it against the protocol before it was stored.
+func guestData(e Event) any {
+	var out any
+	switch e.Type {
+	case protocol.EventAgentState:
+		out = &protocol.AgentStateChanged{}
+	case protocol.EventTaskStarted:
+		out = &protocol.TaskStarted{}
+	case protocol.EventTaskProgress:
+		out = &protocol.TaskProgress{}
+	case protocol.EventTaskCompleted:
+		out = &protocol.TaskCompleted{}
+	case protocol.EventTaskFailed:
+		out = &protocol.TaskFailed{}
+	case protocol.EventApprovalRequested:
+		out = &protocol.ApprovalRequested{}
+	case protocol.EventAutomationNextRun:
+		out = &protocol.AutomationNextRun{}
+	default:
+		return nil // nothing of a status comes from it
+	}
+	if json.Unmarshal(e.Data, out) != nil {
+		return nil
+	}
+	return out
+}
+
+func (v *View) foldGuest(e Event) {
+	parsed := guestData(e)
+	spent := func(t *TaskView, usd *float64) {
+		if usd != nil && *usd > t.SpentUSD {
+			t.SpentUSD = *usd
+		}
+	}
+	switch ev := parsed.(type) {
+	case *protocol.AgentStateChanged:
+		v.AgentState = ev.State
+	case *protocol.TaskStarted:
+		if t := v.task(ev.TaskID); !ended(t.Phase) {
+			t.Phase = dotsv1.TaskRunning
+		}
+	case *protocol.TaskProgress:
+		t := v.task(ev.TaskID)
+		t.Progress = ev.Text
+		spent(t, ev.SpentUSD)
+	case *protocol.TaskCompleted:
+		t := v.task(ev.TaskID)
+		spent(t, ev.SpentUSD)
+		if !ended(t.Phase) {
+			t.Phase, t.Summary = dotsv1.TaskCompleted, ev.Summary
+		}
+	case *protocol.TaskFailed:
+		t := v.task(ev.TaskID)
+		spent(t, ev.SpentUSD)
+		if !ended(t.Phase) {
+			t.Phase, t.Error = dotsv1.TaskFailed, ev.Error
+		}
+	case *protocol.ApprovalRequested:
+		if _, ok := v.Approvals[ev.ApprovalID]; !ok {
+			v.Approvals[ev.ApprovalID] = &ApprovalView{Requested: *ev}
+			v.ApprovalOrder = append(v.ApprovalOrder, ev.ApprovalID)
+		}
+		if ev.TaskID != nil {
+			if t := v.task(*ev.TaskID); t.Phase == dotsv1.TaskRunning {
+				t.Phase = dotsv1.TaskWaitingApproval
+			}
+		}
+	case *protocol.AutomationNextRun:
+		if ev.NextRunAtMS == nil {
+			v.NextAutomation = nil
+		} else {
+			t := time.UnixMilli(*ev.NextRunAtMS).UTC()
+			v.NextAutomation = &t
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// recorded is a Dot's log as the control plane stores it: a task given to
+// the Dot, an approval asked and granted, progress, an automation, and the
+// end of the task; then a second task cancelled, and a third the deliverer
+// gave up.
+func recorded() []Event {
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	var out []Event
+	add := func(host bool, typ, data string) {
+		out = append(out, Event{ID: int64(len(out) + 1), Type: typ, Host: host, Data: json.RawMessage(data), At: t0.Add(time.Duration(len(out)) * time.Second)})
+	}
+	add(true, HostTaskCreated, `{"task_id":"t1","run":1}`)
+	add(false, protocol.EventAgentState, `{"state":"THINKING"}`)
+	add(false, protocol.EventTaskStarted, `{"task_id":"t1"}`)
+	add(false, protocol.EventTaskProgress, `{"task_id":"t1","text":"running the tests","spent_usd":0.01}`)
+	add(false, protocol.EventApprovalRequested, `{"approval_id":"a1","task_id":"t1","tool":"exec","permission":"computer.exec","arguments":{},"reason":"run make"}`)
+	add(true, HostApprovalResolved, `{"approval_id":"a1","decision":"approve"}`)
+	add(false, protocol.EventAutomationNextRun, `{"next_run_at_ms":1764586800000}`)
+	add(false, protocol.EventTaskCompleted, `{"task_id":"t1","summary":"all green","spent_usd":0.042}`)
+	add(false, protocol.EventAgentState, `{"state":"IDLE"}`)
+	add(true, HostTaskCreated, `{"task_id":"t2","run":1}`)
+	add(true, HostTaskCancelled, `{"task_id":"t2"}`)
+	add(false, protocol.EventTaskCompleted, `{"task_id":"t2","summary":"too late"}`)
+	add(true, HostTaskFailed, `{"task_id":"t3","error":"the guest refused the task"}`)
+	return out
+}
+
+func TestProjectionFromARecordedLog(t *testing.T) {
+	log := recorded()
+	v := NewView()
+	v.Fold(log...)
+	want := map[string]*TaskView{
+		"t1": {Phase: dotsv1.TaskCompleted, Runs: 1, Summary: "all green", Progress: "running the tests", SpentUSD: 0.042},
+		"t2": {Phase: dotsv1.TaskCancelled, Runs: 1},
+		"t3": {Phase: dotsv1.TaskFailed, Error: "the guest refused the task"},
+	}
+	if diff := cmp.Diff(want, v.Tasks); diff != "" {
+		t.Errorf("tasks -want +got:\n%s", diff)
+	}
+	if v.AgentState != protocol.StateIdle || v.CurrentTask() != "" || v.PendingApprovals() != 0 {
+		t.Errorf("agent %s, current task %q, pending %d; want IDLE, none, 0", v.AgentState, v.CurrentTask(), v.PendingApprovals())
+	}
+	if v.NextAutomation == nil || v.NextAutomation.UnixMilli() != 1764586800000 {
+		t.Errorf("next automation %v", v.NextAutomation)
+	}
+	if !v.LastActivity.Equal(log[len(log)-1].At) {
+		t.Errorf("last activity %v; want the last event's time", v.LastActivity)
+	}
+
+	// Folded in pieces, or with events seen again, the view is the same.
+	pieces := NewView()
+	pieces.Fold(log[:5]...)
+	if pieces.Tasks["t1"].Phase != dotsv1.TaskWaitingApproval || pieces.CurrentTask() != "t1" || pieces.PendingApprovals() != 1 {
+		t.Errorf("mid-log: t1 %s, current %q, pending %d; want WAITING_APPROVAL, t1, 1", pieces.Tasks["t1"].Phase, pieces.CurrentTask(), pieces.PendingApprovals())
+	}
+	pieces.Fold(log[3:]...)
+	if diff := cmp.Diff(v, pieces); diff != "" {
+		t.Errorf("folded in pieces with a repeat -whole +pieces:\n%s", diff)
+	}
+}
