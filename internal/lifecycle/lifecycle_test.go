@@ -63,12 +63,12 @@ func TestDecide(t *testing.T) {
 		"idle sleeps": {reason: "IDLE, no work, nothing for longer than idleTimeout", facts: base, want: Sleep},
 		"not yet": {reason: "idle for 10 of 15 minutes: look again in 5",
 			facts: with(func(f *Facts) { f.LastActivity = now.Add(-10 * time.Minute) }), after: 5 * time.Minute},
-		"never": {reason: "idleTimeout 0 never sleeps", facts: with(func(f *Facts) { f.IdleTimeout = 0 })},
-		"always": {reason: "Always never sleeps", facts: with(func(f *Facts) { f.Strategy = dotsv1.RunAlways })},
-		"thinking": {reason: "an engine that is not IDLE keeps it up", facts: with(func(f *Facts) { f.AgentState = "THINKING" })},
-		"due task": {reason: "a due task keeps it up", facts: with(func(f *Facts) { f.Work.DueTask = true })},
+		"never":       {reason: "idleTimeout 0 never sleeps", facts: with(func(f *Facts) { f.IdleTimeout = 0 })},
+		"always":      {reason: "Always never sleeps", facts: with(func(f *Facts) { f.Strategy = dotsv1.RunAlways })},
+		"thinking":    {reason: "an engine that is not IDLE keeps it up", facts: with(func(f *Facts) { f.AgentState = "THINKING" })},
+		"due task":    {reason: "a due task keeps it up", facts: with(func(f *Facts) { f.Work.DueTask = true })},
 		"active task": {reason: "a running task keeps it up", facts: with(func(f *Facts) { f.Work.ActiveTask = true })},
-		"outbox": {reason: "something undelivered keeps it up", facts: with(func(f *Facts) { f.Work.Undelivered = 1 })},
+		"outbox":      {reason: "something undelivered keeps it up", facts: with(func(f *Facts) { f.Work.Undelivered = 1 })},
 		"automation soon": {reason: "an automation due within the lead keeps it up",
 			facts: with(func(f *Facts) { f.Work.NextAutomation = at(time.Minute) })},
 		"automation later": {reason: "an automation due after the lead does not",
@@ -85,14 +85,22 @@ func TestDecide(t *testing.T) {
 				f.State, f.StopReason, f.Strategy, f.Work.NextAutomation = dotsv1.ComputerStopped, dotsv1.StopUser, dotsv1.RunHalted, at(-time.Minute)
 			})},
 		"asleep, automation due": {reason: "a sleeping computer starts for an automation within the lead",
-			facts: with(func(f *Facts) { f.State, f.StopReason, f.Work.NextAutomation = dotsv1.ComputerStopped, dotsv1.StopIdle, at(time.Minute) }), want: Wake},
+			facts: with(func(f *Facts) {
+				f.State, f.StopReason, f.Work.NextAutomation = dotsv1.ComputerStopped, dotsv1.StopIdle, at(time.Minute)
+			}), want: Wake},
 		"asleep, automation missed": {reason: "a past automation counts too",
-			facts: with(func(f *Facts) { f.State, f.StopReason, f.Work.NextAutomation = dotsv1.ComputerStopped, dotsv1.StopIdle, at(-time.Hour) }), want: Wake},
+			facts: with(func(f *Facts) {
+				f.State, f.StopReason, f.Work.NextAutomation = dotsv1.ComputerStopped, dotsv1.StopIdle, at(-time.Hour)
+			}), want: Wake},
 		"asleep, automation later": {reason: "an automation in an hour: look again 90 s before it",
-			facts: with(func(f *Facts) { f.State, f.StopReason, f.Work.NextAutomation = dotsv1.ComputerStopped, dotsv1.StopIdle, at(time.Hour) }),
+			facts: with(func(f *Facts) {
+				f.State, f.StopReason, f.Work.NextAutomation = dotsv1.ComputerStopped, dotsv1.StopIdle, at(time.Hour)
+			}),
 			after: time.Hour - DefaultWakeLead},
 		"exited with work": {reason: "a VM that exited by itself with work starts again at once",
-			facts: with(func(f *Facts) { f.State, f.StopReason, f.Work.ActiveTask = dotsv1.ComputerStopped, dotsv1.StopExited, true }), want: Wake},
+			facts: with(func(f *Facts) {
+				f.State, f.StopReason, f.Work.ActiveTask = dotsv1.ComputerStopped, dotsv1.StopExited, true
+			}), want: Wake},
 		"error not woken for automations": {reason: "a Dot in ERROR is not started for its automations",
 			facts: with(func(f *Facts) {
 				f.State, f.StopReason, f.Phase, f.Work.NextAutomation = dotsv1.ComputerStopped, dotsv1.StopIdle, dotsv1.DotError, at(0)
