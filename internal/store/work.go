@@ -1,0 +1,131 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Decide stores a decision of the control plane: the host events that
+// tell of it and its outbox row (when it has one), in one transaction, so
+// the guest is told exactly what the log says was decided (ref 9.2). When a
+// row of its id exists the decision was stored before (a reconcile after a
+// crash, or one that ran on a stale view) and nothing is stored again. It
+// returns the events it stored; none when the decision was already there.
+func (s *Store) Decide(ctx context.Context, row *Inbound, events ...Event) ([]Event, error) {
+	var stored []Event
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if row != nil {
+			var seen bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM inbound_events WHERE id = $1)", row.ID).Scan(&seen); err != nil {
+				return fmt.Errorf("look for %s: %w", row.ID, err)
+			}
+			if seen {
+				return nil
+			}
+		}
+		// The events first (ref 9.1): their lock is never waited for while
+		// this transaction holds a row lock.
+		var err error
+		if stored, err = AppendEventsTx(ctx, tx, events...); err != nil {
+			return err
+		}
+		if row != nil {
+			fresh, err := enqueueTx(ctx, tx, *row)
+			if err != nil {
+				return err
+			}
+			if !fresh {
+				// Stored by another writer since the look above: this
+				// decision's events go with the rollback.
+				stored = nil
+				return errDecidedMeanwhile
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errDecidedMeanwhile) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return stored, nil
+}
+
+var errDecidedMeanwhile = errors.New("decided meanwhile")
+
+// enqueueTx is Enqueue in the caller's transaction.
+func enqueueTx(ctx context.Context, tx pgx.Tx, in Inbound) (bool, error) {
+	if in.ID == "" || in.Type == "" {
+		return false, fmt.Errorf("outbox row of dot %s/%s lacks its id or type", in.Dot.Namespace, in.Dot.Name)
+	}
+	if err := in.Dot.valid(); err != nil {
+		return false, err
+	}
+	ts := in.TS
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	tag, err := tx.Exec(ctx, `
+INSERT INTO inbound_events (id, dot_namespace, dot_name, dot_uid, type, data, ts, task_uid, run)
+VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), NULLIF($9, 0))
+ON CONFLICT (id) DO NOTHING`,
+		in.ID, in.Dot.Namespace, in.Dot.Name, in.Dot.UID, in.Type, jsonOrEmpty(in.Data), ts, in.TaskUID, in.Run)
+	if err != nil {
+		return false, fmt.Errorf("enqueue %s for dot %s/%s: %w", in.ID, in.Dot.Namespace, in.Dot.Name, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// DropUnsent drops the row when its send never began, and says whether it
+// did: a cancel of a task whose task.created never left drops it (ref 9.2);
+// one that may have reached the guest is cancelled there instead.
+func (s *Store) DropUnsent(ctx context.Context, id, reason string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE inbound_events SET dropped_at = now(), drop_reason = $2
+WHERE id = $1 AND sent_at IS NULL AND delivered_at IS NULL AND dropped_at IS NULL`, id, reason)
+	if err != nil {
+		return false, fmt.Errorf("drop %s: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Undelivered counts the Dot's rows neither delivered nor dropped.
+func (s *Store) Undelivered(ctx context.Context, dotUID string) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM inbound_events
+WHERE dot_uid = $1 AND delivered_at IS NULL AND dropped_at IS NULL`, dotUID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the outbox of dot %s: %w", dotUID, err)
+	}
+	return n, nil
+}
+
+// DotsWithEventsAfter lists the Dots with events above afterID, and the
+// highest id seen: what a follower of the whole log reads to know whose
+// statuses to compute again. limit bounds the events looked at.
+func (s *Store) DotsWithEventsAfter(ctx context.Context, afterID int64, limit int) ([]Dot, int64, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT dot_namespace, dot_name, dot_uid, max(id) FROM (
+  SELECT id, dot_namespace, dot_name, dot_uid FROM events WHERE id > $1 ORDER BY id LIMIT $2
+) recent GROUP BY dot_namespace, dot_name, dot_uid`, afterID, limit)
+	if err != nil {
+		return nil, afterID, fmt.Errorf("read the log after %d: %w", afterID, err)
+	}
+	var dots []Dot
+	last := afterID
+	var d Dot
+	var top int64
+	_, err = pgx.ForEachRow(rows, []any{&d.Namespace, &d.Name, &d.UID, &top}, func() error {
+		dots = append(dots, d)
+		last = max(last, top)
+		return nil
+	})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, afterID, fmt.Errorf("read the log after %d: %w", afterID, err)
+	}
+	return dots, last, nil
+}

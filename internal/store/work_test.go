@@ -1,0 +1,86 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+func TestDecideStoresOnce(t *testing.T) {
+	ctx := context.Background()
+	d := newDot("decide")
+	row := &Inbound{ID: TaskCreatedID("t1", 1), Dot: d, Type: "task.created", Data: json.RawMessage(`{"task_id":"t1"}`), TaskUID: "t1", Run: 1}
+	ev := Event{Dot: d, Type: "task.created", Source: SourceHost, Data: json.RawMessage(`{"task_id":"t1","run":1}`)}
+	first, err := testStore.Decide(ctx, row, ev)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("first Decide = %v, %v; want one event stored", first, err)
+	}
+	again, err := testStore.Decide(ctx, row, ev)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("the same decision again = %v, %v; want nothing stored", again, err)
+	}
+	log, err := testStore.EventsAfter(ctx, d.UID, 0, 10)
+	if err != nil || len(log) != 1 {
+		t.Errorf("log = %v, %v; want the one event", log, err)
+	}
+	if n, err := testStore.Undelivered(ctx, d.UID); err != nil || n != 1 {
+		t.Errorf("Undelivered = %d, %v; want 1", n, err)
+	}
+
+	// A decision without a row (a cancel of a task never sent) is its
+	// events alone.
+	if got, err := testStore.Decide(ctx, nil, Event{Dot: d, Type: "task.cancelled", Source: SourceHost}); err != nil || len(got) != 1 {
+		t.Errorf("Decide without a row = %v, %v", got, err)
+	}
+}
+
+func TestDropUnsent(t *testing.T) {
+	ctx := context.Background()
+	d := newDot("drop")
+	for _, id := range []string{"never-sent", "sent"} {
+		if _, err := testStore.Enqueue(ctx, Inbound{ID: id + "-" + d.UID, Dot: d, Type: "task.created"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := testStore.MarkSent(ctx, "sent-"+d.UID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		reason string
+		id     string
+		want   bool
+	}{
+		"never sent": {"a row whose send never began is dropped", "never-sent-" + d.UID, true},
+		"sent":       {"a row that may have reached the guest is kept", "sent-" + d.UID, false},
+		"again":      {"a dropped row is not dropped twice", "never-sent-" + d.UID, false},
+	}
+	for _, name := range []string{"never sent", "sent", "again"} {
+		tc := tests[name]
+		if got, err := testStore.DropUnsent(ctx, tc.id, "cancelled"); err != nil || got != tc.want {
+			t.Errorf("%s: %s\nDropUnsent = %v, %v; want %v", name, tc.reason, got, err, tc.want)
+		}
+	}
+	if n, _ := testStore.Undelivered(ctx, d.UID); n != 1 {
+		t.Errorf("undelivered %d; want the sent row only", n)
+	}
+}
+
+func TestDotsWithEventsAfter(t *testing.T) {
+	ctx := context.Background()
+	_, start, err := testStore.DotsWithEventsAfter(ctx, 0, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newDot("a"), newDot("b")
+	if _, err := testStore.AppendEvents(ctx, Event{Dot: a, Type: "x", Source: SourceHost}, Event{Dot: b, Type: "x", Source: SourceHost}, Event{Dot: a, Type: "y", Source: SourceHost}); err != nil {
+		t.Fatal(err)
+	}
+	dots, last, err := testStore.DotsWithEventsAfter(ctx, start, 100)
+	if err != nil || len(dots) != 2 || last <= start {
+		t.Fatalf("DotsWithEventsAfter(%d) = %v, %d, %v; want a and b and a higher id", start, dots, last, err)
+	}
+	if dots, again, _ := testStore.DotsWithEventsAfter(ctx, last, 100); len(dots) != 0 || again != last {
+		t.Errorf("after the last id: %v, %d; want nothing, %d", dots, again, last)
+	}
+}
