@@ -59,6 +59,9 @@ func (r *ApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	phase := approvalPhase(a.Spec.Decision)
+	if phase == dotsv1.ApprovalPending && a.Status.Phase == dotsv1.ApprovalExpired {
+		phase = dotsv1.ApprovalExpired // its task ended without a decision
+	}
 	decided := phase != a.Status.Phase && phase != dotsv1.ApprovalPending && a.Status.DecidedAt == nil
 	if decided {
 		a.Status.DecidedAt = ptr.To(metav1.NewTime(now))

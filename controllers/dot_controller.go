@@ -258,6 +258,10 @@ func dotPhase(s *dotScope, computerReady bool) dotsv1.DotPhase {
 		return dotsv1.DotError
 	case c.Status.StartFailure != nil && c.Status.StartFailure.ConsecutiveFailCount > 0 && c.Status.State != dotsv1.ComputerRunning:
 		return dotsv1.DotError
+	case c.Status.State == dotsv1.ComputerRunning && computerReady && s.dot.Status.PendingApprovals > 0:
+		return dotsv1.DotWaitingApproval
+	case c.Status.State == dotsv1.ComputerRunning && computerReady && s.dot.Status.CurrentTask != "":
+		return dotsv1.DotRunning
 	case c.Status.State == dotsv1.ComputerRunning && computerReady:
 		return dotsv1.DotReady
 	case c.Status.State == dotsv1.ComputerStopped:

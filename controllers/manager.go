@@ -25,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
 // Scheme knows the built-in kinds and ours.
@@ -78,6 +79,9 @@ type Options struct {
 	Embedded bool
 	// Clock is time for the reconcilers; the real clock when nil.
 	Clock clock.PassiveClock
+	// Store is the event log and outbox; nil runs no work reconciler (a
+	// test of the resources alone).
+	Store *store.Store
 }
 
 // NewManager builds the central manager with every reconciler registered.
@@ -154,6 +158,16 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		Clock:    o.Clock,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
+	}
+	if o.Store != nil {
+		if err := (&WorkReconciler{
+			Client:   mgr.GetClient(),
+			Store:    o.Store,
+			Recorder: mgr.GetEventRecorder(WorkControllerName),
+			Clock:    o.Clock,
+		}).SetupWithManager(ctx, mgr); err != nil {
+			return nil, err
+		}
 	}
 	if err := (&HostAccessReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, err

@@ -17,11 +17,19 @@ const (
 // ApprovalSpec is a tool call a Dot parked until a person decides.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)",message="a decision cannot change once set"
 // +kubebuilder:validation:XValidation:rule="self.dotName == oldSelf.dotName && self.tool == oldSelf.tool && self.permission == oldSelf.permission",message="what was asked cannot change; only decision, note and always are set by a person"
+// +kubebuilder:validation:XValidation:rule="has(self.requestID) == has(oldSelf.requestID) && (!has(self.requestID) || self.requestID == oldSelf.requestID)",message="requestID cannot change"
 type ApprovalSpec struct {
 	// dotName is the Dot that asked.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9-]{1,40}$`
 	// +required
 	DotName string `json:"dotName"`
+
+	// requestID is the guest's id of what it asked (approval.requested's
+	// approval_id), which the decision answers; empty for an Approval made
+	// by hand, which answers nothing in a guest.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	RequestID string `json:"requestID,omitempty"`
 
 	// taskName is the Task the call belongs to; empty for the chat.
 	// +optional

@@ -14,6 +14,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
 // Environment variables the server reads.
@@ -104,6 +105,7 @@ for kubectl:
 				Config:   cp.Config,
 				Log:      log.WithName("controllers"),
 				Embedded: kubeconfig == "",
+				Store:    store.New(cp.DB.Pool()),
 			})
 			if err != nil {
 				return err

@@ -129,3 +129,12 @@ SELECT dot_namespace, dot_name, dot_uid, max(id) FROM (
 	}
 	return dots, last, nil
 }
+
+// LastEventID is the log's newest id, 0 when it is empty.
+func (s *Store) LastEventID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := s.pool.QueryRow(ctx, "SELECT COALESCE(max(id), 0) FROM events").Scan(&id); err != nil {
+		return 0, fmt.Errorf("read the log's last id: %w", err)
+	}
+	return id, nil
+}

@@ -104,7 +104,8 @@ var _ = Describe("The Dot reconciler", func() {
 		Eventually(func(g Gomega) {
 			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(t), t)).To(Succeed())
 			g.Expect(metav1.IsControlledBy(t, d)).To(BeTrue())
-			g.Expect(t.Status.Phase).To(Equal(dotsv1.TaskPending))
+			// Bound, then given to the Dot by the dispatcher.
+			g.Expect(t.Status.Phase).To(BeElementOf(dotsv1.TaskPending, dotsv1.TaskRunning))
 			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(a), a)).To(Succeed())
 			g.Expect(metav1.IsControlledBy(a, d)).To(BeTrue())
 			g.Expect(a.Status.Phase).To(Equal(dotsv1.ApprovalPending))

@@ -23,6 +23,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
+	"github.com/invisible-dots/invisible-dots/internal/store"
 	"github.com/invisible-dots/invisible-dots/test/harness"
 )
 
@@ -34,6 +35,8 @@ var (
 	testLog   logr.Logger
 	fakeHost  *fake.Host
 	managers  sync.WaitGroup
+	// logStore is the control plane's event log and outbox.
+	logStore *store.Store
 )
 
 func TestIntegration(t *testing.T) {
@@ -57,9 +60,11 @@ var _ = BeforeSuite(func() {
 	// room for every Computer the suite makes. The real-VM path is
 	// test/e2e's.
 	fakeHost = fake.NewHost()
+	logStore = store.New(cp.DB.Pool())
 	central, err := controllers.NewManager(suiteCtx, controllers.Options{
 		Config: cp.Config,
 		Log:    testLog.WithName("controllers"),
+		Store:  logStore,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	hostAgent, err := agent.NewManager(agent.Options{

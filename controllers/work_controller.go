@@ -1,0 +1,465 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
+	"github.com/invisible-dots/invisible-dots/internal/patch"
+	"github.com/invisible-dots/invisible-dots/internal/store"
+)
+
+// WorkControllerName names the work reconciler.
+const WorkControllerName = "work-controller"
+
+// DotNameField indexes Tasks and Approvals by spec.dotName.
+const DotNameField = "spec.dotName"
+
+// The status writers of the work reconciler: fields its log gives, no
+// conditions.
+var (
+	taskWorkWriter     = patch.Writer{Name: WorkControllerName + "/task"}
+	dotWorkWriter      = patch.Writer{Name: WorkControllerName + "/dot"}
+	approvalWorkWriter = patch.Writer{Name: WorkControllerName + "/approval"}
+	computerWorkWriter = patch.Writer{Name: WorkControllerName + "/computer"}
+)
+
+// WorkReconciler is a Dot's work, keyed by Dot: it computes the statuses
+// its event log gives (a Task's phase, summary, error, spend and progress;
+// the Dot's agentState, currentTask, pendingApprovals and lastActivityTime;
+// the Computer's nextAutomationTime), makes an Approval for each one the
+// guest asked for, and takes the control plane's decisions about the Dot's
+// work: which task goes next (one at a time), a cancel, a person's decision.
+// Each decision is stored with its host events and outbox row in one
+// transaction (store.Decide), idempotent by its row's id, so a control plane
+// killed between two writes sends nothing twice.
+type WorkReconciler struct {
+	Client   client.Client
+	Store    *store.Store
+	Recorder recorder.EventRecorder
+	Clock    clock.PassiveClock
+	// Poll is how often the log is read for Dots with new events; 500 ms
+	// when zero.
+	Poll time.Duration
+
+	mu    sync.Mutex
+	views map[types.UID]*lifecycle.View
+}
+
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks;approvals,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks/status;approvals/status;dots/status;computers/status,verbs=get;update;patch
+
+// SetupWithManager registers the reconciler: a Dot, its Tasks and
+// Approvals, and new events in its log wake it.
+func (r *WorkReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.views = map[types.UID]*lifecycle.View{}
+	for _, obj := range []client.Object{&dotsv1.Task{}, &dotsv1.Approval{}} {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, DotNameField, func(o client.Object) []string {
+			switch v := o.(type) {
+			case *dotsv1.Task:
+				return []string{v.Spec.DotName}
+			case *dotsv1.Approval:
+				return []string{v.Spec.DotName}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	byDot := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		var dot string
+		switch v := o.(type) {
+		case *dotsv1.Task:
+			dot = v.Spec.DotName
+		case *dotsv1.Approval:
+			dot = v.Spec.DotName
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: dot}}}
+	})
+	logged := make(chan event.TypedGenericEvent[*dotsv1.Dot], 1024)
+	if err := mgr.Add(&logFollower{store: r.Store, poll: r.Poll, out: logged}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&dotsv1.Dot{}).
+		Watches(&dotsv1.Task{}, byDot).
+		Watches(&dotsv1.Approval{}, byDot).
+		WatchesRawSource(source.Channel(logged, &handler.TypedEnqueueRequestForObject[*dotsv1.Dot]{})).
+		Named(WorkControllerName).
+		Complete(r)
+}
+
+// logFollower reads the log for Dots with new events and wakes their
+// reconciles. It runs on the leader only (it feeds the leader's
+// controller).
+type logFollower struct {
+	store *store.Store
+	poll  time.Duration
+	out   chan<- event.TypedGenericEvent[*dotsv1.Dot]
+}
+
+func (f *logFollower) Start(ctx context.Context) error {
+	poll := f.poll
+	if poll == 0 {
+		poll = 500 * time.Millisecond
+	}
+	// Everything before the start is read by the first reconcile of each
+	// Dot, which the manager's start lists.
+	after, err := f.store.LastEventID(ctx)
+	if err != nil {
+		return err
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		dots, last, err := f.store.DotsWithEventsAfter(ctx, after, 5000)
+		if err != nil {
+			continue // the next tick tries again
+		}
+		after = last
+		for _, d := range dots {
+			dot := &dotsv1.Dot{ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name}}
+			select {
+			case f.out <- event.TypedGenericEvent[*dotsv1.Dot]{Object: dot}:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+// Reconcile folds the Dot's new events, takes its decisions, and writes the
+// statuses the log gives.
+func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	dot := &dotsv1.Dot{}
+	if err := r.Client.Get(ctx, req.NamespacedName, dot); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !dot.DeletionTimestamp.IsZero() {
+		r.forget(dot.UID)
+		return ctrl.Result{}, nil
+	}
+	id := store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
+	view, err := r.fold(ctx, id)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var tasks dotsv1.TaskList
+	if err := r.Client.List(ctx, &tasks, client.InNamespace(dot.Namespace), client.MatchingFields{DotNameField: dot.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	var approvals dotsv1.ApprovalList
+	if err := r.Client.List(ctx, &approvals, client.InNamespace(dot.Namespace), client.MatchingFields{DotNameField: dot.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	now := r.Clock.Now()
+
+	// Decisions first, each folded into the view as it is stored.
+	decide := func(row *store.Inbound, events ...store.Event) error {
+		stored, err := r.Store.Decide(ctx, row, events...)
+		view.Fold(toLifecycle(stored)...)
+		return err
+	}
+	for i := range tasks.Items {
+		if err := r.cancel(ctx, &tasks.Items[i], id, view, decide); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	for i := range approvals.Items {
+		if err := r.answer(&approvals.Items[i], id, decide); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	d := lifecycle.NextTask(taskFacts(tasks.Items, view), now)
+	if d.Next != "" {
+		if err := r.dispatch(taskNamed(tasks.Items, d.Next), id, view, decide); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	// Then the statuses the log gives.
+	if err := r.makeApprovals(ctx, dot, view, tasks.Items, approvals.Items); err != nil {
+		return patch.RequeueOnConflict(ctrl.Result{}, err)
+	}
+	if err := r.writeStatuses(ctx, dot, view, tasks.Items); err != nil {
+		return patch.RequeueOnConflict(ctrl.Result{}, err)
+	}
+	if d.Wait > 0 {
+		return ctrl.Result{RequeueAfter: d.Wait}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// fold brings the Dot's view up to its log.
+func (r *WorkReconciler) fold(ctx context.Context, id store.Dot) (*lifecycle.View, error) {
+	r.mu.Lock()
+	view, ok := r.views[types.UID(id.UID)]
+	if !ok {
+		view = lifecycle.NewView()
+		r.views[types.UID(id.UID)] = view
+	}
+	r.mu.Unlock()
+	for {
+		events, err := r.Store.EventsAfter(ctx, id.UID, view.LastID, 1000)
+		if err != nil {
+			return nil, err
+		}
+		view.Fold(toLifecycle(events)...)
+		if len(events) < 1000 {
+			return view, nil
+		}
+	}
+}
+
+func (r *WorkReconciler) forget(uid types.UID) {
+	r.mu.Lock()
+	delete(r.views, uid)
+	r.mu.Unlock()
+}
+
+func toLifecycle(events []store.Event) []lifecycle.Event {
+	out := make([]lifecycle.Event, 0, len(events))
+	for _, e := range events {
+		out = append(out, lifecycle.Event{ID: e.ID, Type: e.Type, Host: e.Source == store.SourceHost, Data: e.Data, At: e.CreatedAt})
+	}
+	return out
+}
+
+// taskFacts is what the dispatcher knows of the Dot's Tasks: their phase as
+// the log tells it.
+func taskFacts(tasks []dotsv1.Task, view *lifecycle.View) []lifecycle.Task {
+	out := make([]lifecycle.Task, 0, len(tasks))
+	for _, t := range tasks {
+		if !t.DeletionTimestamp.IsZero() {
+			continue
+		}
+		f := lifecycle.Task{Name: t.Name, Phase: dotsv1.TaskPending, Priority: t.Spec.Priority, Created: t.CreationTimestamp.Time, CancelRequested: t.Spec.CancelRequested}
+		if v, ok := view.Tasks[string(t.UID)]; ok {
+			f.Phase = v.Phase
+		}
+		if t.Spec.ScheduledAt != nil {
+			f.ScheduledAt = &t.Spec.ScheduledAt.Time
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func taskNamed(tasks []dotsv1.Task, name string) *dotsv1.Task {
+	for i := range tasks {
+		if tasks[i].Name == name {
+			return &tasks[i]
+		}
+	}
+	return nil
+}
+
+type decideFunc func(row *store.Inbound, events ...store.Event) error
+
+// dispatch gives the task to the Dot: a run opens (host task.created) and
+// its task.created goes into the outbox, in one transaction.
+func (r *WorkReconciler) dispatch(t *dotsv1.Task, id store.Dot, view *lifecycle.View, decide decideFunc) error {
+	run := 1
+	if v, ok := view.Tasks[string(t.UID)]; ok {
+		run = v.Runs + 1
+	}
+	uid := string(t.UID)
+	body, err := json.Marshal(protocol.TaskCreated{TaskID: uid, Description: t.Spec.Description, Priority: int(t.Spec.Priority)})
+	if err != nil {
+		return err
+	}
+	logged, _ := json.Marshal(map[string]any{"task_id": uid, "task": t.Name, "run": run})
+	err = decide(&store.Inbound{ID: store.TaskCreatedID(uid, run), Dot: id, Type: protocol.InboundTaskCreated, Data: body, TaskUID: uid, Run: run},
+		store.Event{Dot: id, Type: lifecycle.HostTaskCreated, Source: store.SourceHost, Data: logged})
+	if err == nil {
+		r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "Dispatched", "Dispatch", "given to Dot %s (run %d)", t.Spec.DotName, run)
+	}
+	return err
+}
+
+// cancel ends a task a person cancelled: one never given to the Dot, or
+// whose task.created never left, is dropped; one the guest may hold is
+// cancelled there with a system.event behind its task.created.
+func (r *WorkReconciler) cancel(ctx context.Context, t *dotsv1.Task, id store.Dot, view *lifecycle.View, decide decideFunc) error {
+	if !t.Spec.CancelRequested {
+		return nil
+	}
+	uid := string(t.UID)
+	v, dispatched := view.Tasks[uid]
+	if dispatched && (v.Phase == dotsv1.TaskCompleted || v.Phase == dotsv1.TaskFailed || v.Phase == dotsv1.TaskCancelled) {
+		return nil
+	}
+	logged, _ := json.Marshal(map[string]any{"task_id": uid, "task": t.Name})
+	ev := store.Event{Dot: id, Type: lifecycle.HostTaskCancelled, Source: store.SourceHost, Data: logged}
+	if !dispatched || v.Runs == 0 {
+		return decide(nil, ev)
+	}
+	dropped, err := r.Store.DropUnsent(ctx, store.TaskCreatedID(uid, v.Runs), "cancelled before it was sent")
+	if err != nil {
+		return err
+	}
+	if dropped {
+		return decide(nil, ev)
+	}
+	data, _ := json.Marshal(protocol.TaskCancelled{TaskID: uid})
+	body, _ := json.Marshal(protocol.SystemEvent{Name: protocol.SystemEventTaskCancelled, Data: data})
+	return decide(&store.Inbound{ID: "cancel-" + uid, Dot: id, Type: protocol.InboundSystemEvent, Data: body, TaskUID: uid, Run: v.Runs}, ev)
+}
+
+// answer delivers a person's decision on an Approval the guest asked for:
+// approval.resolved in the log and approval.received in the outbox.
+func (r *WorkReconciler) answer(a *dotsv1.Approval, id store.Dot, decide decideFunc) error {
+	if a.Spec.Decision == "" || a.Spec.RequestID == "" {
+		return nil
+	}
+	msg := protocol.ApprovalReceived{ApprovalID: a.Spec.RequestID, Decision: protocol.ApprovalDecision(a.Spec.Decision)}
+	if a.Spec.Note != "" {
+		msg.Note = ptr.To(a.Spec.Note)
+	}
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	logged, _ := json.Marshal(map[string]any{"approval_id": a.Spec.RequestID, "approval": a.Name, "decision": a.Spec.Decision, "always": a.Spec.Always})
+	return decide(&store.Inbound{ID: store.ApprovalDecisionID(string(a.UID)), Dot: id, Type: protocol.InboundApprovalReceived, Data: body},
+		store.Event{Dot: id, Type: lifecycle.HostApprovalResolved, Source: store.SourceHost, Data: logged})
+}
+
+// ApprovalName is the name of the Approval of a guest's request: the Dot's
+// name and a digest of the request id, the same every time.
+func ApprovalName(dot, requestID string) string {
+	sum := sha256.Sum256([]byte(requestID))
+	return dot + "-" + hex.EncodeToString(sum[:5])
+}
+
+// makeApprovals makes an Approval for each request of the log, and marks
+// Expired those whose task ended without a decision.
+func (r *WorkReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, view *lifecycle.View, tasks []dotsv1.Task, have []dotsv1.Approval) error {
+	byRequest := map[string]*dotsv1.Approval{}
+	for i := range have {
+		byRequest[have[i].Spec.RequestID] = &have[i]
+	}
+	taskName := map[string]string{}
+	for _, t := range tasks {
+		taskName[string(t.UID)] = t.Name
+	}
+	for _, reqID := range view.ApprovalOrder {
+		av := view.Approvals[reqID]
+		a, ok := byRequest[reqID]
+		if !ok {
+			a = &dotsv1.Approval{
+				ObjectMeta: metav1.ObjectMeta{Name: ApprovalName(dot.Name, reqID), Namespace: dot.Namespace, Labels: map[string]string{dotsv1.DotLabel: dot.Name}},
+				Spec: dotsv1.ApprovalSpec{
+					DotName: dot.Name, RequestID: reqID, Tool: av.Requested.Tool, Permission: av.Requested.Permission,
+					Reason: av.Requested.Reason, Arguments: &apiextensionsv1.JSON{Raw: av.Requested.Arguments},
+				},
+			}
+			if av.Requested.TaskID != nil {
+				a.Spec.TaskName = taskName[*av.Requested.TaskID]
+			}
+			if err := controllerutil.SetControllerReference(dot, a, r.Client.Scheme()); err != nil {
+				return err
+			}
+			if err := r.Client.Create(ctx, a); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("make the Approval of request %s: %w", reqID, err)
+			}
+			r.Recorder.Eventf(dot, a, corev1.EventTypeNormal, "ApprovalRequested", "Ask", "Dot %s asks to use %s (%s): Approval %s", dot.Name, av.Requested.Tool, av.Requested.Permission, a.Name)
+			continue
+		}
+		// A request whose task ended without a decision is moot.
+		if a.Spec.Decision != "" || a.Status.Phase == dotsv1.ApprovalExpired || av.Requested.TaskID == nil {
+			continue
+		}
+		if t, ok := view.Tasks[*av.Requested.TaskID]; ok && (t.Phase == dotsv1.TaskCompleted || t.Phase == dotsv1.TaskFailed || t.Phase == dotsv1.TaskCancelled) {
+			helper := patch.NewHelper(r.Client, approvalWorkWriter, a)
+			a.Status.Phase = dotsv1.ApprovalExpired
+			if _, err := helper.Patch(ctx, a); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writeStatuses writes what the log gives of the Dot, its Tasks and its
+// Computer, each only when it changed.
+func (r *WorkReconciler) writeStatuses(ctx context.Context, dot *dotsv1.Dot, view *lifecycle.View, tasks []dotsv1.Task) error {
+	names := map[string]string{}
+	for i := range tasks {
+		t := &tasks[i]
+		names[string(t.UID)] = t.Name
+		v, ok := view.Tasks[string(t.UID)]
+		if !ok {
+			continue // PENDING, as the Task reconciler wrote it
+		}
+		helper := patch.NewHelper(r.Client, taskWorkWriter, t)
+		t.Status.Phase, t.Status.Summary, t.Status.Error = v.Phase, v.Summary, v.Error
+		t.Status.Progress, t.Status.SpentUSD = v.Progress, protocol.RoundUSD(v.SpentUSD)
+		if _, err := helper.Patch(ctx, t); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+
+	helper := patch.NewHelper(r.Client, dotWorkWriter, dot)
+	dot.Status.AgentState = string(view.AgentState)
+	dot.Status.CurrentTask = names[view.CurrentTask()]
+	dot.Status.PendingApprovals = int32(view.PendingApprovals())
+	if !view.LastActivity.IsZero() {
+		dot.Status.LastActivityTime = &metav1.Time{Time: view.LastActivity.Truncate(time.Second)}
+	}
+	if _, err := helper.Patch(ctx, dot); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+
+	computer := &dotsv1.Computer{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(dot), computer); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(computer, dot) {
+		return nil
+	}
+	ch := patch.NewHelper(r.Client, computerWorkWriter, computer)
+	computer.Status.NextAutomationTime = nil
+	if view.NextAutomation != nil {
+		computer.Status.NextAutomationTime = &metav1.Time{Time: *view.NextAutomation}
+	}
+	_, err := ch.Patch(ctx, computer)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,156 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/store"
+)
+
+// guestSays stores events as the event pump would: the guest's, with its
+// sequence numbers.
+type guestLog struct {
+	dot store.Dot
+	seq int64
+}
+
+func (g *guestLog) says(typ string, data any) {
+	GinkgoHelper()
+	raw, err := json.Marshal(data)
+	Expect(err).NotTo(HaveOccurred())
+	g.seq++
+	seq := g.seq
+	_, err = logStore.AppendEvents(suiteCtx, store.Event{Dot: g.dot, Type: typ, Source: store.SourceGuest, GuestSeq: &seq, Data: raw})
+	Expect(err).NotTo(HaveOccurred())
+}
+
+func newTask(dot *dotsv1.Dot, name string, priority int32) *dotsv1.Task {
+	GinkgoHelper()
+	t := &dotsv1.Task{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: dot.Namespace},
+		Spec:       dotsv1.TaskSpec{DotName: dot.Name, Description: "do " + name, Priority: priority},
+	}
+	Expect(k8sClient.Create(suiteCtx, t)).To(Succeed())
+	return t
+}
+
+func taskOf(t *dotsv1.Task) *dotsv1.Task {
+	GinkgoHelper()
+	got := &dotsv1.Task{}
+	Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(t), got)).To(Succeed())
+	return got
+}
+
+// outbox is the Dot's pending rows, as type:task.
+func outbox(d store.Dot) []string {
+	rows, err := logStore.Pending(suiteCtx, d.UID)
+	Expect(err).NotTo(HaveOccurred())
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.Type+":"+r.TaskUID)
+	}
+	return out
+}
+
+var _ = Describe("A Dot's work", func() {
+	It("dispatches one task at a time, makes Approvals, delivers decisions and cancels, all from and into the log", func() {
+		// The tasks first: they wait for their Dot, so the dispatcher sees
+		// both at once.
+		dot := validDot()
+		dot.Namespace = "default"
+		low := newTask(dot, dot.Name+"-low", 0)
+		high := newTask(dot, dot.Name+"-high", 5)
+		Expect(k8sClient.Create(suiteCtx, dot)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), dot) })
+		id := store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
+		guest := &guestLog{dot: id}
+
+		By("the higher priority goes first, alone")
+		Eventually(func() dotsv1.TaskPhase { return taskOf(high).Status.Phase }).Should(Equal(dotsv1.TaskRunning))
+		high = taskOf(high)
+		Expect(outbox(id)).To(Equal([]string{"task.created:" + string(high.UID)}))
+		Consistently(func() dotsv1.TaskPhase { return taskOf(low).Status.Phase }, "1s").Should(Equal(dotsv1.TaskPending))
+
+		By("the guest asks for an approval: an Approval appears and the task waits")
+		guest.says(protocol.EventTaskStarted, protocol.TaskStarted{TaskID: string(high.UID)})
+		tid := string(high.UID)
+		guest.says(protocol.EventApprovalRequested, protocol.ApprovalRequested{ApprovalID: "req-1", TaskID: &tid, Tool: "exec",
+			Permission: "computer.exec", Arguments: json.RawMessage(`{"command":"make"}`), Reason: "run the build"})
+		approval := &dotsv1.Approval{}
+		Eventually(func() error {
+			return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: controllers.ApprovalName(dot.Name, "req-1")}, approval)
+		}).Should(Succeed())
+		Expect(approval.Spec.TaskName).To(Equal(high.Name))
+		Expect(approval.Spec.Tool).To(Equal("exec"))
+		Eventually(func() dotsv1.TaskPhase { return taskOf(high).Status.Phase }).Should(Equal(dotsv1.TaskWaitingApproval))
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(dot), dot)).To(Succeed())
+			g.Expect(dot.Status.PendingApprovals).To(BeEquivalentTo(1))
+			g.Expect(dot.Status.CurrentTask).To(Equal(high.Name))
+		}).Should(Succeed())
+
+		By("a person approves with kubectl's patch: the decision goes to the outbox and the log")
+		patchApproval := approval.DeepCopy()
+		patchApproval.Spec.Decision = dotsv1.Approve
+		Expect(k8sClient.Patch(suiteCtx, patchApproval, client.MergeFrom(approval))).To(Succeed())
+		Eventually(func() []string { return outbox(id) }).Should(ContainElement("approval.received:"))
+		Eventually(func() dotsv1.TaskPhase { return taskOf(high).Status.Phase }).Should(Equal(dotsv1.TaskRunning))
+
+		By("the guest completes the task: summary and spend from the log, and the next task goes")
+		spent := 0.0123
+		guest.says(protocol.EventTaskCompleted, protocol.TaskCompleted{TaskID: tid, Summary: "built", SpentUSD: &spent})
+		Eventually(func(g Gomega) {
+			got := taskOf(high)
+			g.Expect(got.Status.Phase).To(Equal(dotsv1.TaskCompleted))
+			g.Expect(got.Status.Summary).To(Equal("built"))
+			g.Expect(got.Status.SpentUSD).To(BeNumerically("~", 0.0123, 1e-9))
+		}).Should(Succeed())
+		Eventually(func() dotsv1.TaskPhase { return taskOf(low).Status.Phase }).Should(Equal(dotsv1.TaskRunning))
+		low = taskOf(low)
+
+		By("statuses erased by hand come back from the log")
+		erased := taskOf(high)
+		base := erased.DeepCopy()
+		erased.Status.Summary, erased.Status.SpentUSD = "", 0
+		Expect(k8sClient.Status().Patch(suiteCtx, erased, client.MergeFrom(base))).To(Succeed())
+		Eventually(func() string { return taskOf(high).Status.Summary }).Should(Equal("built"))
+
+		By("a cancel of a task whose task.created never left drops it")
+		cancel := low.DeepCopy()
+		cancel.Spec.CancelRequested = true
+		Expect(k8sClient.Patch(suiteCtx, cancel, client.MergeFrom(low))).To(Succeed())
+		Eventually(func() dotsv1.TaskPhase { return taskOf(low).Status.Phase }).Should(Equal(dotsv1.TaskCancelled))
+		Expect(outbox(id)).NotTo(ContainElement("task.created:" + string(low.UID)))
+
+		By("the log holds each host decision once")
+		events, err := logStore.EventsAfter(suiteCtx, id.UID, 0, 1000)
+		Expect(err).NotTo(HaveOccurred())
+		count := map[string]int{}
+		for _, e := range events {
+			if e.Source == store.SourceHost {
+				var d struct {
+					TaskID     string `json:"task_id"`
+					ApprovalID string `json:"approval_id"`
+				}
+				_ = json.Unmarshal(e.Data, &d)
+				count[fmt.Sprintf("%s %s%s", e.Type, d.TaskID, d.ApprovalID)]++
+			}
+		}
+		for k, n := range count {
+			Expect(n).To(Equal(1), "host event %q stored %d times", k, n)
+		}
+		Expect(count).To(HaveLen(4)) // two task.created, one approval.resolved, one task.cancelled
+		_ = time.Second
+	})
+})
