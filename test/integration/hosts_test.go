@@ -89,7 +89,12 @@ var _ = Describe("Hosts", Ordered, func() {
 	BeforeAll(func() {
 		b = &secondHost{name: "fake-host-b", host: fake.NewHost()}
 		b.start()
-		DeferCleanup(func() { b.stop() })
+		// Gone for good afterwards, so that later specs place nothing on a
+		// host whose agent no longer runs.
+		DeferCleanup(func() {
+			b.stop()
+			_ = k8sClient.Delete(context.Background(), &dotsv1.Host{ObjectMeta: metav1.ObjectMeta{Name: b.name}})
+		})
 		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hosts-" + rand.String(5)}}
 		Expect(k8sClient.Create(suiteCtx, n)).To(Succeed())
 		ns = n.Name
