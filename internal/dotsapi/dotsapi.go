@@ -178,7 +178,7 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" {
-			return apiErrorf(http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "the body must be application/json, not %q", ct)
+			return apiErrorf(http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "the body must be application/json, not %q (with curl: -H 'Content-Type: application/json')", ct)
 		}
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))

@@ -200,7 +200,7 @@ func (s *Store) Events(ctx context.Context, q EventQuery) ([]Event, error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT id, dot_namespace, dot_name, dot_uid, type, data, source, guest_seq, created_at
 FROM events
-WHERE dot_uid = $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2)) AND id > $3 AND ($4 = 0 OR id < $4)
+WHERE dot_uid = $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2)) AND id > $3 AND ($4::bigint = 0 OR id < $4::bigint)
 ORDER BY id `+order+` LIMIT $5`, q.DotUID, types, q.After, q.Before, q.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("read events of dot %s: %w", q.DotUID, err)

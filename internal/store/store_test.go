@@ -336,6 +336,7 @@ func TestEventsPage(t *testing.T) {
 		{reason: "two types, newest first, limited", q: EventQuery{Types: []string{"a", "c"}, Desc: true, Limit: 2}, want: []int64{id(4), id(3)}},
 		{reason: "newest first before an id goes on, older", q: EventQuery{Types: []string{"a"}, Desc: true, Before: id(4), Limit: 10}, want: []int64{id(2), id(0)}},
 		{reason: "after an id", q: EventQuery{After: id(2), Limit: 10}, want: []int64{id(3), id(4)}},
+		{reason: "an id beyond 32 bits is a bound like any", q: EventQuery{Desc: true, Before: 1 << 40, Limit: 1}, want: []int64{id(4)}},
 	}
 	for _, tc := range tests {
 		tc.q.DotUID = dot.UID
