@@ -1,6 +1,7 @@
 // Package rbac embeds the ClusterRoles the server installs at start, so a
-// host agent joined with `invisible-dots host join` has its roles whether or
-// not config/default was applied by hand.
+// host agent joined with `invisible-dots host join` and a person given a role
+// in a namespace have their roles whether or not config/default was applied
+// by hand.
 package rbac
 
 import _ "embed"
@@ -17,3 +18,16 @@ var HostAgentRole []byte
 //
 //go:embed host_agent_secrets_role.yaml
 var HostAgentSecretsRole []byte
+
+// PeopleRoles are dots-editor and dots-viewer, two ClusterRoles in one
+// document stream.
+//
+//go:embed people_roles.yaml
+var PeopleRoles []byte
+
+// DotsAPIAccess opens the people's paths of the Dots API to every
+// authenticated user (a ClusterRole and its ClusterRoleBinding): each route
+// decides with resource attributes.
+//
+//go:embed dots_api_access.yaml
+var DotsAPIAccess []byte

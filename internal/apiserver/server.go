@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
@@ -75,6 +77,20 @@ type Options struct {
 	KineSocket string
 	// Log receives the API server's and kine's log lines.
 	Log logr.Logger
+	// Mounts are served on the API server's own port, behind its own filters
+	// (authentication, authorization with RBAC's nonResourceURLs, audit,
+	// in-flight limits): the Dots API.
+	Mounts []Mount
+}
+
+// Mount is a handler of a non-resource path prefix.
+type Mount struct {
+	// Prefix is the path prefix it serves, ending in a slash.
+	Prefix string
+	// New makes the handler once the server's pieces exist: a privileged
+	// loopback client configuration (JSON, for our kinds) and the server's
+	// own authorizer, for the checks a path alone cannot express.
+	New func(loopback *rest.Config, authz authorizer.Authorizer) (http.Handler, error)
 }
 
 // Server is a running embedded control plane.
@@ -187,7 +203,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if errs := completed.Validate(); len(errs) != 0 {
 		return nil, fmt.Errorf("validate API server options: %w", utilerrors.NewAggregate(errs))
 	}
-	chain, err := buildServerChain(completed)
+	chain, err := buildServerChain(completed, o.Mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -198,18 +214,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Server{
-		Loopback: rest.CopyConfig(chain.GenericAPIServer.LoopbackClientConfig),
+		Loopback: jsonLoopback(chain.GenericAPIServer.LoopbackClientConfig),
 		CAFile:   pki.CACert(),
 		kine:     k,
 		cancel:   cancel,
 		done:     make(chan struct{}),
 	}
-	// The upstream loopback speaks protobuf, which CRD types do not
-	// implement; controllers and clients of our kinds need JSON.
-	s.Loopback.ContentType = "application/json"
-	s.Loopback.AcceptContentTypes = "application/json"
-	s.Loopback.QPS = 500
-	s.Loopback.Burst = 1000
 	go func() {
 		defer close(s.done)
 		s.err = prepared.Run(runCtx)
@@ -231,11 +241,26 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
+// jsonLoopback is a copy of the upstream loopback configuration for our
+// clients. The upstream loopback speaks protobuf, which CRD types do not
+// implement; controllers and clients of our kinds need JSON. client-go's
+// default rate would make tight loops crawl (DESIGN.md 2).
+func jsonLoopback(upstream *rest.Config) *rest.Config {
+	c := rest.CopyConfig(upstream)
+	c.ContentType = "application/json"
+	c.AcceptContentTypes = "application/json"
+	c.QPS = 500
+	c.Burst = 1000
+	return c
+}
+
 // buildServerChain composes aggregator -> generic control plane ->
 // apiextensions -> not found, like the upstream generic sample, with one
 // difference: apiextensions is told it is the only API server (master count
 // 1), so a new CRD is Established at once instead of after five seconds.
-func buildServerChain(opts options.CompletedOptions) (*aggregatorapiserver.APIAggregator, error) {
+// The mounts are served by the aggregator, the head of the chain, whose
+// handler runs the server's filters before its mux.
+func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregatorapiserver.APIAggregator, error) {
 	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
 		opts,
 		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
@@ -288,6 +313,16 @@ func buildServerChain(opts options.CompletedOptions) (*aggregatorapiserver.APIAg
 	agg, err := controlplaneapiserver.CreateAggregatorServer(aggConfig.Complete(), native.GenericAPIServer, ext.Informers.Apiextensions().V1().CustomResourceDefinitions(), crdEnabled, controlplaneapiserver.DefaultGenericAPIServicePriorities())
 	if err != nil {
 		return nil, fmt.Errorf("create the aggregator: %w", err)
+	}
+	for _, m := range mounts {
+		if !strings.HasPrefix(m.Prefix, "/") || !strings.HasSuffix(m.Prefix, "/") {
+			return nil, fmt.Errorf("mount prefix %q must begin and end with a slash", m.Prefix)
+		}
+		h, err := m.New(jsonLoopback(cpCompleted.Generic.LoopbackClientConfig), genericConfig.Authorization.Authorizer)
+		if err != nil {
+			return nil, fmt.Errorf("make the handler of %s: %w", m.Prefix, err)
+		}
+		agg.GenericAPIServer.Handler.NonGoRestfulMux.HandlePrefix(m.Prefix, h)
 	}
 	return agg, nil
 }

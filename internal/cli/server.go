@@ -73,7 +73,10 @@ for kubectl:
 				ListenAddress:      listen,
 				DatabaseURL:        os.Getenv(envDatabaseURL),
 				ExternalKubeconfig: kubeconfig,
-				Log:                log,
+				// No Waker yet: the wake logic (ref 9.5) wires the one the
+				// Dots API calls for a message; until then a message waits in
+				// the outbox for the Dot's next READY.
+				Log: log,
 			})
 			if err != nil {
 				return err

@@ -11,18 +11,25 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/sirupsen/logrus"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/internal/apiserver"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/pidlock"
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
+	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
 // DefaultListenAddress is where the API listens unless INVISIBLE_DOTS_LISTEN
@@ -39,7 +46,11 @@ type Options struct {
 	// ExternalKubeconfig runs against an existing cluster instead of the
 	// embedded API server (--kubeconfig).
 	ExternalKubeconfig string
-	Log                logr.Logger
+	// Waker wakes a sleeping Dot when a message arrives for it (the Dots
+	// API calls it after queuing the message). The wake logic wires it in;
+	// nil wakes nothing, and the message waits in the outbox.
+	Waker dotsapi.Waker
+	Log   logr.Logger
 }
 
 // ControlPlane is a started control plane.
@@ -92,6 +103,11 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	log.Info("database ready", "at", cp.DB.Target(), "managed", cp.DB.Managed(), "elapsed", time.Since(started).Round(time.Millisecond))
 
 	if o.ExternalKubeconfig != "" {
+		// The Dots API is served by the embedded API server alone. Against a
+		// real cluster it needs a server of its own that the cluster's
+		// authentication and authorization front (an aggregated APIService, or
+		// a listener with k8s.io/apiserver's delegating authenticator and
+		// authorizer, TokenReview and SubjectAccessReview): a later issue.
 		cp.Config, err = clientcmd.BuildConfigFromFlags("", o.ExternalKubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("read --kubeconfig %s: %w", o.ExternalKubeconfig, err)
@@ -126,6 +142,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		KineDSN:       cp.DB.KineDSN(),
 		KineSocket:    o.Home.Run() + "/kine.sock",
 		Log:           log,
+		Mounts:        []apiserver.Mount{dotsAPIMount(cp.DB, o.Waker, log.WithName("dotsapi"))},
 	})
 	if err != nil {
 		return nil, err
@@ -156,6 +173,28 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	cp.KubeconfigPath = o.Home.Kubeconfig()
 	log.Info("control plane ready", "kubeconfig", cp.KubeconfigPath, "elapsed", time.Since(started).Round(time.Millisecond))
 	return cp, nil
+}
+
+// dotsAPIMount serves the Dots API on the API server's port, over the event
+// log and outbox in db, reading Dots with the loopback credential once the
+// server's authorizer let the caller through.
+func dotsAPIMount(db *postgres.Instance, waker dotsapi.Waker, log logr.Logger) apiserver.Mount {
+	return apiserver.Mount{
+		Prefix: wire.Prefix,
+		New: func(loopback *rest.Config, authz authorizer.Authorizer) (http.Handler, error) {
+			reader, err := client.New(loopback, client.Options{Scheme: controllers.Scheme})
+			if err != nil {
+				return nil, fmt.Errorf("make the Dots API's client of the API server: %w", err)
+			}
+			return dotsapi.New(dotsapi.Options{
+				Store:      store.New(db.Pool()),
+				Reader:     reader,
+				Authorizer: authz,
+				Waker:      waker,
+				Log:        log,
+			})
+		},
+	}
 }
 
 // clientAddress turns a listen address into one a client can dial: a

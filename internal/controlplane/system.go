@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -16,10 +17,12 @@ import (
 	"github.com/invisible-dots/invisible-dots/config/rbac"
 )
 
-// InstallSystem makes what the controllers and host agents rely on besides
-// the CRDs: the system namespace (host Leases, the leader Lease, hosts'
-// ServiceAccounts) and the host agents' ClusterRoles, server-side applied
-// from the embedded manifests.
+// InstallSystem makes what the controllers, host agents and people rely on
+// besides the CRDs: the system namespace (host Leases, the leader Lease,
+// hosts' ServiceAccounts) and the RBAC of config/rbac that is not the
+// controllers' own: the host agents' ClusterRoles, the people's roles
+// (dots-editor, dots-viewer) and the access to the Dots API's people paths,
+// server-side applied from the embedded manifests.
 func InstallSystem(ctx context.Context, cfg *rest.Config) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -29,14 +32,43 @@ func InstallSystem(ctx context.Context, cfg *rest.Config) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create the namespace %s: %w", dotsv1.SystemNamespace, err)
 	}
-	for _, data := range [][]byte{rbac.HostAgentRole, rbac.HostAgentSecretsRole} {
+	for _, stream := range [][]byte{rbac.HostAgentRole, rbac.HostAgentSecretsRole, rbac.PeopleRoles, rbac.DotsAPIAccess} {
+		for _, doc := range bytes.Split(stream, []byte("\n---\n")) {
+			if err := applyRBAC(ctx, cs, doc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// applyRBAC server-side applies one embedded ClusterRole or
+// ClusterRoleBinding.
+func applyRBAC(ctx context.Context, cs kubernetes.Interface, doc []byte) error {
+	var meta metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &meta); err != nil {
+		return fmt.Errorf("parse an embedded RBAC manifest: %w", err)
+	}
+	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+	switch meta.Kind {
+	case "ClusterRole":
 		var ac rbacac.ClusterRoleApplyConfiguration
-		if err := yaml.Unmarshal(data, &ac); err != nil {
+		if err := yaml.Unmarshal(doc, &ac); err != nil {
 			return fmt.Errorf("parse an embedded ClusterRole: %w", err)
 		}
-		if _, err := cs.RbacV1().ClusterRoles().Apply(ctx, &ac, metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
+		if _, err := cs.RbacV1().ClusterRoles().Apply(ctx, &ac, opts); err != nil {
 			return fmt.Errorf("apply the ClusterRole %s: %w", *ac.Name, err)
 		}
+	case "ClusterRoleBinding":
+		var ac rbacac.ClusterRoleBindingApplyConfiguration
+		if err := yaml.Unmarshal(doc, &ac); err != nil {
+			return fmt.Errorf("parse an embedded ClusterRoleBinding: %w", err)
+		}
+		if _, err := cs.RbacV1().ClusterRoleBindings().Apply(ctx, &ac, opts); err != nil {
+			return fmt.Errorf("apply the ClusterRoleBinding %s: %w", *ac.Name, err)
+		}
+	default:
+		return fmt.Errorf("an embedded RBAC manifest is a %q, not a ClusterRole or ClusterRoleBinding", meta.Kind)
 	}
 	return nil
 }

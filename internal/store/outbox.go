@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Inbound is one row of the host-to-guest outbox.
@@ -32,9 +34,26 @@ type Inbound struct {
 	RetryAt     *time.Time
 }
 
+// ErrNotFound is returned for a row that does not exist.
+var ErrNotFound = errors.New("not found")
+
 // Enqueue stores in unless a row with its id exists, and says whether it
 // stored it.
 func (s *Store) Enqueue(ctx context.Context, in Inbound) (bool, error) {
+	return enqueue(ctx, s.pool, in)
+}
+
+// EnqueueTx is Enqueue inside the caller's transaction, for a row written
+// with the decision that made it (ref 9.2).
+func EnqueueTx(ctx context.Context, tx pgx.Tx, in Inbound) (bool, error) {
+	return enqueue(ctx, tx, in)
+}
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func enqueue(ctx context.Context, db execer, in Inbound) (bool, error) {
 	if in.ID == "" || in.Type == "" {
 		return false, fmt.Errorf("outbox row of dot %s/%s lacks its id or type", in.Dot.Namespace, in.Dot.Name)
 	}
@@ -45,7 +64,7 @@ func (s *Store) Enqueue(ctx context.Context, in Inbound) (bool, error) {
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	tag, err := s.pool.Exec(ctx, `
+	tag, err := db.Exec(ctx, `
 INSERT INTO inbound_events (id, dot_namespace, dot_name, dot_uid, type, data, ts, task_uid, run)
 VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), NULLIF($9, 0))
 ON CONFLICT (id) DO NOTHING`,
@@ -82,6 +101,23 @@ WHERE dot_uid = $1 AND delivered_at IS NULL AND dropped_at IS NULL ORDER BY seq`
 		return nil, fmt.Errorf("read the outbox of dot %s: %w", dotUID, err)
 	}
 	return out, nil
+}
+
+// Inbound reads the Dot's outbox row id; ErrNotFound when the Dot has none of
+// that id.
+func (s *Store) Inbound(ctx context.Context, dotUID, id string) (Inbound, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+inboundColumns+` FROM inbound_events WHERE dot_uid = $1 AND id = $2`, dotUID, id)
+	if err != nil {
+		return Inbound{}, fmt.Errorf("read outbox row %s: %w", id, err)
+	}
+	in, err := pgx.CollectExactlyOneRow(rows, scanInbound)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Inbound{}, fmt.Errorf("outbox row %s of dot %s: %w", id, dotUID, ErrNotFound)
+	}
+	if err != nil {
+		return Inbound{}, fmt.Errorf("read outbox row %s: %w", id, err)
+	}
+	return in, nil
 }
 
 // DueDots lists the Dots whose first pending row may be sent at now (its

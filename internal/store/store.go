@@ -127,6 +127,99 @@ RETURNING id, created_at`,
 	return stored, nil
 }
 
+// InTx runs fn in one transaction, committed when fn returns nil: for a
+// change and its event stored together (AppendEventsTx, EnqueueTx).
+func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// AppendGuestEvents stores a batch of one Dot's guest events, each with its
+// guest sequence number, and returns the ones stored (a number already stored
+// is left out, so a batch sent again stores nothing twice) and the Dot's
+// cursor: the highest guest sequence number stored, read in the same
+// transaction.
+func (s *Store) AppendGuestEvents(ctx context.Context, dot Dot, events []Event) ([]Event, int64, error) {
+	if err := dot.valid(); err != nil {
+		return nil, 0, err
+	}
+	for _, e := range events {
+		if e.Dot != dot || e.Source != SourceGuest || e.GuestSeq == nil {
+			return nil, 0, fmt.Errorf("guest event %s of a batch of dot %s/%s is of another Dot, not the guest's or without its sequence number",
+				e.Type, dot.Namespace, dot.Name)
+		}
+	}
+	var (
+		stored []Event
+		cursor int64
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if stored, err = AppendEventsTx(ctx, tx, events...); err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, "SELECT COALESCE(max(guest_seq), 0) FROM events WHERE dot_uid = $1", dot.UID).Scan(&cursor)
+		if err != nil {
+			return fmt.Errorf("read the cursor of dot %s/%s: %w", dot.Namespace, dot.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return stored, cursor, nil
+}
+
+// EventQuery selects a page of one Dot's events.
+type EventQuery struct {
+	DotUID string
+	// Types keeps the events of these types; empty keeps every type.
+	Types []string
+	// After keeps the events with larger ids; 0 keeps all.
+	After int64
+	// Before keeps the events with smaller ids; 0 keeps all.
+	Before int64
+	// Desc reads newest first, so that Limit keeps the newest.
+	Desc bool
+	// Limit is the most events returned, at least 1.
+	Limit int
+}
+
+// Events reads a page of a Dot's events in id order (newest first with Desc).
+func (s *Store) Events(ctx context.Context, q EventQuery) ([]Event, error) {
+	if q.Limit <= 0 {
+		return nil, fmt.Errorf("read events: limit %d, want at least 1", q.Limit)
+	}
+	order := "ASC"
+	if q.Desc {
+		order = "DESC"
+	}
+	types := q.Types
+	if types == nil {
+		types = []string{}
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT id, dot_namespace, dot_name, dot_uid, type, data, source, guest_seq, created_at
+FROM events
+WHERE dot_uid = $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2)) AND id > $3 AND ($4::bigint = 0 OR id < $4::bigint)
+ORDER BY id `+order+` LIMIT $5`, q.DotUID, types, q.After, q.Before, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events of dot %s: %w", q.DotUID, err)
+	}
+	events, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, fmt.Errorf("read events of dot %s: %w", q.DotUID, err)
+	}
+	return events, nil
+}
+
+func scanEvent(r pgx.CollectableRow) (Event, error) {
+	var e Event
+	var src string
+	err := r.Scan(&e.ID, &e.Dot.Namespace, &e.Dot.Name, &e.Dot.UID, &e.Type, &e.Data, &src, &e.GuestSeq, &e.CreatedAt)
+	e.Source = Source(src)
+	return e, err
+}
+
 // EventsAfter returns up to limit events of the Dot with ids above afterID,
 // oldest first.
 func (s *Store) EventsAfter(ctx context.Context, dotUID string, afterID int64, limit int) ([]Event, error) {
@@ -139,13 +232,7 @@ FROM events WHERE dot_uid = $1 AND id > $2 ORDER BY id LIMIT $3`, dotUID, afterI
 	if err != nil {
 		return nil, fmt.Errorf("read events of dot %s: %w", dotUID, err)
 	}
-	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
-		var e Event
-		var src string
-		err := r.Scan(&e.ID, &e.Dot.Namespace, &e.Dot.Name, &e.Dot.UID, &e.Type, &e.Data, &src, &e.GuestSeq, &e.CreatedAt)
-		e.Source = Source(src)
-		return e, err
-	})
+	events, err := pgx.CollectRows(rows, scanEvent)
 	if err != nil {
 		return nil, fmt.Errorf("read events of dot %s: %w", dotUID, err)
 	}
@@ -185,6 +272,13 @@ func TaskCreatedID(taskUID string, run int) string {
 // ApprovalDecisionID is the outbox id of an approval's decision.
 func ApprovalDecisionID(approvalUID string) string {
 	return "approval-" + approvalUID
+}
+
+// MessageID is the outbox id of the user.message that delivers the person's
+// message logged as event eventID: the row follows from the logged event, and
+// the guest's answer names it (message.assistant's in_reply_to).
+func MessageID(eventID int64) string {
+	return "message-" + strconv.FormatInt(eventID, 10)
 }
 
 func jsonOrEmpty(b json.RawMessage) json.RawMessage {

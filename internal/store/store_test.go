@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -11,35 +12,18 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/jackc/pgx/v5"
 	"k8s.io/utils/ptr"
 
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
+	"github.com/invisible-dots/invisible-dots/internal/postgres/pgtest"
 )
 
 // One managed PostgreSQL for the package; tests keep apart by Dot UID.
 var testStore *Store
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	home, err := os.MkdirTemp("", "storetest-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(home)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	inst, err := postgres.Start(ctx, postgres.Options{Home: home})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the test database:", err)
-		return 1
-	}
-	defer inst.Stop(context.Background())
-	testStore = New(inst.Pool())
-	return m.Run()
+	os.Exit(pgtest.Run(m, func(db *postgres.Instance) { testStore = New(db.Pool()) }))
 }
 
 var dotCount atomic.Int64
@@ -283,10 +267,126 @@ func TestDeterministicIDs(t *testing.T) {
 	tests := map[string]struct{ got, want string }{
 		"task run":          {got: TaskCreatedID("6f1c", 2), want: "task-6f1c-2"},
 		"approval decision": {got: ApprovalDecisionID("9a0b"), want: "approval-9a0b"},
+		"person's message":  {got: MessageID(42), want: "message-42"},
 	}
 	for name, tc := range tests {
 		if tc.got != tc.want {
 			t.Errorf("%s: got %q, want %q", name, tc.got, tc.want)
 		}
+	}
+}
+
+func TestAppendGuestEventsCursor(t *testing.T) {
+	ctx := context.Background()
+	dot, other := newDot("helper"), newDot("helper")
+	guest := func(n int64) Event {
+		return Event{Dot: dot, Type: "agent.state", Source: SourceGuest, GuestSeq: ptr.To(n)}
+	}
+	tests := []struct {
+		reason     string
+		batch      []Event
+		wantStored []int64
+		wantCursor int64
+	}{
+		{reason: "an empty batch stores nothing and says where the Dot is", wantCursor: 0},
+		{reason: "a first batch is stored", batch: []Event{guest(1), guest(2)}, wantStored: []int64{1, 2}, wantCursor: 2},
+		{reason: "the same batch again stores nothing", batch: []Event{guest(1), guest(2)}, wantCursor: 2},
+		{reason: "a batch overlapping the last stores the new ones", batch: []Event{guest(2), guest(3), guest(4)}, wantStored: []int64{3, 4}, wantCursor: 4},
+	}
+	for _, tc := range tests {
+		stored, cursor, err := testStore.AppendGuestEvents(ctx, dot, tc.batch)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.reason, err)
+		}
+		if diff := cmp.Diff(tc.wantStored, seqs(stored)); diff != "" || cursor != tc.wantCursor {
+			t.Errorf("%s: cursor %d, want %d; stored (-want +got):\n%s", tc.reason, cursor, tc.wantCursor, diff)
+		}
+	}
+	refused := map[string][]Event{
+		"an event of another Dot": {{Dot: other, Type: "agent.state", Source: SourceGuest, GuestSeq: ptr.To(int64(1))}},
+		"a host event":            {{Dot: dot, Type: "computer.state", Source: SourceHost}},
+		"no sequence number":      {{Dot: dot, Type: "agent.state", Source: SourceGuest}},
+	}
+	for reason, batch := range refused {
+		if _, _, err := testStore.AppendGuestEvents(ctx, dot, batch); err == nil {
+			t.Errorf("%s: AppendGuestEvents succeeded, want an error", reason)
+		}
+	}
+}
+
+func TestEventsPage(t *testing.T) {
+	ctx := context.Background()
+	dot := newDot("helper")
+	var all []Event
+	for _, typ := range []string{"a", "b", "a", "c", "a"} {
+		stored, err := testStore.AppendEvents(ctx, Event{Dot: dot, Type: typ, Source: SourceHost})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, stored...)
+	}
+	id := func(i int) int64 { return all[i].ID }
+	tests := []struct {
+		reason string
+		q      EventQuery
+		want   []int64
+	}{
+		{reason: "every event oldest first", q: EventQuery{Limit: 10}, want: []int64{id(0), id(1), id(2), id(3), id(4)}},
+		{reason: "one type", q: EventQuery{Types: []string{"a"}, Limit: 10}, want: []int64{id(0), id(2), id(4)}},
+		{reason: "two types, newest first, limited", q: EventQuery{Types: []string{"a", "c"}, Desc: true, Limit: 2}, want: []int64{id(4), id(3)}},
+		{reason: "newest first before an id goes on, older", q: EventQuery{Types: []string{"a"}, Desc: true, Before: id(4), Limit: 10}, want: []int64{id(2), id(0)}},
+		{reason: "after an id", q: EventQuery{After: id(2), Limit: 10}, want: []int64{id(3), id(4)}},
+		{reason: "an id beyond 32 bits is a bound like any", q: EventQuery{Desc: true, Before: 1 << 40, Limit: 1}, want: []int64{id(4)}},
+	}
+	for _, tc := range tests {
+		tc.q.DotUID = dot.UID
+		got, err := testStore.Events(ctx, tc.q)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.reason, err)
+		}
+		var ids []int64
+		for _, e := range got {
+			ids = append(ids, e.ID)
+		}
+		if diff := cmp.Diff(tc.want, ids); diff != "" {
+			t.Errorf("%s: Events(%+v) (-want +got):\n%s", tc.reason, tc.q, diff)
+		}
+	}
+}
+
+func TestMessageInOneTransaction(t *testing.T) {
+	ctx := context.Background()
+	dot, other := newDot("helper"), newDot("helper")
+	var id string
+	err := testStore.InTx(ctx, func(tx pgx.Tx) error {
+		stored, err := AppendEventsTx(ctx, tx, Event{Dot: dot, Type: "message.user", Source: SourceHost, Data: json.RawMessage(`{"text":"hi"}`)})
+		if err != nil {
+			return err
+		}
+		id = MessageID(stored[0].ID)
+		_, err = EnqueueTx(ctx, tx, Inbound{ID: id, Dot: dot, Type: "user.message", Data: json.RawMessage(`{"text":"hi"}`)})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := testStore.Inbound(ctx, dot.UID, id)
+	if err != nil || got.Type != "user.message" {
+		t.Errorf("Inbound(%s) = %+v, %v; want the user.message", id, got, err)
+	}
+	if _, err := testStore.Inbound(ctx, other.UID, id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Inbound of another Dot's row = %v, want ErrNotFound", err)
+	}
+
+	// A transaction that fails after the event leaves neither row.
+	failed := newDot("helper")
+	_ = testStore.InTx(ctx, func(tx pgx.Tx) error {
+		if _, err := AppendEventsTx(ctx, tx, Event{Dot: failed, Type: "message.user", Source: SourceHost}); err != nil {
+			return err
+		}
+		return errors.New("the enqueue failed")
+	})
+	if events, err := testStore.EventsAfter(ctx, failed.UID, 0, 10); err != nil || len(events) != 0 {
+		t.Errorf("events after a failed transaction: %v, %v; want none", events, err)
 	}
 }

@@ -1,0 +1,294 @@
+// Package dotsapi serves the Dots API (DESIGN.md 2): what is not a resource,
+// on non-resource paths under /dots/v1/ of the API server's own HTTPS port.
+// The handler is mounted behind the API server's filters, so a request
+// reaching it is authenticated and RBAC let its path through
+// (nonResourceURLs). nonResourceURLs are cluster-wide, so each route of a Dot
+// also asks the server's authorizer, with resource attributes, whether the
+// caller may act on that Dot in its namespace (a subresource such as
+// dots/messages); the host agents' routes check that the caller is the
+// agent of the host it names.
+//
+// The shapes are in internal/dotsapi/wire; the Go client is
+// internal/dotsapi/client.
+package dotsapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/store"
+)
+
+// Waker wakes a sleeping Dot when work arrives for it (ref 9.5). The wake
+// logic is not this package's: the server wires one in when it exists; with
+// none, a message waits in the outbox until the Dot is READY for another
+// reason, and the deliverer sends it then.
+type Waker interface {
+	Wake(ctx context.Context, dot store.Dot) error
+}
+
+// Options configure New.
+type Options struct {
+	// Store is the event log and the outbox.
+	Store *store.Store
+	// Reader reads Dots and Computers with the control plane's own
+	// credential; the caller's right is checked first, with Authorizer.
+	Reader client.Reader
+	// Authorizer is the API server's own (RBAC and the privileged groups).
+	Authorizer authorizer.Authorizer
+	// Waker is called after a message is queued; nil wakes nothing.
+	Waker Waker
+	// Clock stamps acknowledgements; the real clock when nil.
+	Clock clock.PassiveClock
+	Log   logr.Logger
+}
+
+// Handler serves every route under wire.Prefix.
+type Handler struct {
+	store *store.Store
+	dots  client.Reader
+	authz authorizer.Authorizer
+	waker Waker
+	clock clock.PassiveClock
+	log   logr.Logger
+	mux   *http.ServeMux
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns the handler of the Dots API.
+func New(o Options) (*Handler, error) {
+	if o.Store == nil || o.Reader == nil || o.Authorizer == nil {
+		return nil, errors.New("the Dots API needs its store, a reader of Dots and the API server's authorizer")
+	}
+	h := &Handler{store: o.Store, dots: o.Reader, authz: o.Authorizer, waker: o.Waker, clock: o.Clock, log: o.Log}
+	if h.clock == nil {
+		h.clock = clock.RealClock{}
+	}
+	if h.log.GetSink() == nil {
+		h.log = logr.Discard()
+	}
+	h.mux = http.NewServeMux()
+	routes := []struct {
+		pattern string
+		methods map[string]handlerFunc
+	}{
+		{"namespaces/{ns}/dots/{name}/messages", map[string]handlerFunc{http.MethodPost: h.postMessage, http.MethodGet: h.getMessages}},
+		{"hostagent/hosts/{host}/dots/{ns}/{name}/events", map[string]handlerFunc{http.MethodPost: h.ingestEvents}},
+		{"hostagent/hosts/{host}/dots/{ns}/{name}/outbox", map[string]handlerFunc{http.MethodGet: h.getOutbox}},
+		{"hostagent/hosts/{host}/dots/{ns}/{name}/outbox/{id}/ack", map[string]handlerFunc{http.MethodPost: h.ackOutbox}},
+	}
+	for _, rt := range routes {
+		h.mux.Handle(wire.Prefix+rt.pattern, h.route(rt.methods))
+	}
+	h.mux.Handle(wire.Prefix, h.route(nil))
+	return h, nil
+}
+
+// ServeHTTP serves one request of the Dots API.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	h.mux.ServeHTTP(w, r)
+}
+
+// handlerFunc answers a request: it writes a success itself and returns an
+// error for everything else, which route writes as the JSON error.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// route dispatches on the method; a nil map is the routes' catch-all.
+func (h *Handler) route(methods map[string]handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var err error
+		if methods == nil {
+			err = apiErrorf(http.StatusNotFound, wire.CodeNotFound, "the Dots API has no route %s", r.URL.Path)
+		} else if fn, ok := methods[r.Method]; ok {
+			err = fn(w, r)
+		} else {
+			allowed := make([]string, 0, len(methods))
+			for m := range methods {
+				allowed = append(allowed, m)
+			}
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			err = apiErrorf(http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "%s does not take %s", r.URL.Path, r.Method)
+		}
+		if err != nil {
+			h.writeError(w, r, err)
+		}
+	})
+}
+
+// apiError is an answer other than success, with its status and code.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func apiErrorf(status int, code, format string, args ...any) error {
+	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+func badRequest(format string, args ...any) error {
+	return apiErrorf(http.StatusBadRequest, wire.CodeInvalidRequest, format, args...)
+}
+
+// writeError answers err. An error that is not an apiError is the server's
+// own: the log gets it, the caller only that it happened (its text may name
+// the database's internals).
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		h.log.Error(err, "a Dots API request failed", "method", r.Method, "path", r.URL.Path)
+		ae = &apiError{status: http.StatusInternalServerError, code: wire.CodeInternal, message: "the server failed to answer; its log says why"}
+	} else {
+		h.log.V(1).Info("a Dots API request was refused", "method", r.Method, "path", r.URL.Path, "status", ae.status, "code", ae.code)
+	}
+	writeJSON(w, ae.status, wire.Error{Code: ae.code, Message: ae.message})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decode reads r's body, at most limit bytes of one JSON value, into v: an
+// unknown field, a second value or anything after it is refused.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			return apiErrorf(http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "the body must be application/json, not %q (with curl: -H 'Content-Type: application/json')", ct)
+		}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	tooLarge := func(err error) bool {
+		var mbe *http.MaxBytesError
+		return errors.As(err, &mbe)
+	}
+	if err := dec.Decode(v); err != nil {
+		switch {
+		case tooLarge(err):
+			return apiErrorf(http.StatusRequestEntityTooLarge, wire.CodeTooLarge, "the body is larger than %d bytes", limit)
+		case errors.Is(err, io.EOF):
+			return badRequest("the body is empty; it must be a JSON object")
+		}
+		return badRequest("the body is not what %s takes: %s", r.URL.Path, strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if tooLarge(err) {
+			return apiErrorf(http.StatusRequestEntityTooLarge, wire.CodeTooLarge, "the body is larger than %d bytes", limit)
+		}
+		return badRequest("the body has data after its JSON object")
+	}
+	return nil
+}
+
+// pathValues reads and checks the path's names.
+func pathValues(r *http.Request, names ...string) ([]string, error) {
+	out := make([]string, len(names))
+	for i, n := range names {
+		v := r.PathValue(n)
+		var problems []string
+		switch n {
+		case "ns":
+			problems = validation.IsDNS1123Label(v)
+		case "name", "host":
+			problems = validation.IsDNS1123Subdomain(v)
+		case "id":
+			if v == "" || len(v) > 253 || strings.ContainsAny(v, "/\x00") {
+				problems = []string{"must be an outbox row id"}
+			}
+		}
+		if len(problems) > 0 {
+			return nil, badRequest("%s %q in the path is not valid: %s", pathNames[n], v, strings.Join(problems, "; "))
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+var pathNames = map[string]string{"ns": "the namespace", "name": "the Dot's name", "host": "the host", "id": "the outbox row id"}
+
+func callerOf(r *http.Request) (user.Info, error) {
+	u, ok := request.UserFrom(r.Context())
+	if !ok || u == nil {
+		return nil, apiErrorf(http.StatusForbidden, wire.CodeForbidden, "the request carries no authenticated user")
+	}
+	return u, nil
+}
+
+// authorizeDot asks the API server's authorizer whether the caller may verb
+// the subresource of the Dot namespace/name, as RBAC would for a resource
+// request: nonResourceURLs let the path through for every namespace at once.
+func (h *Handler) authorizeDot(r *http.Request, verb, subresource, namespace, name string) error {
+	u, err := callerOf(r)
+	if err != nil {
+		return err
+	}
+	return h.authorize(r.Context(), authorizer.AttributesRecord{
+		User: u, Verb: verb, Namespace: namespace, Name: name, ResourceRequest: true,
+		APIGroup: dotsv1.GroupVersion.Group, APIVersion: dotsv1.GroupVersion.Version,
+		Resource: "dots", Subresource: subresource,
+	})
+}
+
+func (h *Handler) authorize(ctx context.Context, a authorizer.AttributesRecord) error {
+	decision, reason, err := h.authz.Authorize(ctx, a)
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	if err != nil {
+		h.log.V(1).Info("the authorizer failed", "user", a.User.GetName(), "verb", a.Verb, "resource", a.Resource, "err", err.Error())
+	}
+	what := a.Resource
+	if a.Subresource != "" {
+		what += "/" + a.Subresource
+	}
+	where := a.Name
+	if a.Namespace != "" {
+		where = a.Namespace + "/" + a.Name
+	}
+	msg := fmt.Sprintf("user %q may not %s %s of %q", a.User.GetName(), a.Verb, what, where)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	return apiErrorf(http.StatusForbidden, wire.CodeForbidden, "%s", msg)
+}
+
+// getDot reads the Dot namespace/name: 404 when there is none.
+func (h *Handler) getDot(ctx context.Context, namespace, name string) (*dotsv1.Dot, error) {
+	d := &dotsv1.Dot{}
+	if err := h.dots.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, d); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, apiErrorf(http.StatusNotFound, wire.CodeNotFound, "there is no Dot %s in namespace %s", name, namespace)
+		}
+		return nil, fmt.Errorf("read the Dot %s/%s: %w", namespace, name, err)
+	}
+	return d, nil
+}
+
+func storeDot(d *dotsv1.Dot) store.Dot {
+	return store.Dot{Namespace: d.Namespace, Name: d.Name, UID: string(d.UID)}
+}

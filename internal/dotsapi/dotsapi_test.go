@@ -1,0 +1,215 @@
+package dotsapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/postgres"
+	"github.com/invisible-dots/invisible-dots/internal/postgres/pgtest"
+	"github.com/invisible-dots/invisible-dots/internal/store"
+)
+
+// One managed PostgreSQL for the package; each test makes Dots of its own
+// UIDs, so tests keep apart.
+var testStore *store.Store
+
+func TestMain(m *testing.M) {
+	os.Exit(pgtest.Run(m, func(db *postgres.Instance) { testStore = store.New(db.Pool()) }))
+}
+
+// The people and agents of the tests, by the bearer token the test server
+// maps to them (standing in for the API server's authentication filter).
+var users = map[string]user.Info{
+	"editor":  &user.DefaultInfo{Name: "eddie", Groups: []string{user.AllAuthenticated}},
+	"viewer":  &user.DefaultInfo{Name: "vera", Groups: []string{user.AllAuthenticated}},
+	"nobody":  &user.DefaultInfo{Name: "nora", Groups: []string{user.AllAuthenticated}},
+	"admin":   &user.DefaultInfo{Name: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
+	"agent-1": &user.DefaultInfo{Name: serviceaccount.MakeUsername(dotsv1.SystemNamespace, controllers.HostServiceAccount("host-1"))},
+	"agent-2": &user.DefaultInfo{Name: serviceaccount.MakeUsername(dotsv1.SystemNamespace, controllers.HostServiceAccount("host-2"))},
+	// A ServiceAccount of another namespace named like a host agent is not one.
+	"impostor": &user.DefaultInfo{Name: serviceaccount.MakeUsername("team-a", controllers.HostServiceAccount("host-1"))},
+}
+
+// rbac stands in for the API server's authorizer: the editor has
+// dots/messages create and get in team-a, the viewer get there, the admin is
+// in system:masters; nobody else has anything.
+var rbac = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	for _, g := range a.GetUser().GetGroups() {
+		if g == user.SystemPrivilegedGroup {
+			return authorizer.DecisionAllow, "", nil
+		}
+	}
+	if a.GetNamespace() != "team-a" || a.GetAPIGroup() != dotsv1.GroupVersion.Group || a.GetResource() != "dots" || a.GetSubresource() != "messages" {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	switch {
+	case a.GetUser().GetName() == "eddie" && (a.GetVerb() == "create" || a.GetVerb() == "get"),
+		a.GetUser().GetName() == "vera" && a.GetVerb() == "get":
+		return authorizer.DecisionAllow, "", nil
+	}
+	return authorizer.DecisionNoOpinion, "", nil
+})
+
+// recordingWaker remembers the Dots it was asked to wake.
+type recordingWaker struct {
+	mu   sync.Mutex
+	dots []store.Dot
+}
+
+func (w *recordingWaker) Wake(_ context.Context, d store.Dot) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dots = append(w.dots, d)
+	return nil
+}
+
+func (w *recordingWaker) woken() []store.Dot {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]store.Dot(nil), w.dots...)
+}
+
+var uidCount atomic.Int64
+
+// testDot is a Dot and, when host is not empty, its Computer on host.
+func testDot(ns, name, host string, deleting bool) []client.Object {
+	uid := types.UID(fmt.Sprintf("uid-%d-%d", time.Now().UnixNano(), uidCount.Add(1)))
+	d := &dotsv1.Dot{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid}}
+	if deleting {
+		d.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		d.Finalizers = []string{dotsv1.DotFinalizer}
+	}
+	objs := []client.Object{d}
+	if host != "" {
+		c := &dotsv1.Computer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, dotsv1.GroupVersion.WithKind("Dot"))}}}
+		c.Spec.NodeName = host
+		objs = append(objs, c)
+	}
+	return objs
+}
+
+// env is a Dots API on a test server, over the package's database and a fake
+// API server holding the Dots.
+type env struct {
+	srv   *httptest.Server
+	waker *recordingWaker
+	dots  map[string]store.Dot
+	clock *clocktesting.FakePassiveClock
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	var objs []client.Object
+	add := func(o ...client.Object) { objs = append(objs, o...) }
+	add(testDot("team-a", "helper", "host-1", false)...)
+	add(testDot("team-b", "helper", "host-1", false)...)
+	add(testDot("team-a", "far", "host-2", false)...)
+	add(testDot("team-a", "unplaced", "", false)...)
+	add(testDot("team-a", "leaving", "host-1", true)...)
+	// A Computer of the Dot's name on host-1 that another Dot controls.
+	stray := testDot("team-a", "stray", "", false)
+	other := testDot("team-a", "other", "", false)[0]
+	strayComputer := &dotsv1.Computer{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "stray",
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(other, dotsv1.GroupVersion.WithKind("Dot"))}}}
+	strayComputer.Spec.NodeName = "host-1"
+	add(stray[0], strayComputer)
+
+	e := &env{waker: &recordingWaker{}, dots: map[string]store.Dot{}, clock: clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Microsecond))}
+	for _, o := range objs {
+		if d, ok := o.(*dotsv1.Dot); ok {
+			e.dots[d.Namespace+"/"+d.Name] = storeDot(d)
+		}
+	}
+	h, err := New(Options{
+		Store:      testStore,
+		Reader:     fake.NewClientBuilder().WithScheme(controllers.Scheme).WithObjects(objs...).Build(),
+		Authorizer: rbac,
+		Waker:      e.waker,
+		Clock:      e.clock,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, ok := users[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]; ok {
+			r = r.WithContext(request.WithUser(r.Context(), u))
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// restConfig is the rest.Config of who, for the Go client.
+func (e *env) restConfig(who string) *rest.Config {
+	return &rest.Config{Host: e.srv.URL, BearerToken: who}
+}
+
+// answer is what a test compares of a response.
+type answer struct {
+	Status int
+	Code   string
+	// Message holds a fragment the error's text must contain.
+	Message string
+}
+
+// call sends a raw request as who and returns the answer and its body.
+func (e *env) call(t *testing.T, who, method, path, contentType, body string) (answer, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+who)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := answer{Status: resp.StatusCode}
+	if resp.StatusCode >= 400 {
+		var we wire.Error
+		if err := json.Unmarshal(data, &we); err != nil {
+			t.Fatalf("%s %s: error answer %q is not JSON: %v", method, path, data, err)
+		}
+		a.Code, a.Message = we.Code, we.Message
+	}
+	return a, data
+}
+
+// matches compares an answer with the wanted one, Message as a fragment.
+func (a answer) matches(want answer) bool {
+	return a.Status == want.Status && a.Code == want.Code && strings.Contains(a.Message, want.Message)
+}

@@ -1,0 +1,252 @@
+package dotsapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/store"
+)
+
+// The host agents' routes (DESIGN.md 4): a host agent never touches
+// PostgreSQL, so it hands its guests' events to these and reads and
+// acknowledges the outbox rows it delivers through them. RBAC lets only the
+// host agents' ClusterRole (and administrators) through their prefix; each
+// route then checks that the caller acts for the host it names, and that the
+// Dot's Computer is on that host.
+
+// hostDot checks the caller of a host route and returns the Dot it names.
+// A host agent (its ServiceAccount, controllers.HostServiceAccount) acts for
+// its own host only; anyone else must be allowed to write that host's status,
+// as an administrator is (the in-process agent of `invisible-dots server`
+// uses the admin loopback credential). The Dot's Computer must be on the
+// host, whoever calls.
+func (h *Handler) hostDot(r *http.Request) (host string, d *dotsv1.Dot, err error) {
+	p, err := pathValues(r, "host", "ns", "name")
+	if err != nil {
+		return "", nil, err
+	}
+	host, ns, name := p[0], p[1], p[2]
+	u, err := callerOf(r)
+	if err != nil {
+		return "", nil, err
+	}
+	if saNamespace, saName, err := serviceaccount.SplitUsername(u.GetName()); err == nil && saNamespace == dotsv1.SystemNamespace && isHostServiceAccount(saName) {
+		if saName != controllers.HostServiceAccount(host) {
+			return "", nil, apiErrorf(http.StatusForbidden, wire.CodeForbidden, "%s may act for its own host only, not for host %q", u.GetName(), host)
+		}
+	} else if err := h.authorize(r.Context(), authorizer.AttributesRecord{
+		User: u, Verb: "update", Name: host, ResourceRequest: true,
+		APIGroup: dotsv1.GroupVersion.Group, APIVersion: dotsv1.GroupVersion.Version, Resource: "hosts", Subresource: "status",
+	}); err != nil {
+		return "", nil, err
+	}
+	d, err = h.getDot(r.Context(), ns, name)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := h.checkOnHost(r.Context(), d, host); err != nil {
+		return "", nil, err
+	}
+	return host, d, nil
+}
+
+// isHostServiceAccount reports whether name is a host agent's
+// ServiceAccount (of the system namespace): host-NAME.
+func isHostServiceAccount(name string) bool {
+	prefix := controllers.HostServiceAccount("")
+	return len(name) > len(prefix) && strings.HasPrefix(name, prefix)
+}
+
+// checkOnHost refuses a Dot whose Computer (its own: same name, controlled by
+// it) is not placed on host.
+func (h *Handler) checkOnHost(ctx context.Context, d *dotsv1.Dot, host string) error {
+	c := &dotsv1.Computer{}
+	if err := h.dots.Get(ctx, client.ObjectKeyFromObject(d), c); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return apiErrorf(http.StatusNotFound, wire.CodeNotFound, "the Dot %s/%s has no Computer yet", d.Namespace, d.Name)
+		}
+		return fmt.Errorf("read the Computer %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	if !metav1.IsControlledBy(c, d) || c.Spec.NodeName != host {
+		return apiErrorf(http.StatusForbidden, wire.CodeForbidden, "the Computer of the Dot %s/%s is not on host %q", d.Namespace, d.Name, host)
+	}
+	return nil
+}
+
+// ingestEvents stores a batch of one Dot's guest events, each under the
+// guest's seq, with the cursor in the same transaction: a batch sent again
+// stores nothing twice. An event the protocol refuses is stored as
+// wire.EventGuestRefused with the reason, under its seq, so the pump moves on.
+func (h *Handler) ingestEvents(w http.ResponseWriter, r *http.Request) error {
+	_, d, err := h.hostDot(r)
+	if err != nil {
+		return err
+	}
+	var batch wire.EventBatch
+	if err := decode(w, r, wire.MaxEventsBody, &batch); err != nil {
+		return err
+	}
+	if err := checkBatch(d, batch); err != nil {
+		return err
+	}
+	dot := storeDot(d)
+	events := make([]store.Event, 0, len(batch.Events))
+	for _, ev := range batch.Events {
+		e := store.Event{Dot: dot, Type: ev.Type, Data: ev.Data, Source: store.SourceGuest, GuestSeq: &ev.Seq}
+		if _, err := protocol.ParseOutbound(ev); err != nil {
+			refused := wire.GuestEventRefused{ID: ev.ID, Type: ev.Type, TS: ev.TS, Data: ev.Data, Reason: err.Error()}
+			if e.Data, err = json.Marshal(refused); err != nil {
+				return err
+			}
+			e.Type = wire.EventGuestRefused
+		}
+		events = append(events, e)
+	}
+	stored, cursor, err := h.store.AppendGuestEvents(r.Context(), dot, events)
+	if err != nil {
+		return err
+	}
+	out := wire.Ingested{Stored: len(stored), Cursor: cursor}
+	for _, e := range stored {
+		if e.Type == wire.EventGuestRefused {
+			out.Refused++
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// checkBatch refuses a batch the log cannot take as a whole: another Dot's,
+// too long, or with seqs that do not increase from 1 up.
+func checkBatch(d *dotsv1.Dot, b wire.EventBatch) error {
+	switch {
+	case b.DotUID == "":
+		return badRequest("dot_uid is missing: name the Dot the events are of by its UID")
+	case b.DotUID != string(d.UID):
+		return apiErrorf(http.StatusConflict, wire.CodeDotChanged, "the Dot %s/%s has UID %s, not %s: it was made again since", d.Namespace, d.Name, d.UID, b.DotUID)
+	case len(b.Events) > wire.MaxEventBatch:
+		return badRequest("the batch holds %d events; at most %d a batch", len(b.Events), wire.MaxEventBatch)
+	}
+	var last int64
+	for i, ev := range b.Events {
+		if ev.Seq < 1 {
+			return badRequest("events[%d] has seq %d: a guest's seq starts at 1", i, ev.Seq)
+		}
+		if ev.Seq <= last {
+			return badRequest("events[%d] has seq %d after %d: seqs must increase", i, ev.Seq, last)
+		}
+		last = ev.Seq
+	}
+	return nil
+}
+
+// getOutbox answers the Dot's rows neither delivered nor dropped, in order.
+func (h *Handler) getOutbox(w http.ResponseWriter, r *http.Request) error {
+	_, d, err := h.hostDot(r)
+	if err != nil {
+		return err
+	}
+	if len(r.URL.Query()) != 0 {
+		return badRequest("the outbox takes no query parameters")
+	}
+	rows, err := h.store.Pending(r.Context(), string(d.UID))
+	if err != nil {
+		return err
+	}
+	out := wire.Outbox{DotUID: string(d.UID), Rows: make([]wire.OutboxRow, 0, len(rows))}
+	for _, in := range rows {
+		out.Rows = append(out.Rows, wire.OutboxRow{
+			Seq: in.Seq,
+			Event: protocol.InboundEvent{
+				ID: in.ID, Type: in.Type, TS: in.TS.UTC().Format(time.RFC3339Nano), Data: in.Data,
+			},
+			TaskUID: in.TaskUID, Run: in.Run, CreatedAt: in.CreatedAt, SentAt: in.SentAt,
+			Failures: in.Failures, LastError: in.LastError, RetryAt: in.RetryAt,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// ackOutbox records what became of a send of one of the Dot's rows.
+func (h *Handler) ackOutbox(w http.ResponseWriter, r *http.Request) error {
+	_, d, err := h.hostDot(r)
+	if err != nil {
+		return err
+	}
+	p, err := pathValues(r, "id")
+	if err != nil {
+		return err
+	}
+	id := p[0]
+	var ack wire.Ack
+	if err := decode(w, r, wire.MaxAckBody, &ack); err != nil {
+		return err
+	}
+	if err := checkAck(ack); err != nil {
+		return err
+	}
+	row, err := h.store.Inbound(r.Context(), string(d.UID), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return apiErrorf(http.StatusNotFound, wire.CodeNotFound, "the Dot %s/%s has no outbox row %q", d.Namespace, d.Name, id)
+	}
+	if err != nil {
+		return err
+	}
+	now := h.clock.Now()
+	out := wire.Acked{ID: id, Outcome: ack.Outcome, Failures: row.Failures}
+	switch ack.Outcome {
+	case wire.OutcomeSent:
+		err = h.store.MarkSent(r.Context(), id, now)
+	case wire.OutcomeDelivered:
+		err = h.store.MarkDelivered(r.Context(), id, now)
+	case wire.OutcomeFailed:
+		out.Failures, err = h.store.RecordFailure(r.Context(), id, ack.Reason, *ack.RetryAt)
+	case wire.OutcomeDropped:
+		err = h.store.Drop(r.Context(), id, ack.Reason, now)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// checkAck refuses an acknowledgement that lacks what its outcome needs or
+// carries what it does not take.
+func checkAck(a wire.Ack) error {
+	if len(a.Reason) > wire.MaxReason {
+		return badRequest("reason is %d bytes; at most %d", len(a.Reason), wire.MaxReason)
+	}
+	switch a.Outcome {
+	case wire.OutcomeSent, wire.OutcomeDelivered:
+		if a.Reason != "" || a.RetryAt != nil {
+			return badRequest("outcome %s takes no reason and no retry_at", a.Outcome)
+		}
+	case wire.OutcomeFailed:
+		if a.Reason == "" || a.RetryAt == nil {
+			return badRequest("outcome failed needs a reason and a retry_at")
+		}
+	case wire.OutcomeDropped:
+		if a.Reason == "" || a.RetryAt != nil {
+			return badRequest("outcome dropped needs a reason and takes no retry_at")
+		}
+	default:
+		return badRequest("outcome %q is none of sent, delivered, failed, dropped", a.Outcome)
+	}
+	return nil
+}

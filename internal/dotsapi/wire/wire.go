@@ -1,0 +1,262 @@
+// Package wire holds the shapes of the Dots API (DESIGN.md 2): its paths, the
+// request and answer bodies, the error codes and the limits. The server
+// (internal/dotsapi) and its Go client (internal/dotsapi/client) both use
+// them, so there is one copy of each; the guest's own wire types stay in
+// guest/protocol and travel here unchanged.
+package wire
+
+import (
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// Prefix is where the Dots API is served, on the API server's own port.
+const Prefix = "/dots/v1/"
+
+// HostAgentPrefix is the part of the API for host agents only: their
+// ClusterRole alone gets it as nonResourceURLs.
+const HostAgentPrefix = Prefix + "hostagent/"
+
+// Event types the control plane logs itself (source host), beside the guest's
+// outbound types of guest/protocol.
+const (
+	// EventMessageUser is a person's chat message: MessageUser.
+	EventMessageUser = "message.user"
+	// EventGuestRefused stands in the log for a guest event the protocol
+	// refuses: GuestEventRefused.
+	EventGuestRefused = "guest.event.refused"
+)
+
+// MessageUser is the data of EventMessageUser.
+type MessageUser struct {
+	Text string `json:"text"`
+}
+
+// GuestEventRefused is the data of EventGuestRefused: the event as the guest
+// sent it and why the protocol refused it.
+type GuestEventRefused struct {
+	ID     string          `json:"id"`
+	Type   string          `json:"type"`
+	TS     string          `json:"ts"`
+	Data   json.RawMessage `json:"data,omitempty"`
+	Reason string          `json:"reason"`
+}
+
+// Error is every error answer: a 4xx or 5xx status with a code of the list
+// below and a text for people (ref 9.6). Neither ever holds a secret.
+type Error struct {
+	Code    string `json:"error"`
+	Message string `json:"message"`
+}
+
+// Error codes.
+const (
+	// CodeInvalidRequest: a body, path or query the API cannot take (400).
+	CodeInvalidRequest = "invalid_request"
+	// CodeForbidden: the caller may not do this (403).
+	CodeForbidden = "forbidden"
+	// CodeNotFound: no such Dot, route or row (404).
+	CodeNotFound = "not_found"
+	// CodeMethodNotAllowed: the route has no such method (405).
+	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeDotChanged: the Dot named is not the one the caller had, a Dot
+	// made again under the same name (409).
+	CodeDotChanged = "dot_changed"
+	// CodeDotDeleting: the Dot is being deleted and takes no new work (409).
+	CodeDotDeleting = "dot_deleting"
+	// CodeTooLarge: the body is larger than the route takes (413).
+	CodeTooLarge = "request_too_large"
+	// CodeUnsupportedMediaType: a body that is not JSON (415).
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeInternal: the server failed; its log says why (500).
+	CodeInternal = "internal"
+)
+
+// Limits.
+const (
+	// MaxMessageBody is the largest body of a posted message, in bytes.
+	MaxMessageBody = 256 << 10
+	// MaxMessagesPage is the most messages one read answers (ref 9.6).
+	MaxMessagesPage = 500
+	// DefaultMessagesPage is the page of a read that names no limit.
+	DefaultMessagesPage = 100
+	// MaxEventBatch is the most guest events one ingestion takes.
+	MaxEventBatch = 1000
+	// MaxEventsBody is the largest body of an ingestion, in bytes.
+	MaxEventsBody = 8 << 20
+	// MaxAckBody is the largest body of an outbox acknowledgement, in bytes.
+	MaxAckBody = 16 << 10
+	// MaxReason is the longest reason of a failed or dropped row, in bytes.
+	MaxReason = 1024
+)
+
+// People's routes.
+
+// MessagesPath is where a Dot's conversation is posted to (PostMessage) and
+// read from (Messages).
+func MessagesPath(namespace, dot string) string {
+	return Prefix + "namespaces/" + url.PathEscape(namespace) + "/dots/" + url.PathEscape(dot) + "/messages"
+}
+
+// PostMessage is the body of POST MessagesPath.
+type PostMessage struct {
+	Text string `json:"text"`
+}
+
+// MessageAccepted answers PostMessage (202): the message is logged as event
+// EventID and queued for the guest.
+type MessageAccepted struct {
+	EventID int64 `json:"event_id"`
+	Queued  bool  `json:"queued"`
+}
+
+// Order of a page.
+const (
+	OrderAsc  = "asc"
+	OrderDesc = "desc"
+)
+
+// MessagesQuery is the query of GET MessagesPath (ref 9.6): oldest first by
+// default; Order desc is newest first, and Before (desc only; the event id of
+// the oldest message of the previous page) goes on, older, from there.
+type MessagesQuery struct {
+	// Limit is at most MaxMessagesPage; DefaultMessagesPage when 0.
+	Limit  int
+	Order  string
+	Before int64
+}
+
+// Values encodes q as a URL query.
+func (q MessagesQuery) Values() url.Values {
+	v := url.Values{}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Order != "" {
+		v.Set("order", q.Order)
+	}
+	if q.Before != 0 {
+		v.Set("before", strconv.FormatInt(q.Before, 10))
+	}
+	return v
+}
+
+// Roles of a message.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// Message is one message of a conversation, read from the event log.
+type Message struct {
+	EventID int64  `json:"event_id"`
+	Role    string `json:"role"`
+	Text    string `json:"text"`
+	// MessageID is the id a person's message was delivered to the guest
+	// with; an answer names it in InReplyTo.
+	MessageID string    `json:"message_id,omitempty"`
+	InReplyTo string    `json:"in_reply_to,omitempty"`
+	SpentUSD  *float64  `json:"spent_usd,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Messages answers GET MessagesPath.
+type Messages struct {
+	Messages []Message `json:"messages"`
+}
+
+// Host agents' routes.
+
+func hostDotPath(host, namespace, dot string) string {
+	return HostAgentPrefix + "hosts/" + url.PathEscape(host) + "/dots/" + url.PathEscape(namespace) + "/" + url.PathEscape(dot)
+}
+
+// EventsPath is where host's agent posts a batch of one Dot's guest events.
+func EventsPath(host, namespace, dot string) string {
+	return hostDotPath(host, namespace, dot) + "/events"
+}
+
+// OutboxPath is where host's agent reads a Dot's pending outbox rows.
+func OutboxPath(host, namespace, dot string) string {
+	return hostDotPath(host, namespace, dot) + "/outbox"
+}
+
+// AckPath is where host's agent acknowledges the outbox row id.
+func AckPath(host, namespace, dot, id string) string {
+	return OutboxPath(host, namespace, dot) + "/" + url.PathEscape(id) + "/ack"
+}
+
+// EventBatch is the body of POST EventsPath: guest events of the Dot whose
+// UID is DotUID, as the guest's stream gave them, their seq increasing. An
+// empty batch stores nothing and answers the cursor, where the pump resumes.
+type EventBatch struct {
+	DotUID string                   `json:"dot_uid"`
+	Events []protocol.OutboundEvent `json:"events"`
+}
+
+// Ingested answers EventBatch: how many events were stored now (those seen
+// before are not stored again), how many of them stand as
+// EventGuestRefused, and the Dot's cursor, the highest guest seq stored.
+type Ingested struct {
+	Stored  int   `json:"stored"`
+	Refused int   `json:"refused"`
+	Cursor  int64 `json:"cursor"`
+}
+
+// OutboxRow is a pending outbox row: the event to send the guest as it is
+// sent (POST /v1/agent/events) and what the deliverer needs to know of it.
+type OutboxRow struct {
+	Seq   int64                 `json:"seq"`
+	Event protocol.InboundEvent `json:"event"`
+	// TaskUID and Run name the task run of a task.created.
+	TaskUID   string     `json:"task_uid,omitempty"`
+	Run       int        `json:"run,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	SentAt    *time.Time `json:"sent_at,omitempty"`
+	Failures  int        `json:"failures"`
+	LastError string     `json:"last_error,omitempty"`
+	RetryAt   *time.Time `json:"retry_at,omitempty"`
+}
+
+// Outbox answers GET OutboxPath: the Dot's rows neither delivered nor
+// dropped, in the order they are to be sent.
+type Outbox struct {
+	DotUID string      `json:"dot_uid"`
+	Rows   []OutboxRow `json:"rows"`
+}
+
+// Outcome of a send, acknowledged by the deliverer.
+type Outcome string
+
+const (
+	// OutcomeSent: a send began (store.MarkSent).
+	OutcomeSent Outcome = "sent"
+	// OutcomeDelivered: the guest answered 202 (store.MarkDelivered).
+	OutcomeDelivered Outcome = "delivered"
+	// OutcomeFailed: a send failed with a known outcome; Reason and RetryAt
+	// are required (store.RecordFailure). An unknown outcome is not a
+	// failure (ref 9.2): acknowledge nothing and send again.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeDropped: the row is given up; Reason is required (store.Drop).
+	OutcomeDropped Outcome = "dropped"
+)
+
+// Ack is the body of POST AckPath. Reason is the deliverer's own words
+// (route, status, code; never the guest's text, ref 4.3), at most MaxReason
+// bytes.
+type Ack struct {
+	Outcome Outcome    `json:"outcome"`
+	Reason  string     `json:"reason,omitempty"`
+	RetryAt *time.Time `json:"retry_at,omitempty"`
+}
+
+// Acked answers Ack: the row's known failures so far.
+type Acked struct {
+	ID       string  `json:"id"`
+	Outcome  Outcome `json:"outcome"`
+	Failures int     `json:"failures"`
+}
