@@ -27,6 +27,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
 	"github.com/invisible-dots/invisible-dots/internal/store"
@@ -304,7 +305,7 @@ func (r *WorkReconciler) dispatch(t *dotsv1.Task, id store.Dot, view *lifecycle.
 	}
 	logged, _ := json.Marshal(map[string]any{"task_id": uid, "task": t.Name, "run": run})
 	err = decide(&store.Inbound{ID: store.TaskCreatedID(uid, run), Dot: id, Type: protocol.InboundTaskCreated, Data: body, TaskUID: uid, Run: run},
-		store.Event{Dot: id, Type: lifecycle.HostTaskCreated, Source: store.SourceHost, Data: logged})
+		store.Event{Dot: id, Type: wire.EventTaskCreated, Source: store.SourceHost, Data: logged})
 	if err == nil {
 		r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "Dispatched", "Dispatch", "given to Dot %s (run %d)", t.Spec.DotName, run)
 	}
@@ -324,7 +325,7 @@ func (r *WorkReconciler) cancel(ctx context.Context, t *dotsv1.Task, id store.Do
 		return nil
 	}
 	logged, _ := json.Marshal(map[string]any{"task_id": uid, "task": t.Name})
-	ev := store.Event{Dot: id, Type: lifecycle.HostTaskCancelled, Source: store.SourceHost, Data: logged}
+	ev := store.Event{Dot: id, Type: wire.EventTaskCancelled, Source: store.SourceHost, Data: logged}
 	if !dispatched || v.Runs == 0 {
 		return decide(nil, ev)
 	}
@@ -356,7 +357,7 @@ func (r *WorkReconciler) answer(a *dotsv1.Approval, id store.Dot, decide decideF
 	}
 	logged, _ := json.Marshal(map[string]any{"approval_id": a.Spec.RequestID, "approval": a.Name, "decision": a.Spec.Decision, "always": a.Spec.Always})
 	return decide(&store.Inbound{ID: store.ApprovalDecisionID(string(a.UID)), Dot: id, Type: protocol.InboundApprovalReceived, Data: body},
-		store.Event{Dot: id, Type: lifecycle.HostApprovalResolved, Source: store.SourceHost, Data: logged})
+		store.Event{Dot: id, Type: wire.EventApprovalResolved, Source: store.SourceHost, Data: logged})
 }
 
 // ApprovalName is the name of the Approval of a guest's request: the Dot's

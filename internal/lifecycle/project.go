@@ -6,16 +6,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-)
-
-// Host event types of the log (the guest's are protocol's Event* names).
-// The host's task.created and task.failed share their names with the
-// guest's inbound and outbound events; Source tells them apart.
-const (
-	HostTaskCreated      = "task.created"
-	HostTaskCancelled    = "task.cancelled"
-	HostTaskFailed       = "task.failed"
-	HostApprovalResolved = "approval.resolved"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
 
 // Event is what the projection reads of one row of the log.
@@ -132,21 +123,21 @@ func (v *View) foldHost(e Event) {
 		return
 	}
 	switch e.Type {
-	case HostTaskCreated:
+	case wire.EventTaskCreated:
 		// The dispatcher gave the task to the Dot: a run opens.
 		if t := v.task(d.TaskID); !ended(t.Phase) {
 			t.Phase, t.Runs = dotsv1.TaskRunning, max(t.Runs, d.Run, t.Runs+1)
 		}
-	case HostTaskCancelled:
+	case wire.EventTaskCancelled:
 		if t := v.task(d.TaskID); !ended(t.Phase) {
 			t.Phase = dotsv1.TaskCancelled
 		}
-	case HostTaskFailed:
+	case wire.EventTaskFailed:
 		// The deliverer gave the task up.
 		if t := v.task(d.TaskID); !ended(t.Phase) {
 			t.Phase, t.Error = dotsv1.TaskFailed, d.Error
 		}
-	case HostApprovalResolved:
+	case wire.EventApprovalResolved:
 		if a, ok := v.Approvals[d.ApprovalID]; ok && !a.Resolved {
 			a.Resolved = true
 			if a.Requested.TaskID != nil {

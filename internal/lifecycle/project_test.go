@@ -9,6 +9,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
 
 // recorded is a Dot's log as the control plane stores it: a task given to
@@ -21,19 +22,19 @@ func recorded() []Event {
 	add := func(host bool, typ, data string) {
 		out = append(out, Event{ID: int64(len(out) + 1), Type: typ, Host: host, Data: json.RawMessage(data), At: t0.Add(time.Duration(len(out)) * time.Second)})
 	}
-	add(true, HostTaskCreated, `{"task_id":"t1","run":1}`)
+	add(true, wire.EventTaskCreated, `{"task_id":"t1","run":1}`)
 	add(false, protocol.EventAgentState, `{"state":"THINKING"}`)
 	add(false, protocol.EventTaskStarted, `{"task_id":"t1"}`)
 	add(false, protocol.EventTaskProgress, `{"task_id":"t1","text":"running the tests","spent_usd":0.01}`)
 	add(false, protocol.EventApprovalRequested, `{"approval_id":"a1","task_id":"t1","tool":"exec","permission":"computer.exec","arguments":{},"reason":"run make"}`)
-	add(true, HostApprovalResolved, `{"approval_id":"a1","decision":"approve"}`)
+	add(true, wire.EventApprovalResolved, `{"approval_id":"a1","decision":"approve"}`)
 	add(false, protocol.EventAutomationNextRun, `{"next_run_at_ms":1764586800000}`)
 	add(false, protocol.EventTaskCompleted, `{"task_id":"t1","summary":"all green","spent_usd":0.042}`)
 	add(false, protocol.EventAgentState, `{"state":"IDLE"}`)
-	add(true, HostTaskCreated, `{"task_id":"t2","run":1}`)
-	add(true, HostTaskCancelled, `{"task_id":"t2"}`)
+	add(true, wire.EventTaskCreated, `{"task_id":"t2","run":1}`)
+	add(true, wire.EventTaskCancelled, `{"task_id":"t2"}`)
 	add(false, protocol.EventTaskCompleted, `{"task_id":"t2","summary":"too late"}`)
-	add(true, HostTaskFailed, `{"task_id":"t3","error":"the guest refused the task"}`)
+	add(true, wire.EventTaskFailed, `{"task_id":"t3","error":"the guest refused the task"}`)
 	return out
 }
 

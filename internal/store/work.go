@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -34,7 +33,7 @@ func (s *Store) Decide(ctx context.Context, row *Inbound, events ...Event) ([]Ev
 			return err
 		}
 		if row != nil {
-			fresh, err := enqueueTx(ctx, tx, *row)
+			fresh, err := EnqueueTx(ctx, tx, *row)
 			if err != nil {
 				return err
 			}
@@ -57,29 +56,6 @@ func (s *Store) Decide(ctx context.Context, row *Inbound, events ...Event) ([]Ev
 }
 
 var errDecidedMeanwhile = errors.New("decided meanwhile")
-
-// enqueueTx is Enqueue in the caller's transaction.
-func enqueueTx(ctx context.Context, tx pgx.Tx, in Inbound) (bool, error) {
-	if in.ID == "" || in.Type == "" {
-		return false, fmt.Errorf("outbox row of dot %s/%s lacks its id or type", in.Dot.Namespace, in.Dot.Name)
-	}
-	if err := in.Dot.valid(); err != nil {
-		return false, err
-	}
-	ts := in.TS
-	if ts.IsZero() {
-		ts = time.Now()
-	}
-	tag, err := tx.Exec(ctx, `
-INSERT INTO inbound_events (id, dot_namespace, dot_name, dot_uid, type, data, ts, task_uid, run)
-VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), NULLIF($9, 0))
-ON CONFLICT (id) DO NOTHING`,
-		in.ID, in.Dot.Namespace, in.Dot.Name, in.Dot.UID, in.Type, jsonOrEmpty(in.Data), ts, in.TaskUID, in.Run)
-	if err != nil {
-		return false, fmt.Errorf("enqueue %s for dot %s/%s: %w", in.ID, in.Dot.Namespace, in.Dot.Name, err)
-	}
-	return tag.RowsAffected() == 1, nil
-}
 
 // DropUnsent drops the row when its send never began, and says whether it
 // did: a cancel of a task whose task.created never left drops it (ref 9.2);

@@ -29,6 +29,18 @@ const (
 	// EventGuestRefused stands in the log for a guest event the protocol
 	// refuses: GuestEventRefused.
 	EventGuestRefused = "guest.event.refused"
+	// EventTaskCreated: the dispatcher gave a task to its Dot (a run opens;
+	// {task_id, task, run}). It shares its name with the guest's inbound
+	// event it goes with; the source tells them apart.
+	EventTaskCreated = "task.created"
+	// EventTaskCancelled: a person's cancel ended the task ({task_id, task}).
+	EventTaskCancelled = "task.cancelled"
+	// EventTaskFailed: the control plane gave the task up ({task_id,
+	// error}), as the deliverer does after its failures.
+	EventTaskFailed = "task.failed"
+	// EventApprovalResolved: a person decided ({approval_id, approval,
+	// decision, always}).
+	EventApprovalResolved = "approval.resolved"
 )
 
 // MessageUser is the data of EventMessageUser.
