@@ -71,6 +71,7 @@ type WorkReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks;approvals,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks/status;approvals/status;dots/status;computers/status,verbs=get;update;patch
 
 // SetupWithManager registers the reconciler: a Dot, its Tasks and
@@ -109,6 +110,7 @@ func (r *WorkReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&dotsv1.Dot{}).
+		Owns(&dotsv1.Computer{}).
 		Watches(&dotsv1.Task{}, byDot).
 		Watches(&dotsv1.Approval{}, byDot).
 		WatchesRawSource(source.Channel(logged, &handler.TypedEnqueueRequestForObject[*dotsv1.Dot]{})).
@@ -219,10 +221,94 @@ func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.writeStatuses(ctx, dot, view, tasks.Items); err != nil {
 		return patch.RequeueOnConflict(ctrl.Result{}, err)
 	}
-	if d.Wait > 0 {
-		return ctrl.Result{RequeueAfter: d.Wait}, nil
+	after, err := r.wakeOrSleep(ctx, dot, view, tasks.Items, d, now)
+	if err != nil {
+		return patch.RequeueOnConflict(ctrl.Result{}, err)
 	}
-	return ctrl.Result{}, nil
+	if d.Wait > 0 && (after == 0 || d.Wait < after) {
+		after = d.Wait
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
+}
+
+// wakeOrSleep applies the sleep and wake decision (ref 9.5) to the Dot's
+// Computer, as a start or a sleep request its host agent acts on. It
+// returns when to look again with nothing changed.
+func (r *WorkReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view *lifecycle.View, tasks []dotsv1.Task, d lifecycle.Dispatch, now time.Time) (time.Duration, error) {
+	c := &dotsv1.Computer{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(dot), c); err != nil {
+		return 0, client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(c, dot) || !c.DeletionTimestamp.IsZero() {
+		return 0, nil
+	}
+	undelivered, err := r.Store.Undelivered(ctx, string(dot.UID))
+	if err != nil {
+		return 0, err
+	}
+	f := lifecycle.Facts{
+		Work: lifecycle.Work{
+			DueTask:        d.Next != "" || (d.Blocked == "" && hasDue(tasks, view, now)),
+			ActiveTask:     view.CurrentTask() != "",
+			Undelivered:    undelivered,
+			NextAutomation: view.NextAutomation,
+		},
+		Strategy:     c.Spec.RunStrategy,
+		State:        c.Status.State,
+		StopReason:   c.Status.StopReason,
+		Phase:        dot.Status.Phase,
+		AgentState:   string(view.AgentState),
+		LastActivity: view.LastActivity,
+		Now:          now,
+	}
+	if dot.Spec.Computer.IdleTimeout != nil {
+		f.IdleTimeout = dot.Spec.Computer.IdleTimeout.Duration
+	}
+	if f.LastActivity.IsZero() {
+		f.LastActivity = dot.CreationTimestamp.Time
+	}
+	decision := lifecycle.Decide(f)
+	stamp := now.UTC().Format(time.RFC3339Nano)
+	switch decision.Action {
+	case lifecycle.Wake:
+		if pendingRequest(c, dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) {
+			return decision.After, nil
+		}
+		woken := c.DeepCopy()
+		metav1.SetMetaDataAnnotation(&woken.ObjectMeta, dotsv1.StartRequestedAnnotation, stamp)
+		if woken.Spec.RunStrategy == dotsv1.RunHalted {
+			// A person's work wakes a computer a person stopped, and from
+			// that start on it sleeps and wakes like any other (ref 9.5).
+			woken.Spec.RunStrategy = dotsv1.RunOnDemand
+		}
+		if err := r.Client.Patch(ctx, woken, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
+			return 0, err
+		}
+		r.Recorder.Eventf(dot, c, corev1.EventTypeNormal, "Waking", "Wake", "Computer %s is started: %s", c.Name, decision.Why)
+	case lifecycle.Sleep:
+		if pendingRequest(c, dotsv1.SleepRequestedAnnotation, c.Status.HandledSleepRequest) {
+			return decision.After, nil
+		}
+		asleep := c.DeepCopy()
+		metav1.SetMetaDataAnnotation(&asleep.ObjectMeta, dotsv1.SleepRequestedAnnotation, stamp)
+		if err := r.Client.Patch(ctx, asleep, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
+			return 0, err
+		}
+		r.Recorder.Eventf(dot, c, corev1.EventTypeNormal, "Sleeping", "Sleep", "Computer %s goes to sleep: %s", c.Name, decision.Why)
+	}
+	return decision.After, nil
+}
+
+// pendingRequest: the annotation holds a value the status has not handled.
+func pendingRequest(c *dotsv1.Computer, key, handled string) bool {
+	v := c.Annotations[key]
+	return v != "" && v != handled
+}
+
+// hasDue: a PENDING task whose time has come, even one a blocked dispatch
+// did not pick.
+func hasDue(tasks []dotsv1.Task, view *lifecycle.View, now time.Time) bool {
+	return lifecycle.NextTask(taskFacts(tasks, view), now).Next != ""
 }
 
 // fold brings the Dot's view up to its log.

@@ -47,6 +47,12 @@ const (
 	// RebootRequestedAnnotation stops and starts the VM once (a new runtime
 	// image, CPU count or memory size applies); a stopped VM is started.
 	RebootRequestedAnnotation = "dots.invisible.dev/reboot-requested"
+	// SleepRequestedAnnotation puts a running OnDemand VM to sleep once: its
+	// engine is told to prepare (POST /v1/agent/prepare-sleep), then it is
+	// powered off with stopReason idle. The control plane sets it when the
+	// Dot has had no work for its idleTimeout; a person stops a VM with
+	// runStrategy Halted instead.
+	SleepRequestedAnnotation = "dots.invisible.dev/sleep-requested"
 )
 
 // StopReason says why a VM is stopped.
@@ -174,6 +180,11 @@ type ComputerStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	HandledRebootRequest string `json:"handledRebootRequest,omitempty"`
+	// handledSleepRequest is the value of the sleep-requested annotation
+	// the reconciler last acted on.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	HandledSleepRequest string `json:"handledSleepRequest,omitempty"`
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

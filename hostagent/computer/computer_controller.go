@@ -69,6 +69,8 @@ const (
 	// poweroffCall bounds the poweroff request: the guest accepts it at
 	// once or not at all.
 	poweroffCall = 2 * time.Second
+	// prepareSleepCall bounds the engine's preparation for a sleep.
+	prepareSleepCall = 10 * time.Second
 	// defaultStopGrace is how long a guest asked to power off has before it
 	// is killed (ref 3.4).
 	defaultStopGrace = 60 * time.Second
@@ -150,6 +152,9 @@ type scope struct {
 	actErr error
 	// poweroffErr: the guest did not accept the poweroff (it was killed).
 	poweroffErr error
+	// prepareErr: the engine did not prepare for a sleep (it was powered
+	// off all the same).
+	prepareErr error
 	// deadline is when a guest asked to power off by this reconcile is
 	// killed.
 	deadline time.Time
@@ -248,6 +253,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		PortTaken:       obs.PortTaken,
 		StartRequested:  pendingRequest(c, dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest),
 		RebootRequested: pendingRequest(c, dotsv1.RebootRequestedAnnotation, c.Status.HandledRebootRequest),
+		SleepRequested:  pendingRequest(c, dotsv1.SleepRequestedAnnotation, c.Status.HandledSleepRequest),
 		BackoffLeft:     r.backoffLeft(c),
 		GuestStuck:      stuck,
 		DeadlinePassed:  c.Status.StopDeadline != nil && !now.Before(c.Status.StopDeadline.Time),
@@ -287,6 +293,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		}
 	case actStop:
 		s.acted = actStop
+		if d.PrepareSleep {
+			// The engine saves what it holds (ref 8.7); a guest that does
+			// not answer is powered off all the same.
+			pctx, cancel := context.WithTimeout(ctx, prepareSleepCall)
+			s.prepareErr = r.Driver.PrepareSleep(pctx, vmID(c), token)
+			cancel()
+		}
 		pctx, cancel := context.WithTimeout(ctx, poweroffCall)
 		s.poweroffErr = r.Driver.Poweroff(pctx, vmID(c), token)
 		cancel()

@@ -78,6 +78,9 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 		if d.RebootHandled {
 			st.HandledRebootRequest = c.Annotations[dotsv1.RebootRequestedAnnotation]
 		}
+		if d.SleepHandled {
+			st.HandledSleepRequest = c.Annotations[dotsv1.SleepRequestedAnnotation]
+		}
 	}
 	if obs.GoldenImage != "" {
 		st.GoldenImage = obs.GoldenImage

@@ -39,6 +39,9 @@ type runInput struct {
 	// handled.
 	StartRequested  bool
 	RebootRequested bool
+	// SleepRequested: the control plane found the Dot idle (an annotation
+	// value not yet handled).
+	SleepRequested bool
 	// BackoffLeft is how long the crash-loop backoff still holds starts.
 	BackoffLeft time.Duration
 	// GuestStuck: QEMU runs but its guest did not answer within the start
@@ -72,6 +75,9 @@ type runDecision struct {
 	// this decision (acted on, or moot) once the action succeeds.
 	StartHandled  bool
 	RebootHandled bool
+	SleepHandled  bool
+	// PrepareSleep: tell the engine to prepare before the poweroff.
+	PrepareSleep bool
 }
 
 // decideRun maps the run strategy and what the host shows to one action:
@@ -110,6 +116,8 @@ func decideRun(in runInput) runDecision {
 		d.StopReason = dotsv1.StopExited
 	}
 
+	// A sleep request is for an OnDemand VM; anywhere else it is moot.
+	d.SleepHandled = in.SleepRequested
 	switch in.Strategy {
 	case dotsv1.RunHalted:
 		// The person stopped it: stop a running VM, record a stopped one as
@@ -128,6 +136,11 @@ func decideRun(in runInput) runDecision {
 		return startUnlessBackoff(d, in)
 
 	default: // OnDemand, and an empty strategy (the CRD defaults it).
+		if running && in.SleepRequested && !in.StartRequested && !in.RebootRequested {
+			// Idle: the engine prepares, then the VM powers off.
+			d.Action, d.StopReason, d.SleepHandled, d.PrepareSleep = actStop, dotsv1.StopIdle, true, true
+			return d
+		}
 		if running {
 			return keepRunning(d, in)
 		}

@@ -127,6 +127,21 @@ func TestDecideRun(t *testing.T) {
 			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Stopped},
 			want:   runDecision{Action: actStart, StopReason: dotsv1.StopUser, StopDone: true},
 		},
+		"SleepRequested": {
+			reason: "an idle OnDemand VM prepares its engine and powers off, recorded idle",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, SleepRequested: true},
+			want:   runDecision{Action: actStop, StopReason: dotsv1.StopIdle, SleepHandled: true, PrepareSleep: true},
+		},
+		"SleepRequestedUnderAlways": {
+			reason: "Always never sleeps: the request is moot",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, SleepRequested: true},
+			want:   runDecision{SleepHandled: true},
+		},
+		"SleepLosesToStart": {
+			reason: "work that asked for a start since wins over the sleep",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, SleepRequested: true, StartRequested: true},
+			want:   runDecision{SleepHandled: true, StartHandled: true},
+		},
 		"PortTakenStartsAgain": {
 			reason: "QEMU that lost its guest port at the start is started again, not counted",
 			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStarting, Observed: driver.Stopped, Exited: true, PortTaken: true},

@@ -132,6 +132,9 @@ type Driver interface {
 	// /v1/system/poweroff through the proven channel) and returns without
 	// waiting for QEMU to exit. An error means the guest did not accept it.
 	Poweroff(ctx context.Context, id home.VMID, token string) error
+	// PrepareSleep asks the running VM's engine to prepare for a sleep
+	// (POST /v1/agent/prepare-sleep, ref 8.7) and returns its answer.
+	PrepareSleep(ctx context.Context, id home.VMID, token string) error
 	// Kill sends SIGKILL to the VM's QEMU under the kill rule (checked again
 	// right before), waits about a second for it to go, and clears its
 	// record once it is gone. Killing a stopped VM clears what its record

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -324,6 +325,18 @@ func (d *Driver) Poweroff(ctx context.Context, id home.VMID, token string) error
 		return fmt.Errorf("poweroff %s: no guest token", id)
 	}
 	return d.guest.Poweroff(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token})
+}
+
+// PrepareSleep implements driver.Driver.
+func (d *Driver) PrepareSleep(ctx context.Context, id home.VMID, token string) error {
+	obs, err := d.Observe(ctx, id)
+	if err != nil {
+		return err
+	}
+	if obs.State != driver.Running {
+		return fmt.Errorf("prepare-sleep %s: %w (state %s)", id, driver.ErrNotRunning, obs.State)
+	}
+	return d.guest.Agent(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token}, http.MethodPost, protocol.RoutePrepareSleep, nil, nil)
 }
 
 // Kill implements driver.Driver: SIGKILL under the kill rule, a short wait,

@@ -177,7 +177,8 @@ func Decide(f Facts) Decision {
 		if f.Strategy != dotsv1.RunOnDemand && f.Strategy != "" {
 			return Decision{} // Always never sleeps; Halted is stopping
 		}
-		if f.IdleTimeout <= 0 || awake || (f.AgentState != "" && f.AgentState != "IDLE") {
+		if f.IdleTimeout <= 0 || awake || f.Phase != dotsv1.DotReady || (f.AgentState != "" && f.AgentState != "IDLE") {
+			// Never while it starts (not READY yet) or works.
 			return Decision{}
 		}
 		if idle := f.Now.Sub(f.LastActivity); idle < f.IdleTimeout {

@@ -24,6 +24,8 @@ type DriverFns struct {
 	ObserveFn  func(ctx context.Context, id home.VMID) (driver.Observation, error)
 	StartFn    func(ctx context.Context, spec driver.Spec) (driver.Observation, error)
 	PoweroffFn func(ctx context.Context, id home.VMID, token string) error
+	// PrepareSleepFn nil: the engine prepares at once.
+	PrepareSleepFn func(ctx context.Context, id home.VMID, token string) error
 	KillFn     func(ctx context.Context, id home.VMID) (driver.KillResult, error)
 	DestroyFn  func(ctx context.Context, id home.VMID) error
 	HealthFn   func(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
@@ -51,6 +53,13 @@ func (f DriverFns) Poweroff(ctx context.Context, id home.VMID, token string) err
 		return nil
 	}
 	return f.PoweroffFn(ctx, id, token)
+}
+
+func (f DriverFns) PrepareSleep(ctx context.Context, id home.VMID, token string) error {
+	if f.PrepareSleepFn == nil {
+		return nil
+	}
+	return f.PrepareSleepFn(ctx, id, token)
 }
 
 func (f DriverFns) Kill(ctx context.Context, id home.VMID) (driver.KillResult, error) {
@@ -264,6 +273,18 @@ func (h *Host) Poweroff(_ context.Context, id home.VMID, _ string) error {
 		v.offAt = h.Clock.Now().Add(h.PoweroffTakes)
 	}
 	h.settle(v)
+	return nil
+}
+
+// PrepareSleep implements driver.Driver: a running VM's engine prepares.
+func (h *Host) PrepareSleep(_ context.Context, id home.VMID, _ string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls["PrepareSleep"]++
+	v, ok := h.vms[id]
+	if !ok || v.obs.State != driver.Running {
+		return fmt.Errorf("fake host: %s: %w", id, driver.ErrNotRunning)
+	}
 	return nil
 }
 
