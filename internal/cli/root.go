@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 )
 
 // subcommands lists the constructors of every top-level command. A new command
@@ -21,6 +23,10 @@ var subcommands = []func() *cobra.Command{
 	newDoctorCommand,
 	newSetupCommand,
 	newComputerCommand,
+	newTaskCommand,
+	newChatCommand,
+	func() *cobra.Command { return newDecisionCommand(dotsv1.Approve) },
+	func() *cobra.Command { return newDecisionCommand(dotsv1.Reject) },
 }
 
 // NewRootCommand builds the invisible-dots command tree.

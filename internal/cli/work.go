@@ -1,0 +1,342 @@
+package cli
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/controllers"
+	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+)
+
+// The commands that give a Dot work and answer it: task, approve, reject,
+// chat. Each is a thin client of the resource API and the Dots API with the
+// kubeconfig's credentials: $KUBECONFIG when set, else the home's.
+
+// restConfig is the kubeconfig a person's commands use.
+func restConfig() (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
+		layout, err := home.FromEnv()
+		if err != nil {
+			return nil, "", err
+		}
+		if _, err := os.Stat(layout.Kubeconfig()); err != nil {
+			return nil, "", fmt.Errorf("no kubeconfig at %s and KUBECONFIG is not set: start the server with 'invisible-dots server' (%w)", layout.Kubeconfig(), err)
+		}
+		rules.ExplicitPath = layout.Kubeconfig()
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("read the kubeconfig: %w", err)
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil || ns == "" {
+		ns = "default"
+	}
+	return cfg, ns, nil
+}
+
+// clients are the two APIs' clients and the namespace to use.
+type clients struct {
+	kube client.Client
+	dots *dotsclient.Client
+	ns   string
+}
+
+func newClients(namespace string) (*clients, error) {
+	cfg, ns, err := restConfig()
+	if err != nil {
+		return nil, err
+	}
+	kube, err := client.New(cfg, client.Options{Scheme: controllers.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	dots, err := dotsclient.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if namespace != "" {
+		ns = namespace
+	}
+	return &clients{kube: kube, dots: dots, ns: ns}, nil
+}
+
+func newTaskCommand() *cobra.Command {
+	var namespace string
+	cmd := &cobra.Command{
+		Use:   "task",
+		Short: "Give a Dot tasks, list them, cancel one (Task resources, as kubectl can)",
+	}
+	cmd.PersistentFlags().StringVarP(&namespace, "namespace", "n", "", "the namespace (default: the kubeconfig's)")
+
+	var (
+		priority int32
+		at       string
+		wait     bool
+	)
+	add := &cobra.Command{
+		Use:   "add DOT TEXT",
+		Short: "Give the Dot a task; --wait waits for its end and prints its summary",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClients(namespace)
+			if err != nil {
+				return err
+			}
+			t := &dotsv1.Task{
+				ObjectMeta: metav1.ObjectMeta{Name: args[0] + "-" + rand.String(5), Namespace: c.ns},
+				Spec:       dotsv1.TaskSpec{DotName: args[0], Description: args[1], Priority: priority},
+			}
+			if at != "" {
+				when, err := time.Parse(time.RFC3339, at)
+				if err != nil {
+					return fmt.Errorf("--at %q is not a time like 2026-12-01T09:00:00Z: %w", at, err)
+				}
+				t.Spec.ScheduledAt = &metav1.Time{Time: when}
+			}
+			if err := c.kube.Create(cmd.Context(), t); err != nil {
+				return fmt.Errorf("create the task: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "task %s queued for Dot %s\n", t.Name, args[0])
+			if !wait {
+				return nil
+			}
+			return waitTask(cmd.Context(), c, t.Name, cmd.OutOrStdout())
+		},
+	}
+	add.Flags().Int32Var(&priority, "priority", 0, "higher runs first")
+	add.Flags().StringVar(&at, "at", "", "not before this time (RFC 3339)")
+	add.Flags().BoolVar(&wait, "wait", false, "wait until the task ends and print its summary or error")
+
+	list := &cobra.Command{
+		Use:   "list [DOT]",
+		Short: "List the tasks of the namespace, or of one Dot",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClients(namespace)
+			if err != nil {
+				return err
+			}
+			var tasks dotsv1.TaskList
+			if err := c.kube.List(cmd.Context(), &tasks, client.InNamespace(c.ns)); err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tDOT\tPHASE\tPRIORITY\tSPENT USD\tSUMMARY")
+			for _, t := range tasks.Items {
+				if len(args) == 1 && t.Spec.DotName != args[0] {
+					continue
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.4f\t%s\n", t.Name, t.Spec.DotName, t.Status.Phase, t.Spec.Priority, t.Status.SpentUSD, oneLine(cmp.Or(t.Status.Summary, t.Status.Error), 60))
+			}
+			return w.Flush()
+		},
+	}
+
+	cancel := &cobra.Command{
+		Use:   "cancel TASK",
+		Short: "Cancel a task (spec.cancelRequested: true)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClients(namespace)
+			if err != nil {
+				return err
+			}
+			t := &dotsv1.Task{}
+			if err := c.kube.Get(cmd.Context(), client.ObjectKey{Namespace: c.ns, Name: args[0]}, t); err != nil {
+				return fmt.Errorf("task %s: %w", args[0], err)
+			}
+			base := t.DeepCopy()
+			t.Spec.CancelRequested = true
+			if err := c.kube.Patch(cmd.Context(), t, client.MergeFrom(base)); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "task %s: cancel asked\n", t.Name)
+			return nil
+		},
+	}
+	cmd.AddCommand(add, list, cancel)
+	return cmd
+}
+
+// waitTask waits for a task's end and prints its summary or error.
+func waitTask(ctx context.Context, c *clients, name string, out io.Writer) error {
+	last := dotsv1.TaskPhase("")
+	for {
+		t := &dotsv1.Task{}
+		if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: name}, t); err != nil {
+			return err
+		}
+		if t.Status.Phase != last {
+			fmt.Fprintf(out, "%s %s\n", name, t.Status.Phase)
+			last = t.Status.Phase
+		}
+		switch t.Status.Phase {
+		case dotsv1.TaskCompleted:
+			fmt.Fprintln(out, t.Status.Summary)
+			return nil
+		case dotsv1.TaskFailed:
+			return &exitError{code: 1, err: fmt.Errorf("task %s failed: %s", name, t.Status.Error)}
+		case dotsv1.TaskCancelled:
+			return &exitError{code: 1, err: fmt.Errorf("task %s was cancelled", name)}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func newDecisionCommand(decision dotsv1.ApprovalDecision) *cobra.Command {
+	var (
+		namespace string
+		always    bool
+		note      string
+	)
+	verb := string(decision)
+	cmd := &cobra.Command{
+		Use:   verb + " APPROVAL",
+		Short: strings.ToUpper(verb[:1]) + verb[1:] + " what a Dot asked (writes the Approval's decision, as kubectl patch can)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClients(namespace)
+			if err != nil {
+				return err
+			}
+			return decide(cmd.Context(), c, args[0], decision, always, note, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the namespace (default: the kubeconfig's)")
+	if decision == dotsv1.Approve {
+		cmd.Flags().BoolVar(&always, "always", false, "also allow this permission from now on (the Dot's spec is changed)")
+	}
+	cmd.Flags().StringVar(&note, "note", "", "a note the Dot reads with the decision")
+	return cmd
+}
+
+// decide writes a decision; a second one is refused by the API server.
+func decide(ctx context.Context, c *clients, name string, decision dotsv1.ApprovalDecision, always bool, note string, out io.Writer) error {
+	a := &dotsv1.Approval{}
+	if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: name}, a); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("no Approval %s in namespace %s (kubectl get approvals lists them)", name, c.ns)
+		}
+		return err
+	}
+	if a.Spec.Decision != "" {
+		return fmt.Errorf("approval %s was already decided: %s", name, a.Spec.Decision)
+	}
+	base := a.DeepCopy()
+	a.Spec.Decision, a.Spec.Always, a.Spec.Note = decision, always, note
+	if err := c.kube.Patch(ctx, a, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "approval %s: %s\n", name, decision)
+	return nil
+}
+
+func newChatCommand() *cobra.Command {
+	var (
+		namespace string
+		message   string
+		timeout   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "chat DOT [-m TEXT]",
+		Short: "Talk with a Dot: each line is sent and its answer printed; -m sends one message and exits",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClients(namespace)
+			if err != nil {
+				return err
+			}
+			dot := args[0]
+			if message != "" {
+				return say(cmd.Context(), c, dot, message, timeout, cmd.OutOrStdout())
+			}
+			in := bufio.NewScanner(cmd.InOrStdin())
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "talking with %s; an empty line or Ctrl-D ends\n> ", dot)
+			for in.Scan() {
+				line := strings.TrimSpace(in.Text())
+				if line == "" {
+					return nil
+				}
+				if err := say(cmd.Context(), c, dot, line, timeout, out); err != nil {
+					return err
+				}
+				fmt.Fprint(out, "> ")
+			}
+			return in.Err()
+		},
+	}
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the namespace (default: the kubeconfig's)")
+	cmd.Flags().StringVarP(&message, "message", "m", "", "send this one message, print the answer and exit")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for an answer (a sleeping Dot wakes first)")
+	return cmd
+}
+
+// say sends one message and prints the Dot's answer to it, read from the
+// log.
+func say(ctx context.Context, c *clients, dot, text string, timeout time.Duration, out io.Writer) error {
+	accepted, err := c.dots.PostMessage(ctx, c.ns, dot, text)
+	if err != nil {
+		return fmt.Errorf("send the message: %w", err)
+	}
+	mine := ""
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		page, err := c.dots.Messages(ctx, c.ns, dot, wire.MessagesQuery{Order: wire.OrderDesc, Limit: 50})
+		if err != nil {
+			return err
+		}
+		for _, m := range page.Messages {
+			if m.EventID == accepted.EventID {
+				mine = m.MessageID
+			}
+		}
+		for i := len(page.Messages) - 1; i >= 0; i-- {
+			m := page.Messages[i]
+			if m.Role == wire.RoleAssistant && m.EventID > accepted.EventID && (mine == "" || m.InReplyTo == "" || m.InReplyTo == mine) {
+				fmt.Fprintln(out, m.Text)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return &exitError{code: 1, err: errors.New("no answer within " + timeout.String() + ": the message is queued and the Dot answers when it can (invisible-dots chat shows it later)")}
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len([]rune(s)) > max {
+		return string([]rune(s)[:max-1]) + "…"
+	}
+	return s
+}
