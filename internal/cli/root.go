@@ -21,6 +21,7 @@ var subcommands = []func() *cobra.Command{
 	newDoctorCommand,
 	newSetupCommand,
 	newComputerCommand,
+	newSecretCommand,
 }
 
 // NewRootCommand builds the invisible-dots command tree.
