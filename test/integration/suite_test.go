@@ -22,6 +22,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
+	guestfake "github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
 	"github.com/invisible-dots/invisible-dots/test/harness"
 )
@@ -33,7 +34,9 @@ var (
 	cancel    context.CancelFunc
 	testLog   logr.Logger
 	fakeHost  *fake.Host
-	managers  sync.WaitGroup
+	// fakeEngine is every fake guest's engine: what the guest link pushed.
+	fakeEngine *guestfake.Engine
+	managers   sync.WaitGroup
 )
 
 func TestIntegration(t *testing.T) {
@@ -57,6 +60,7 @@ var _ = BeforeSuite(func() {
 	// room for every Computer the suite makes. The real-VM path is
 	// test/e2e's.
 	fakeHost = fake.NewHost()
+	fakeEngine = guestfake.NewEngine()
 	central, err := controllers.NewManager(suiteCtx, controllers.Options{
 		Config: cp.Config,
 		Log:    testLog.WithName("controllers"),
@@ -72,6 +76,9 @@ var _ = BeforeSuite(func() {
 		Facts:             roomyMachine(fakeHost),
 		HeartbeatInterval: time.Second,
 		Log:               testLog.WithName("agent"),
+		// The guests' engines are the in-memory fake too: the guest link
+		// pushes to it as to a real one.
+		Guest: fakeEngine.Guest(),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	for _, m := range []ctrl.Manager{central, hostAgent} {
