@@ -465,10 +465,14 @@ func describeFailure(what, method, route string, err error, timeout time.Duratio
 	return fmt.Sprintf("%s (%s %s: the request did not complete)", what, method, path)
 }
 
-// safeWord keeps a short word the engine reports (a state, a check's name)
-// to what the protocol's words look like.
+// wordRE is what a word the engine reports looks like (a state, a check's
+// name).
+var wordRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,40}$`)
+
+// safeWord keeps a word the engine reports to what the protocol's words
+// look like.
 func safeWord(s string) string {
-	if regexp.MustCompile(`^[A-Za-z0-9_.-]{1,40}$`).MatchString(s) {
+	if wordRE.MatchString(s) {
 		return s
 	}
 	return "?"

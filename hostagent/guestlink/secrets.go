@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -113,17 +112,4 @@ func (s secretSet) mcpCount() int {
 		n += len(m)
 	}
 	return n
-}
-
-// mcpNames lists the MCP secrets a set carries as server.NAME, for a
-// message: names only, never values.
-func (s secretSet) mcpNames() []string {
-	var out []string
-	for server, m := range s.req.MCPSecrets {
-		for name := range m {
-			out = append(out, server+"."+name)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
