@@ -27,8 +27,8 @@ import (
 // DotControllerName names the Dot reconciler in logs and Events.
 const DotControllerName = "dot-controller"
 
-// dotWriter owns the Dot's computer conditions; the guest link owns the
-// ones about the guest's configuration and engine.
+// dotWriter owns the Dot's computer conditions and the Ready summary; the
+// host agent's guest link owns KeyPushed, ConfigApplied and AgentReady.
 var dotWriter = patch.Writer{Name: DotControllerName, Conditions: []string{dotsv1.ReadyCondition, dotsv1.ComputerReadyCondition}}
 
 // DotReconciler keeps each Dot's Computer in step with spec.computer and
@@ -217,7 +217,8 @@ func (r *DotReconciler) updateStatus(s *dotScope, reconciled bool) {
 		dot.Status.ComputerState = ""
 	}
 
-	dot.Status.Phase = dotPhase(s, computerReady)
+	guestReady, guestMissing := guestReady(dot)
+	dot.Status.Phase = dotPhase(s, computerReady, guestReady)
 	if dot.Status.Phase == dotsv1.DotError {
 		dot.Status.Error = cmp.Or(s.conflict, computerError(s.computer))
 	} else {
@@ -226,8 +227,10 @@ func (r *DotReconciler) updateStatus(s *dotScope, reconciled bool) {
 
 	cr := meta.FindStatusCondition(dot.Status.Conditions, dotsv1.ComputerReadyCondition)
 	switch {
+	case computerReady && guestReady:
+		set(dotsv1.ReadyCondition, metav1.ConditionTrue, dotsv1.ReadyReason, "the Dot's computer runs, its key and configuration reached the guest, and its engine is ready")
 	case computerReady:
-		set(dotsv1.ReadyCondition, metav1.ConditionTrue, dotsv1.ReadyReason, "the Dot's computer runs")
+		set(dotsv1.ReadyCondition, metav1.ConditionFalse, dotsv1.NotReadyReason, "the computer runs; waiting for "+guestMissing)
 	case cr != nil && cr.Status == metav1.ConditionUnknown:
 		set(dotsv1.ReadyCondition, metav1.ConditionUnknown, cr.Reason, cr.Message)
 	default:
@@ -242,9 +245,30 @@ func (r *DotReconciler) updateStatus(s *dotScope, reconciled bool) {
 	}
 }
 
-// dotPhase maps the Computer's state to the Dot's phase (ref 9.3): the first
-// matching row wins.
-func dotPhase(s *dotScope, computerReady bool) dotsv1.DotPhase {
+// guestSteps are the READY procedure's conditions, in its order, written by
+// the guest link of the Computer's host agent.
+var guestSteps = []string{dotsv1.KeyPushedCondition, dotsv1.ConfigAppliedCondition, dotsv1.AgentReadyCondition}
+
+// guestReady reports whether the READY procedure completed (ref 9.3: the key
+// pushed, the configuration applied, the engine's own health ok), and when
+// not, the first step that does not hold and why.
+func guestReady(dot *dotsv1.Dot) (bool, string) {
+	for _, typ := range guestSteps {
+		c := meta.FindStatusCondition(dot.Status.Conditions, typ)
+		switch {
+		case c == nil:
+			return false, typ + " (not reported yet by the host agent's guest link)"
+		case c.Status != metav1.ConditionTrue:
+			return false, typ + " (" + c.Message + ")"
+		}
+	}
+	return true, ""
+}
+
+// dotPhase maps the Computer's state and the READY procedure to the Dot's
+// phase (ref 9.3): the first matching row wins. READY needs both: a Computer
+// whose dot-agentd answers is not yet a Dot that can work.
+func dotPhase(s *dotScope, computerReady, guestReady bool) dotsv1.DotPhase {
 	c := s.computer
 	switch {
 	case s.conflict != "":
@@ -258,11 +282,11 @@ func dotPhase(s *dotScope, computerReady bool) dotsv1.DotPhase {
 		return dotsv1.DotError
 	case c.Status.StartFailure != nil && c.Status.StartFailure.ConsecutiveFailCount > 0 && c.Status.State != dotsv1.ComputerRunning:
 		return dotsv1.DotError
-	case c.Status.State == dotsv1.ComputerRunning && computerReady && s.dot.Status.PendingApprovals > 0:
+	case c.Status.State == dotsv1.ComputerRunning && computerReady && guestReady && s.dot.Status.PendingApprovals > 0:
 		return dotsv1.DotWaitingApproval
-	case c.Status.State == dotsv1.ComputerRunning && computerReady && s.dot.Status.CurrentTask != "":
+	case c.Status.State == dotsv1.ComputerRunning && computerReady && guestReady && s.dot.Status.CurrentTask != "":
 		return dotsv1.DotRunning
-	case c.Status.State == dotsv1.ComputerRunning && computerReady:
+	case c.Status.State == dotsv1.ComputerRunning && computerReady && guestReady:
 		return dotsv1.DotReady
 	case c.Status.State == dotsv1.ComputerStopped:
 		// A Dot whose computer sleeps is IDLE (ref 9.3): it wakes for work.

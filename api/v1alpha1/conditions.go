@@ -34,7 +34,32 @@ const (
 	ComputerConflictReason = "ComputerConflict"
 )
 
-// ConfigAppliedCondition says whether the guest took the Dot's configuration.
+// The READY procedure (ref 9.3), one condition per step, written by the guest
+// link of the host agent that runs the Dot's Computer: KeyPushed, then
+// ConfigApplied, then AgentReady. A step that waits for an earlier one is
+// False with WaitingReason; every step is False with ComputerNotReadyReason
+// while the Computer is not Ready. A failed push says its route, status and
+// error code, never what the guest answered (ref 4.3).
+
+// KeyPushedCondition says whether the guest holds the OpenRouter key and the
+// MCP secrets (POST /v1/agent/secrets).
+const KeyPushedCondition = "KeyPushed"
+
+const (
+	// KeyPushedReason: the guest took the key and the MCP secrets; the
+	// message names the Secret the key came from.
+	KeyPushedReason = "Pushed"
+	// NoKeyReason: no key is stored, neither the Dot's own nor the host-wide
+	// default; the message names the command that stores one.
+	NoKeyReason = "NoKey"
+	// KeyUnusableReason: a stored key or MCP secret breaks the rule of ref
+	// 4.3, or its Secret cannot be read; the message says which and never
+	// holds a value.
+	KeyUnusableReason = "KeyUnusable"
+)
+
+// ConfigAppliedCondition says whether the guest took the Dot's configuration
+// (PUT /v1/agent/config); its message names the generation applied.
 const ConfigAppliedCondition = "ConfigApplied"
 
 const (
@@ -42,7 +67,56 @@ const (
 	ConfigPendingReason = "Pending"
 	// ConfigAppliedReason: the guest accepted this generation's configuration.
 	ConfigAppliedReason = "Applied"
+	// ConfigInvalidReason: the Dot's spec does not make a runtime
+	// configuration the guest would accept; the message says why.
+	ConfigInvalidReason = "Invalid"
 )
+
+// AgentReadyCondition says whether the engine in the guest reports itself
+// ready (GET /v1/agent/health: status ok, the key configured, its own checks
+// passing).
+const AgentReadyCondition = "AgentReady"
+
+const (
+	// AgentReadyReason: the engine is ready.
+	AgentReadyReason = "Ready"
+	// AgentStartingReason: the engine answers and says it is starting, or a
+	// check of its own does not pass; the message names the check.
+	AgentStartingReason = "AgentStarting"
+	// AgentNotAnsweringReason: the engine's health did not answer; the
+	// message says the route, status and code.
+	AgentNotAnsweringReason = "AgentNotAnswering"
+)
+
+// Reasons shared by the three steps of the READY procedure.
+const (
+	// ComputerNotReadyReason: the Computer is not Ready, so nothing can
+	// reach its guest; everything is pushed again when it is.
+	ComputerNotReadyReason = "ComputerNotReady"
+	// WaitingReason: an earlier step has not succeeded yet.
+	WaitingReason = "Waiting"
+	// PushFailedReason: the guest did not take a push; the message says the
+	// route, the status and the error code.
+	PushFailedReason = "PushFailed"
+)
+
+// Where the OpenRouter key is kept (ref 4.3; `invisible-dots secret
+// openrouter` stores it). A Dot's own Secret (spec.secretRef) wins over the
+// host-wide default.
+const (
+	// OpenRouterKeySecretKey is the key of the OpenRouter key in either
+	// Secret.
+	OpenRouterKeySecretKey = "openrouter-key"
+	// DefaultKeySecretName is the host-wide default key's Secret, in
+	// SystemNamespace: the key of every Dot without one of its own.
+	DefaultKeySecretName = "openrouter"
+	// MCPSecretKeyPrefix starts the key of an MCP secret in a Dot's Secret:
+	// mcp.<server>.<NAME>.
+	MCPSecretKeyPrefix = "mcp."
+)
+
+// MCPSecretKey is the key of an MCP server's secret in a Dot's Secret.
+func MCPSecretKey(server, name string) string { return MCPSecretKeyPrefix + server + "." + name }
 
 // ProvisionedCondition is the Computer's: a host agent has taken it and made
 // its disk and seed.

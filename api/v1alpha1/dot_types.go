@@ -258,7 +258,8 @@ type DotStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Ready, ComputerReady, ConfigApplied.
+	// conditions: Ready, ComputerReady, and the READY procedure's KeyPushed,
+	// ConfigApplied and AgentReady.
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=32

@@ -6,9 +6,9 @@ package rbac
 
 import _ "embed"
 
-// HostAgentRole is the generated ClusterRole of every host agent
-// (host_agent/role.yaml, written by `make manifests` from the markers in
-// hostagent/).
+// HostAgentRole is the generated ClusterRole of every host agent, followed
+// by its Role of the same name in the system namespace (host_agent/role.yaml,
+// written by `make manifests` from the markers in hostagent/).
 //
 //go:embed host_agent/role.yaml
 var HostAgentRole []byte

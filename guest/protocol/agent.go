@@ -81,11 +81,21 @@ var (
 	mcpServerNameRe = regexp.MustCompile(MCPServerNamePattern)
 )
 
+// ValidateOpenRouterKey applies the key rule of ref 4.3 where a key enters
+// (the host's command that stores it, the engine's POST /secrets). Its error
+// is OpenRouterKeyRule and never contains the key.
+func ValidateOpenRouterKey(key string) error {
+	if !openRouterKeyRe.MatchString(key) {
+		return fmt.Errorf("%s", OpenRouterKeyRule)
+	}
+	return nil
+}
+
 // Validate applies the key rule and the MCP secret rule of ref 4.3. Its error
 // never contains a value.
 func (r SecretsRequest) Validate() error {
-	if !openRouterKeyRe.MatchString(r.OpenRouterAPIKey) {
-		return fmt.Errorf("%s", OpenRouterKeyRule)
+	if err := ValidateOpenRouterKey(r.OpenRouterAPIKey); err != nil {
+		return err
 	}
 	for server, secrets := range r.MCPSecrets {
 		if !mcpServerNameRe.MatchString(server) {

@@ -2,8 +2,10 @@ package protocol
 
 import (
 	"fmt"
+	"net/url"
 	"path"
 	"regexp"
+	"strings"
 )
 
 // This file is the contract between what the host writes and what the guest
@@ -34,7 +36,15 @@ const (
 	// user-data writes to GuestConfigPath. The test image, which has no
 	// cloud-init, copies it from here.
 	SeedGuestConfigFile = "dot-config.json"
+	// SeedEngineEnvFile holds the engine's environment the host decides
+	// (EngineEnv.Encode). The guest puts it at EngineEnvPath.
+	SeedEngineEnvFile = "engine.env"
 )
+
+// EngineEnvPath is where a guest keeps the engine's environment from the
+// seed: the engine's unit reads it as its EnvironmentFile, the test image's
+// launcher with --env-file. It holds no secret (0644, root's).
+const EngineEnvPath = "/etc/invisible-dots/engine.env"
 
 // RuntimeVolumeLabel is the runtime ISO's volume label (ref 3.3): the guest
 // mounts it at RuntimeMountPoint, read-only.
@@ -65,6 +75,75 @@ type GuestConfig struct {
 	// Hostname is the guest's host name (the same as meta-data's
 	// local-hostname); empty keeps the image's.
 	Hostname string `json:"hostname,omitempty"`
+}
+
+// EngineEnv is the part of the engine's environment the host decides, read
+// by the engine once at its start (ref 8.8). It travels in the seed, so a
+// change applies from the VM's next start. It holds no secret: the key is
+// pushed over the guest channel, never put in an environment (ref 4.3).
+type EngineEnv struct {
+	// OpenRouterURL is the base URL of OpenRouter's API (host.yaml
+	// openrouterURL), EnvOpenRouterURL in the engine's environment; empty
+	// leaves the engine's default, DefaultOpenRouterURL.
+	OpenRouterURL string
+}
+
+// DefaultOpenRouterURL is OpenRouter's API, the engine's default.
+const DefaultOpenRouterURL = "https://openrouter.ai/api/v1"
+
+// Validate refuses what cannot be one line of an environment file, and a URL
+// that is not http or https.
+func (e EngineEnv) Validate() error {
+	if e.OpenRouterURL == "" {
+		return nil
+	}
+	return ValidateOpenRouterURL(e.OpenRouterURL)
+}
+
+// ValidateOpenRouterURL says what is wrong with a base URL of OpenRouter's
+// API: it must be an absolute http or https URL of printable ASCII without
+// spaces (one line of an environment file).
+func ValidateOpenRouterURL(u string) error {
+	for _, r := range u {
+		if r < 0x21 || r > 0x7e {
+			return fmt.Errorf("openrouter URL %q must be printable ASCII without spaces", u)
+		}
+	}
+	parsed, err := url.Parse(u)
+	if err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
+		return fmt.Errorf("openrouter URL %q is not an http or https URL", u)
+	}
+	return nil
+}
+
+// Encode is the environment file: one NAME=VALUE line per set variable, in
+// the syntax systemd's EnvironmentFile and ParseEngineEnv read.
+func (e EngineEnv) Encode() []byte {
+	var b strings.Builder
+	b.WriteString("# The engine's environment, from the Dot's seed (written by the host agent).\n")
+	if e.OpenRouterURL != "" {
+		b.WriteString(EnvOpenRouterURL + "=" + e.OpenRouterURL + "\n")
+	}
+	return []byte(b.String())
+}
+
+// ParseEngineEnv reads an environment file: NAME=VALUE lines, blank lines
+// and lines starting with # skipped, no quoting. It returns NAME=VALUE
+// strings, for an exec's environment.
+func ParseEngineEnv(data []byte) ([]string, error) {
+	var out []string
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, _, ok := strings.Cut(line, "=")
+		if !ok || !envNameRe.MatchString(name) {
+			return nil, fmt.Errorf("line %d is not NAME=VALUE", i+1)
+		}
+		out = append(out, line)
+	}
+	return out, nil
 }
 
 // MinTokenLength is the shortest token dot-agentd accepts from its config.

@@ -11,7 +11,7 @@ import (
 var isoName = regexp.MustCompile(`^[a-z0-9_-]{1,25}(\.[a-z0-9_]{1,4})?$`)
 
 func TestSeedAndRuntimeNamesSurviveISO9660(t *testing.T) {
-	for _, p := range []string{SeedMetaDataFile, SeedUserDataFile, SeedGuestConfigFile, RuntimeAgentdFile, RuntimeEngineFile, RuntimeManifestFile, RuntimeUnitsDir} {
+	for _, p := range []string{SeedMetaDataFile, SeedUserDataFile, SeedGuestConfigFile, SeedEngineEnvFile, RuntimeAgentdFile, RuntimeEngineFile, RuntimeManifestFile, RuntimeUnitsDir} {
 		for _, n := range strings.Split(p, "/") {
 			if !isoName.MatchString(n) {
 				t.Errorf("name %q of %q would be changed by the ISO writer", n, p)
@@ -80,5 +80,43 @@ func TestImageManifestValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestEngineEnv(t *testing.T) {
+	tests := map[string]struct {
+		reason  string
+		env     EngineEnv
+		wantErr string
+		want    []string
+	}{
+		"empty":    {"nothing set leaves the engine its defaults", EngineEnv{}, "", nil},
+		"stand-in": {"a stand-in on the host's loopback, as a guest reaches it", EngineEnv{OpenRouterURL: "http://10.0.2.2:8999/api/v1"}, "", []string{EnvOpenRouterURL + "=http://10.0.2.2:8999/api/v1"}},
+		"newline":  {"a newline would add a variable", EngineEnv{OpenRouterURL: "http://a/\nX=1"}, "printable ASCII", nil},
+		"scheme":   {"only http and https reach a model", EngineEnv{OpenRouterURL: "file:///etc/passwd"}, "not an http or https URL", nil},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := tc.env.Validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("%s: Validate() = %v, want %q", tc.reason, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%s: Validate() = %v", tc.reason, err)
+			}
+			got, err := ParseEngineEnv(tc.env.Encode())
+			if err != nil {
+				t.Fatalf("%s: ParseEngineEnv(Encode()) = %v", tc.reason, err)
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Errorf("%s: round trip = %q, want %q", tc.reason, got, tc.want)
+			}
+		})
+	}
+	if _, err := ParseEngineEnv([]byte("no equals sign\n")); err == nil {
+		t.Error("ParseEngineEnv of a line without NAME=: want an error")
 	}
 }

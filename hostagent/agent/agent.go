@@ -34,6 +34,8 @@ import (
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/computer"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
@@ -62,6 +64,9 @@ type Options struct {
 	// StopGrace is how long a guest asked to power off has before it is
 	// killed; 60 s when zero.
 	StopGrace time.Duration
+	// Guest reaches the engines of this host's guests for the READY
+	// procedure; the proven guest client when nil. Tests give a fake.
+	Guest guestlink.Guest
 }
 
 // dnsLabel is a Host's name.
@@ -150,6 +155,23 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Clock:         o.Clock,
 		StopGrace:     o.StopGrace,
 	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	guest := o.Guest
+	if guest == nil {
+		guest = guestclient.New()
+	}
+	// The READY procedure. Its RequestPush is what the event pump calls on
+	// a guest's agent.started, to push the key and the configuration again.
+	link := &guestlink.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Guest:     guest,
+		HostName:  o.HostName,
+		Recorder:  mgr.GetEventRecorder(guestlink.ControllerName),
+		Clock:     o.Clock,
+	}
+	if err := link.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	return mgr, nil

@@ -1,6 +1,7 @@
 // Package doctor checks that this host can run Dots (ref 11.1, Linux): QEMU
 // and its version, qemu-img, the accelerator (confirmed by actually running
-// QEMU), the CPU model, the home path, the images, and PostgreSQL. It never
+// QEMU), the CPU model, the home path, the images, PostgreSQL, and the
+// OpenRouter key stored (asked of the server the home's kubeconfig names). It never
 // changes anything and creates nothing. Every row that is not ok names the
 // command that fixes it. The CLI and the server's /dots/v1/doctor render the
 // same Report.
@@ -19,6 +20,12 @@ import (
 	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
@@ -72,6 +79,8 @@ const (
 	RowGolden      = "golden image"
 	RowRuntime     = "runtime image"
 	RowPostgres    = "postgresql"
+	// RowOpenRouterKey: the host-wide default OpenRouter key is stored.
+	RowOpenRouterKey = "OpenRouter key stored"
 )
 
 // Result is what a command run by the doctor did.
@@ -97,7 +106,16 @@ type Deps struct {
 	PostgresDirs func() []string
 	// ProbeTimeout bounds the accelerator probe (ref 11.1: 30 s).
 	ProbeTimeout time.Duration
+	// OpenRouterKey reports whether the default OpenRouter key's Secret
+	// exists and holds a key, asking the API server of the home's
+	// kubeconfig. ErrNotChecked (wrapped) when it cannot be asked. Nil
+	// leaves the row out.
+	OpenRouterKey func(ctx context.Context) (bool, error)
 }
+
+// ErrNotChecked: the doctor could not ask (no kubeconfig yet, the server does
+// not answer).
+var ErrNotChecked = errors.New("not checked")
 
 // MinFreeBytes is the free space below which the home row fails: an overlay
 // grows with the guest's writes, and PostgreSQL needs room.
@@ -123,8 +141,36 @@ func Real(h home.Layout) Deps {
 			}
 			return st.Bavail * uint64(st.Bsize), nil
 		},
-		PostgresDirs: postgresDirs,
-		ProbeTimeout: 30 * time.Second,
+		PostgresDirs:  postgresDirs,
+		ProbeTimeout:  30 * time.Second,
+		OpenRouterKey: keyStored(h),
+	}
+}
+
+// keyStored asks the API server of the home's kubeconfig for the default
+// key's Secret. Reading it changes nothing.
+func keyStored(h home.Layout) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		if _, err := os.Stat(h.Kubeconfig()); err != nil {
+			return false, fmt.Errorf("%w: no kubeconfig at %s (the server has not run in this home yet)", ErrNotChecked, h.Kubeconfig())
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig())
+		if err != nil {
+			return false, fmt.Errorf("%w: read %s: %v", ErrNotChecked, h.Kubeconfig(), err)
+		}
+		cfg.Timeout = 5 * time.Second
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return false, fmt.Errorf("%w: %v", ErrNotChecked, err)
+		}
+		sec, err := cs.CoreV1().Secrets(dotsv1.SystemNamespace).Get(ctx, dotsv1.DefaultKeySecretName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("%w: the API server of %s did not answer: %v", ErrNotChecked, h.Kubeconfig(), err)
+		}
+		return len(sec.Data[dotsv1.OpenRouterKeySecretKey]) > 0, nil
 	}
 }
 
@@ -175,6 +221,8 @@ const (
 	fixRecordCPUModel  = "invisible-dots setup (records cpuModel " + hostconfig.CPUModelNoArchCapabilities + " in host.yaml)"
 	fixTCG             = "remove 'accelerator: tcg' from %s to use kvm (tcg is for test hosts only)"
 	fixImages          = "make test-image (test image), or invisible-dots image build"
+	fixOpenRouterKey   = "invisible-dots secret openrouter"
+	fixStartServer     = "start invisible-dots server, then: invisible-dots secret openrouter"
 )
 
 // Run checks the host. It never fails: a check that cannot run is a row.
@@ -223,6 +271,11 @@ func Run(ctx context.Context, d Deps) Report {
 
 	// PostgreSQL.
 	add(postgres(d))
+
+	// The OpenRouter key.
+	if d.OpenRouterKey != nil {
+		add(openRouterKey(ctx, d))
+	}
 
 	rep := Report{Checks: rows, OK: true}
 	for _, c := range rows {
@@ -391,6 +444,19 @@ func postgres(d Deps) Check {
 		}
 	}
 	return Check{Name: RowPostgres, Status: Missing, Detail: "no PostgreSQL server binaries (initdb, postgres) on PATH or in /usr/lib/postgresql/*/bin", Fix: fixInstallPostgres}
+}
+
+func openRouterKey(ctx context.Context, d Deps) Check {
+	stored, err := d.OpenRouterKey(ctx)
+	where := "Secret " + dotsv1.SystemNamespace + "/" + dotsv1.DefaultKeySecretName
+	switch {
+	case err != nil:
+		// Not a failure of the host: the key is stored through the server.
+		return Check{Name: RowOpenRouterKey, Status: Warning, Detail: err.Error(), Fix: fixStartServer}
+	case !stored:
+		return Check{Name: RowOpenRouterKey, Status: Missing, Detail: "no default key in " + where + ": a Dot without a key of its own waits for one", Fix: fixOpenRouterKey}
+	}
+	return Check{Name: RowOpenRouterKey, Status: OK, Detail: "the default key is in " + where}
 }
 
 func fileExists(p string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -277,5 +278,50 @@ func TestRealProbe(t *testing.T) {
 	}
 	if err := Probe(context.Background(), d, bin, hostconfig.TCG, hostconfig.CPUModel); err == nil || !strings.Contains(err.Error(), "requires KVM") {
 		t.Errorf("tcg probe with the host model = %v, want QEMU's refusal", err)
+	}
+}
+
+func TestOpenRouterKeyRow(t *testing.T) {
+	tests := map[string]struct {
+		reason  string
+		stored  bool
+		err     error
+		want    Status
+		wantFix string
+	}{
+		"stored":      {"the default key's Secret exists and holds a key", true, nil, OK, ""},
+		"missing":     {"no default key: the fix is the command that stores one", false, nil, Missing, "invisible-dots secret openrouter"},
+		"not checked": {"no server to ask is not the host's failure: a warning naming the server", false, fmt.Errorf("%w: no kubeconfig", ErrNotChecked), Warning, "start invisible-dots server"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := home.Layout{Root: t.TempDir()}
+			registerImages(t, h)
+			d := goodMachine(t).deps(t, h)
+			d.OpenRouterKey = func(context.Context) (bool, error) { return tc.stored, tc.err }
+			rep := Run(context.Background(), d)
+			row, ok := rep.Row(RowOpenRouterKey)
+			if !ok {
+				t.Fatalf("%s\nno %q row", tc.reason, RowOpenRouterKey)
+			}
+			if row.Status != tc.want || !strings.Contains(row.Fix, tc.wantFix) {
+				t.Errorf("%s\nrow = %+v, want %s with fix %q", tc.reason, row, tc.want, tc.wantFix)
+			}
+			if last := rep.Checks[len(rep.Checks)-1].Name; last != RowOpenRouterKey {
+				t.Errorf("%s\nthe last row is %q, want the key's (ref 11.1's order)", tc.reason, last)
+			}
+			if wantOK := tc.want != Missing; rep.OK != wantOK {
+				t.Errorf("%s\nreport OK = %v, want %v", tc.reason, rep.OK, wantOK)
+			}
+		})
+	}
+}
+
+// TestKeyStoredWithoutAServer: before the server first ran there is no
+// kubeconfig, and the row is not checked rather than failed.
+func TestKeyStoredWithoutAServer(t *testing.T) {
+	_, err := keyStored(home.Layout{Root: t.TempDir()})(context.Background())
+	if !errors.Is(err, ErrNotChecked) || !strings.Contains(err.Error(), "no kubeconfig") {
+		t.Errorf("keyStored() = %v, want ErrNotChecked naming the missing kubeconfig", err)
 	}
 }

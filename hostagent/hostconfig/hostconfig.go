@@ -15,6 +15,7 @@ import (
 	"github.com/google/renameio/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -72,6 +73,21 @@ type Config struct {
 	// CPUModelReason says why the override was recorded (setup writes the
 	// probe's error that the default met).
 	CPUModelReason string `json:"cpuModelReason,omitempty"`
+	// OpenRouterURL is the base URL of OpenRouter's API every guest of this
+	// host uses; empty means protocol.DefaultOpenRouterURL. Tests point it at
+	// a stand-in on the host's loopback, which a guest reaches as 10.0.2.2
+	// (http://10.0.2.2:PORT/api/v1). It reaches a guest through its seed, so
+	// a change applies from each VM's next start (and the agent's restart).
+	OpenRouterURL string `json:"openrouterURL,omitempty"`
+}
+
+// EffectiveOpenRouterURL is the base URL of OpenRouter's API the guests are
+// given.
+func (c Config) EffectiveOpenRouterURL() string {
+	if c.OpenRouterURL != "" {
+		return c.OpenRouterURL
+	}
+	return protocol.DefaultOpenRouterURL
 }
 
 // EffectiveAccelerator is the accelerator QEMU is started with.
@@ -110,6 +126,11 @@ func (c Config) Validate() error {
 	if c.EffectiveAccelerator() == TCG && strings.HasPrefix(c.CPUModel, "host") {
 		return fmt.Errorf("host.yaml cpuModel %q needs kvm, but the accelerator is tcg: remove cpuModel", c.CPUModel)
 	}
+	if c.OpenRouterURL != "" {
+		if err := protocol.ValidateOpenRouterURL(c.OpenRouterURL); err != nil {
+			return fmt.Errorf("host.yaml openrouterURL: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -138,6 +159,8 @@ const header = `# invisible-dots host settings (DESIGN.md 5). Written by "invisi
 # read by the server and "invisible-dots doctor".
 #   accelerator: kvm (default) | tcg (test hosts only: slow, always a doctor warning)
 #   cpuModel: recorded only when the default host,-vmx,-svm fails the probe
+#   openrouterURL: OpenRouter's API for every guest (default ` + protocol.DefaultOpenRouterURL + `);
+#     a stand-in on this host's loopback is http://10.0.2.2:PORT/... from a guest
 `
 
 // Save writes host.yaml atomically (temporary file, then rename), private to

@@ -18,7 +18,10 @@ func TestLoadSave(t *testing.T) {
 	if c.EffectiveAccelerator() != KVM || c.EffectiveCPUModel() != CPUModel {
 		t.Errorf("default config = %q %q, want kvm and %q", c.EffectiveAccelerator(), c.EffectiveCPUModel(), CPUModel)
 	}
-	want := Config{CPUModel: CPUModelNoArchCapabilities, CPUModelReason: "failed to set MSR 0x10a"}
+	if c.EffectiveOpenRouterURL() != "https://openrouter.ai/api/v1" {
+		t.Errorf("default openrouterURL = %q, want OpenRouter's own", c.EffectiveOpenRouterURL())
+	}
+	want := Config{CPUModel: CPUModelNoArchCapabilities, CPUModelReason: "failed to set MSR 0x10a", OpenRouterURL: "http://10.0.2.2:8999/api/v1"}
 	if err := Save(h, want); err != nil {
 		t.Fatal(err)
 	}
@@ -33,11 +36,14 @@ func TestLoadSave(t *testing.T) {
 
 func TestLoadRefuses(t *testing.T) {
 	tests := map[string]string{
-		"unknown accelerator": "accelerator: hvf\n",
-		"guessed cpu model":   "cpuModel: Skylake-Client\n",
-		"host model on tcg":   "accelerator: tcg\ncpuModel: host,-vmx,-svm\n",
-		"unknown field":       "acceleratr: tcg\n",
-		"not yaml":            "accelerator: [\n",
+		"unknown accelerator":     "accelerator: hvf\n",
+		"guessed cpu model":       "cpuModel: Skylake-Client\n",
+		"host model on tcg":       "accelerator: tcg\ncpuModel: host,-vmx,-svm\n",
+		"unknown field":           "acceleratr: tcg\n",
+		"not yaml":                "accelerator: [\n",
+		"openrouterURL no scheme": "openrouterURL: openrouter.ai/api/v1\n",
+		"openrouterURL ftp":       "openrouterURL: ftp://10.0.2.2/x\n",
+		"openrouterURL space":     "openrouterURL: \"http://10.0.2.2/a b\"\n",
 	}
 	for name, body := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -103,7 +103,7 @@ func bootToProof(b *testing.B, d *Driver, spec driver.Spec) time.Duration {
 	if out, err := exec.Command(d.bin.Img, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", golden.File, vm.Disk()).CombinedOutput(); err != nil {
 		b.Fatalf("qemu-img create: %v: %s", err, out)
 	}
-	if _, err := writeSeed(vm.Seed(), id, protocol.GuestConfig{DotID: id.Namespace + "/" + id.Name, Token: spec.Token, Hostname: id.Name}); err != nil {
+	if _, err := writeSeed(vm.Seed(), id, protocol.GuestConfig{DotID: id.Namespace + "/" + id.Name, Token: spec.Token, Hostname: id.Name}, protocol.EngineEnv{}); err != nil {
 		b.Fatal(err)
 	}
 	m, err := d.machineFor(vm, spec.CPUs, spec.MemoryMiB, spec.GoldenImage, spec.RuntimeImage)

@@ -283,7 +283,8 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Observatio
 		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
 	}
 	gcfg := protocol.GuestConfig{DotID: spec.ID.Namespace + "/" + spec.ID.Name, Token: spec.Token, Hostname: spec.ID.Name}
-	if _, err := writeSeed(vm.Seed(), spec.ID, gcfg); err != nil {
+	env := protocol.EngineEnv{OpenRouterURL: d.cfg.EffectiveOpenRouterURL()}
+	if _, err := writeSeed(vm.Seed(), spec.ID, gcfg, env); err != nil {
 		return obs, fmt.Errorf("start %s: write the seed: %w", spec.ID, err)
 	}
 	port, err := d.pickPort()

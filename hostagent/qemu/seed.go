@@ -21,10 +21,17 @@ var sudoersPoweroff = protocol.UserDotAgentd + " ALL=(root) NOPASSWD: " + string
 // seedFiles returns the NoCloud seed's files and its instance id. The id is
 // iid-<namespace>.<name>-<hash of the seed's content>, so cloud-init re-runs
 // its per-instance steps exactly when what the seed says changes (ref 3.4).
-func seedFiles(id home.VMID, cfg protocol.GuestConfig) (map[string][]byte, string, error) {
+// Beside the guest config (dot-agentd's alone, it holds the token) the seed
+// carries the engine's environment, which holds no secret and is readable by
+// the engine's user.
+func seedFiles(id home.VMID, cfg protocol.GuestConfig, env protocol.EngineEnv) (map[string][]byte, string, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, "", err
 	}
+	if err := env.Validate(); err != nil {
+		return nil, "", err
+	}
+	envFile := env.Encode()
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("encode guest config: %w", err)
@@ -34,12 +41,14 @@ func seedFiles(id home.VMID, cfg protocol.GuestConfig) (map[string][]byte, strin
 	ud.WriteString("write_files:\n")
 	fmt.Fprintf(&ud, "  - path: %s\n    owner: %s:%s\n    permissions: '0600'\n    encoding: b64\n    content: %s\n    defer: true\n",
 		protocol.GuestConfigPath, protocol.UserDotAgentd, protocol.UserDotAgentd, base64.StdEncoding.EncodeToString(cfgJSON))
+	fmt.Fprintf(&ud, "  - path: %s\n    owner: root:root\n    permissions: '0644'\n    encoding: b64\n    content: %s\n",
+		protocol.EngineEnvPath, base64.StdEncoding.EncodeToString(envFile))
 	fmt.Fprintf(&ud, "  - path: /etc/sudoers.d/invisible-dots-poweroff\n    owner: root:root\n    permissions: '0440'\n    encoding: b64\n    content: %s\n",
 		base64.StdEncoding.EncodeToString([]byte(sudoersPoweroff)))
 	userData := []byte(ud.String())
 
 	h := sha256.New()
-	for _, part := range [][]byte{userData, cfgJSON} {
+	for _, part := range [][]byte{userData, cfgJSON, envFile} {
 		fmt.Fprintf(h, "%d\n", len(part))
 		h.Write(part)
 	}
@@ -50,13 +59,14 @@ func seedFiles(id home.VMID, cfg protocol.GuestConfig) (map[string][]byte, strin
 		protocol.SeedMetaDataFile:    metaData,
 		protocol.SeedUserDataFile:    userData,
 		protocol.SeedGuestConfigFile: cfgJSON,
+		protocol.SeedEngineEnvFile:   envFile,
 	}, instanceID, nil
 }
 
 // writeSeed writes the seed ISO to dest atomically, private to the server's
 // user (it holds the token), and returns the instance id.
-func writeSeed(dest string, id home.VMID, cfg protocol.GuestConfig) (string, error) {
-	files, iid, err := seedFiles(id, cfg)
+func writeSeed(dest string, id home.VMID, cfg protocol.GuestConfig, env protocol.EngineEnv) (string, error) {
+	files, iid, err := seedFiles(id, cfg, env)
 	if err != nil {
 		return "", err
 	}

@@ -76,7 +76,8 @@ func TestSeedISOReadBack(t *testing.T) {
 	id := home.VMID{Namespace: "team-a", Name: "helper"}
 	cfg := protocol.GuestConfig{DotID: "team-a/helper", Token: testToken, Hostname: "helper"}
 	dest := filepath.Join(dir, "seed.iso")
-	iid, err := writeSeed(dest, id, cfg)
+	env := protocol.EngineEnv{OpenRouterURL: "http://10.0.2.2:8999/api/v1"}
+	iid, err := writeSeed(dest, id, cfg, env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestSeedISOReadBack(t *testing.T) {
 	for n := range files {
 		names = append(names, n)
 	}
-	if diff := cmp.Diff([]string{protocol.SeedGuestConfigFile, protocol.SeedMetaDataFile, protocol.SeedUserDataFile}, names, sortStrings()); diff != "" {
+	if diff := cmp.Diff([]string{protocol.SeedEngineEnvFile, protocol.SeedGuestConfigFile, protocol.SeedMetaDataFile, protocol.SeedUserDataFile}, names, sortStrings()); diff != "" {
 		t.Errorf("seed files mismatch (-want +got):\n%s", diff)
 	}
 	var back protocol.GuestConfig
@@ -117,15 +118,32 @@ func TestSeedISOReadBack(t *testing.T) {
 		t.Errorf("user-data must be #cloud-config writing %s with the token base64-encoded, got %q", protocol.GuestConfigPath, ud)
 	}
 
-	// Same content, same instance id; another token, another one.
-	again, _ := writeSeed(dest, id, cfg)
-	cfg.Token = strings.Repeat("z", 32)
-	other, _ := writeSeed(dest, id, cfg)
-	if again != iid || other == iid {
-		t.Errorf("instance ids: first %q, same content %q, new token %q; want equal, then different", iid, again, other)
+	// The engine's environment: the host's OpenRouter URL, in the seed and
+	// written by cloud-init where the engine's unit reads it.
+	vars, err := protocol.ParseEngineEnv(files[protocol.SeedEngineEnvFile])
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := writeSeed(dest, id, protocol.GuestConfig{DotID: "x", Token: "short"}); err == nil {
+	if diff := cmp.Diff([]string{protocol.EnvOpenRouterURL + "=http://10.0.2.2:8999/api/v1"}, vars); diff != "" {
+		t.Errorf("engine environment mismatch (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(ud, protocol.EngineEnvPath) {
+		t.Errorf("user-data does not write %s: %q", protocol.EngineEnvPath, ud)
+	}
+
+	// Same content, same instance id; another token or URL, another one.
+	again, _ := writeSeed(dest, id, cfg, env)
+	otherURL, _ := writeSeed(dest, id, cfg, protocol.EngineEnv{OpenRouterURL: "https://openrouter.ai/api/v1"})
+	cfg.Token = strings.Repeat("z", 32)
+	other, _ := writeSeed(dest, id, cfg, env)
+	if again != iid || other == iid || otherURL == iid {
+		t.Errorf("instance ids: first %q, same content %q, new token %q, new URL %q; want equal, then different", iid, again, other, otherURL)
+	}
+	if _, err := writeSeed(dest, id, protocol.GuestConfig{DotID: "x", Token: "short"}, env); err == nil {
 		t.Error("writeSeed() with a short token: want an error")
+	}
+	if _, err := writeSeed(dest, id, cfg, protocol.EngineEnv{OpenRouterURL: "file:///etc/passwd"}); err == nil {
+		t.Error("writeSeed() with a file URL for OpenRouter: want an error")
 	}
 }
 

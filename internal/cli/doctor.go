@@ -17,7 +17,8 @@ func newDoctorCommand() *cobra.Command {
 		Use:   "doctor",
 		Short: "Check that this host can run Dots; print one line per check and the command that fixes a failure",
 		Long: `doctor checks QEMU (7.2 or newer), qemu-img, the accelerator (by running QEMU with the
-Dots' machine, accelerator and CPU model), the home directory, the images and PostgreSQL.
+Dots' machine, accelerator and CPU model), the home directory, the images, PostgreSQL
+and the OpenRouter key stored (asked of the server this home runs).
 It changes nothing. Exit code 0 when no check is missing or failed (warnings allowed).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -27,6 +27,7 @@ var subcommands = []func() *cobra.Command{
 	newChatCommand,
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Approve) },
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Reject) },
+	newSecretCommand,
 }
 
 // NewRootCommand builds the invisible-dots command tree.

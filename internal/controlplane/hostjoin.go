@@ -19,12 +19,21 @@ import (
 	"github.com/invisible-dots/invisible-dots/controllers"
 )
 
-// HostAgentRole is the generated ClusterRole every host agent is bound to.
+// HostAgentRole is the generated ClusterRole every host agent is bound to,
+// and the name of its Role in the system namespace.
 const HostAgentRole = "invisible-dots-host-agent"
+
+// HostSystemBindingName is the RoleBinding, in the system namespace, of a
+// host's ServiceAccount to HostAgentRole's Role there. It carries no host
+// access label: the host access controller keeps the bindings of the
+// namespaces with Computers, and this one is not of them.
+func HostSystemBindingName(host string) string { return "invisible-dots-host-" + host + "-system" }
 
 // JoinHost makes the credential of host's agent and returns the kubeconfig
 // it runs with: a ServiceAccount of its own in the system namespace (never
-// system:masters), bound to HostAgentRole, and a token for it valid for ttl.
+// system:masters), bound to HostAgentRole (its ClusterRole, and its Role in
+// the system namespace, which reads the default OpenRouter key), and a token
+// for it valid for ttl.
 // In each namespace where the host has Computers, the control plane gives
 // that ServiceAccount its Secrets (controllers.HostAccessReconciler), and
 // nowhere else. Joining again makes a new token; the old one stays valid
@@ -56,6 +65,16 @@ func JoinHost(ctx context.Context, admin clientcmdapi.Config, host string, ttl t
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("bind the ServiceAccount %s/%s to %s: %w", ns, sa, HostAgentRole, err)
+	}
+	// The host agent's Role in the system namespace: get of the default
+	// OpenRouter key's Secret, by name, and nothing else there.
+	_, err = cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: HostSystemBindingName(host), Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: HostAgentRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("bind the ServiceAccount %s/%s to the Role %s/%s: %w", ns, sa, ns, HostAgentRole, err)
 	}
 	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(ttl / time.Second))},

@@ -1,9 +1,9 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,8 +19,9 @@ import (
 
 // InstallSystem makes what the controllers, host agents and people rely on
 // besides the CRDs: the system namespace (host Leases, the leader Lease,
-// hosts' ServiceAccounts) and the RBAC of config/rbac that is not the
-// controllers' own: the host agents' ClusterRoles, the people's roles
+// hosts' ServiceAccounts, the default OpenRouter key) and the RBAC of
+// config/rbac that is not the controllers' own: the host agents'
+// ClusterRoles and their Role in the system namespace, the people's roles
 // (dots-editor, dots-viewer) and the access to the Dots API's people paths,
 // server-side applied from the embedded manifests.
 func InstallSystem(ctx context.Context, cfg *rest.Config) error {
@@ -33,7 +34,7 @@ func InstallSystem(ctx context.Context, cfg *rest.Config) error {
 		return fmt.Errorf("create the namespace %s: %w", dotsv1.SystemNamespace, err)
 	}
 	for _, stream := range [][]byte{rbac.HostAgentRole, rbac.HostAgentSecretsRole, rbac.PeopleRoles, rbac.DotsAPIAccess} {
-		for _, doc := range bytes.Split(stream, []byte("\n---\n")) {
+		for _, doc := range yamlDocuments(stream) {
 			if err := applyRBAC(ctx, cs, doc); err != nil {
 				return err
 			}
@@ -42,7 +43,7 @@ func InstallSystem(ctx context.Context, cfg *rest.Config) error {
 	return nil
 }
 
-// applyRBAC server-side applies one embedded ClusterRole or
+// applyRBAC server-side applies one embedded ClusterRole, Role or
 // ClusterRoleBinding.
 func applyRBAC(ctx context.Context, cs kubernetes.Interface, doc []byte) error {
 	var meta metav1.TypeMeta
@@ -59,6 +60,16 @@ func applyRBAC(ctx context.Context, cs kubernetes.Interface, doc []byte) error {
 		if _, err := cs.RbacV1().ClusterRoles().Apply(ctx, &ac, opts); err != nil {
 			return fmt.Errorf("apply the ClusterRole %s: %w", *ac.Name, err)
 		}
+	case "Role":
+		// The host agents' rules in the system namespace alone (the default
+		// OpenRouter key's Secret, by name).
+		var ac rbacac.RoleApplyConfiguration
+		if err := yaml.Unmarshal(doc, &ac); err != nil {
+			return fmt.Errorf("parse an embedded Role: %w", err)
+		}
+		if _, err := cs.RbacV1().Roles(*ac.Namespace).Apply(ctx, &ac, opts); err != nil {
+			return fmt.Errorf("apply the Role %s/%s: %w", *ac.Namespace, *ac.Name, err)
+		}
 	case "ClusterRoleBinding":
 		var ac rbacac.ClusterRoleBindingApplyConfiguration
 		if err := yaml.Unmarshal(doc, &ac); err != nil {
@@ -68,7 +79,19 @@ func applyRBAC(ctx context.Context, cs kubernetes.Interface, doc []byte) error {
 			return fmt.Errorf("apply the ClusterRoleBinding %s: %w", *ac.Name, err)
 		}
 	default:
-		return fmt.Errorf("an embedded RBAC manifest is a %q, not a ClusterRole or ClusterRoleBinding", meta.Kind)
+		return fmt.Errorf("an embedded RBAC manifest is a %q, not a ClusterRole, Role or ClusterRoleBinding", meta.Kind)
 	}
 	return nil
+}
+
+// yamlDocuments splits a YAML stream at its "---" lines, dropping empty
+// documents.
+func yamlDocuments(b []byte) [][]byte {
+	var out [][]byte
+	for _, doc := range strings.Split("\n"+string(b), "\n---") {
+		if strings.TrimSpace(doc) != "" {
+			out = append(out, []byte(doc))
+		}
+	}
+	return out
 }

@@ -132,6 +132,13 @@ func TestTwoHosts(t *testing.T) {
 		{[]string{"get", "secrets", "-n", "default"}, "yes"},
 		{[]string{"get", "secrets", "-n", "elsewhere"}, "no"},
 		{[]string{"get", "secrets", "-n", dotsv1.SystemNamespace}, "no"},
+		// The default OpenRouter key, by name, and no other Secret there.
+		{[]string{"get", "secret/" + dotsv1.DefaultKeySecretName, "-n", dotsv1.SystemNamespace}, "yes"},
+		{[]string{"get", "secret/" + dotsv1.DefaultKeySecretName, "-n", "elsewhere"}, "no"},
+		{[]string{"get", "secret/host-b-token", "-n", dotsv1.SystemNamespace}, "no"},
+		// The guest link reads Dots and writes only their status.
+		{[]string{"watch", "dots", "-n", "default"}, "yes"},
+		{[]string{"patch", "dots", "--subresource=status", "-n", "default"}, "yes"},
 		{[]string{"create", "dots", "-n", "default"}, "no"},
 		{[]string{"patch", "dots", "-n", "default"}, "no"},
 		{[]string{"delete", "hosts"}, "no"},

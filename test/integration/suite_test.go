@@ -22,6 +22,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
+	guestfake "github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 	"github.com/invisible-dots/invisible-dots/test/harness"
@@ -34,9 +35,11 @@ var (
 	cancel    context.CancelFunc
 	testLog   logr.Logger
 	fakeHost  *fake.Host
-	managers  sync.WaitGroup
 	// logStore is the control plane's event log and outbox.
 	logStore *store.Store
+	// fakeEngine is every fake guest's engine: what the guest link pushed.
+	fakeEngine *guestfake.Engine
+	managers   sync.WaitGroup
 )
 
 func TestIntegration(t *testing.T) {
@@ -61,6 +64,7 @@ var _ = BeforeSuite(func() {
 	// test/e2e's.
 	fakeHost = fake.NewHost()
 	logStore = store.New(cp.DB.Pool())
+	fakeEngine = guestfake.NewEngine()
 	central, err := controllers.NewManager(suiteCtx, controllers.Options{
 		Config: cp.Config,
 		Log:    testLog.WithName("controllers"),
@@ -77,6 +81,9 @@ var _ = BeforeSuite(func() {
 		Facts:             roomyMachine(fakeHost),
 		HeartbeatInterval: time.Second,
 		Log:               testLog.WithName("agent"),
+		// The guests' engines are the in-memory fake too: the guest link
+		// pushes to it as to a real one.
+		Guest: fakeEngine.Guest(),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	for _, m := range []ctrl.Manager{central, hostAgent} {

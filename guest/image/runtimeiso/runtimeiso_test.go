@@ -122,3 +122,15 @@ func TestWithoutEngine(t *testing.T) {
 		t.Fatal("an ISO built without an engine holds one")
 	}
 }
+
+// TestEngineUnitReadsTheSeedsEnvironment: the engine's unit reads the
+// environment file the seed's user-data writes, and tolerates its absence.
+func TestEngineUnitReadsTheSeedsEnvironment(t *testing.T) {
+	unit, err := units.ReadFile("units/invisible-dots-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "EnvironmentFile=-" + protocol.EngineEnvPath + "\n"; !strings.Contains(string(unit), want) {
+		t.Errorf("the engine's unit lacks %q:\n%s", want, unit)
+	}
+}

@@ -491,6 +491,8 @@ func BuildInitramfs(ctx context.Context, in InitramfsInputs) ([]byte, error) {
 		"@SEED_LABEL@", protocol.SeedVolumeLabel,
 		"@SEED_CONFIG@", protocol.SeedGuestConfigFile,
 		"@GUEST_CONFIG@", protocol.GuestConfigPath,
+		"@SEED_ENGINE_ENV@", protocol.SeedEngineEnvFile,
+		"@ENGINE_ENV@", protocol.EngineEnvPath,
 		"@RUNTIME_LABEL@", protocol.RuntimeVolumeLabel,
 		"@RUNTIME_MOUNT@", protocol.RuntimeMountPoint,
 		"@HOME_LABEL@", HomeLabel,

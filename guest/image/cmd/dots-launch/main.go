@@ -2,12 +2,15 @@
 // given capabilities as ambient ones: what systemd's User= and
 // AmbientCapabilities= do for dot-agentd's unit in a golden image, for the
 // test image, which has no systemd. It must run as root, and it is built
-// without cgo so its uid change reaches every thread.
+// without cgo so its uid change reaches every thread. --env-file adds the
+// variables of an environment file, as the unit's EnvironmentFile=- does: a
+// file that is not there adds nothing.
 //
-//	dots-launch --user dotagentd --caps setuid,setgid,kill -- PROGRAM [ARGS...]
+//	dots-launch --user dotagentd --caps setuid,setgid,kill [--env-file F] -- PROGRAM [ARGS...]
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -18,6 +21,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
 var capByName = map[string]uint{
@@ -39,6 +44,7 @@ func run() error {
 	name := flag.String("user", "", "the user to run as")
 	capList := flag.String("caps", "", "comma-separated capabilities to keep (setuid, setgid, kill)")
 	nnp := flag.Bool("no-new-privs", false, "set no_new_privs, so nothing started can gain a privilege (NoNewPrivileges=yes)")
+	envFile := flag.String("env-file", "", "NAME=VALUE lines added to the program's environment; a missing file adds nothing (EnvironmentFile=-)")
 	flag.Parse()
 	argv := flag.Args()
 	if *name == "" || len(argv) == 0 {
@@ -101,5 +107,19 @@ func run() error {
 		}
 	}
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + u.HomeDir, "USER=" + *name, "LOGNAME=" + *name}
+	if *envFile != "" {
+		data, err := os.ReadFile(*envFile)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return fmt.Errorf("read %s: %w", *envFile, err)
+		default:
+			vars, err := protocol.ParseEngineEnv(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", *envFile, err)
+			}
+			env = append(env, vars...)
+		}
+	}
 	return syscall.Exec(argv[0], argv, env)
 }

@@ -1,0 +1,188 @@
+// Package fake holds test doubles of the guest the guest link talks to
+// (guestlink.Guest): GuestFns, a fake built from one function per route, and
+// Engine, an in-memory engine that remembers what was pushed to each guest.
+// Nothing here opens a connection.
+package fake
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
+)
+
+// GuestFns answers the engine's routes with one function each. A nil
+// function takes the push, or answers a ready engine that holds a key. What
+// the functions receive went through JSON, as on the wire.
+type GuestFns struct {
+	SecretsFn func(ctx context.Context, t guestclient.Target, req protocol.SecretsRequest) error
+	ConfigFn  func(ctx context.Context, t guestclient.Target, c protocol.RuntimeConfig) error
+	HealthFn  func(ctx context.Context, t guestclient.Target) (protocol.Health, error)
+}
+
+// ReadyHealth is the health of an engine that is ready.
+func ReadyHealth() protocol.Health {
+	return protocol.Health{Status: protocol.HealthOK, State: protocol.AgentState("IDLE"), OpenRouterConfigured: true,
+		Checks: []protocol.HealthCheck{{Name: "database", OK: true}}}
+}
+
+// Agent implements guestlink.Guest.
+func (f GuestFns) Agent(ctx context.Context, t guestclient.Target, method, sub string, in, out any) error {
+	route := "/" + strings.TrimLeft(sub, "/")
+	switch {
+	case method == http.MethodPost && route == protocol.RouteSecrets:
+		var req protocol.SecretsRequest
+		if err := roundTrip(in, &req); err != nil {
+			return err
+		}
+		if f.SecretsFn == nil {
+			return nil
+		}
+		return f.SecretsFn(ctx, t, req)
+	case method == http.MethodPut && route == protocol.RouteConfig:
+		var c protocol.RuntimeConfig
+		if err := roundTrip(in, &c); err != nil {
+			return err
+		}
+		if f.ConfigFn == nil {
+			return nil
+		}
+		return f.ConfigFn(ctx, t, c)
+	case method == http.MethodGet && route == protocol.RouteHealth:
+		h := ReadyHealth()
+		if f.HealthFn != nil {
+			var err error
+			if h, err = f.HealthFn(ctx, t); err != nil {
+				return err
+			}
+		}
+		return roundTrip(h, out)
+	}
+	return &guestclient.StatusError{Method: method, Path: protocol.AgentRoutePrefix + route, Status: http.StatusNotFound, Code: "not_found"}
+}
+
+func roundTrip(in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("fake guest: encode: %w", err)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("fake guest: decode: %w", err)
+	}
+	return nil
+}
+
+// Engine is an in-memory engine per guest (by port and pid): it holds the
+// key and the configuration it was given, refuses a push that breaks the
+// protocol's rules as the real engine does, and is ready once it holds a
+// key. Safe for concurrent use.
+type Engine struct {
+	mu     sync.Mutex
+	guests map[[2]int]*engineState
+	// Starting, when true, makes every engine answer that it is starting.
+	starting bool
+}
+
+type engineState struct {
+	key     string
+	config  *protocol.RuntimeConfig
+	secrets int
+	configs int
+}
+
+// NewEngine returns an engine with no guest yet.
+func NewEngine() *Engine { return &Engine{guests: map[[2]int]*engineState{}} }
+
+func (e *Engine) state(t guestclient.Target) *engineState {
+	k := [2]int{t.Port, t.PID}
+	s, ok := e.guests[k]
+	if !ok {
+		s = &engineState{}
+		e.guests[k] = s
+	}
+	return s
+}
+
+// Guest returns the fake guest that talks to this engine.
+func (e *Engine) Guest() GuestFns {
+	return GuestFns{
+		SecretsFn: func(_ context.Context, t guestclient.Target, req protocol.SecretsRequest) error {
+			if err := req.Validate(); err != nil {
+				return &guestclient.StatusError{Method: http.MethodPost, Path: protocol.AgentRoutePrefix + protocol.RouteSecrets,
+					Status: http.StatusBadRequest, Code: protocol.ErrInvalidSecret, Message: err.Error()}
+			}
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			s := e.state(t)
+			s.key = req.OpenRouterAPIKey
+			s.secrets++
+			return nil
+		},
+		ConfigFn: func(_ context.Context, t guestclient.Target, c protocol.RuntimeConfig) error {
+			if err := c.Validate(); err != nil {
+				return &guestclient.StatusError{Method: http.MethodPut, Path: protocol.AgentRoutePrefix + protocol.RouteConfig,
+					Status: http.StatusBadRequest, Code: protocol.ErrInvalidConfig, Message: err.Error()}
+			}
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			s := e.state(t)
+			s.config = &c
+			s.configs++
+			return nil
+		},
+		HealthFn: func(_ context.Context, t guestclient.Target) (protocol.Health, error) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			s := e.state(t)
+			h := ReadyHealth()
+			h.OpenRouterConfigured = s.key != ""
+			if e.starting || s.config == nil {
+				h.Status = protocol.HealthStarting
+			}
+			return h, nil
+		},
+	}
+}
+
+// SetStarting makes every engine answer that it is starting (or stop).
+func (e *Engine) SetStarting(v bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.starting = v
+}
+
+// Restart forgets what a guest was given, as an engine process that
+// restarted inside its VM (it keeps its configuration: the real one persists
+// it; the key lives in memory only).
+func (e *Engine) Restart(t guestclient.Target) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.state(t).key = ""
+}
+
+// Pushed is what a guest was given: its key, its configuration (nil when
+// none), and how many pushes of each it took.
+type Pushed struct {
+	Key              string
+	Config           *protocol.RuntimeConfig
+	Secrets, Configs int
+}
+
+// Pushed returns what the guest on port and pid holds.
+func (e *Engine) Pushed(port, pid int) Pushed {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.guests[[2]int{port, pid}]
+	if !ok {
+		return Pushed{}
+	}
+	return Pushed{Key: s.key, Config: s.config, Secrets: s.secrets, Configs: s.configs}
+}

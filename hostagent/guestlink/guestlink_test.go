@@ -1,0 +1,597 @@
+package guestlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	clientfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/computer"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
+)
+
+const (
+	testHost   = "h1"
+	defaultKey = "sk-or-default-0123456789"
+	ownKey     = "sk-or-own-0123456789"
+	testToken  = "0123456789abcdef0123456789abcdef"
+)
+
+var testNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+var dotKey = types.NamespacedName{Namespace: "default", Name: "helper"}
+
+func testDot(edit func(d *dotsv1.Dot)) *dotsv1.Dot {
+	d := &dotsv1.Dot{
+		ObjectMeta: metav1.ObjectMeta{Name: "helper", Namespace: "default", UID: "uid-dot", Generation: 1},
+		Spec: dotsv1.DotSpec{
+			Model:      dotsv1.ModelRef{Provider: dotsv1.OpenRouter, ID: "z-ai/glm-5.3-flash"},
+			MCPServers: []dotsv1.MCPServer{{Name: "time", Command: "uvx", Secrets: []string{"TIME_API_KEY", "UNSET"}}},
+		},
+	}
+	if edit != nil {
+		edit(d)
+	}
+	return d
+}
+
+func testComputer(ready bool, pid int32) *dotsv1.Computer {
+	status := metav1.ConditionFalse
+	state := dotsv1.ComputerStarting
+	if ready {
+		status, state = metav1.ConditionTrue, dotsv1.ComputerRunning
+	}
+	return &dotsv1.Computer{
+		ObjectMeta: metav1.ObjectMeta{Name: "helper", Namespace: "default", UID: "uid-computer",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: dotsv1.GroupVersion.String(), Kind: "Dot", Name: "helper", UID: "uid-dot", Controller: ptr.To(true)}}},
+		Spec: dotsv1.ComputerSpec{NodeName: testHost},
+		Status: dotsv1.ComputerStatus{State: state, PID: pid, GuestPort: 40000,
+			Conditions: []metav1.Condition{{Type: dotsv1.ReadyCondition, Status: status, Reason: "x", Message: "QEMU runs"}}},
+	}
+}
+
+func tokenSecret() *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: computer.TokenSecretName("helper"), Namespace: "default",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: dotsv1.GroupVersion.String(), Kind: "Computer", Name: "helper", UID: "uid-computer", Controller: ptr.To(true)}}},
+		Data: map[string][]byte{computer.TokenSecretKey: []byte(testToken)},
+	}
+}
+
+func defaultKeySecret(key string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: dotsv1.DefaultKeySecretName, Namespace: dotsv1.SystemNamespace},
+		Data:       map[string][]byte{dotsv1.OpenRouterKeySecretKey: []byte(key)},
+	}
+}
+
+func ownSecret(data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "helper-secrets", Namespace: "default"}, Data: map[string][]byte{}}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+// journal records the guest's calls in order, with what they carried.
+type journal struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (j *journal) add(format string, args ...any) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.calls = append(j.calls, fmt.Sprintf(format, args...))
+}
+
+func (j *journal) take() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := j.calls
+	j.calls = nil
+	return out
+}
+
+// recording wraps a guest's functions so every call is journaled: the
+// secrets by key and MCP names, the configuration by the generation in the
+// Dot's instructions (the tests write it there), the health.
+func recording(j *journal, g fake.GuestFns) fake.GuestFns {
+	return fake.GuestFns{
+		SecretsFn: func(ctx context.Context, t guestclient.Target, req protocol.SecretsRequest) error {
+			j.add("secrets key=%s mcp=%v", req.OpenRouterAPIKey, req.MCPSecrets)
+			if g.SecretsFn != nil {
+				return g.SecretsFn(ctx, t, req)
+			}
+			return nil
+		},
+		ConfigFn: func(ctx context.Context, t guestclient.Target, c protocol.RuntimeConfig) error {
+			j.add("config %s", c.Instructions)
+			if g.ConfigFn != nil {
+				return g.ConfigFn(ctx, t, c)
+			}
+			return nil
+		},
+		HealthFn: func(ctx context.Context, t guestclient.Target) (protocol.Health, error) {
+			j.add("health")
+			if g.HealthFn != nil {
+				return g.HealthFn(ctx, t)
+			}
+			return fake.ReadyHealth(), nil
+		},
+	}
+}
+
+func newReconciler(t *testing.T, guest Guest, objs ...client.Object) (*Reconciler, client.Client) {
+	t.Helper()
+	c := clientfake.NewClientBuilder().WithScheme(controllers.Scheme).
+		WithStatusSubresource(&dotsv1.Dot{}, &dotsv1.Computer{}).WithObjects(objs...).Build()
+	r := &Reconciler{Client: c, APIReader: c, Guest: guest, HostName: testHost,
+		Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakePassiveClock(testNow)}
+	r.init()
+	return r, c
+}
+
+func reconcileOnce(t *testing.T, r *Reconciler) ctrl.Result {
+	t.Helper()
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: dotKey})
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	return res
+}
+
+func getDot(t *testing.T, c client.Client) *dotsv1.Dot {
+	t.Helper()
+	d := &dotsv1.Dot{}
+	if err := c.Get(context.Background(), dotKey, d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// bumpGeneration changes the Dot's spec as a person's apply does: a new
+// generation, its number in the instructions.
+func bumpGeneration(ctx context.Context, c client.Client) error {
+	d := &dotsv1.Dot{}
+	if err := c.Get(ctx, dotKey, d); err != nil {
+		return err
+	}
+	d.Generation++
+	d.Spec.Instructions = fmt.Sprintf("gen %d", d.Generation)
+	return c.Update(ctx, d)
+}
+
+// condSummary is a condition as the tests compare it.
+type condSummary struct {
+	Status     metav1.ConditionStatus
+	Reason     string
+	Generation int64
+}
+
+func summarize(d *dotsv1.Dot) map[string]condSummary {
+	out := map[string]condSummary{}
+	for _, typ := range []string{dotsv1.KeyPushedCondition, dotsv1.ConfigAppliedCondition, dotsv1.AgentReadyCondition} {
+		if c := meta.FindStatusCondition(d.Status.Conditions, typ); c != nil {
+			out[typ] = condSummary{c.Status, c.Reason, c.ObservedGeneration}
+		}
+	}
+	return out
+}
+
+func all(status metav1.ConditionStatus, key, config, agent string, gen int64) map[string]condSummary {
+	return map[string]condSummary{
+		dotsv1.KeyPushedCondition:     {status, key, gen},
+		dotsv1.ConfigAppliedCondition: {status, config, gen},
+		dotsv1.AgentReadyCondition:    {status, agent, gen},
+	}
+}
+
+var ready1 = all(metav1.ConditionTrue, dotsv1.KeyPushedReason, dotsv1.ConfigAppliedReason, dotsv1.AgentReadyReason, 1)
+
+func TestReadyProcedure(t *testing.T) {
+	type want struct {
+		calls []string
+		conds map[string]condSummary
+		// messages holds a fragment each condition's message must contain.
+		messages map[string]string
+		requeue  time.Duration
+	}
+	tests := map[string]struct {
+		reason   string
+		dot      func(d *dotsv1.Dot)
+		computer *dotsv1.Computer
+		secrets  []client.Object
+		// guest builds the fake guest; c is the API, to change the Dot or
+		// a Secret while a push runs.
+		guest func(c func() client.Client) fake.GuestFns
+		want  want
+		// never lists text that must be in no condition.
+		never []string
+	}{
+		"pushes key then config then asks the engine": {
+			reason:   "a Ready Computer's guest is given the default key, then this generation's configuration, then asked for the engine's health",
+			computer: testComputer(true, 1001),
+			secrets:  []client.Object{defaultKeySecret(defaultKey)},
+			want: want{
+				calls:    []string{"secrets key=" + defaultKey + " mcp=map[]", "config ", "health"},
+				conds:    ready1,
+				messages: map[string]string{dotsv1.KeyPushedCondition: "Secret invisible-dots-system/openrouter", dotsv1.ConfigAppliedCondition: "generation 1"},
+				requeue:  steadyPoll,
+			},
+		},
+		"the Dot's own key wins, with only its set MCP secrets": {
+			reason: "the Secret spec.secretRef names holds the Dot's own key, which wins over the default; of the MCP secrets the config names, only those set are pushed",
+			dot: func(d *dotsv1.Dot) {
+				d.Spec.SecretRef = &dotsv1.SecretReference{Name: "helper-secrets"}
+			},
+			computer: testComputer(true, 1001),
+			secrets: []client.Object{defaultKeySecret(defaultKey), ownSecret(map[string]string{
+				dotsv1.OpenRouterKeySecretKey: ownKey, "mcp.time.TIME_API_KEY": "Bearer t0k", "mcp.other.X": "not named by the config",
+			})},
+			want: want{
+				calls:    []string{"secrets key=" + ownKey + " mcp=map[time:map[TIME_API_KEY:Bearer t0k]]", "config ", "health"},
+				conds:    ready1,
+				messages: map[string]string{dotsv1.KeyPushedCondition: "Secret default/helper-secrets and 1 MCP secret"},
+				requeue:  steadyPoll,
+			},
+		},
+		"no key anywhere": {
+			reason:   "with neither the Dot's key nor the default, nothing is pushed and KeyPushed names the command that stores one",
+			computer: testComputer(true, 1001),
+			want: want{
+				conds: map[string]condSummary{
+					dotsv1.KeyPushedCondition:     {metav1.ConditionFalse, dotsv1.NoKeyReason, 1},
+					dotsv1.ConfigAppliedCondition: {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
+					dotsv1.AgentReadyCondition:    {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
+				},
+				messages: map[string]string{dotsv1.KeyPushedCondition: `"invisible-dots secret openrouter"`},
+				requeue:  keyPoll,
+			},
+		},
+		"a stored key that breaks the rule": {
+			reason:   "a key with a space (stored with kubectl) is not pushed; the message gives the rule, not the key",
+			computer: testComputer(true, 1001),
+			secrets:  []client.Object{defaultKeySecret("sk or leaked")},
+			want: want{
+				conds: map[string]condSummary{
+					dotsv1.KeyPushedCondition:     {metav1.ConditionFalse, dotsv1.KeyUnusableReason, 1},
+					dotsv1.ConfigAppliedCondition: {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
+					dotsv1.AgentReadyCondition:    {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
+				},
+				messages: map[string]string{dotsv1.KeyPushedCondition: protocol.OpenRouterKeyRule},
+				requeue:  keyPoll,
+			},
+			never: []string{"leaked"},
+		},
+		"computer not ready": {
+			reason:   "nothing reaches a guest whose Computer is not Ready; the three steps say so",
+			computer: testComputer(false, 1001),
+			secrets:  []client.Object{defaultKeySecret(defaultKey)},
+			want: want{
+				conds: all(metav1.ConditionFalse, dotsv1.ComputerNotReadyReason, dotsv1.ComputerNotReadyReason, dotsv1.ComputerNotReadyReason, 1),
+			},
+		},
+		"a generation change mid-push": {
+			reason:   "the Dot changed while its configuration was pushed: the new generation is pushed too, and ConfigApplied names it",
+			computer: testComputer(true, 1001),
+			secrets:  []client.Object{defaultKeySecret(defaultKey)},
+			guest: func(c func() client.Client) fake.GuestFns {
+				first := true
+				return fake.GuestFns{ConfigFn: func(ctx context.Context, _ guestclient.Target, _ protocol.RuntimeConfig) error {
+					if first {
+						first = false
+						return bumpGeneration(ctx, c())
+					}
+					return nil
+				}}
+			},
+			want: want{
+				calls:    []string{"secrets key=" + defaultKey + " mcp=map[]", "config ", "config gen 2", "health"},
+				conds:    all(metav1.ConditionTrue, dotsv1.KeyPushedReason, dotsv1.ConfigAppliedReason, dotsv1.AgentReadyReason, 2),
+				messages: map[string]string{dotsv1.ConfigAppliedCondition: "generation 2"},
+				requeue:  steadyPoll,
+			},
+		},
+		"a key rotated mid-push": {
+			reason:   "the default key changed while the first one was pushed: the new one is pushed before the round counts as done",
+			computer: testComputer(true, 1001),
+			secrets:  []client.Object{defaultKeySecret(defaultKey)},
+			guest: func(c func() client.Client) fake.GuestFns {
+				first := true
+				return fake.GuestFns{SecretsFn: func(ctx context.Context, _ guestclient.Target, _ protocol.SecretsRequest) error {
+					if first {
+						first = false
+						return c().Update(ctx, defaultKeySecret("sk-or-rotated-42"))
+					}
+					return nil
+				}}
+			},
+			want: want{
+				calls:   []string{"secrets key=" + defaultKey + " mcp=map[]", "config ", "secrets key=sk-or-rotated-42 mcp=map[]", "health"},
+				conds:   ready1,
+				requeue: steadyPoll,
+			},
+		},
+		"the guest refuses the key": {
+			reason:   "a failed push is reported by route, status and code; the guest's text, which could echo the key, is not repeated",
+			computer: testComputer(true, 1001),
+			secrets:  []client.Object{defaultKeySecret(defaultKey)},
+			guest: func(func() client.Client) fake.GuestFns {
+				return fake.GuestFns{SecretsFn: func(context.Context, guestclient.Target, protocol.SecretsRequest) error {
+					return &guestclient.StatusError{Method: http.MethodPost, Path: "/v1/agent/secrets", Status: http.StatusBadGateway,
+						Code: "bad_gateway", Message: "Illegal header value b'Bearer " + defaultKey + "'"}
+				}}
+			},
+			want: want{
+				calls: []string{"secrets key=" + defaultKey + " mcp=map[]"},
+				conds: map[string]condSummary{
+					dotsv1.KeyPushedCondition:     {metav1.ConditionFalse, dotsv1.PushFailedReason, 1},
+					dotsv1.ConfigAppliedCondition: {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
+					dotsv1.AgentReadyCondition:    {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
+				},
+				messages: map[string]string{dotsv1.KeyPushedCondition: "(POST /v1/agent/secrets: status 502, bad_gateway)"},
+				requeue:  retryPoll,
+			},
+			never: []string{defaultKey, "Illegal header", "Bearer"},
+		},
+		"an error code that is not the protocol's": {
+			reason:   "a guest (or whatever holds the port) that puts text in the code field has it dropped too",
+			computer: testComputer(true, 1001),
+			secrets:  []client.Object{defaultKeySecret(defaultKey)},
+			guest: func(func() client.Client) fake.GuestFns {
+				return fake.GuestFns{ConfigFn: func(context.Context, guestclient.Target, protocol.RuntimeConfig) error {
+					return &guestclient.StatusError{Method: http.MethodPut, Path: "/v1/agent/config", Status: 500, Code: "key " + defaultKey}
+				}}
+			},
+			want: want{
+				calls: []string{"secrets key=" + defaultKey + " mcp=map[]", "config "},
+				conds: map[string]condSummary{
+					dotsv1.KeyPushedCondition:     {metav1.ConditionTrue, dotsv1.KeyPushedReason, 1},
+					dotsv1.ConfigAppliedCondition: {metav1.ConditionFalse, dotsv1.PushFailedReason, 1},
+					dotsv1.AgentReadyCondition:    {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
+				},
+				messages: map[string]string{dotsv1.ConfigAppliedCondition: "(PUT /v1/agent/config: status 500, an error code that is not the protocol's)"},
+				requeue:  retryPoll,
+			},
+			never: []string{defaultKey},
+		},
+		"a guest that does not prove itself": {
+			reason:   "an unproven listener is named as such; it was sent nothing",
+			computer: testComputer(true, 1001),
+			secrets:  []client.Object{defaultKeySecret(defaultKey)},
+			guest: func(func() client.Client) fake.GuestFns {
+				return fake.GuestFns{SecretsFn: func(context.Context, guestclient.Target, protocol.SecretsRequest) error {
+					return fmt.Errorf("%w: the listener does not hold this Dot's token", guestclient.ErrGuestUnproven)
+				}}
+			},
+			want: want{
+				calls: []string{"secrets key=" + defaultKey + " mcp=map[]"},
+				conds: map[string]condSummary{
+					dotsv1.KeyPushedCondition:     {metav1.ConditionFalse, dotsv1.PushFailedReason, 1},
+					dotsv1.ConfigAppliedCondition: {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
+					dotsv1.AgentReadyCondition:    {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
+				},
+				messages: map[string]string{dotsv1.KeyPushedCondition: "did not prove"},
+				requeue:  retryPoll,
+			},
+		},
+		"the engine is starting": {
+			reason:   "key and configuration are in, but the engine says starting: AgentReady waits",
+			computer: testComputer(true, 1001),
+			secrets:  []client.Object{defaultKeySecret(defaultKey)},
+			guest: func(func() client.Client) fake.GuestFns {
+				return fake.GuestFns{HealthFn: func(context.Context, guestclient.Target) (protocol.Health, error) {
+					h := fake.ReadyHealth()
+					h.Status = protocol.HealthStarting
+					return h, nil
+				}}
+			},
+			want: want{
+				calls: []string{"secrets key=" + defaultKey + " mcp=map[]", "config ", "health"},
+				conds: map[string]condSummary{
+					dotsv1.KeyPushedCondition:     {metav1.ConditionTrue, dotsv1.KeyPushedReason, 1},
+					dotsv1.ConfigAppliedCondition: {metav1.ConditionTrue, dotsv1.ConfigAppliedReason, 1},
+					dotsv1.AgentReadyCondition:    {metav1.ConditionFalse, dotsv1.AgentStartingReason, 1},
+				},
+				requeue: startingPoll,
+			},
+		},
+		"a check of the engine fails": {
+			reason:   "the guest's own checks must pass (ref 9.3); the failing one is named",
+			computer: testComputer(true, 1001),
+			secrets:  []client.Object{defaultKeySecret(defaultKey)},
+			guest: func(func() client.Client) fake.GuestFns {
+				return fake.GuestFns{HealthFn: func(context.Context, guestclient.Target) (protocol.Health, error) {
+					h := fake.ReadyHealth()
+					h.Checks = append(h.Checks, protocol.HealthCheck{Name: "network", OK: false, Detail: "openrouter.ai:443 is not reachable"})
+					return h, nil
+				}}
+			},
+			want: want{
+				calls: []string{"secrets key=" + defaultKey + " mcp=map[]", "config ", "health"},
+				conds: map[string]condSummary{
+					dotsv1.KeyPushedCondition:     {metav1.ConditionTrue, dotsv1.KeyPushedReason, 1},
+					dotsv1.ConfigAppliedCondition: {metav1.ConditionTrue, dotsv1.ConfigAppliedReason, 1},
+					dotsv1.AgentReadyCondition:    {metav1.ConditionFalse, dotsv1.AgentStartingReason, 1},
+				},
+				messages: map[string]string{dotsv1.AgentReadyCondition: "network: openrouter.ai:443 is not reachable"},
+				requeue:  startingPoll,
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var j journal
+			var api client.Client
+			var g fake.GuestFns
+			if tc.guest != nil {
+				g = tc.guest(func() client.Client { return api })
+			}
+			objs := append([]client.Object{testDot(tc.dot), tc.computer, tokenSecret()}, tc.secrets...)
+			r, c := newReconciler(t, recording(&j, g), objs...)
+			api = c
+			res := reconcileOnce(t, r)
+			d := getDot(t, c)
+			if diff := cmp.Diff(tc.want.calls, j.take()); diff != "" {
+				t.Errorf("%s\nguest calls -want +got:\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.want.conds, summarize(d)); diff != "" {
+				t.Errorf("%s\nconditions -want +got:\n%s", tc.reason, diff)
+			}
+			for typ, frag := range tc.want.messages {
+				if c := meta.FindStatusCondition(d.Status.Conditions, typ); c == nil || !strings.Contains(c.Message, frag) {
+					t.Errorf("%s\n%s message = %q, want it to contain %q", tc.reason, typ, messageOf(c), frag)
+				}
+			}
+			for _, c := range d.Status.Conditions {
+				for _, bad := range tc.never {
+					if strings.Contains(c.Message, bad) {
+						t.Errorf("%s\n%s message %q contains %q", tc.reason, c.Type, c.Message, bad)
+					}
+				}
+			}
+			if res.RequeueAfter != tc.want.requeue {
+				t.Errorf("%s\nrequeue after %s, want %s", tc.reason, res.RequeueAfter, tc.want.requeue)
+			}
+		})
+	}
+}
+
+func messageOf(c *metav1.Condition) string {
+	if c == nil {
+		return "(no condition)"
+	}
+	return c.Message
+}
+
+// TestReadyProcedureOverTime: what a guest already holds is not pushed again;
+// a new QEMU, a rotated key, a new generation, an engine that restarted and
+// the event pump's request are.
+func TestReadyProcedureOverTime(t *testing.T) {
+	var j journal
+	engine := fake.NewEngine()
+	r, c := newReconciler(t, recording(&j, engine.Guest()), testDot(nil), testComputer(true, 1001), tokenSecret(), defaultKeySecret(defaultKey))
+	ctx := context.Background()
+	key1 := []string{"secrets key=" + defaultKey + " mcp=map[]"}
+	steps := []struct {
+		reason string
+		before func()
+		want   []string
+	}{
+		{"the first reconcile pushes everything", nil, append(append([]string{}, key1...), "config ", "health")},
+		{"a steady reconcile only asks the engine", nil, []string{"health"}},
+		{"a rotated key is pushed alone", func() {
+			if err := c.Update(ctx, defaultKeySecret("sk-or-rotated-42")); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"secrets key=sk-or-rotated-42 mcp=map[]", "health"}},
+		{"a new generation is pushed alone", func() {
+			if err := bumpGeneration(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"config gen 2", "health"}},
+		{"an engine that restarted holds no key: it is noticed by its health", func() {
+			engine.Restart(guestclient.Target{Port: 40000, PID: 1001})
+		}, []string{"health"}},
+		{"... and given everything again", nil, []string{"secrets key=sk-or-rotated-42 mcp=map[]", "config gen 2", "health"}},
+		{"the event pump's request (agent.started) pushes everything again", func() {
+			r.RequestPush(dotKey)
+		}, []string{"secrets key=sk-or-rotated-42 mcp=map[]", "config gen 2", "health"}},
+		{"a new QEMU is a new guest", func() {
+			comp := &dotsv1.Computer{}
+			if err := c.Get(ctx, dotKey, comp); err != nil {
+				t.Fatal(err)
+			}
+			comp.Status.PID = 1002
+			if err := c.Status().Update(ctx, comp); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"secrets key=sk-or-rotated-42 mcp=map[]", "config gen 2", "health"}},
+	}
+	for _, st := range steps {
+		if st.before != nil {
+			st.before()
+		}
+		reconcileOnce(t, r)
+		if diff := cmp.Diff(st.want, j.take()); diff != "" {
+			t.Errorf("%s: guest calls -want +got:\n%s", st.reason, diff)
+		}
+	}
+	got := summarize(getDot(t, c))
+	if diff := cmp.Diff(all(metav1.ConditionTrue, dotsv1.KeyPushedReason, dotsv1.ConfigAppliedReason, dotsv1.AgentReadyReason, 2), got); diff != "" {
+		t.Errorf("at the end: conditions -want +got:\n%s", diff)
+	}
+	if p := engine.Pushed(40000, 1002); p.Key != "sk-or-rotated-42" || p.Config == nil || p.Config.Instructions != "gen 2" {
+		t.Errorf("the new guest holds key %q and config %+v; want the rotated key and generation 2", p.Key, p.Config)
+	}
+}
+
+// TestOnlyThisHostsComputers: a Dot whose Computer is another host's, or is
+// not the Dot's own, is left alone.
+func TestOnlyThisHostsComputers(t *testing.T) {
+	tests := map[string]struct {
+		reason string
+		edit   func(c *dotsv1.Computer)
+	}{
+		"another host": {"the Computer runs on another host, whose agent pushes", func(c *dotsv1.Computer) { c.Spec.NodeName = "h2" }},
+		"not owned":    {"a Computer of the Dot's name it does not own is the Dot reconciler's to report", func(c *dotsv1.Computer) { c.OwnerReferences = nil }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var j journal
+			comp := testComputer(true, 1001)
+			tc.edit(comp)
+			r, c := newReconciler(t, recording(&j, fake.GuestFns{}), testDot(nil), comp, tokenSecret(), defaultKeySecret(defaultKey))
+			reconcileOnce(t, r)
+			if calls := j.take(); len(calls) > 0 {
+				t.Errorf("%s\nguest calls %v; want none", tc.reason, calls)
+			}
+			if got := summarize(getDot(t, c)); len(got) > 0 {
+				t.Errorf("%s\nconditions %v; want none written", tc.reason, got)
+			}
+		})
+	}
+}
+
+func TestDescribeFailure(t *testing.T) {
+	tests := map[string]struct {
+		reason string
+		err    error
+		want   string
+	}{
+		"status": {"a refusal: route, status, code", &guestclient.StatusError{Status: 400, Code: "invalid_secret", Message: "the key sk-1 is bad"},
+			"x (POST /v1/agent/secrets: status 400, invalid_secret)"},
+		"no code": {"a proxy's answer without the protocol's body", &guestclient.StatusError{Status: 502}, "x (POST /v1/agent/secrets: status 502, no error code)"},
+		"timeout": {"no answer in time", fmt.Errorf("guest: %w", context.DeadlineExceeded), "x (POST /v1/agent/secrets: no answer within 10s)"},
+		"other": {"a transport error's text is not repeated either (a malformed answer can be quoted in it)",
+			errors.New(`malformed HTTP response "sk-1"`), "x (POST /v1/agent/secrets: the request did not complete)"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := describeFailure("x", http.MethodPost, protocol.RouteSecrets, tc.err, 10*time.Second); got != tc.want {
+				t.Errorf("%s\ndescribeFailure() = %q, want %q", tc.reason, got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,254 @@
+package e2e
+
+// The READY procedure against real QEMU (tcg, the test image with the real
+// dot-engine) and the real binary: a Dot applied before any OpenRouter key
+// is stored waits, saying which command stores one; `invisible-dots secret
+// openrouter` stores it from standard input; the Dot turns READY with
+// KeyPushed, ConfigApplied (its generation) and AgentReady. The host's
+// openrouterURL points every guest at a stand-in on the host's loopback,
+// which sees the key the engine was given.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+)
+
+// standIn is a stand-in for OpenRouter on the host's loopback: it records
+// every request's method, path and Authorization header, and answers 404.
+type standIn struct {
+	mu   sync.Mutex
+	seen []string
+	port int
+}
+
+func startStandIn(t *testing.T) *standIn {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &standIn{port: l.Addr().(*net.TCPAddr).Port}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.seen = append(s.seen, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+		s.mu.Unlock()
+		http.Error(w, `{"error":{"message":"stand-in"}}`, http.StatusNotFound)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+	return s
+}
+
+func (s *standIn) requests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.seen...)
+}
+
+func TestDotReady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots VMs under QEMU")
+	}
+	if _, err := qemu.FindBinaries(os.Getenv); err != nil {
+		t.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
+	}
+	h := vmHome(t)
+	stand := startStandIn(t)
+	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG,
+		OpenRouterURL: fmt.Sprintf("http://10.0.2.2:%d/api/v1", stand.port)}); err != nil {
+		t.Fatal(err)
+	}
+	first, second := "e2e-nokey", "e2e-ready"
+	for _, n := range []string{first, second} {
+		vm := h.VM(home.VMID{Namespace: "default", Name: n})
+		t.Cleanup(func() { cvmKillRecorded(vm) })
+	}
+	srv := startServer(t, h.Root)
+	k := cvmKubectl{t: t, s: srv}
+	homeEnv := []string{"INVISIBLE_DOTS_HOME=" + h.Root}
+
+	t.Log("doctor says no key is stored, and names the command")
+	if row := doctorRow(t, homeEnv, "OpenRouter key stored"); row.Status != "missing" || !strings.Contains(row.Fix, "invisible-dots secret openrouter") {
+		t.Errorf("doctor's key row before a key = %+v; want missing, fixed by invisible-dots secret openrouter", row)
+	}
+
+	t.Log("a Dot applied before any key is stored: its computer runs, and it waits for a key")
+	k.apply(smallDot(first, ""))
+	start := time.Now()
+	d := k.waitDot(first, vmReadyTimeout, func(d *dotsv1.Dot) bool {
+		c := dotCond(d, dotsv1.KeyPushedCondition)
+		return d.Status.ComputerState == dotsv1.ComputerRunning && c.Reason == dotsv1.NoKeyReason
+	})
+	if d.Status.Phase != dotsv1.DotCreating {
+		t.Errorf("phase %s while no key is stored; want CREATING", d.Status.Phase)
+	}
+	if msg := dotCond(d, dotsv1.KeyPushedCondition).Message; !strings.Contains(msg, "invisible-dots secret openrouter") {
+		t.Errorf("KeyPushed says %q; want it to name invisible-dots secret openrouter", msg)
+	}
+	if msg := dotCond(d, dotsv1.ReadyCondition).Message; !strings.Contains(msg, "KeyPushed") {
+		t.Errorf("Ready says %q; want it to say it waits for KeyPushed", msg)
+	}
+
+	t.Log("the key is taken from standard input only, and must be printable ASCII without spaces")
+	if out, err := secretOpenRouter(homeEnv, "", "sk-or-as-an-argument"); err == nil || !strings.Contains(out, "standard input only") {
+		t.Errorf("secret openrouter with an argument: %v\n%s; want a refusal naming standard input", err, out)
+	}
+	if out, err := secretOpenRouter(homeEnv, "sk-or with a space\n"); err == nil || !strings.Contains(out, protocol.OpenRouterKeyRule) || strings.Contains(out, "with a space") {
+		t.Errorf("secret openrouter with a space in the key: %v\n%s; want the key rule, without the key", err, out)
+	}
+
+	const key = "sk-or-v1-e2e-0123456789abcdef"
+	out, err := secretOpenRouter(homeEnv, key+"\n")
+	if err != nil || strings.Contains(out, key) {
+		t.Fatalf("secret openrouter: %v\n%s", err, out)
+	}
+	t.Logf("stored: %s", strings.TrimSpace(out))
+	if row := doctorRow(t, homeEnv, "OpenRouter key stored"); row.Status != "ok" {
+		t.Errorf("doctor's key row after storing = %+v; want ok", row)
+	}
+
+	t.Log("the waiting Dot becomes READY: key, configuration of its generation, the engine's health")
+	d = k.waitDot(first, 2*time.Minute, readyDot)
+	t.Logf("FIGURE apply-to-READY %s (tcg, the key stored on the way)", time.Since(start).Round(time.Millisecond))
+	for _, c := range d.Status.Conditions {
+		if strings.Contains(c.Message, key) {
+			t.Errorf("condition %s carries the key", c.Type)
+		}
+	}
+
+	t.Log("a Dot applied once the key is stored reaches READY by itself")
+	start = time.Now()
+	k.apply(smallDot(second, ""))
+	k.waitDot(second, vmReadyTimeout, readyDot)
+	t.Logf("FIGURE apply-to-READY %s (tcg, key stored before)", time.Since(start).Round(time.Millisecond))
+
+	t.Log("the engine got the host's OpenRouter URL from the seed, and the key over the guest channel")
+	c := k.getComputer(first)
+	target := guestclient.Target{Port: int(c.Status.GuestPort), PID: int(c.Status.PID), Token: guestToken(t, k, first)}
+	gc := guestclient.New()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ex protocol.ExecResponse
+	if err := gc.DoJSON(ctx, target, http.MethodPost, protocol.PathExec, protocol.ExecRequest{Command: "cat " + protocol.EngineEnvPath}, &ex); err != nil {
+		t.Fatalf("read %s in the guest: %v", protocol.EngineEnvPath, err)
+	}
+	wantEnv := fmt.Sprintf("%s=http://10.0.2.2:%d/api/v1", protocol.EnvOpenRouterURL, stand.port)
+	if !strings.Contains(ex.Stdout, wantEnv) {
+		t.Errorf("%s in the guest holds %q; want %q", protocol.EngineEnvPath, ex.Stdout, wantEnv)
+	}
+	// A message straight to the engine (the deliverer's job, not built yet)
+	// makes it call its model: the stand-in sees the pushed key.
+	msg, _ := json.Marshal(protocol.UserMessage{Text: "hello"})
+	ev := protocol.InboundEvent{ID: "e2e-ready-1", Type: protocol.InboundUserMessage, TS: time.Now().UTC().Format(time.RFC3339Nano), Data: msg}
+	if err := gc.Agent(ctx, target, http.MethodPost, protocol.RouteEvents, ev, nil); err != nil {
+		t.Fatalf("POST /v1/agent/events: %v", err)
+	}
+	eventually(t, 90*time.Second, "the engine calls the stand-in with the pushed key", func() error {
+		for _, r := range stand.requests() {
+			if strings.Contains(r, " /api/v1/") && strings.HasSuffix(r, " Bearer "+key) {
+				return nil
+			}
+		}
+		return fmt.Errorf("the stand-in saw %q", stand.requests())
+	})
+}
+
+// readyDot: phase READY, the three steps True, ConfigApplied of this
+// generation.
+func readyDot(d *dotsv1.Dot) bool {
+	applied := dotCond(d, dotsv1.ConfigAppliedCondition)
+	return d.Status.Phase == dotsv1.DotReady &&
+		dotCond(d, dotsv1.KeyPushedCondition).Status == metav1.ConditionTrue &&
+		applied.Status == metav1.ConditionTrue &&
+		applied.ObservedGeneration == d.Generation &&
+		strings.Contains(applied.Message, fmt.Sprintf("generation %d", d.Generation)) &&
+		dotCond(d, dotsv1.AgentReadyCondition).Status == metav1.ConditionTrue
+}
+
+func dotCond(d *dotsv1.Dot, typ string) metav1.Condition {
+	for _, c := range d.Status.Conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return metav1.Condition{Type: typ}
+}
+
+// waitDot polls the Dot until ok, and fails with its status when the
+// timeout passes.
+func (k cvmKubectl) waitDot(name string, timeout time.Duration, ok func(*dotsv1.Dot) bool) *dotsv1.Dot {
+	k.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		out, err := k.try("get", "dot", name, "-o", "json")
+		d := &dotsv1.Dot{}
+		if err == nil && json.Unmarshal([]byte(out), d) == nil && ok(d) {
+			return d
+		}
+		if time.Now().After(deadline) {
+			ev, _ := k.try("get", "events", "--field-selector", "involvedObject.name="+name)
+			k.t.Fatalf("Dot %s did not get there within %s; last:\n%s\nevents:\n%s\nserver log:\n%s", name, timeout, out, ev, k.s.logTail(40))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// secretOpenRouter runs `invisible-dots secret openrouter [args]` with stdin.
+func secretOpenRouter(env []string, stdin string, args ...string) (string, error) {
+	cmd := exec.Command(binary, append([]string{"secret", "openrouter"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// doctorRow runs `invisible-dots doctor --json` and returns one row.
+func doctorRow(t *testing.T, env []string, name string) struct{ Status, Detail, Fix string } {
+	t.Helper()
+	cmd := exec.Command(binary, "doctor", "--json")
+	cmd.Env = append(os.Environ(), env...)
+	out, _ := cmd.Output() // exit 1 while a row is missing
+	var rep struct {
+		Checks []struct{ Name, Status, Detail, Fix string }
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	for _, c := range rep.Checks {
+		if c.Name == name {
+			return struct{ Status, Detail, Fix string }{c.Status, c.Detail, c.Fix}
+		}
+	}
+	t.Fatalf("doctor has no %q row:\n%s", name, out)
+	return struct{ Status, Detail, Fix string }{}
+}
+
+// guestToken reads a Computer's guest token from its Secret.
+func guestToken(t *testing.T, k cvmKubectl, computer string) string {
+	t.Helper()
+	enc := strings.TrimSpace(k.run("get", "secret", computer+"-guest-token", "-o", "jsonpath={.data.token}"))
+	b, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		t.Fatalf("decode the guest token: %v", err)
+	}
+	return string(b)
+}
