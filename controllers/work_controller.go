@@ -13,6 +13,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -71,7 +72,7 @@ type WorkReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks;approvals,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers;dots,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks/status;approvals/status;dots/status;computers/status,verbs=get;update;patch
 
 // SetupWithManager registers the reconciler: a Dot, its Tasks and
@@ -197,13 +198,16 @@ func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		view.Fold(toLifecycle(stored)...)
 		return err
 	}
+	if err := r.logDot(ctx, dot, id, view, decide); err != nil {
+		return ctrl.Result{}, err
+	}
 	for i := range tasks.Items {
 		if err := r.cancel(ctx, &tasks.Items[i], id, view, decide); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	for i := range approvals.Items {
-		if err := r.answer(&approvals.Items[i], id, decide); err != nil {
+		if err := r.answer(ctx, &approvals.Items[i], id, decide); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -427,11 +431,64 @@ func (r *WorkReconciler) cancel(ctx context.Context, t *dotsv1.Task, id store.Do
 	return decide(&store.Inbound{ID: "cancel-" + uid, Dot: id, Type: protocol.InboundSystemEvent, Data: body, TaskUID: uid, Run: v.Runs}, ev)
 }
 
+// logDot tells the log of a new generation of the Dot's spec and of a new
+// state of its Computer, once each: the view, folded from the log, says
+// what is already told.
+func (r *WorkReconciler) logDot(ctx context.Context, dot *dotsv1.Dot, id store.Dot, view *lifecycle.View, decide decideFunc) error {
+	if dot.Generation > view.Generation {
+		typ := wire.EventDotUpdated
+		if view.Generation == 0 {
+			typ = wire.EventDotCreated
+		}
+		data, _ := json.Marshal(map[string]any{"generation": dot.Generation})
+		if err := decide(nil, store.Event{Dot: id, Type: typ, Source: store.SourceHost, Data: data}); err != nil {
+			return err
+		}
+	}
+	c := &dotsv1.Computer{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(dot), c); err != nil || !metav1.IsControlledBy(c, dot) {
+		return client.IgnoreNotFound(err)
+	}
+	if state := string(c.Status.State); state != "" && state != view.ComputerState {
+		data, _ := json.Marshal(map[string]any{"state": state, "stop_reason": c.Status.StopReason})
+		return decide(nil, store.Event{Dot: id, Type: wire.EventComputerState, Source: store.SourceHost, Data: data})
+	}
+	return nil
+}
+
+// alwaysManager is the field manager of the permissions an "always allow"
+// sets: a GitOps apply of another value then meets a conflict instead of
+// silently taking it back.
+const alwaysManager = "invisible-dots-always-allow"
+
+// allowAlways sets the Approval's permission to allow in the Dot's spec,
+// with its own field manager (server-side apply, forced: the person's
+// decision wins over the value applied before it).
+func (r *WorkReconciler) allowAlways(ctx context.Context, a *dotsv1.Approval) error {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": dotsv1.GroupVersion.String(),
+		"kind":       "Dot",
+		"metadata":   map[string]any{"name": a.Spec.DotName, "namespace": a.Namespace},
+		"spec":       map[string]any{"permissions": map[string]any{a.Spec.Permission: "allow"}},
+	}}
+	if err := r.Client.Patch(ctx, u, client.Apply, client.FieldOwner(alwaysManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("set %s to allow in Dot %s: %w", a.Spec.Permission, a.Spec.DotName, err)
+	}
+	return nil
+}
+
 // answer delivers a person's decision on an Approval the guest asked for:
-// approval.resolved in the log and approval.received in the outbox.
-func (r *WorkReconciler) answer(a *dotsv1.Approval, id store.Dot, decide decideFunc) error {
+// approval.resolved in the log and approval.received in the outbox. An
+// "always" approval first sets the permission to allow in the Dot's spec
+// (the guest link pushes the new config), logged as dot.updated.
+func (r *WorkReconciler) answer(ctx context.Context, a *dotsv1.Approval, id store.Dot, decide decideFunc) error {
 	if a.Spec.Decision == "" || a.Spec.RequestID == "" {
 		return nil
+	}
+	if a.Spec.Decision == dotsv1.Approve && a.Spec.Always && a.Spec.Permission != "" {
+		if err := r.allowAlways(ctx, a); err != nil {
+			return err
+		}
 	}
 	msg := protocol.ApprovalReceived{ApprovalID: a.Spec.RequestID, Decision: protocol.ApprovalDecision(a.Spec.Decision)}
 	if a.Spec.Note != "" {

@@ -50,6 +50,11 @@ type View struct {
 	NextAutomation *time.Time
 	// LastID is the last event folded in.
 	LastID int64
+	// Generation is the Dot's last generation the log tells of
+	// (dot.created, dot.updated), and ComputerState its Computer's last
+	// state (computer.state): what is already logged is not logged again.
+	Generation    int64
+	ComputerState string
 }
 
 // NewView is an empty view.
@@ -118,11 +123,17 @@ func (v *View) foldHost(e Event) {
 		ApprovalID string `json:"approval_id"`
 		Run        int    `json:"run"`
 		Error      string `json:"error"`
+		Generation int64  `json:"generation"`
+		State      string `json:"state"`
 	}
 	if json.Unmarshal(e.Data, &d) != nil {
 		return
 	}
 	switch e.Type {
+	case wire.EventDotCreated, wire.EventDotUpdated:
+		v.Generation = max(v.Generation, d.Generation)
+	case wire.EventComputerState:
+		v.ComputerState = d.State
 	case wire.EventTaskCreated:
 		// The dispatcher gave the task to the Dot: a run opens.
 		if t := v.task(d.TaskID); !ended(t.Phase) {

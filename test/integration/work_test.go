@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -15,6 +14,7 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -138,6 +138,10 @@ var _ = Describe("A Dot's work", func() {
 		Expect(err).NotTo(HaveOccurred())
 		count := map[string]int{}
 		for _, e := range events {
+			switch e.Type {
+			case wire.EventDotCreated, wire.EventDotUpdated, wire.EventComputerState:
+				continue // the Dot's and its Computer's story, told at each change
+			}
 			if e.Source == store.SourceHost {
 				var d struct {
 					TaskID     string `json:"task_id"`
@@ -151,6 +155,43 @@ var _ = Describe("A Dot's work", func() {
 			Expect(n).To(Equal(1), "host event %q stored %d times", k, n)
 		}
 		Expect(count).To(HaveLen(4)) // two task.created, one approval.resolved, one task.cancelled
-		_ = time.Second
+		Expect(eventTypes(events)).To(ContainElements(wire.EventDotCreated, wire.EventComputerState))
+
+		By("an always-allow sets the permission in the Dot's spec, under its own field manager")
+		third := newTask(dot, dot.Name+"-third", 0)
+		Eventually(func() dotsv1.TaskPhase { return taskOf(third).Status.Phase }).Should(Equal(dotsv1.TaskRunning))
+		third = taskOf(third)
+		thirdID := string(third.UID)
+		guest.says(protocol.EventApprovalRequested, protocol.ApprovalRequested{ApprovalID: "req-2", TaskID: &thirdID, Tool: "write_file",
+			Permission: "files.write", Arguments: json.RawMessage(`{"path":"notes.txt"}`), Reason: "save notes"})
+		second := &dotsv1.Approval{}
+		Eventually(func() error {
+			return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: controllers.ApprovalName(dot.Name, "req-2")}, second)
+		}).Should(Succeed())
+		always := second.DeepCopy()
+		always.Spec.Decision, always.Spec.Always = dotsv1.Approve, true
+		Expect(k8sClient.Patch(suiteCtx, always, client.MergeFrom(second))).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := &dotsv1.Dot{}
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(dot), got)).To(Succeed())
+			g.Expect(got.Spec.Permissions).To(HaveKeyWithValue("files.write", dotsv1.Decision("allow")))
+			managers := []string{}
+			for _, m := range got.ManagedFields {
+				managers = append(managers, m.Manager)
+			}
+			g.Expect(managers).To(ContainElement("invisible-dots-always-allow"))
+		}).Should(Succeed())
+		Eventually(func() []string {
+			events, _ := logStore.EventsAfter(suiteCtx, id.UID, 0, 1000)
+			return eventTypes(events)
+		}).Should(ContainElement(wire.EventDotUpdated))
 	})
 })
+
+func eventTypes(events []store.Event) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, e.Type)
+	}
+	return out
+}

@@ -41,6 +41,14 @@ const (
 	// EventApprovalResolved: a person decided ({approval_id, approval,
 	// decision, always}).
 	EventApprovalResolved = "approval.resolved"
+	// EventDotCreated and EventDotUpdated: the Dot's spec as of a
+	// generation ({generation}; dot.updated also {permission} when an
+	// "always allow" changed it).
+	EventDotCreated = "dot.created"
+	EventDotUpdated = "dot.updated"
+	// EventComputerState: the Dot's Computer changed state ({state,
+	// stop_reason}).
+	EventComputerState = "computer.state"
 )
 
 // MessageUser is the data of EventMessageUser.
