@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -86,6 +87,18 @@ func DotSecretName(dot string) string { return dot + "-secrets" }
 // names; a Dot that names none gets DotSecretName, owned by the Dot (it goes
 // with it), and its spec.secretRef set to it.
 func StoreForDot(ctx context.Context, c client.Client, dotKey types.NamespacedName, key string) (Stored, error) {
+	// A Dot just applied is still being written by its controllers: a
+	// conflict reads it again and tries again.
+	var stored Stored
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var err error
+		stored, err = storeForDot(ctx, c, dotKey, key)
+		return err
+	})
+	return stored, err
+}
+
+func storeForDot(ctx context.Context, c client.Client, dotKey types.NamespacedName, key string) (Stored, error) {
 	dot := &dotsv1.Dot{}
 	if err := c.Get(ctx, dotKey, dot); err != nil {
 		if apierrors.IsNotFound(err) {

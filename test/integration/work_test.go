@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -15,6 +16,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/keystore"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -195,3 +197,42 @@ func eventTypes(events []store.Event) []string {
 	}
 	return out
 }
+
+var _ = Describe("Sleep and wake", func() {
+	It("puts an idle Dot's computer to sleep and wakes it for a message", func() {
+		dot := validDot()
+		dot.Spec.Computer.IdleTimeout = &metav1.Duration{Duration: 3 * time.Second}
+		Expect(k8sClient.Create(suiteCtx, dot)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), dot) })
+		_, err := keystore.StoreForDot(suiteCtx, k8sClient, client.ObjectKeyFromObject(dot), "sk-or-test-sleep")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(dot), dot)).To(Succeed())
+			readyWithGuest(g, dot)
+		}).Should(Succeed())
+		prepared := fakeHost.Calls("PrepareSleep")
+
+		By("idle for its idleTimeout: the engine prepares and the computer sleeps")
+		asleep := eventuallyComputer(&dotsv1.Computer{ObjectMeta: dot.ObjectMeta}, stoppedFor(dotsv1.StopIdle), "60s")
+		Expect(fakeHost.Calls("PrepareSleep")).To(BeNumerically(">", prepared))
+		Expect(asleep.Status.HandledSleepRequest).NotTo(BeEmpty())
+		Eventually(func() dotsv1.DotPhase {
+			_ = k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(dot), dot)
+			return dot.Status.Phase
+		}).Should(Equal(dotsv1.DotIdle))
+
+		By("a message for it (logged and queued, as the Dots API does) wakes it")
+		id := store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
+		body, _ := json.Marshal(protocol.UserMessage{Text: "wake up"})
+		logged, _ := json.Marshal(wire.MessageUser{Text: "wake up"})
+		_, err = logStore.Decide(suiteCtx, &store.Inbound{ID: "message-wake-" + string(dot.UID), Dot: id, Type: protocol.InboundUserMessage, Data: body},
+			store.Event{Dot: id, Type: wire.EventMessageUser, Source: store.SourceHost, Data: logged})
+		Expect(err).NotTo(HaveOccurred())
+		eventuallyComputer(&dotsv1.Computer{ObjectMeta: dot.ObjectMeta}, runningAndReady, "60s")
+		By("undelivered work keeps it awake")
+		Consistently(func() dotsv1.ComputerState {
+			c, _ := getComputer(dot)
+			return c.Status.State
+		}, "5s").Should(Equal(dotsv1.ComputerRunning))
+	})
+})
