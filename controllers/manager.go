@@ -168,6 +168,9 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		}).SetupWithManager(ctx, mgr); err != nil {
 			return nil, err
 		}
+		if err := (&LogRetentionReconciler{Client: mgr.GetClient(), Store: o.Store}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
 	}
 	if err := (&HostAccessReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, err

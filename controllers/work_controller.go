@@ -174,8 +174,10 @@ func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	if !dot.DeletionTimestamp.IsZero() {
+		// Nothing more goes to a guest that is going; the log stays for
+		// the Dot's history until its namespace goes.
 		r.forget(dot.UID)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.Store.DropUndelivered(ctx, string(dot.UID), "the Dot was deleted")
 	}
 	id := store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
 	view, err := r.fold(ctx, id)

@@ -114,3 +114,41 @@ func (s *Store) LastEventID(ctx context.Context) (int64, error) {
 	}
 	return id, nil
 }
+
+// DropUndelivered gives up the outbox rows of a Dot that was deleted:
+// nothing is delivered to a guest that is gone. Its log stays.
+func (s *Store) DropUndelivered(ctx context.Context, dotUID, reason string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE inbound_events SET dropped_at = now(), drop_reason = $2
+WHERE dot_uid = $1 AND delivered_at IS NULL AND dropped_at IS NULL`, dotUID, reason)
+	if err != nil {
+		return fmt.Errorf("drop the outbox of dot %s: %w", dotUID, err)
+	}
+	return nil
+}
+
+// Namespaces lists the namespaces that have rows in the log or the outbox.
+func (s *Store) Namespaces(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT dot_namespace FROM events UNION SELECT dot_namespace FROM inbound_events`)
+	if err != nil {
+		return nil, fmt.Errorf("list the log's namespaces: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list the log's namespaces: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteNamespace removes every row of the namespace's Dots: the history of
+// a deleted Dot is kept until its namespace goes.
+func (s *Store) DeleteNamespace(ctx context.Context, namespace string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "DELETE FROM inbound_events WHERE dot_namespace = $1", namespace); err != nil {
+			return fmt.Errorf("delete the outbox of namespace %s: %w", namespace, err)
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM events WHERE dot_namespace = $1", namespace); err != nil {
+			return fmt.Errorf("delete the log of namespace %s: %w", namespace, err)
+		}
+		return nil
+	})
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 )
@@ -82,5 +83,33 @@ func TestDotsWithEventsAfter(t *testing.T) {
 	}
 	if dots, again, _ := testStore.DotsWithEventsAfter(ctx, last, 100); len(dots) != 0 || again != last {
 		t.Errorf("after the last id: %v, %d; want nothing, %d", dots, again, last)
+	}
+}
+
+func TestNamespacesAndTheirDeletion(t *testing.T) {
+	ctx := context.Background()
+	d := newDot("ns")
+	d.Namespace = "gone-" + d.UID[len(d.UID)-6:]
+	if _, err := testStore.Decide(ctx, &Inbound{ID: "row-" + d.UID, Dot: d, Type: "user.message"}, Event{Dot: d, Type: "message.user", Source: SourceHost}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testStore.DropUndelivered(ctx, d.UID, "the Dot was deleted"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := testStore.Undelivered(ctx, d.UID); n != 0 {
+		t.Errorf("undelivered after the drop: %d", n)
+	}
+	if log, _ := testStore.EventsAfter(ctx, d.UID, 0, 10); len(log) != 1 {
+		t.Errorf("the log of a deleted Dot: %d events; want its history kept", len(log))
+	}
+	nss, err := testStore.Namespaces(ctx)
+	if err != nil || !slices.Contains(nss, d.Namespace) {
+		t.Fatalf("Namespaces = %v, %v; want %s among them", nss, err, d.Namespace)
+	}
+	if err := testStore.DeleteNamespace(ctx, d.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	if log, _ := testStore.EventsAfter(ctx, d.UID, 0, 10); len(log) != 0 {
+		t.Errorf("after its namespace went: %d events; want none", len(log))
 	}
 }

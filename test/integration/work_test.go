@@ -8,7 +8,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -234,5 +237,32 @@ var _ = Describe("Sleep and wake", func() {
 			c, _ := getComputer(dot)
 			return c.Status.State
 		}, "5s").Should(Equal(dotsv1.ComputerRunning))
+	})
+})
+
+var _ = Describe("A deleted Dot's log", func() {
+	It("is kept for its history until its namespace goes", func() {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "history-" + rand.String(5)}}
+		Expect(k8sClient.Create(suiteCtx, ns)).To(Succeed())
+		dot := createDot(ns.Name)
+		id := store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
+		Eventually(func() []string {
+			events, _ := logStore.EventsAfter(suiteCtx, id.UID, 0, 100)
+			return eventTypes(events)
+		}).Should(ContainElement(wire.EventDotCreated))
+
+		Expect(k8sClient.Delete(suiteCtx, dot)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(dot), &dotsv1.Dot{}))
+		}).Should(BeTrue())
+		events, err := logStore.EventsAfter(suiteCtx, id.UID, 0, 100)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(events).NotTo(BeEmpty(), "the history of a deleted Dot is kept")
+
+		Expect(k8sClient.Delete(suiteCtx, ns)).To(Succeed())
+		Eventually(func() int {
+			events, _ := logStore.EventsAfter(suiteCtx, id.UID, 0, 100)
+			return len(events)
+		}, "60s").Should(BeZero(), "its namespace went, and its rows with it")
 	})
 })
