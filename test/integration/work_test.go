@@ -92,10 +92,7 @@ var _ = Describe("A Dot's work", func() {
 		tid := string(high.UID)
 		guest.says(protocol.EventApprovalRequested, protocol.ApprovalRequested{ApprovalID: "req-1", TaskID: &tid, Tool: "exec",
 			Permission: "computer.exec", Arguments: json.RawMessage(`{"command":"make"}`), Reason: "run the build"})
-		approval := &dotsv1.Approval{}
-		Eventually(func() error {
-			return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: controllers.ApprovalName(dot.Name, "req-1")}, approval)
-		}).Should(Succeed())
+		approval := approvalFor(dot, "req-1")
 		Expect(approval.Spec.TaskName).To(Equal(high.Name))
 		Expect(approval.Spec.Tool).To(Equal("exec"))
 		Eventually(func() dotsv1.TaskPhase { return taskOf(high).Status.Phase }).Should(Equal(dotsv1.TaskWaitingApproval))
@@ -169,10 +166,7 @@ var _ = Describe("A Dot's work", func() {
 		thirdID := string(third.UID)
 		guest.says(protocol.EventApprovalRequested, protocol.ApprovalRequested{ApprovalID: "req-2", TaskID: &thirdID, Tool: "write_file",
 			Permission: "files.write", Arguments: json.RawMessage(`{"path":"notes.txt"}`), Reason: "save notes"})
-		second := &dotsv1.Approval{}
-		Eventually(func() error {
-			return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: controllers.ApprovalName(dot.Name, "req-2")}, second)
-		}).Should(Succeed())
+		second := approvalFor(dot, "req-2")
 		always := second.DeepCopy()
 		always.Spec.Decision, always.Spec.Always = dotsv1.Approve, true
 		Expect(k8sClient.Patch(suiteCtx, always, client.MergeFrom(second))).To(Succeed())
@@ -266,3 +260,13 @@ var _ = Describe("A deleted Dot's log", func() {
 		}, "60s").Should(BeZero(), "its namespace went, and its rows with it")
 	})
 })
+
+// approvalFor waits for the Approval of a guest's request.
+func approvalFor(dot *dotsv1.Dot, requestID string) *dotsv1.Approval {
+	GinkgoHelper()
+	a := &dotsv1.Approval{}
+	Eventually(func() error {
+		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: controllers.ApprovalName(dot.Name, requestID)}, a)
+	}).Should(Succeed())
+	return a
+}
