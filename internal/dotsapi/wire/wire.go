@@ -255,7 +255,22 @@ const (
 	OutcomeFailed Outcome = "failed"
 	// OutcomeDropped: the row is given up; Reason is required (store.Drop).
 	OutcomeDropped Outcome = "dropped"
+	// OutcomeGivenUp: a task's task.created is given up (ref 9.2: three
+	// known failures, or one refusal): the row is dropped and its task
+	// FAILED, logged as EventTaskFailed (TaskFailed) in the same
+	// transaction; a task that ended meanwhile stays as it ended. Reason is
+	// required (it becomes the task's error); only a task.created row
+	// takes it (store.GiveUpTask).
+	OutcomeGivenUp Outcome = "given_up"
 )
+
+// TaskFailed is the data of EventTaskFailed, the host's: the task the
+// control plane gave up, and why.
+type TaskFailed struct {
+	TaskID string `json:"task_id"`
+	Run    int    `json:"run,omitempty"`
+	Error  string `json:"error"`
+}
 
 // Ack is the body of POST AckPath. Reason is the deliverer's own words
 // (route, status, code; never the guest's text, ref 4.3), at most MaxReason
@@ -266,9 +281,12 @@ type Ack struct {
 	RetryAt *time.Time `json:"retry_at,omitempty"`
 }
 
-// Acked answers Ack: the row's known failures so far.
+// Acked answers Ack: the row's known failures so far. For OutcomeGivenUp,
+// TaskFailed says whether this acknowledgement failed the task (false when
+// the row had been delivered or dropped already).
 type Acked struct {
-	ID       string  `json:"id"`
-	Outcome  Outcome `json:"outcome"`
-	Failures int     `json:"failures"`
+	ID         string  `json:"id"`
+	Outcome    Outcome `json:"outcome"`
+	Failures   int     `json:"failures"`
+	TaskFailed bool    `json:"task_failed,omitempty"`
 }
