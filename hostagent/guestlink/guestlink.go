@@ -91,6 +91,30 @@ const (
 	maxRounds = 5
 )
 
+// Notice is what the guest link tells its listeners of one Dot's guest,
+// each time it looks at the Dot: whether the Dot has a guest on this host
+// that may be reached, and whether the READY procedure completed on it.
+type Notice struct {
+	Key types.NamespacedName
+	// DotUID is the Dot's UID; empty when the Dot is gone.
+	DotUID types.UID
+	// Target is the guest: its QEMU, port and token. It is zero when the
+	// Dot has no guest here to reach: its Computer is not RUNNING and
+	// Ready, is another host's, or the Dot is gone or going.
+	Target guestclient.Target
+	// Ready: the READY procedure completed on this guest (the key and the
+	// configuration reached it and the engine's health holds: AgentReady).
+	Ready bool
+}
+
+// Listener hears of the guests of this host: the event pump starts and
+// stops with them, the deliverer sends to the READY ones. GuestNotice is
+// called from the reconciler's workers, in each Dot's order, again on every
+// look (a listener acts on changes only); it must not block.
+type Listener interface {
+	GuestNotice(n Notice)
+}
+
 // Reconciler runs the READY procedure for the Dots whose Computers run on
 // its host.
 type Reconciler struct {
@@ -110,6 +134,8 @@ type Reconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles (of different
 	// Dots: one Dot is never reconciled twice at once); 4 when zero.
 	MaxConcurrentReconciles int
+	// Listeners hear of each Dot's guest after every reconcile.
+	Listeners []Listener
 
 	mu sync.Mutex
 	// pushed is what reached each Dot's guest, in memory: after an agent's
@@ -226,6 +252,10 @@ func (s *scope) set(c *cond, status metav1.ConditionStatus, reason, message stri
 // three conditions once at the end.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
 	r.init()
+	// What the listeners hear once this reconcile ends: no guest, unless
+	// the procedure below reaches one.
+	notice := Notice{Key: req.NamespacedName}
+	defer func() { r.notify(notice) }()
 	dot := &dotsv1.Dot{}
 	if err := r.Client.Get(ctx, req.NamespacedName, dot); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -268,7 +298,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 	target := guestclient.Target{Port: int(c.Status.GuestPort), PID: int(c.Status.PID), Token: token}
-	return r.ready(ctx, s, req.NamespacedName, target), nil
+	res = r.ready(ctx, s, req.NamespacedName, target)
+	notice = Notice{Key: req.NamespacedName, DotUID: dot.UID, Target: target, Ready: s.agent.status == metav1.ConditionTrue}
+	return res, nil
+}
+
+func (r *Reconciler) notify(n Notice) {
+	for _, l := range r.Listeners {
+		l.GuestNotice(n)
+	}
 }
 
 // computerNotReady says why a Computer's guest cannot be reached yet, or ""
