@@ -115,6 +115,56 @@ type Listener interface {
 	GuestNotice(n Notice)
 }
 
+// Notices is a Listener for a loop of its own: it keeps the latest notice
+// of each Dot until the loop takes it, and wakes the loop. The zero value
+// is ready to use.
+type Notices struct {
+	mu     sync.Mutex
+	latest map[types.NamespacedName]Notice
+	wake   chan struct{}
+}
+
+// GuestNotice keeps n, over an earlier notice of the same Dot not taken yet.
+func (l *Notices) GuestNotice(n Notice) {
+	l.mu.Lock()
+	if l.latest == nil {
+		l.latest = map[types.NamespacedName]Notice{}
+	}
+	l.latest[n.Key] = n
+	wake := l.wakeLocked()
+	l.mu.Unlock()
+	select {
+	case wake <- struct{}{}:
+	default:
+	}
+}
+
+// Wake receives after a notice came.
+func (l *Notices) Wake() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.wakeLocked()
+}
+
+func (l *Notices) wakeLocked() chan struct{} {
+	if l.wake == nil {
+		l.wake = make(chan struct{}, 1)
+	}
+	return l.wake
+}
+
+// Take returns the latest notice of each Dot heard of since the last Take.
+func (l *Notices) Take() []Notice {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]Notice, 0, len(l.latest))
+	for _, n := range l.latest {
+		out = append(out, n)
+	}
+	clear(l.latest)
+	return out
+}
+
 // Reconciler runs the READY procedure for the Dots whose Computers run on
 // its host.
 type Reconciler struct {

@@ -2,7 +2,6 @@ package pump
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -29,32 +28,11 @@ type Pumps struct {
 	Retry      time.Duration
 	Log        logr.Logger
 
-	mu sync.Mutex
-	// latest is the last notice of each Dot.
-	latest map[types.NamespacedName]guestlink.Notice
-	wake   chan struct{}
+	// Notices is where the guest link's notices wait for the loop.
+	guestlink.Notices
 }
 
 var _ guestlink.Listener = (*Pumps)(nil)
-
-// GuestNotice takes the guest link's latest word on a Dot's guest.
-func (p *Pumps) GuestNotice(n guestlink.Notice) {
-	p.mu.Lock()
-	p.init()
-	p.latest[n.Key] = n
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (p *Pumps) init() {
-	if p.latest == nil {
-		p.latest = map[types.NamespacedName]guestlink.Notice{}
-		p.wake = make(chan struct{}, 1)
-	}
-}
 
 // NeedLeaderElection: every host agent pumps its own guests.
 func (p *Pumps) NeedLeaderElection() bool { return false }
@@ -111,10 +89,6 @@ func decide(n guestlink.Notice, run *running) change {
 
 // Start runs the pumps until ctx ends.
 func (p *Pumps) Start(ctx context.Context) error {
-	p.mu.Lock()
-	p.init()
-	wake := p.wake
-	p.mu.Unlock()
 	pumps := map[types.NamespacedName]*running{}
 	defer func() {
 		for _, r := range pumps {
@@ -128,32 +102,23 @@ func (p *Pumps) Start(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-wake:
+		case <-p.Wake():
 		}
-		p.mu.Lock()
-		latest := make(map[types.NamespacedName]guestlink.Notice, len(p.latest))
-		for k, n := range p.latest {
-			latest[k] = n
-			if n.Target == (guestclient.Target{}) {
-				delete(p.latest, k) // nothing to remember of a Dot without a guest
-			}
-		}
-		p.mu.Unlock()
-		for key, n := range latest {
-			run := pumps[key]
+		for _, n := range p.Take() {
+			run := pumps[n.Key]
 			if run != nil && run.ended() {
-				delete(pumps, key)
+				delete(pumps, n.Key)
 				run = nil
 			}
 			switch decide(n, run) {
 			case start:
-				pumps[key] = p.run(ctx, n)
+				pumps[n.Key] = p.run(ctx, n)
 			case stop:
-				p.halt(key, run)
-				delete(pumps, key)
+				p.halt(n.Key, run)
+				delete(pumps, n.Key)
 			case restart:
-				p.halt(key, run)
-				pumps[key] = p.run(ctx, n)
+				p.halt(n.Key, run)
+				pumps[n.Key] = p.run(ctx, n)
 			}
 		}
 	}

@@ -211,7 +211,10 @@ func (h *Handler) ackOutbox(w http.ResponseWriter, r *http.Request) error {
 	out := wire.Acked{ID: id, Outcome: ack.Outcome, Failures: row.Failures}
 	switch ack.Outcome {
 	case wire.OutcomeSent:
-		err = h.store.MarkSent(r.Context(), id, now)
+		var marked bool
+		if marked, err = h.store.MarkSent(r.Context(), id, now); err == nil && !marked {
+			return apiErrorf(http.StatusConflict, wire.CodeNotPending, "outbox row %q was delivered or dropped meanwhile: do not send it", id)
+		}
 	case wire.OutcomeDelivered:
 		err = h.store.MarkDelivered(r.Context(), id, now)
 	case wire.OutcomeFailed:

@@ -45,8 +45,8 @@ func TestDropUnsent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := testStore.MarkSent(ctx, "sent-"+d.UID, time.Now()); err != nil {
-		t.Fatal(err)
+	if ok, err := testStore.MarkSent(ctx, "sent-"+d.UID, time.Now()); err != nil || !ok {
+		t.Fatalf("MarkSent = %v, %v; want marked", ok, err)
 	}
 	tests := map[string]struct {
 		reason string
@@ -65,6 +65,11 @@ func TestDropUnsent(t *testing.T) {
 	}
 	if n, _ := testStore.Undelivered(ctx, d.UID); n != 1 {
 		t.Errorf("undelivered %d; want the sent row only", n)
+	}
+	// The deliverer comes after the cancel won: the dropped row is not
+	// marked, so it is not sent.
+	if ok, err := testStore.MarkSent(ctx, "never-sent-"+d.UID, time.Now()); err != nil || ok {
+		t.Errorf("MarkSent of a row the cancel dropped = %v, %v; want not marked", ok, err)
 	}
 }
 

@@ -80,6 +80,9 @@ const (
 	CodeDotChanged = "dot_changed"
 	// CodeDotDeleting: the Dot is being deleted and takes no new work (409).
 	CodeDotDeleting = "dot_deleting"
+	// CodeNotPending: the outbox row was delivered or dropped meanwhile (a
+	// cancel won the race): a send must not begin (409).
+	CodeNotPending = "not_pending"
 	// CodeTooLarge: the body is larger than the route takes (413).
 	CodeTooLarge = "request_too_large"
 	// CodeUnsupportedMediaType: a body that is not JSON (415).
@@ -245,7 +248,9 @@ type Outbox struct {
 type Outcome string
 
 const (
-	// OutcomeSent: a send began (store.MarkSent).
+	// OutcomeSent: a send begins (store.MarkSent). Acknowledge it before
+	// the send: a row delivered or dropped meanwhile answers 409
+	// CodeNotPending, and is not sent.
 	OutcomeSent Outcome = "sent"
 	// OutcomeDelivered: the guest answered 202 (store.MarkDelivered).
 	OutcomeDelivered Outcome = "delivered"
