@@ -443,7 +443,7 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 	rec := r.record(key, target)
 	if !rec.keyPushed || rec.secrets != want.secrets.digest {
 		if err := r.call(ctx, target, http.MethodPost, protocol.RouteSecrets, want.secrets.req, nil); err != nil {
-			s.set(&s.key, metav1.ConditionFalse, dotsv1.PushFailedReason, describeFailure("the guest did not take the OpenRouter key", http.MethodPost, protocol.RouteSecrets, err, r.callTimeout()))
+			s.set(&s.key, metav1.ConditionFalse, dotsv1.PushFailedReason, DescribeFailure("the guest did not take the OpenRouter key", http.MethodPost, protocol.RouteSecrets, err, r.callTimeout()))
 			s.set(&s.config, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
 			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
 			return pushed, true
@@ -466,7 +466,7 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 	if rec.generation != want.generation {
 		if err := r.call(ctx, target, http.MethodPut, protocol.RouteConfig, want.config, nil); err != nil {
 			s.set(&s.config, metav1.ConditionFalse, dotsv1.PushFailedReason,
-				describeFailure(fmt.Sprintf("the guest did not take the configuration of generation %d", want.generation), http.MethodPut, protocol.RouteConfig, err, r.callTimeout()))
+				DescribeFailure(fmt.Sprintf("the guest did not take the configuration of generation %d", want.generation), http.MethodPut, protocol.RouteConfig, err, r.callTimeout()))
 			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the configuration (ConfigApplied)")
 			return pushed, true
 		}
@@ -484,7 +484,7 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 func (r *Reconciler) health(ctx context.Context, s *scope, key types.NamespacedName, target guestclient.Target) ctrl.Result {
 	var h protocol.Health
 	if err := r.call(ctx, target, http.MethodGet, protocol.RouteHealth, nil, &h); err != nil {
-		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentNotAnsweringReason, describeFailure("the engine's health did not answer", http.MethodGet, protocol.RouteHealth, err, r.callTimeout()))
+		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentNotAnsweringReason, DescribeFailure("the engine's health did not answer", http.MethodGet, protocol.RouteHealth, err, r.callTimeout()))
 		return ctrl.Result{RequeueAfter: retryPoll}
 	}
 	if !h.OpenRouterConfigured {
@@ -528,10 +528,11 @@ func (r *Reconciler) call(ctx context.Context, t guestclient.Target, method, rou
 // anything else a guest sends in its place is not repeated.
 var codeRE = regexp.MustCompile(`^[a-z][a-z_]{0,39}$`)
 
-// describeFailure says what a failed call was, by route, status and error
-// code only: never the text the guest or a proxy answered, which could echo
-// the key into the Dot's status, the log or the event log (ref 4.3).
-func describeFailure(what, method, route string, err error, timeout time.Duration) string {
+// DescribeFailure says what a failed call to a guest's engine was, by
+// route, status and error code only: never the text the guest or a proxy
+// answered, which could echo the key into the Dot's status, the log or the
+// event log (ref 4.3). The deliverer words its failures with it too.
+func DescribeFailure(what, method, route string, err error, timeout time.Duration) string {
 	path := protocol.AgentRoutePrefix + route
 	var se *guestclient.StatusError
 	switch {

@@ -589,8 +589,8 @@ func TestDescribeFailure(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := describeFailure("x", http.MethodPost, protocol.RouteSecrets, tc.err, 10*time.Second); got != tc.want {
-				t.Errorf("%s\ndescribeFailure() = %q, want %q", tc.reason, got, tc.want)
+			if got := DescribeFailure("x", http.MethodPost, protocol.RouteSecrets, tc.err, 10*time.Second); got != tc.want {
+				t.Errorf("%s\nDescribeFailure() = %q, want %q", tc.reason, got, tc.want)
 			}
 		})
 	}
