@@ -141,8 +141,10 @@ type Engine struct {
 	guests map[[2]int]*engineState
 	// Starting, when true, makes every engine answer that it is starting.
 	starting bool
-	// reply is what an engine does with an event it accepted.
-	reply func(ev protocol.InboundEvent) []protocol.OutboundEvent
+	// reply is what an engine does with an event it accepted; refuse says
+	// which events it refuses (400 invalid).
+	reply  func(ev protocol.InboundEvent) []protocol.OutboundEvent
+	refuse func(ev protocol.InboundEvent) bool
 }
 
 type engineState struct {
@@ -177,6 +179,14 @@ func (e *Engine) SetReply(fn func(ev protocol.InboundEvent) []protocol.OutboundE
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.reply = fn
+}
+
+// SetRefuse sets which inbound events every engine refuses, as the real
+// one refuses an event it cannot take (400 invalid).
+func (e *Engine) SetRefuse(fn func(ev protocol.InboundEvent) bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.refuse = fn
 }
 
 // Stream is the outbox of the guest on port and pid.
@@ -233,9 +243,12 @@ func (e *Engine) Guest() GuestFns {
 			return h, nil
 		},
 		EventsFn: func(_ context.Context, t guestclient.Target, ev protocol.InboundEvent) error {
-			if _, err := protocol.ParseInbound(ev); err != nil {
+			e.mu.Lock()
+			refuse := e.refuse
+			e.mu.Unlock()
+			if _, err := protocol.ParseInbound(ev); err != nil || (refuse != nil && refuse(ev)) {
 				return &guestclient.StatusError{Method: http.MethodPost, Path: protocol.AgentRoutePrefix + protocol.RouteEvents,
-					Status: http.StatusBadRequest, Code: protocol.ErrInvalid, Message: err.Error()}
+					Status: http.StatusBadRequest, Code: protocol.ErrInvalid, Message: "the engine refuses it"}
 			}
 			e.mu.Lock()
 			s := e.state(t)

@@ -26,6 +26,8 @@ type Stream struct {
 	cuts []int
 	// opened is the cursor each connection asked for.
 	opened []int64
+	// open are the connections being served.
+	open map[*io.PipeWriter]bool
 }
 
 type message struct {
@@ -98,6 +100,15 @@ func (s *Stream) CutNext(n ...int) {
 	s.cuts = append(s.cuts, n...)
 }
 
+// Drop ends every connection being served now, as a reset would.
+func (s *Stream) Drop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.open {
+		w.CloseWithError(io.ErrUnexpectedEOF)
+	}
+}
+
 // Opened is the cursor (?after=) of each connection so far.
 func (s *Stream) Opened() []int64 {
 	s.mu.Lock()
@@ -116,9 +127,18 @@ func (s *Stream) Open(ctx context.Context, after int64) io.ReadCloser {
 	if s.grew == nil {
 		s.grew = make(chan struct{})
 	}
-	s.mu.Unlock()
 	r, w := io.Pipe()
+	if s.open == nil {
+		s.open = map[*io.PipeWriter]bool{}
+	}
+	s.open[w] = true
+	s.mu.Unlock()
 	go func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.open, w)
+			s.mu.Unlock()
+		}()
 		// Writes fail once the reader closed the body; the connection
 		// then ends as a real one would.
 		_, err := io.WriteString(w, ": keep-alive\n\n")
