@@ -222,12 +222,11 @@ func TestDotReady(t *testing.T) {
 	if !strings.Contains(ex.Stdout, wantEnv) {
 		t.Errorf("%s in the guest holds %q; want %q", protocol.EngineEnvPath, ex.Stdout, wantEnv)
 	}
-	// A message straight to the engine (the deliverer's job, not built yet)
-	// makes it call its model: the stand-in sees the pushed key.
-	msg, _ := json.Marshal(protocol.UserMessage{Text: "hello"})
-	ev := protocol.InboundEvent{ID: "e2e-ready-1", Type: protocol.InboundUserMessage, TS: time.Now().UTC().Format(time.RFC3339Nano), Data: msg}
-	if err := gc.Agent(ctx, target, http.MethodPost, protocol.RouteEvents, ev, nil); err != nil {
-		t.Fatalf("POST /v1/agent/events: %v", err)
+	// A message, which the deliverer takes to the engine, makes it call its
+	// model: the stand-in sees the pushed key.
+	w := work{t: t, k: k, dot: first}
+	if _, err := w.dots().PostMessage(ctx, "default", first, "hello"); err != nil {
+		t.Fatalf("post a message: %v", err)
 	}
 	eventually(t, 90*time.Second, "the engine calls the stand-in with the pushed key", func() error {
 		for _, r := range stand.requests() {
