@@ -95,6 +95,9 @@ var ErrDotGone = errors.New("the control plane takes no more events of this Dot 
 func (p *Pump) Run(ctx context.Context) error {
 	retry := p.retry()
 	cursor, err := p.cursor(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -133,7 +136,7 @@ func (p *Pump) cursor(ctx context.Context) (int64, error) {
 			return got.Cursor, nil
 		}
 		if gone(err) {
-			return 0, fmt.Errorf("%w: %v", ErrDotGone, err)
+			return 0, fmt.Errorf("ask the Dot's cursor: %v: %w", err, ErrDotGone)
 		}
 		p.Log.Info("the control plane did not answer the Dot's cursor; asking again", "err", err.Error())
 		if !sleep(ctx, retry) {
@@ -290,7 +293,7 @@ func (b *batcher) flush(ctx context.Context) error {
 			return nil
 		}
 		if gone(err) {
-			return fmt.Errorf("%w: %v", ErrDotGone, err)
+			return fmt.Errorf("hand on a batch of %d events: %v: %w", len(b.events), err, ErrDotGone)
 		}
 		p.Log.Info("the control plane did not take a batch of the guest's events; sending it again", "events", len(b.events), "err", err.Error())
 		if !sleep(ctx, retry) {
