@@ -99,11 +99,13 @@ bench: build
 # The other figures of `make bench`: the host agent's VMs under the test image
 # (tcg on hosts whose host.yaml says so), the Computer reconciler over 100
 # fake VMs, a start while 20 VMs power off and 100 Computers create-to-Ready
-# through the real API server (fake VMs), the guest engine, PostgreSQL and
-# the event log store. Each prints its own figures.
+# through the real API server (fake VMs), the guest engine, PostgreSQL, the
+# event log store, and the events one event pump gets stored per second
+# (target 5,000/s). Each prints its own figures.
 bench-parts: test-image
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./hostagent/qemu/ ./guest/image/testimage/
 	$(GO) test -run '^$$' -bench Reconcile100Computers -benchtime 50x ./hostagent/computer/
 	$(GO) test -count=1 ./test/integration/ -ginkgo.focus 'acts on a start at once|100 Computers' -ginkgo.v | grep -A1 -E 'start acted on|create-to-Ready'
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/postgres/
 	$(GO) test -run '^$$' -bench . ./internal/store/ ./guest/engine/...
+	$(GO) test -run '^$$' -bench PumpIngest -benchtime 3x ./internal/dotsapi/

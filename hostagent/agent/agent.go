@@ -2,7 +2,8 @@
 // host. It registers and heartbeats its Host, and reconciles only the
 // Computers placed on it (its cache holds no other host's, through a field
 // selector on spec.nodeName), owning everything that touches a VM: QEMU, the
-// disks, the images, adoption after its own restart, health. It talks to the
+// disks, the images, adoption after its own restart, health, and the guest
+// link (the READY procedure, the event pump, the deliverer). It talks to the
 // API server alone, never to PostgreSQL, as a kubelet never touches etcd.
 //
 // `invisible-dots server` runs one in process for its own machine;
@@ -28,15 +29,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/computer"
+	"github.com/invisible-dots/invisible-dots/hostagent/deliver"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
+	"github.com/invisible-dots/invisible-dots/hostagent/pump"
+	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -64,9 +69,21 @@ type Options struct {
 	// StopGrace is how long a guest asked to power off has before it is
 	// killed; 60 s when zero.
 	StopGrace time.Duration
-	// Guest reaches the engines of this host's guests for the READY
-	// procedure; the proven guest client when nil. Tests give a fake.
-	Guest guestlink.Guest
+	// Guest reaches the engines of this host's guests: the READY
+	// procedure, the event pump and the deliverer. The proven guest client
+	// when nil; tests give a fake.
+	Guest Guest
+	// DeliverInterval is the deliverer's periodic pass; its default when
+	// zero.
+	DeliverInterval time.Duration
+}
+
+// Guest is what the host agent asks of its guests: the engine's routes (the
+// READY procedure's pushes, the deliverer's sends) and the raw event stream
+// (the pump). *guestclient.Client is the product's.
+type Guest interface {
+	guestlink.Guest
+	pump.Streamer
 }
 
 // dnsLabel is a Host's name.
@@ -171,8 +188,28 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Recorder:  mgr.GetEventRecorder(guestlink.ControllerName),
 		Clock:     o.Clock,
 	}
+	// The event pump and the deliverer talk to the control plane through
+	// the Dots API's host routes, with the agent's own credential.
+	dots, err := dotsclient.New(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	pumps := &pump.Pumps{
+		Host: o.HostName, Guest: guest, Ingest: dots, Started: link.RequestPush,
+		Log: o.Log.WithName("pump"),
+	}
+	deliverer := &deliver.Deliverer{
+		Host: o.HostName, Guest: guest, Outbox: dots, Clock: o.Clock, Interval: o.DeliverInterval,
+		Log: o.Log.WithName("deliver"),
+	}
+	link.Listeners = []guestlink.Listener{pumps, deliverer}
 	if err := link.SetupWithManager(mgr); err != nil {
 		return nil, err
+	}
+	for _, r := range []manager.Runnable{pumps, deliverer} {
+		if err := mgr.Add(r); err != nil {
+			return nil, err
+		}
 	}
 	return mgr, nil
 }

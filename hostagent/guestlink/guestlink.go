@@ -91,6 +91,80 @@ const (
 	maxRounds = 5
 )
 
+// Notice is what the guest link tells its listeners of one Dot's guest,
+// each time it looks at the Dot: whether the Dot has a guest on this host
+// that may be reached, and whether the READY procedure completed on it.
+type Notice struct {
+	Key types.NamespacedName
+	// DotUID is the Dot's UID; empty when the Dot is gone.
+	DotUID types.UID
+	// Target is the guest: its QEMU, port and token. It is zero when the
+	// Dot has no guest here to reach: its Computer is not RUNNING and
+	// Ready, is another host's, or the Dot is gone or going.
+	Target guestclient.Target
+	// Ready: the READY procedure completed on this guest (the key and the
+	// configuration reached it and the engine's health holds: AgentReady).
+	Ready bool
+}
+
+// Listener hears of the guests of this host: the event pump starts and
+// stops with them, the deliverer sends to the READY ones. GuestNotice is
+// called from the reconciler's workers, in each Dot's order, again on every
+// look (a listener acts on changes only); it must not block.
+type Listener interface {
+	GuestNotice(n Notice)
+}
+
+// Notices is a Listener for a loop of its own: it keeps the latest notice
+// of each Dot until the loop takes it, and wakes the loop. The zero value
+// is ready to use.
+type Notices struct {
+	mu     sync.Mutex
+	latest map[types.NamespacedName]Notice
+	wake   chan struct{}
+}
+
+// GuestNotice keeps n, over an earlier notice of the same Dot not taken yet.
+func (l *Notices) GuestNotice(n Notice) {
+	l.mu.Lock()
+	if l.latest == nil {
+		l.latest = map[types.NamespacedName]Notice{}
+	}
+	l.latest[n.Key] = n
+	wake := l.wakeLocked()
+	l.mu.Unlock()
+	select {
+	case wake <- struct{}{}:
+	default:
+	}
+}
+
+// Wake receives after a notice came.
+func (l *Notices) Wake() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.wakeLocked()
+}
+
+func (l *Notices) wakeLocked() chan struct{} {
+	if l.wake == nil {
+		l.wake = make(chan struct{}, 1)
+	}
+	return l.wake
+}
+
+// Take returns the latest notice of each Dot heard of since the last Take.
+func (l *Notices) Take() []Notice {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]Notice, 0, len(l.latest))
+	for _, n := range l.latest {
+		out = append(out, n)
+	}
+	clear(l.latest)
+	return out
+}
+
 // Reconciler runs the READY procedure for the Dots whose Computers run on
 // its host.
 type Reconciler struct {
@@ -110,6 +184,8 @@ type Reconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles (of different
 	// Dots: one Dot is never reconciled twice at once); 4 when zero.
 	MaxConcurrentReconciles int
+	// Listeners hear of each Dot's guest after every reconcile.
+	Listeners []Listener
 
 	mu sync.Mutex
 	// pushed is what reached each Dot's guest, in memory: after an agent's
@@ -226,6 +302,10 @@ func (s *scope) set(c *cond, status metav1.ConditionStatus, reason, message stri
 // three conditions once at the end.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
 	r.init()
+	// What the listeners hear once this reconcile ends: no guest, unless
+	// the procedure below reaches one.
+	notice := Notice{Key: req.NamespacedName}
+	defer func() { r.notify(notice) }()
 	dot := &dotsv1.Dot{}
 	if err := r.Client.Get(ctx, req.NamespacedName, dot); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -268,7 +348,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 	target := guestclient.Target{Port: int(c.Status.GuestPort), PID: int(c.Status.PID), Token: token}
-	return r.ready(ctx, s, req.NamespacedName, target), nil
+	res = r.ready(ctx, s, req.NamespacedName, target)
+	notice = Notice{Key: req.NamespacedName, DotUID: dot.UID, Target: target, Ready: s.agent.status == metav1.ConditionTrue}
+	return res, nil
+}
+
+func (r *Reconciler) notify(n Notice) {
+	for _, l := range r.Listeners {
+		l.GuestNotice(n)
+	}
 }
 
 // computerNotReady says why a Computer's guest cannot be reached yet, or ""
@@ -355,7 +443,7 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 	rec := r.record(key, target)
 	if !rec.keyPushed || rec.secrets != want.secrets.digest {
 		if err := r.call(ctx, target, http.MethodPost, protocol.RouteSecrets, want.secrets.req, nil); err != nil {
-			s.set(&s.key, metav1.ConditionFalse, dotsv1.PushFailedReason, describeFailure("the guest did not take the OpenRouter key", http.MethodPost, protocol.RouteSecrets, err, r.callTimeout()))
+			s.set(&s.key, metav1.ConditionFalse, dotsv1.PushFailedReason, DescribeFailure("the guest did not take the OpenRouter key", http.MethodPost, protocol.RouteSecrets, err, r.callTimeout()))
 			s.set(&s.config, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
 			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
 			return pushed, true
@@ -378,7 +466,7 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 	if rec.generation != want.generation {
 		if err := r.call(ctx, target, http.MethodPut, protocol.RouteConfig, want.config, nil); err != nil {
 			s.set(&s.config, metav1.ConditionFalse, dotsv1.PushFailedReason,
-				describeFailure(fmt.Sprintf("the guest did not take the configuration of generation %d", want.generation), http.MethodPut, protocol.RouteConfig, err, r.callTimeout()))
+				DescribeFailure(fmt.Sprintf("the guest did not take the configuration of generation %d", want.generation), http.MethodPut, protocol.RouteConfig, err, r.callTimeout()))
 			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the configuration (ConfigApplied)")
 			return pushed, true
 		}
@@ -396,7 +484,7 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 func (r *Reconciler) health(ctx context.Context, s *scope, key types.NamespacedName, target guestclient.Target) ctrl.Result {
 	var h protocol.Health
 	if err := r.call(ctx, target, http.MethodGet, protocol.RouteHealth, nil, &h); err != nil {
-		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentNotAnsweringReason, describeFailure("the engine's health did not answer", http.MethodGet, protocol.RouteHealth, err, r.callTimeout()))
+		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentNotAnsweringReason, DescribeFailure("the engine's health did not answer", http.MethodGet, protocol.RouteHealth, err, r.callTimeout()))
 		return ctrl.Result{RequeueAfter: retryPoll}
 	}
 	if !h.OpenRouterConfigured {
@@ -440,10 +528,11 @@ func (r *Reconciler) call(ctx context.Context, t guestclient.Target, method, rou
 // anything else a guest sends in its place is not repeated.
 var codeRE = regexp.MustCompile(`^[a-z][a-z_]{0,39}$`)
 
-// describeFailure says what a failed call was, by route, status and error
-// code only: never the text the guest or a proxy answered, which could echo
-// the key into the Dot's status, the log or the event log (ref 4.3).
-func describeFailure(what, method, route string, err error, timeout time.Duration) string {
+// DescribeFailure says what a failed call to a guest's engine was, by
+// route, status and error code only: never the text the guest or a proxy
+// answered, which could echo the key into the Dot's status, the log or the
+// event log (ref 4.3). The deliverer words its failures with it too.
+func DescribeFailure(what, method, route string, err error, timeout time.Duration) string {
 	path := protocol.AgentRoutePrefix + route
 	var se *guestclient.StatusError
 	switch {

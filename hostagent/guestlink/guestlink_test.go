@@ -589,8 +589,69 @@ func TestDescribeFailure(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := describeFailure("x", http.MethodPost, protocol.RouteSecrets, tc.err, 10*time.Second); got != tc.want {
-				t.Errorf("%s\ndescribeFailure() = %q, want %q", tc.reason, got, tc.want)
+			if got := DescribeFailure("x", http.MethodPost, protocol.RouteSecrets, tc.err, 10*time.Second); got != tc.want {
+				t.Errorf("%s\nDescribeFailure() = %q, want %q", tc.reason, got, tc.want)
+			}
+		})
+	}
+}
+
+// noticeLog keeps what the listeners heard.
+type noticeLog struct {
+	mu      sync.Mutex
+	notices []Notice
+}
+
+func (l *noticeLog) GuestNotice(n Notice) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.notices = append(l.notices, n)
+}
+
+// TestNotices: after every reconcile the listeners hear whether the Dot has
+// a guest here and whether the READY procedure completed on it.
+func TestNotices(t *testing.T) {
+	target := guestclient.Target{Port: 40000, PID: 1001, Token: testToken}
+	starting := fake.GuestFns{HealthFn: func(context.Context, guestclient.Target) (protocol.Health, error) {
+		h := fake.ReadyHealth()
+		h.Status = protocol.HealthStarting
+		return h, nil
+	}}
+	tests := map[string]struct {
+		reason   string
+		objs     []client.Object
+		computer *dotsv1.Computer
+		guest    fake.GuestFns
+		want     Notice
+	}{
+		"ready": {reason: "the procedure completed: the guest is READY",
+			objs: []client.Object{testDot(nil), tokenSecret(), defaultKeySecret(defaultKey)}, computer: testComputer(true, 1001),
+			want: Notice{Key: dotKey, DotUID: "uid-dot", Target: target, Ready: true}},
+		"engine starting": {reason: "a guest whose engine is not ready yet is there, and not READY",
+			objs: []client.Object{testDot(nil), tokenSecret(), defaultKeySecret(defaultKey)}, computer: testComputer(true, 1001), guest: starting,
+			want: Notice{Key: dotKey, DotUID: "uid-dot", Target: target}},
+		"no key": {reason: "a guest that waits for its key is there, and not READY",
+			objs: []client.Object{testDot(nil), tokenSecret()}, computer: testComputer(true, 1001),
+			want: Notice{Key: dotKey, DotUID: "uid-dot", Target: target}},
+		"computer not ready": {reason: "a Computer not RUNNING and Ready has no guest to reach",
+			objs: []client.Object{testDot(nil), tokenSecret(), defaultKeySecret(defaultKey)}, computer: testComputer(false, 1001),
+			want: Notice{Key: dotKey}},
+		"another host": {reason: "another host's Computer is not this agent's guest",
+			objs:     []client.Object{testDot(nil), tokenSecret(), defaultKeySecret(defaultKey)},
+			computer: func() *dotsv1.Computer { c := testComputer(true, 1001); c.Spec.NodeName = "h2"; return c }(),
+			want:     Notice{Key: dotKey}},
+		"dot gone": {reason: "a Dot that is gone has no guest",
+			objs: []client.Object{tokenSecret()}, computer: testComputer(true, 1001),
+			want: Notice{Key: dotKey}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r, _ := newReconciler(t, tc.guest, append(tc.objs, tc.computer)...)
+			var heard noticeLog
+			r.Listeners = []Listener{&heard}
+			reconcileOnce(t, r)
+			if diff := cmp.Diff([]Notice{tc.want}, heard.notices); diff != "" {
+				t.Errorf("%s\nnotices -want +got:\n%s", tc.reason, diff)
 			}
 		})
 	}

@@ -122,7 +122,7 @@ type env struct {
 	clock *clocktesting.FakePassiveClock
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	var objs []client.Object
 	add := func(o ...client.Object) { objs = append(objs, o...) }

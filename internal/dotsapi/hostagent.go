@@ -211,13 +211,26 @@ func (h *Handler) ackOutbox(w http.ResponseWriter, r *http.Request) error {
 	out := wire.Acked{ID: id, Outcome: ack.Outcome, Failures: row.Failures}
 	switch ack.Outcome {
 	case wire.OutcomeSent:
-		err = h.store.MarkSent(r.Context(), id, now)
+		var marked bool
+		if marked, err = h.store.MarkSent(r.Context(), id, now); err == nil && !marked {
+			return apiErrorf(http.StatusConflict, wire.CodeNotPending, "outbox row %q was delivered or dropped meanwhile: do not send it", id)
+		}
 	case wire.OutcomeDelivered:
 		err = h.store.MarkDelivered(r.Context(), id, now)
 	case wire.OutcomeFailed:
 		out.Failures, err = h.store.RecordFailure(r.Context(), id, ack.Reason, *ack.RetryAt)
 	case wire.OutcomeDropped:
 		err = h.store.Drop(r.Context(), id, ack.Reason, now)
+	case wire.OutcomeGivenUp:
+		if row.Type != protocol.InboundTaskCreated || row.TaskUID == "" {
+			return badRequest("outcome given_up is for a task's task.created; row %q is a %s", id, row.Type)
+		}
+		data, merr := json.Marshal(wire.TaskFailed{TaskID: row.TaskUID, Run: row.Run, Error: "the task could not be given to its Dot: " + ack.Reason})
+		if merr != nil {
+			return merr
+		}
+		failed := store.Event{Dot: storeDot(d), Type: wire.EventTaskFailed, Source: store.SourceHost, Data: data}
+		out.TaskFailed, err = h.store.GiveUpTask(r.Context(), id, ack.Reason, now, failed)
 	}
 	if err != nil {
 		return err
@@ -241,12 +254,12 @@ func checkAck(a wire.Ack) error {
 		if a.Reason == "" || a.RetryAt == nil {
 			return badRequest("outcome failed needs a reason and a retry_at")
 		}
-	case wire.OutcomeDropped:
+	case wire.OutcomeDropped, wire.OutcomeGivenUp:
 		if a.Reason == "" || a.RetryAt != nil {
-			return badRequest("outcome dropped needs a reason and takes no retry_at")
+			return badRequest("outcome %s needs a reason and takes no retry_at", a.Outcome)
 		}
 	default:
-		return badRequest("outcome %q is none of sent, delivered, failed, dropped", a.Outcome)
+		return badRequest("outcome %q is none of sent, delivered, failed, dropped, given_up", a.Outcome)
 	}
 	return nil
 }

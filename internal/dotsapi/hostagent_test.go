@@ -325,7 +325,13 @@ func TestOutboxAndAcks(t *testing.T) {
 			want: answer{http.StatusBadRequest, wire.CodeInvalidRequest, "takes no reason"}},
 		{reason: "a drop needs its reason", who: "agent-1", path: wire.AckPath("host-1", "team-a", "helper", decision.ID), body: `{"outcome":"dropped"}`,
 			want: answer{http.StatusBadRequest, wire.CodeInvalidRequest, "needs a reason"}},
-		{reason: "an outcome of none of the four", who: "agent-1", path: wire.AckPath("host-1", "team-a", "helper", decision.ID), body: `{"outcome":"lost"}`,
+		{reason: "a send of a row delivered meanwhile does not begin", who: "agent-1", path: wire.AckPath("host-1", "team-a", "helper", task.ID), body: `{"outcome":"sent"}`,
+			want: answer{http.StatusConflict, wire.CodeNotPending, "delivered or dropped meanwhile"}},
+		{reason: "nor one of a row dropped (a cancel won the race)", who: "agent-1", path: wire.AckPath("host-1", "team-a", "helper", msg.ID), body: `{"outcome":"sent"}`,
+			want: answer{http.StatusConflict, wire.CodeNotPending, "delivered or dropped meanwhile"}},
+		{reason: "a give-up needs its reason", who: "agent-1", path: wire.AckPath("host-1", "team-a", "helper", decision.ID), body: `{"outcome":"given_up"}`,
+			want: answer{http.StatusBadRequest, wire.CodeInvalidRequest, "needs a reason"}},
+		{reason: "an outcome of none of the five", who: "agent-1", path: wire.AckPath("host-1", "team-a", "helper", decision.ID), body: `{"outcome":"lost"}`,
 			want: answer{http.StatusBadRequest, wire.CodeInvalidRequest, `outcome "lost"`}},
 		{reason: "a reason is bounded", who: "agent-1", path: wire.AckPath("host-1", "team-a", "helper", decision.ID),
 			body: `{"outcome":"dropped","reason":"` + strings.Repeat("r", wire.MaxReason+1) + `"}`,
@@ -353,5 +359,78 @@ func TestOutboxAndAcks(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{decision.ID}, pendingIDs()); diff != "" {
 		t.Errorf("refused acknowledgements changed nothing (-want +got):\n%s", diff)
+	}
+}
+
+func TestGiveUpTask(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	dot := e.dots["team-b/helper"]
+	taskUID := dot.UID + "-given-up"
+	task := store.Inbound{ID: store.TaskCreatedID(taskUID, 2), Dot: dot, Type: protocol.InboundTaskCreated, TaskUID: taskUID, Run: 2,
+		Data: json.RawMessage(`{"task_id":"` + taskUID + `","description":"write","priority":0}`)}
+	msg := store.Inbound{ID: "message-given-up-" + dot.UID, Dot: dot, Type: protocol.InboundUserMessage, Data: json.RawMessage(`{"text":"hi"}`)}
+	for _, in := range []store.Inbound{task, msg} {
+		if _, err := testStore.Enqueue(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent, err := client.New(e.restConfig("agent-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	giveUp := wire.Ack{Outcome: wire.OutcomeGivenUp, Reason: "the guest refused task.created (POST /v1/agent/events: status 400, invalid)"}
+	steps := []struct {
+		reason string
+		id     string
+		want   wire.Acked
+		status int
+	}{
+		{reason: "a message is never given up", id: msg.ID, status: http.StatusBadRequest},
+		{reason: "a task.created is given up and its task fails", id: task.ID,
+			want: wire.Acked{ID: task.ID, Outcome: wire.OutcomeGivenUp, TaskFailed: true}},
+		{reason: "given up again, the task is not failed twice", id: task.ID,
+			want: wire.Acked{ID: task.ID, Outcome: wire.OutcomeGivenUp}},
+	}
+	for _, s := range steps {
+		got, err := agent.Ack(ctx, "host-1", "team-b", "helper", s.id, giveUp)
+		if client.StatusOf(err) != s.status || (s.status == 0 && err != nil) {
+			t.Errorf("%s: Ack = %v; want status %d", s.reason, err, s.status)
+			continue
+		}
+		if diff := cmp.Diff(s.want, got); s.status == 0 && diff != "" {
+			t.Errorf("%s (-want +got):\n%s", s.reason, diff)
+		}
+	}
+	events, err := testStore.EventsAfter(ctx, dot.UID, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []wire.TaskFailed
+	for _, ev := range events {
+		if ev.Type != wire.EventTaskFailed || ev.Source != store.SourceHost {
+			t.Errorf("the log holds %s (%s); want only the host's task.failed", ev.Type, ev.Source)
+			continue
+		}
+		var f wire.TaskFailed
+		if err := json.Unmarshal(ev.Data, &f); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f)
+	}
+	want := []wire.TaskFailed{{TaskID: taskUID, Run: 2, Error: "the task could not be given to its Dot: " + giveUp.Reason}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the log's task.failed, once, with the task's id and the reason (-want +got):\n%s", diff)
+	}
+	out, err := agent.Outbox(ctx, "host-1", "team-b", "helper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range out.Rows {
+		ids = append(ids, r.Event.ID)
+	}
+	if diff := cmp.Diff([]string{msg.ID}, ids); diff != "" {
+		t.Errorf("pending after the task was given up (-want +got):\n%s", diff)
 	}
 }

@@ -145,9 +145,18 @@ ORDER BY dot_uid, seq`)
 	return due, nil
 }
 
-// MarkSent records that a send of the row began.
-func (s *Store) MarkSent(ctx context.Context, id string, at time.Time) error {
-	return s.update(ctx, id, "mark sent", "UPDATE inbound_events SET sent_at = $2 WHERE id = $1", at)
+// MarkSent records that a send of the row began, and says whether the row
+// may go: one delivered or dropped meanwhile (a cancel that won the race
+// with the deliverer, ref 9.2) is not marked and must not be sent. A cancel
+// drops a row only while its send never began (DropUnsent), so the two
+// statements decide between them, on the row.
+func (s *Store) MarkSent(ctx context.Context, id string, at time.Time) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE inbound_events SET sent_at = $2
+WHERE id = $1 AND delivered_at IS NULL AND dropped_at IS NULL`, id, at)
+	if err != nil {
+		return false, fmt.Errorf("mark sent %s: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // MarkDelivered records that the guest accepted the row (it answered 202).

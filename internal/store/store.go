@@ -103,8 +103,8 @@ func AppendEventsTx(ctx context.Context, tx pgx.Tx, events ...Event) ([]Event, e
 			return nil, fmt.Errorf("event %s of dot %s/%s has source %q, want host or guest", e.Type, e.Dot.Namespace, e.Dot.Name, e.Source)
 		}
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", migrate.LockClass, migrate.LockEvents); err != nil {
-		return nil, fmt.Errorf("take the events lock: %w", err)
+	if err := lockEvents(ctx, tx); err != nil {
+		return nil, err
 	}
 	var stored []Event
 	for _, e := range events {
@@ -125,6 +125,15 @@ RETURNING id, created_at`,
 		stored = append(stored, e)
 	}
 	return stored, nil
+}
+
+// lockEvents takes the events lock for the rest of the transaction (ref
+// 9.1). Taking it again in the same transaction is free.
+func lockEvents(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", migrate.LockClass, migrate.LockEvents); err != nil {
+		return fmt.Errorf("take the events lock: %w", err)
+	}
+	return nil
 }
 
 // InTx runs fn in one transaction, committed when fn returns nil: for a

@@ -210,11 +210,14 @@ func TestOutbox(t *testing.T) {
 		t.Errorf("due at its retry time (-want +got):\n%s", diff)
 	}
 
-	if err := testStore.MarkSent(ctx, task.ID, now); err != nil {
-		t.Fatal(err)
+	if ok, err := testStore.MarkSent(ctx, task.ID, now); err != nil || !ok {
+		t.Fatalf("MarkSent = %v, %v; want marked", ok, err)
 	}
 	if err := testStore.MarkDelivered(ctx, task.ID, now); err != nil {
 		t.Fatal(err)
+	}
+	if ok, err := testStore.MarkSent(ctx, task.ID, now); err != nil || ok {
+		t.Errorf("MarkSent of a delivered row = %v, %v; want not marked", ok, err)
 	}
 	if err := testStore.Drop(ctx, msg.ID, "guest refused it", now); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -151,4 +152,40 @@ func (s *Store) DeleteNamespace(ctx context.Context, namespace string) error {
 		}
 		return nil
 	})
+}
+
+// GiveUpTask gives up the Dot's task.created row id (ref 9.2): the row is
+// dropped with reason and failed (the host's task.failed of its task) is
+// logged, in one transaction. A row delivered or dropped meanwhile is left
+// as it is and nothing is logged; it says whether it gave the row up.
+func (s *Store) GiveUpTask(ctx context.Context, id, reason string, at time.Time, failed Event) (bool, error) {
+	if err := failed.Dot.valid(); err != nil {
+		return false, err
+	}
+	gaveUp := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The events lock before the row's (ref 9.1): it is never waited
+		// for while this transaction holds a row lock.
+		if err := lockEvents(ctx, tx); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE inbound_events SET dropped_at = $3, drop_reason = $4
+WHERE id = $1 AND dot_uid = $2 AND task_uid IS NOT NULL AND delivered_at IS NULL AND dropped_at IS NULL`,
+			id, failed.Dot.UID, at, reason)
+		if err != nil {
+			return fmt.Errorf("give up %s: %w", id, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		if _, err := AppendEventsTx(ctx, tx, failed); err != nil {
+			return err
+		}
+		gaveUp = true
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return gaveUp, nil
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestDecideStoresOnce(t *testing.T) {
@@ -44,8 +46,8 @@ func TestDropUnsent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := testStore.MarkSent(ctx, "sent-"+d.UID, time.Now()); err != nil {
-		t.Fatal(err)
+	if ok, err := testStore.MarkSent(ctx, "sent-"+d.UID, time.Now()); err != nil || !ok {
+		t.Fatalf("MarkSent = %v, %v; want marked", ok, err)
 	}
 	tests := map[string]struct {
 		reason string
@@ -64,6 +66,11 @@ func TestDropUnsent(t *testing.T) {
 	}
 	if n, _ := testStore.Undelivered(ctx, d.UID); n != 1 {
 		t.Errorf("undelivered %d; want the sent row only", n)
+	}
+	// The deliverer comes after the cancel won: the dropped row is not
+	// marked, so it is not sent.
+	if ok, err := testStore.MarkSent(ctx, "never-sent-"+d.UID, time.Now()); err != nil || ok {
+		t.Errorf("MarkSent of a row the cancel dropped = %v, %v; want not marked", ok, err)
 	}
 }
 
@@ -111,5 +118,58 @@ func TestNamespacesAndTheirDeletion(t *testing.T) {
 	}
 	if log, _ := testStore.EventsAfter(ctx, d.UID, 0, 10); len(log) != 0 {
 		t.Errorf("after its namespace went: %d events; want none", len(log))
+	}
+}
+
+func TestGiveUpTask(t *testing.T) {
+	ctx := context.Background()
+	d := newDot("give-up")
+	task := Inbound{ID: TaskCreatedID("t-"+d.UID, 1), Dot: d, Type: "task.created", TaskUID: "t-" + d.UID, Run: 1}
+	delivered := Inbound{ID: TaskCreatedID("t2-"+d.UID, 1), Dot: d, Type: "task.created", TaskUID: "t2-" + d.UID, Run: 1}
+	message := Inbound{ID: "message-" + d.UID, Dot: d, Type: "user.message"}
+	for _, in := range []Inbound{task, delivered, message} {
+		if _, err := testStore.Enqueue(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := testStore.MarkDelivered(ctx, delivered.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	failed := func(taskUID string) Event {
+		return Event{Dot: d, Type: "task.failed", Source: SourceHost, Data: json.RawMessage(`{"task_id":"` + taskUID + `"}`)}
+	}
+	// In order: each step sees the ones before.
+	steps := []struct {
+		reason string
+		id     string
+		want   bool
+	}{
+		{"a task.created pending is given up", task.ID, true},
+		{"a row given up is not given up twice (and logged once)", task.ID, false},
+		{"a delivered task.created stays delivered", delivered.ID, false},
+		{"a message is never given up", message.ID, false},
+	}
+	for _, s := range steps {
+		if got, err := testStore.GiveUpTask(ctx, s.id, "the guest refused it", time.Now(), failed(s.id)); err != nil || got != s.want {
+			t.Errorf("%s\nGiveUpTask(%s) = %v, %v; want %v", s.reason, s.id, got, err, s.want)
+		}
+	}
+	log, err := testStore.EventsAfter(ctx, d.UID, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]summary{{Type: "task.failed", Data: `{"task_id":"` + task.ID + `"}`}}, summarize(log)); diff != "" {
+		t.Errorf("the log holds the one task.failed (-want +got):\n%s", diff)
+	}
+	pending, err := testStore.Pending(ctx, d.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 1 || pending[0].ID != message.ID {
+		t.Errorf("pending = %+v; want the message alone", pending)
+	}
+	row, err := testStore.Inbound(ctx, d.UID, task.ID)
+	if err != nil || row.DroppedAt == nil || row.DropReason != "the guest refused it" {
+		t.Errorf("the given-up row = %+v, %v; want dropped with its reason", row, err)
 	}
 }

@@ -33,29 +33,98 @@ import (
 )
 
 // standIn is a stand-in for OpenRouter on the host's loopback: it records
-// every request's method, path and Authorization header, and answers 404.
+// every request's method, path and Authorization header. With a model it
+// answers as OpenRouter does (the model's endpoints, and chat completions
+// streamed with their usage.cost); without one it answers 404 to
+// everything.
 type standIn struct {
-	mu   sync.Mutex
-	seen []string
-	port int
+	mu    sync.Mutex
+	seen  []string
+	port  int
+	model func(req modelRequest) modelAnswer
 }
 
-func startStandIn(t *testing.T) *standIn {
+// modelRequest is what the stand-in reads of a chat completion request.
+type modelRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role       string `json:"role"`
+		Content    any    `json:"content"`
+		ToolCallID string `json:"tool_call_id"`
+	} `json:"messages"`
+}
+
+// text is a message's content when it is a string.
+func (r modelRequest) text(i int) string {
+	s, _ := r.Messages[i].Content.(string)
+	return s
+}
+
+// modelAnswer is one scripted answer: text, tool calls (name and JSON
+// arguments), and what it cost.
+type modelAnswer struct {
+	Text  string
+	Calls [][2]string
+	Cost  float64
+}
+
+func startStandIn(t *testing.T, model func(req modelRequest) modelAnswer) *standIn {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &standIn{port: l.Addr().(*net.TCPAddr).Port}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.seen = append(s.seen, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
-		s.mu.Unlock()
-		http.Error(w, `{"error":{"message":"stand-in"}}`, http.StatusNotFound)
-	}), ReadHeaderTimeout: 5 * time.Second}
+	s := &standIn{port: l.Addr().(*net.TCPAddr).Port, model: model}
+	srv := &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { srv.Close() })
 	return s
+}
+
+func (s *standIn) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.seen = append(s.seen, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+	s.mu.Unlock()
+	switch {
+	case s.model == nil:
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/api/v1/models/") && strings.HasSuffix(r.URL.Path, "/endpoints"):
+		fmt.Fprint(w, `{"data":{"endpoints":[{"name":"Stand-in | m","provider_name":"Stand-in","tag":"stand-in","context_length":100000,"max_completion_tokens":8000}]}}`)
+		return
+	case r.Method == http.MethodPost && r.URL.Path == "/api/v1/chat/completions":
+		var req modelRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
+			http.Error(w, `{"error":{"message":"the stand-in cannot read the request"}}`, http.StatusBadRequest)
+			return
+		}
+		s.stream(w, s.model(req))
+		return
+	}
+	http.Error(w, `{"error":{"message":"stand-in"}}`, http.StatusNotFound)
+}
+
+// stream writes an answer as OpenRouter's stream does: the text, the tool
+// calls, the finish reason, then a last chunk with the usage and its cost.
+func (s *standIn) stream(w http.ResponseWriter, a modelAnswer) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+	}
+	delta := func(d map[string]any) map[string]any {
+		return map[string]any{"choices": []any{map[string]any{"delta": d}}}
+	}
+	if a.Text != "" {
+		send(delta(map[string]any{"content": a.Text}))
+	}
+	finish := "stop"
+	for i, c := range a.Calls {
+		finish = "tool_calls"
+		send(delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": fmt.Sprintf("call_%d", i), "type": "function",
+			"function": map[string]any{"name": c[0], "arguments": c[1]}}}}))
+	}
+	send(map[string]any{"choices": []any{map[string]any{"delta": map[string]any{}, "finish_reason": finish}}})
+	send(map[string]any{"choices": []any{}, "usage": map[string]any{"prompt_tokens": 10, "completion_tokens": 5, "cost": a.Cost}})
+	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
 func (s *standIn) requests() []string {
@@ -72,7 +141,7 @@ func TestDotReady(t *testing.T) {
 		t.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
 	}
 	h := vmHome(t)
-	stand := startStandIn(t)
+	stand := startStandIn(t, nil)
 	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG,
 		OpenRouterURL: fmt.Sprintf("http://10.0.2.2:%d/api/v1", stand.port)}); err != nil {
 		t.Fatal(err)
@@ -142,9 +211,7 @@ func TestDotReady(t *testing.T) {
 	t.Logf("FIGURE apply-to-READY %s (tcg, key stored before)", time.Since(start).Round(time.Millisecond))
 
 	t.Log("the engine got the host's OpenRouter URL from the seed, and the key over the guest channel")
-	c := k.getComputer(first)
-	target := guestclient.Target{Port: int(c.Status.GuestPort), PID: int(c.Status.PID), Token: guestToken(t, k, first)}
-	gc := guestclient.New()
+	target, gc := guestOf(t, k, first)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var ex protocol.ExecResponse
@@ -155,12 +222,11 @@ func TestDotReady(t *testing.T) {
 	if !strings.Contains(ex.Stdout, wantEnv) {
 		t.Errorf("%s in the guest holds %q; want %q", protocol.EngineEnvPath, ex.Stdout, wantEnv)
 	}
-	// A message straight to the engine (the deliverer's job, not built yet)
-	// makes it call its model: the stand-in sees the pushed key.
-	msg, _ := json.Marshal(protocol.UserMessage{Text: "hello"})
-	ev := protocol.InboundEvent{ID: "e2e-ready-1", Type: protocol.InboundUserMessage, TS: time.Now().UTC().Format(time.RFC3339Nano), Data: msg}
-	if err := gc.Agent(ctx, target, http.MethodPost, protocol.RouteEvents, ev, nil); err != nil {
-		t.Fatalf("POST /v1/agent/events: %v", err)
+	// A message, which the deliverer takes to the engine, makes it call its
+	// model: the stand-in sees the pushed key.
+	w := work{t: t, k: k, dot: first}
+	if _, err := w.dots().PostMessage(ctx, "default", first, "hello"); err != nil {
+		t.Fatalf("post a message: %v", err)
 	}
 	eventually(t, 90*time.Second, "the engine calls the stand-in with the pushed key", func() error {
 		for _, r := range stand.requests() {
@@ -240,6 +306,14 @@ func doctorRow(t *testing.T, env []string, name string) struct{ Status, Detail, 
 	}
 	t.Fatalf("doctor has no %q row:\n%s", name, out)
 	return struct{ Status, Detail, Fix string }{}
+}
+
+// guestOf is the Dot's guest as its Computer names it now, and a client of
+// the proven channel to it.
+func guestOf(t *testing.T, k cvmKubectl, dot string) (guestclient.Target, *guestclient.Client) {
+	t.Helper()
+	c := k.getComputer(dot)
+	return guestclient.Target{Port: int(c.Status.GuestPort), PID: int(c.Status.PID), Token: guestToken(t, k, dot)}, guestclient.New()
 }
 
 // guestToken reads a Computer's guest token from its Secret.

@@ -1,14 +1,19 @@
-// Package fake holds test doubles of the guest the guest link talks to
-// (guestlink.Guest): GuestFns, a fake built from one function per route, and
-// Engine, an in-memory engine that remembers what was pushed to each guest.
-// Nothing here opens a connection.
+// Package fake holds test doubles of the guest the host agent talks to (the
+// guest link's pushes, the event pump's stream, the deliverer's sends):
+// GuestFns, a fake built from one function per route; Stream, a guest's
+// outbox as the engine streams it; and Engine, an in-memory engine that
+// remembers what was pushed to and sent to each guest. Nothing here opens a
+// connection.
 package fake
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -23,6 +28,11 @@ type GuestFns struct {
 	SecretsFn func(ctx context.Context, t guestclient.Target, req protocol.SecretsRequest) error
 	ConfigFn  func(ctx context.Context, t guestclient.Target, c protocol.RuntimeConfig) error
 	HealthFn  func(ctx context.Context, t guestclient.Target) (protocol.Health, error)
+	// EventsFn takes POST /events; nil accepts every event.
+	EventsFn func(ctx context.Context, t guestclient.Target, ev protocol.InboundEvent) error
+	// StreamFn answers GET /events/stream?after= with the stream's body;
+	// nil serves a stream that never sends an event.
+	StreamFn func(ctx context.Context, t guestclient.Target, after int64) (io.ReadCloser, error)
 }
 
 // ReadyHealth is the health of an engine that is ready.
@@ -62,8 +72,50 @@ func (f GuestFns) Agent(ctx context.Context, t guestclient.Target, method, sub s
 			}
 		}
 		return roundTrip(h, out)
+	case method == http.MethodPost && route == protocol.RouteEvents:
+		var ev protocol.InboundEvent
+		if err := roundTrip(in, &ev); err != nil {
+			return err
+		}
+		if f.EventsFn != nil {
+			if err := f.EventsFn(ctx, t, ev); err != nil {
+				return err
+			}
+		}
+		return roundTrip(protocol.Accepted{Accepted: true}, out)
 	}
 	return &guestclient.StatusError{Method: method, Path: protocol.AgentRoutePrefix + route, Status: http.StatusNotFound, Code: "not_found"}
+}
+
+// Request answers the raw requests of the host agent: the event stream
+// alone (GET /v1/agent/events/stream?after=), as the event pump asks it.
+func (f GuestFns) Request(ctx context.Context, t guestclient.Target, method, pathAndQuery string, _ io.Reader, _ http.Header) (*http.Response, error) {
+	u, err := url.Parse(pathAndQuery)
+	if err != nil {
+		return nil, fmt.Errorf("fake guest: %w", err)
+	}
+	if method != http.MethodGet || u.Path != protocol.AgentRoutePrefix+protocol.RouteEventsStream {
+		return answer(http.StatusNotFound, io.NopCloser(strings.NewReader(`{"error":"not_found","message":"no route"}`))), nil
+	}
+	var after int64
+	if raw := u.Query().Get(protocol.StreamAfterQuery); raw != "" {
+		if after, err = strconv.ParseInt(raw, 10, 64); err != nil || after < 0 {
+			return answer(http.StatusBadRequest, io.NopCloser(strings.NewReader(`{"error":"invalid","message":"after must be a seq"}`))), nil
+		}
+	}
+	body := io.ReadCloser(nil)
+	if f.StreamFn == nil {
+		body = NewStream().Open(ctx, after)
+	} else if body, err = f.StreamFn(ctx, t, after); err != nil {
+		return nil, err
+	}
+	resp := answer(http.StatusOK, body)
+	resp.Header.Set("Content-Type", "text/event-stream")
+	return resp, nil
+}
+
+func answer(status int, body io.ReadCloser) *http.Response {
+	return &http.Response{StatusCode: status, Status: http.StatusText(status), Header: http.Header{}, Body: body}
 }
 
 func roundTrip(in, out any) error {
@@ -89,6 +141,10 @@ type Engine struct {
 	guests map[[2]int]*engineState
 	// Starting, when true, makes every engine answer that it is starting.
 	starting bool
+	// reply is what an engine does with an event it accepted; refuse says
+	// which events it refuses (400 invalid).
+	reply  func(ev protocol.InboundEvent) []protocol.OutboundEvent
+	refuse func(ev protocol.InboundEvent) bool
 }
 
 type engineState struct {
@@ -96,6 +152,11 @@ type engineState struct {
 	config  *protocol.RuntimeConfig
 	secrets int
 	configs int
+	// stream is the guest's outbox; inbound the events it accepted, each
+	// id once, in order.
+	stream  *Stream
+	inbound []protocol.InboundEvent
+	seen    map[string]bool
 }
 
 // NewEngine returns an engine with no guest yet.
@@ -105,10 +166,42 @@ func (e *Engine) state(t guestclient.Target) *engineState {
 	k := [2]int{t.Port, t.PID}
 	s, ok := e.guests[k]
 	if !ok {
-		s = &engineState{}
+		s = &engineState{stream: NewStream(), seen: map[string]bool{}}
 		e.guests[k] = s
 	}
 	return s
+}
+
+// SetReply sets what every engine does with an inbound event it accepts
+// (once per id, as the real engine): the events it then writes to its
+// outbox, whose seq, id and ts the stream gives.
+func (e *Engine) SetReply(fn func(ev protocol.InboundEvent) []protocol.OutboundEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reply = fn
+}
+
+// SetRefuse sets which inbound events every engine refuses, as the real
+// one refuses an event it cannot take (400 invalid).
+func (e *Engine) SetRefuse(fn func(ev protocol.InboundEvent) bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.refuse = fn
+}
+
+// Stream is the outbox of the guest on port and pid.
+func (e *Engine) Stream(port, pid int) *Stream {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.state(guestclient.Target{Port: port, PID: pid}).stream
+}
+
+// Inbound is what the guest on port and pid accepted, each id once, in
+// order.
+func (e *Engine) Inbound(port, pid int) []protocol.InboundEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]protocol.InboundEvent(nil), e.state(guestclient.Target{Port: port, PID: pid}).inbound...)
 }
 
 // Guest returns the fake guest that talks to this engine.
@@ -148,6 +241,35 @@ func (e *Engine) Guest() GuestFns {
 				h.Status = protocol.HealthStarting
 			}
 			return h, nil
+		},
+		EventsFn: func(_ context.Context, t guestclient.Target, ev protocol.InboundEvent) error {
+			e.mu.Lock()
+			refuse := e.refuse
+			e.mu.Unlock()
+			if _, err := protocol.ParseInbound(ev); err != nil || (refuse != nil && refuse(ev)) {
+				return &guestclient.StatusError{Method: http.MethodPost, Path: protocol.AgentRoutePrefix + protocol.RouteEvents,
+					Status: http.StatusBadRequest, Code: protocol.ErrInvalid, Message: "the engine refuses it"}
+			}
+			e.mu.Lock()
+			s := e.state(t)
+			if s.seen[ev.ID] {
+				e.mu.Unlock()
+				return nil
+			}
+			s.seen[ev.ID] = true
+			s.inbound = append(s.inbound, ev)
+			reply, stream := e.reply, s.stream
+			e.mu.Unlock()
+			if reply != nil {
+				stream.Append(reply(ev)...)
+			}
+			return nil
+		},
+		StreamFn: func(ctx context.Context, t guestclient.Target, after int64) (io.ReadCloser, error) {
+			e.mu.Lock()
+			stream := e.state(t).stream
+			e.mu.Unlock()
+			return stream.Open(ctx, after), nil
 		},
 	}
 }

@@ -88,6 +88,9 @@ const (
 	CodeDotChanged = "dot_changed"
 	// CodeDotDeleting: the Dot is being deleted and takes no new work (409).
 	CodeDotDeleting = "dot_deleting"
+	// CodeNotPending: the outbox row was delivered or dropped meanwhile (a
+	// cancel won the race): a send must not begin (409).
+	CodeNotPending = "not_pending"
 	// CodeTooLarge: the body is larger than the route takes (413).
 	CodeTooLarge = "request_too_large"
 	// CodeUnsupportedMediaType: a body that is not JSON (415).
@@ -253,7 +256,9 @@ type Outbox struct {
 type Outcome string
 
 const (
-	// OutcomeSent: a send began (store.MarkSent).
+	// OutcomeSent: a send begins (store.MarkSent). Acknowledge it before
+	// the send: a row delivered or dropped meanwhile answers 409
+	// CodeNotPending, and is not sent.
 	OutcomeSent Outcome = "sent"
 	// OutcomeDelivered: the guest answered 202 (store.MarkDelivered).
 	OutcomeDelivered Outcome = "delivered"
@@ -263,7 +268,22 @@ const (
 	OutcomeFailed Outcome = "failed"
 	// OutcomeDropped: the row is given up; Reason is required (store.Drop).
 	OutcomeDropped Outcome = "dropped"
+	// OutcomeGivenUp: a task's task.created is given up (ref 9.2: three
+	// known failures, or one refusal): the row is dropped and its task
+	// FAILED, logged as EventTaskFailed (TaskFailed) in the same
+	// transaction; a task that ended meanwhile stays as it ended. Reason is
+	// required (it becomes the task's error); only a task.created row
+	// takes it (store.GiveUpTask).
+	OutcomeGivenUp Outcome = "given_up"
 )
+
+// TaskFailed is the data of EventTaskFailed, the host's: the task the
+// control plane gave up, and why.
+type TaskFailed struct {
+	TaskID string `json:"task_id"`
+	Run    int    `json:"run,omitempty"`
+	Error  string `json:"error"`
+}
 
 // Ack is the body of POST AckPath. Reason is the deliverer's own words
 // (route, status, code; never the guest's text, ref 4.3), at most MaxReason
@@ -274,9 +294,12 @@ type Ack struct {
 	RetryAt *time.Time `json:"retry_at,omitempty"`
 }
 
-// Acked answers Ack: the row's known failures so far.
+// Acked answers Ack: the row's known failures so far. For OutcomeGivenUp,
+// TaskFailed says whether this acknowledgement failed the task (false when
+// the row had been delivered or dropped already).
 type Acked struct {
-	ID       string  `json:"id"`
-	Outcome  Outcome `json:"outcome"`
-	Failures int     `json:"failures"`
+	ID         string  `json:"id"`
+	Outcome    Outcome `json:"outcome"`
+	Failures   int     `json:"failures"`
+	TaskFailed bool    `json:"task_failed,omitempty"`
 }

@@ -1,0 +1,325 @@
+package e2e
+
+// A Dot doing work, end to end: the real binary and kubectl, real QEMU
+// (tcg) booting the test image with the real dot-engine, and a stand-in
+// OpenRouter on the host's loopback scripting the model's answers (text,
+// tool calls and usage.cost). A chat message and its answer, a task whose
+// model runs a command (computer.exec allowed) and completes with the spend
+// OpenRouter reported, and a task whose command waits for a person's
+// approval, given with kubectl patch, and runs exactly once.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+)
+
+const (
+	// chatAnswer is the stand-in's answer to a chat message.
+	chatAnswer = "hello from the stand-in model"
+	// testsPassed is its final answer after the command ran: the task's
+	// summary.
+	testsPassed = "the tests passed"
+	// runsFile gets one line each time the model's command for "run the
+	// tests" runs; askedFile for "run the tests again", which is asked.
+	runsFile  = protocol.DefaultDotHome + "/e2e-runs.txt"
+	askedFile = protocol.DefaultDotHome + "/e2e-asked.txt"
+	// answerCost is the usage.cost of every answer, in USD.
+	answerCost = 0.0021
+)
+
+// runTheTests is the call the stand-in model makes to run the tests,
+// leaving a line in file.
+func runTheTests(file string) string {
+	return fmt.Sprintf(`{"command":"echo ran >> %s && echo %s"}`, file, testsPassed)
+}
+
+// scriptedModel is the stand-in model: it reads the conversation it is sent
+// and answers the same way every time.
+func scriptedModel(req modelRequest) modelAnswer {
+	last := len(req.Messages) - 1
+	first, text := req.text(0), req.text(last)
+	const approved = "[Approval] The person approved your call of exec."
+	switch {
+	case strings.Contains(first, "You write a handoff summary"):
+		return modelAnswer{Text: "SUMMARY: the tests were run", Cost: answerCost}
+	case req.Messages[last].Role == "tool":
+		return modelAnswer{Text: testsPassed, Cost: answerCost}
+	case strings.HasPrefix(text, approved):
+		// Made again as approved, with exactly these arguments.
+		args := text[strings.Index(text, "{"):]
+		var v json.RawMessage
+		if err := json.NewDecoder(strings.NewReader(args)).Decode(&v); err == nil {
+			args = string(v)
+		}
+		return modelAnswer{Calls: [][2]string{{"exec", args}}, Cost: answerCost}
+	case strings.HasPrefix(text, "[Approval] The person rejected"):
+		return modelAnswer{Text: "understood, I did not run it", Cost: answerCost}
+	case strings.Contains(text, "run the tests again"):
+		return modelAnswer{Text: "running the tests again", Calls: [][2]string{{"exec", runTheTests(askedFile)}}, Cost: answerCost}
+	case strings.Contains(text, "run the tests"):
+		return modelAnswer{Text: "running the tests", Calls: [][2]string{{"exec", runTheTests(runsFile)}}, Cost: answerCost}
+	}
+	return modelAnswer{Text: chatAnswer, Cost: answerCost}
+}
+
+// workDot is a small Dot whose computer.exec is decided by exec.
+func workDot(name, exec string) string {
+	return smallDot(name, "") + fmt.Sprintf("  permissions:\n    computer.exec: %s\n", exec)
+}
+
+func TestDotWork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a VM under QEMU")
+	}
+	if _, err := qemu.FindBinaries(os.Getenv); err != nil {
+		t.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
+	}
+	h := vmHome(t)
+	stand := startStandIn(t, scriptedModel)
+	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG,
+		OpenRouterURL: fmt.Sprintf("http://10.0.2.2:%d/api/v1", stand.port)}); err != nil {
+		t.Fatal(err)
+	}
+	name := "e2e-work"
+	vm := h.VM(home.VMID{Namespace: "default", Name: name})
+	t.Cleanup(func() { cvmKillRecorded(vm) })
+	srv := startServer(t, h.Root)
+	k := cvmKubectl{t: t, s: srv}
+	w := work{t: t, k: k, dot: name, env: []string{"INVISIBLE_DOTS_HOME=" + h.Root, "KUBECONFIG=" + srv.kubeconfig()}}
+	if out, err := secretOpenRouter(w.env, "sk-or-v1-e2e-work-0123456789\n"); err != nil {
+		t.Fatalf("secret openrouter: %v\n%s", err, out)
+	}
+
+	t.Log("apply a Dot whose commands are allowed: it becomes READY")
+	start := time.Now()
+	k.apply(workDot(name, "allow"))
+	k.waitDot(name, vmReadyTimeout, readyDot)
+	t.Logf("FIGURE apply-to-READY %s (tcg)", time.Since(start).Round(time.Millisecond))
+
+	t.Run("chat", func(t *testing.T) {
+		w := w.on(t)
+		start := time.Now()
+		out := w.cli(3*time.Minute, "chat", name, "-m", "hello", "--timeout", "2m")
+		if !strings.Contains(out, chatAnswer) {
+			w.fail("chat -m printed %q; want the stand-in's answer %q", out, chatAnswer)
+		}
+		t.Logf("FIGURE chat -m answered in %s", time.Since(start).Round(time.Millisecond))
+		page, err := w.dots().Messages(context.Background(), "default", name, wire.MessagesQuery{})
+		if err != nil {
+			t.Fatalf("GET the Dot's messages: %v", err)
+		}
+		var got []string
+		for _, m := range page.Messages {
+			got = append(got, m.Role+": "+m.Text)
+		}
+		if want := []string{"user: hello", "assistant: " + chatAnswer}; !slices.Equal(got, want) {
+			w.fail("the Dot's messages are %q; want %q", got, want)
+		}
+	})
+
+	t.Run("task runs a command", func(t *testing.T) {
+		w := w.on(t)
+		out := w.cli(4*time.Minute, "task", "add", name, "run the tests", "--wait")
+		task := w.taskOf(out)
+		if !strings.Contains(out, testsPassed) {
+			w.fail("task add --wait printed %q; want its summary %q", out, testsPassed)
+		}
+		got := w.task(task)
+		// Two answers: the call, then the summary.
+		if got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != testsPassed || !near(got.Status.SpentUSD, 2*answerCost) {
+			w.fail("task %s: phase %s, summary %q, spentUSD %v; want COMPLETED, %q, %v", task, got.Status.Phase, got.Status.Summary, got.Status.SpentUSD, testsPassed, 2*answerCost)
+		}
+		if n := w.lines(runsFile); n != 1 {
+			w.fail("%s holds %d lines; want the one line of the command's one run", runsFile, n)
+		}
+	})
+
+	t.Run("an approval lets a command run once", func(t *testing.T) {
+		w := w.on(t)
+		k.apply(workDot(name, "ask"))
+		d := k.waitDot(name, 2*time.Minute, func(d *dotsv1.Dot) bool {
+			return readyDot(d) && d.Spec.Permissions["computer.exec"] == "ask"
+		})
+		t.Logf("computer.exec is ask from generation %d", d.Generation)
+		out := w.cli(time.Minute, "task", "add", name, "run the tests again")
+		task := w.taskOf(out)
+		approval := w.waitApproval(task, 3*time.Minute)
+		if approval.Spec.Tool != "exec" || approval.Spec.Permission != "computer.exec" {
+			w.fail("Approval %s asks for %s (%s); want exec (computer.exec)", approval.Name, approval.Spec.Tool, approval.Spec.Permission)
+		}
+		if p := w.task(task).Status.Phase; p != dotsv1.TaskWaitingApproval {
+			w.fail("task %s is %s while its Approval waits; want WAITING_APPROVAL", task, p)
+		}
+		if n := w.lines(askedFile); n != 0 {
+			w.fail("the command ran before the approval: %s holds %d lines", askedFile, n)
+		}
+		k.run("patch", "approval", approval.Name, "--type", "merge", "-p", `{"spec":{"decision":"approve"}}`)
+		got := w.waitTask(task, 3*time.Minute)
+		if got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != testsPassed {
+			w.fail("task %s ended %s with %q %q; want COMPLETED with %q", task, got.Status.Phase, got.Status.Summary, got.Status.Error, testsPassed)
+		}
+		if n := w.lines(askedFile); n != 1 {
+			w.fail("%s holds %d lines after the approval; want the one line of the command run exactly once", askedFile, n)
+		}
+	})
+}
+
+// work drives one Dot's work with the command line and kubectl, and tells
+// the Dot's story when something fails.
+type work struct {
+	t   *testing.T
+	k   cvmKubectl
+	dot string
+	env []string
+}
+
+// on is w for a subtest.
+func (w work) on(t *testing.T) work {
+	w.t = t
+	w.k.t = t
+	return w
+}
+
+// fail fails with the Dot's conditions, its Events and the server's log.
+func (w work) fail(format string, args ...any) {
+	w.t.Helper()
+	w.t.Fatalf(format+"\n%s", append(args, w.story())...)
+}
+
+func (w work) story() string {
+	var b strings.Builder
+	if out, err := w.k.try("get", "dot", w.dot, "-o", "json"); err == nil {
+		d := &dotsv1.Dot{}
+		if json.Unmarshal([]byte(out), d) == nil {
+			fmt.Fprintf(&b, "Dot %s: phase %s, agentState %s, currentTask %q, pendingApprovals %d\n", w.dot, d.Status.Phase, d.Status.AgentState, d.Status.CurrentTask, d.Status.PendingApprovals)
+			for _, c := range d.Status.Conditions {
+				fmt.Fprintf(&b, "  %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+	}
+	tasks, _ := w.k.try("get", "tasks,approvals", "-o", "wide")
+	events, _ := w.k.try("get", "events", "--sort-by", ".lastTimestamp")
+	fmt.Fprintf(&b, "tasks and approvals:\n%s\nevents:\n%s\nserver log:\n%s", tasks, events, w.k.s.logTail(60))
+	return b.String()
+}
+
+// cli runs `invisible-dots ARGS` as the person would, bounded by timeout.
+func (w work) cli(timeout time.Duration, args ...string) string {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), w.env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		w.fail("invisible-dots %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+func (w work) dots() *client.Client {
+	w.t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", w.k.s.kubeconfig())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	c, err := client.New(cfg)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return c
+}
+
+var queuedRE = regexp.MustCompile(`task (\S+) queued`)
+
+// taskOf is the task `task add` made, from what it printed.
+func (w work) taskOf(out string) string {
+	w.t.Helper()
+	m := queuedRE.FindStringSubmatch(out)
+	if m == nil {
+		w.fail("task add printed %q; want it to name the task it queued", out)
+	}
+	return m[1]
+}
+
+func (w work) task(name string) *dotsv1.Task {
+	w.t.Helper()
+	t := &dotsv1.Task{}
+	out := w.k.run("get", "task", name, "-o", "json")
+	if err := json.Unmarshal([]byte(out), t); err != nil {
+		w.t.Fatalf("read task %s: %v", name, err)
+	}
+	return t
+}
+
+// waitTask waits for the task's end.
+func (w work) waitTask(name string, timeout time.Duration) *dotsv1.Task {
+	w.t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(time.Second) {
+		t := w.task(name)
+		switch t.Status.Phase {
+		case dotsv1.TaskCompleted, dotsv1.TaskFailed, dotsv1.TaskCancelled:
+			return t
+		}
+		if time.Now().After(deadline) {
+			w.fail("task %s did not end within %s; it is %s", name, timeout, t.Status.Phase)
+		}
+	}
+}
+
+// waitApproval waits for the Approval the task's run asked for.
+func (w work) waitApproval(task string, timeout time.Duration) *dotsv1.Approval {
+	w.t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(time.Second) {
+		var list dotsv1.ApprovalList
+		out := w.k.run("get", "approvals", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			w.t.Fatalf("kubectl get approvals: %v", err)
+		}
+		for i := range list.Items {
+			if list.Items[i].Spec.TaskName == task {
+				return &list.Items[i]
+			}
+		}
+		if time.Now().After(deadline) {
+			w.fail("no Approval for task %s within %s", task, timeout)
+		}
+	}
+}
+
+// lines counts the lines the command left in file in the guest, read
+// through dot-agentd's exec route.
+func (w work) lines(file string) int {
+	w.t.Helper()
+	target, gc := guestOf(w.t, w.k, w.dot)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ex protocol.ExecResponse
+	if err := gc.DoJSON(ctx, target, http.MethodPost, protocol.PathExec, protocol.ExecRequest{Command: "cat " + file + " 2>/dev/null || true"}, &ex); err != nil {
+		w.t.Fatalf("read %s in the guest: %v", file, err)
+	}
+	return strings.Count(ex.Stdout, "ran\n")
+}
+
+func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
