@@ -226,11 +226,9 @@ var _ = Describe("Sleep and wake", func() {
 			store.Event{Dot: id, Type: wire.EventMessageUser, Source: store.SourceHost, Data: logged})
 		Expect(err).NotTo(HaveOccurred())
 		eventuallyComputer(&dotsv1.Computer{ObjectMeta: dot.ObjectMeta}, runningAndReady, "60s")
-		By("undelivered work keeps it awake")
-		Consistently(func() dotsv1.ComputerState {
-			c, _ := getComputer(dot)
-			return c.Status.State
-		}, "5s").Should(Equal(dotsv1.ComputerRunning))
+		By("once READY, the message is delivered; with nothing left it sleeps again")
+		Eventually(func() (int, error) { return logStore.Undelivered(suiteCtx, id.UID) }, "60s").Should(BeZero())
+		eventuallyComputer(&dotsv1.Computer{ObjectMeta: dot.ObjectMeta}, stoppedFor(dotsv1.StopIdle), "60s")
 	})
 })
 
