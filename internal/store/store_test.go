@@ -129,7 +129,7 @@ func TestHostEventsAndChannelMessages(t *testing.T) {
 	ctx := context.Background()
 	dot := newDot("helper")
 	msg := func(external string) Event {
-		return Event{Dot: dot, Type: "user.message", Source: SourceHost,
+		return Event{Dot: dot, Type: "message.user", Source: SourceHost,
 			Data: json.RawMessage(`{"text":"hi","origin":{"binding_id":"b1","external_id":"` + external + `"}}`)}
 	}
 	host := Event{Dot: dot, Type: "computer.state", Source: SourceHost}
@@ -140,8 +140,8 @@ func TestHostEventsAndChannelMessages(t *testing.T) {
 	want := []summary{
 		{Type: "computer.state", Data: `{}`},
 		{Type: "computer.state", Data: `{}`},
-		{Type: "user.message", Data: `{"origin":{"binding_id":"b1","external_id":"m1"},"text":"hi"}`},
-		{Type: "user.message", Data: `{"origin":{"binding_id":"b1","external_id":"m2"},"text":"hi"}`},
+		{Type: "message.user", Data: `{"origin":{"binding_id":"b1","external_id":"m1"},"text":"hi"}`},
+		{Type: "message.user", Data: `{"origin":{"binding_id":"b1","external_id":"m2"},"text":"hi"}`},
 	}
 	if diff := cmp.Diff(want, summarize(stored)); diff != "" {
 		t.Errorf("host events are all kept, a channel message once by its id (-want +got):\n%s", diff)
