@@ -107,6 +107,7 @@ type Server struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	err      error
+	log      logr.Logger
 }
 
 // enabledAPIs is every API group version the server serves; all others are
@@ -219,6 +220,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		kine:     k,
 		cancel:   cancel,
 		done:     make(chan struct{}),
+		log:      o.Log,
 	}
 	go func() {
 		defer close(s.done)
@@ -439,6 +441,15 @@ func (s *Server) Stop() {
 		s.builtins.stop()
 	}
 	s.cancel()
-	<-s.done
+	select {
+	case <-s.done:
+	case <-time.After(stopTimeout):
+		// Requests still in flight (a client that does not stop) must not
+		// keep the process from stopping: kine and the database go next.
+		s.log.Error(nil, "the API server did not stop in time; stopping its storage anyway", "after", stopTimeout)
+	}
 	s.kine.stop()
 }
+
+// stopTimeout bounds the API server's own stop.
+const stopTimeout = 15 * time.Second

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -125,9 +127,29 @@ func runManagers(ctx context.Context, stopped <-chan struct{}, log logr.Logger, 
 	for _, m := range mgrs {
 		g.Go(func() error { return m.Start(ctx) })
 	}
-	err := g.Wait()
+	done := make(chan error, 1)
+	go func() { done <- g.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		// Each manager waits up to its graceful shutdown timeout for its
+		// reconciles; one that has not returned well after that must not
+		// keep the process (and its database) from stopping.
+		select {
+		case err = <-done:
+		case <-time.After(managersStopTimeout):
+			err = fmt.Errorf("a controller manager did not stop within %s of the stop; stopping without it (its goroutines follow on standard error)", managersStopTimeout)
+			// What it waits on, for whoever reads the log.
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+		}
+	}
 	if err != nil {
 		log.Error(err, "stopping")
 	}
 	return err
 }
+
+// managersStopTimeout bounds the wait for the managers at a stop: their own
+// graceful shutdown (10 s) and some.
+const managersStopTimeout = 15 * time.Second
