@@ -152,14 +152,7 @@ func (r *PlacementReconciler) reconcileDelete(ctx context.Context, c *dotsv1.Com
 
 // requestOf is what a Computer needs of a host.
 func requestOf(c *dotsv1.Computer) placementRequest {
-	cpus := c.Spec.CPU
-	if cpus == 0 {
-		cpus = 2
-	}
-	mem := c.Spec.Memory.Value()
-	if mem == 0 {
-		mem = 4 << 30
-	}
+	cpus, mem := c.Shape()
 	return placementRequest{
 		CPU: cpus, MemoryBytes: mem, DiskBytes: c.Spec.Disk.Value(),
 		GoldenImage: c.Spec.GoldenImage, RuntimeImage: c.Spec.RuntimeImage,

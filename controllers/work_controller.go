@@ -277,7 +277,7 @@ func (r *WorkReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view 
 	stamp := now.UTC().Format(time.RFC3339Nano)
 	switch decision.Action {
 	case lifecycle.Wake:
-		if pendingRequest(c, dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) {
+		if c.RequestPending(dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) {
 			return decision.After, nil
 		}
 		woken := c.DeepCopy()
@@ -292,7 +292,7 @@ func (r *WorkReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view 
 		}
 		r.Recorder.Eventf(dot, c, corev1.EventTypeNormal, "Waking", "Wake", "Computer %s is started: %s", c.Name, decision.Why)
 	case lifecycle.Sleep:
-		if pendingRequest(c, dotsv1.SleepRequestedAnnotation, c.Status.HandledSleepRequest) {
+		if c.RequestPending(dotsv1.SleepRequestedAnnotation, c.Status.HandledSleepRequest) {
 			return decision.After, nil
 		}
 		asleep := c.DeepCopy()
@@ -303,12 +303,6 @@ func (r *WorkReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view 
 		r.Recorder.Eventf(dot, c, corev1.EventTypeNormal, "Sleeping", "Sleep", "Computer %s goes to sleep: %s", c.Name, decision.Why)
 	}
 	return decision.After, nil
-}
-
-// pendingRequest: the annotation holds a value the status has not handled.
-func pendingRequest(c *dotsv1.Computer, key, handled string) bool {
-	v := c.Annotations[key]
-	return v != "" && v != handled
 }
 
 // hasDue: a PENDING task whose time has come, even one a blocked dispatch

@@ -251,9 +251,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		Exited:          obs.Exited,
 		StaleBoot:       obs.StaleBoot,
 		PortTaken:       obs.PortTaken,
-		StartRequested:  pendingRequest(c, dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest),
-		RebootRequested: pendingRequest(c, dotsv1.RebootRequestedAnnotation, c.Status.HandledRebootRequest),
-		SleepRequested:  pendingRequest(c, dotsv1.SleepRequestedAnnotation, c.Status.HandledSleepRequest),
+		StartRequested:  c.RequestPending(dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest),
+		RebootRequested: c.RequestPending(dotsv1.RebootRequestedAnnotation, c.Status.HandledRebootRequest),
+		SleepRequested:  c.RequestPending(dotsv1.SleepRequestedAnnotation, c.Status.HandledSleepRequest),
 		BackoffLeft:     r.backoffLeft(c),
 		GuestStuck:      stuck,
 		DeadlinePassed:  c.Status.StopDeadline != nil && !now.Before(c.Status.StopDeadline.Time),
@@ -432,12 +432,6 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	return ctrl.Result{}, patch.RemoveFinalizer(ctx, r.Client, c, dotsv1.ComputerFinalizer)
 }
 
-// pendingRequest: the annotation holds a value the status has not handled.
-func pendingRequest(c *dotsv1.Computer, key, handled string) bool {
-	v := c.Annotations[key]
-	return v != "" && v != handled
-}
-
 // backoffLeft is how long the crash-loop backoff still holds a start.
 func (r *Reconciler) backoffLeft(c *dotsv1.Computer) time.Duration {
 	f := c.Status.StartFailure
@@ -468,18 +462,10 @@ func (r *Reconciler) startSpec(c *dotsv1.Computer, token string) driver.Spec {
 	}
 }
 
-// specShape is the CPUs and MiB of memory a start gives the VM (the CRD's
-// defaults when the spec has none).
+// specShape is the CPUs and MiB of memory a start gives the VM.
 func specShape(c *dotsv1.Computer) (int, int64) {
-	cpus := int(c.Spec.CPU)
-	if cpus == 0 {
-		cpus = 2
-	}
-	mem := c.Spec.Memory.Value() / (1 << 20)
-	if mem == 0 {
-		mem = 4096
-	}
-	return cpus, mem
+	cpus, mem := c.Shape()
+	return int(cpus), mem >> 20
 }
 
 // ensureToken returns the Computer's guest token, creating its Secret (32

@@ -26,10 +26,10 @@ type DriverFns struct {
 	PoweroffFn func(ctx context.Context, id home.VMID, token string) error
 	// PrepareSleepFn nil: the engine prepares at once.
 	PrepareSleepFn func(ctx context.Context, id home.VMID, token string) error
-	KillFn     func(ctx context.Context, id home.VMID) (driver.KillResult, error)
-	DestroyFn  func(ctx context.Context, id home.VMID) error
-	HealthFn   func(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
-	ImagesFn   func(ctx context.Context) ([]driver.Image, error)
+	KillFn         func(ctx context.Context, id home.VMID) (driver.KillResult, error)
+	DestroyFn      func(ctx context.Context, id home.VMID) error
+	HealthFn       func(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
+	ImagesFn       func(ctx context.Context) ([]driver.Image, error)
 }
 
 var _ driver.Driver = DriverFns{}
