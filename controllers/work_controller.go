@@ -270,6 +270,10 @@ func (r *WorkReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view 
 	if dot.Spec.Computer.IdleTimeout != nil {
 		f.IdleTimeout = dot.Spec.Computer.IdleTimeout.Duration
 	}
+	// The wake lead is the host's (its host.yaml, reported on its Host).
+	if host := (&dotsv1.Host{}); c.Spec.NodeName != "" && r.Client.Get(ctx, client.ObjectKey{Name: c.Spec.NodeName}, host) == nil && host.Status.WakeLead != nil {
+		f.WakeLead = host.Status.WakeLead.Duration
+	}
 	if f.LastActivity.IsZero() {
 		f.LastActivity = dot.CreationTimestamp.Time
 	}

@@ -150,9 +150,17 @@ type ComputerStatus struct {
 	// +optional
 	StopReason StopReason `json:"stopReason,omitempty"`
 	// stopDeadline is when a STOPPING VM whose guest has not powered itself
-	// off is killed (the kill rule checked again first).
+	// off is killed (the kill rule checked again first). Before
+	// poweroffTime, it is when a VM going to sleep is told to power off even
+	// if its Dot has not left READY yet.
 	// +optional
 	StopDeadline *metav1.Time `json:"stopDeadline,omitempty"`
+	// poweroffTime is when the STOPPING VM's guest was asked to power off.
+	// A VM going to sleep is STOPPING without it first, so that its Dot
+	// leaves READY and nothing more is delivered to it before its engine
+	// prepares for sleep (ref 9.3).
+	// +optional
+	PoweroffTime *metav1.Time `json:"poweroffTime,omitempty"`
 	// lastActiveTime is when the guest last had work.
 	// +optional
 	LastActiveTime *metav1.Time `json:"lastActiveTime,omitempty"`

@@ -83,6 +83,11 @@ type HostStatus struct {
 	// agentVersion is the version of the host agent.
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
+	// wakeLead is how long before one of its automations is due a sleeping
+	// Computer of this host is started (the host's host.yaml wakeLead);
+	// empty means the control plane's default, 90s.
+	// +optional
+	WakeLead *metav1.Duration `json:"wakeLead,omitempty"`
 	// conditions: Ready, DiskPressure, MemoryPressure.
 	// +listType=map
 	// +listMapKey=type

@@ -218,6 +218,10 @@ func (in *ComputerStatus) DeepCopyInto(out *ComputerStatus) {
 		in, out := &in.StopDeadline, &out.StopDeadline
 		*out = (*in).DeepCopy()
 	}
+	if in.PoweroffTime != nil {
+		in, out := &in.PoweroffTime, &out.PoweroffTime
+		*out = (*in).DeepCopy()
+	}
 	if in.LastActiveTime != nil {
 		in, out := &in.LastActiveTime, &out.LastActiveTime
 		*out = (*in).DeepCopy()
@@ -559,6 +563,11 @@ func (in *HostStatus) DeepCopyInto(out *HostStatus) {
 		in, out := &in.Images, &out.Images
 		*out = make([]HostImage, len(*in))
 		copy(*out, *in)
+	}
+	if in.WakeLead != nil {
+		in, out := &in.WakeLead, &out.WakeLead
+		*out = new(metav1.Duration)
+		**out = **in
 	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions

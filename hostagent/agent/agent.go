@@ -59,6 +59,9 @@ type Options struct {
 	// Accelerator and QEMUVersion are reported on the Host.
 	Accelerator dotsv1.Accelerator
 	QEMUVersion string
+	// WakeLead is host.yaml's wakeLead, reported on the Host; 0 when not
+	// set.
+	WakeLead time.Duration
 	// Facts replaces the machine's facts (a test seam); read from the
 	// kernel when nil.
 	Facts func(ctx context.Context) (heartbeat.Facts, error)
@@ -223,7 +226,7 @@ func machineFacts(o Options) func(ctx context.Context) (heartbeat.Facts, error) 
 		}
 		f := heartbeat.Facts{
 			CPUs: m.CPUs, MemTotal: m.MemTotal, MemAvailable: m.MemAvailable,
-			DiskTotal: m.DiskTotal, DiskFree: m.DiskFree,
+			DiskTotal: m.DiskTotal, DiskFree: m.DiskFree, WakeLead: o.WakeLead,
 		}
 		if o.Driver == nil {
 			f.Problem = o.DriverProblem.Error()

@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/utils/clock"
@@ -112,6 +113,7 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=dots,verbs=get;list;watch
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers/status;computers/finalizers,verbs=get;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -257,6 +259,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		BackoffLeft:     r.backoffLeft(c),
 		GuestStuck:      stuck,
 		DeadlinePassed:  c.Status.StopDeadline != nil && !now.Before(c.Status.StopDeadline.Time),
+		PoweroffSent:    c.Status.PoweroffTime != nil,
+	}
+	if obs.State == driver.Running && c.Status.State == dotsv1.ComputerStopping && c.Status.PoweroffTime == nil {
+		in.DotLeftReady = r.dotLeftReady(ctx, c)
 	}
 	d := decideRun(in)
 	if d.CountFailure {
@@ -273,7 +279,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	s.decision = d
 
 	if d.StopDone {
-		c.Status.StopDeadline = nil
+		c.Status.StopDeadline, c.Status.PoweroffTime = nil, nil
 		// Our stop ended: clear what QEMU's record left behind.
 		if k, err := r.Driver.Kill(ctx, vmID(c)); err == nil {
 			s.kill = k
@@ -291,6 +297,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			r.recordStartFailure(c, "start failed: "+err.Error())
 			r.observeAgain(ctx, s)
 		}
+	case actSleep:
+		// STOPPING with no poweroff yet: the guest link sees a Computer
+		// that is not Ready and takes the Dot out of READY, which stops the
+		// deliverer; the next reconcile goes on (DotLeftReady), or at this
+		// deadline whatever the Dot says.
+		s.acted = actSleep
+		c.Status.StopDeadline = &metav1.Time{Time: now.Add(leaveReadyWait)}
+		c.Status.PoweroffTime = nil
 	case actStop:
 		s.acted = actStop
 		if d.PrepareSleep {
@@ -317,6 +331,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		}
 		s.deadline = deadline
 		c.Status.StopDeadline = &metav1.Time{Time: deadline}
+		c.Status.PoweroffTime = &metav1.Time{Time: now}
 		r.observeAgain(ctx, s)
 	case actKill:
 		s.acted = actKill
@@ -340,6 +355,26 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		}
 	}
 	return r.requeue(s), nil
+}
+
+// leaveReadyWait bounds how long a VM going to sleep waits for its Dot to
+// leave READY before it powers off all the same (the guest link takes it
+// out within a reconcile; this is for a guest link that cannot write).
+const leaveReadyWait = 5 * time.Second
+
+// dotLeftReady says whether the Computer's Dot is no longer READY (its
+// engine's AgentReady is not true), or is gone: nothing more is delivered to
+// its guest.
+func (r *Reconciler) dotLeftReady(ctx context.Context, c *dotsv1.Computer) bool {
+	owner := metav1.GetControllerOf(c)
+	if owner == nil {
+		return true
+	}
+	dot := &dotsv1.Dot{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: owner.Name}, dot); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	return dot.UID != owner.UID || !meta.IsStatusConditionTrue(dot.Status.Conditions, dotsv1.AgentReadyCondition)
 }
 
 // observeAgain replaces the observation after an action.

@@ -105,6 +105,8 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 		st.State = dotsv1.ComputerStopping
 		st.StopReason = d.StopReason
 		switch {
+		case st.PoweroffTime == nil:
+			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, "going to sleep: the Dot leaves READY, then its engine prepares and the guest powers off")
 		case s.actErr != nil:
 			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, "the kill failed and QEMU still runs: "+s.actErr.Error())
 		case s.acted == actKill || st.StopDeadline.Time.Before(now) || st.StopDeadline.Time.Equal(now):
@@ -136,7 +138,7 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 
 	default: // Stopped
 		st.PID, st.GuestPort = 0, 0
-		st.StopDeadline = nil
+		st.StopDeadline, st.PoweroffTime = nil, nil
 		st.StopReason = d.StopReason
 		if s.acted == actStart {
 			// A start that failed leaves the reason it had.
@@ -213,6 +215,8 @@ func (r *Reconciler) recordAction(s *scope) {
 		} else {
 			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopping", "Stop", "the guest was asked to power off; it is killed at %s if it has not", s.deadline.UTC().Format(time.RFC3339))
 		}
+	case actSleep:
+		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Sleeping", "Sleep", "the Dot was idle: it leaves READY, then its engine prepares and the guest powers off")
 	case actKill:
 		switch {
 		case s.actErr != nil:

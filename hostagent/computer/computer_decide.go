@@ -17,6 +17,10 @@ const (
 	// actStop asks the guest to power off and records STOPPING with a
 	// deadline; it does not wait for QEMU to exit.
 	actStop vmAction = "Stop"
+	// actSleep records STOPPING without a poweroff yet: the Dot leaves
+	// READY first, so nothing more is delivered to a guest going to sleep
+	// (ref 9.3); the next reconcile prepares the engine and powers off.
+	actSleep vmAction = "Sleep"
 	// actKill kills a STOPPING VM whose guest did not power off by the
 	// deadline (the kill rule checked again first).
 	actKill vmAction = "Kill"
@@ -50,6 +54,12 @@ type runInput struct {
 	GuestStuck bool
 	// DeadlinePassed: the STOPPING VM's stopDeadline is past.
 	DeadlinePassed bool
+	// PoweroffSent: the STOPPING VM's guest was asked to power off
+	// (status.poweroffTime); not yet, for a VM going to sleep whose Dot
+	// is leaving READY.
+	PoweroffSent bool
+	// DotLeftReady: the Dot of a VM going to sleep is no longer READY.
+	DotLeftReady bool
 	// PortTaken: QEMU exited at its start because its guest port was taken
 	// between picking it and binding it; not a failure, started again.
 	PortTaken bool
@@ -94,6 +104,13 @@ func decideRun(in runInput) runDecision {
 	stopping := in.PrevState == dotsv1.ComputerStopping
 	wasUp := in.PrevState == dotsv1.ComputerRunning || in.PrevState == dotsv1.ComputerStarting
 	switch {
+	case running && stopping && !in.PoweroffSent:
+		// Going to sleep: once the Dot left READY (or it did not in
+		// time), the engine prepares and the guest powers off.
+		if in.DotLeftReady || in.DeadlinePassed {
+			d.Action, d.PrepareSleep = actStop, in.PrevStopReason == dotsv1.StopIdle
+		}
+		return d
 	case running && stopping:
 		// A guest told to power off cannot be told otherwise: the stop runs
 		// to its end whatever the strategy says now, then the strategy
@@ -137,8 +154,9 @@ func decideRun(in runInput) runDecision {
 
 	default: // OnDemand, and an empty strategy (the CRD defaults it).
 		if running && in.SleepRequested && !in.StartRequested && !in.RebootRequested {
-			// Idle: the engine prepares, then the VM powers off.
-			d.Action, d.StopReason, d.SleepHandled, d.PrepareSleep = actStop, dotsv1.StopIdle, true, true
+			// Idle: the Dot leaves READY, then the engine prepares and
+			// the VM powers off.
+			d.Action, d.StopReason, d.SleepHandled = actSleep, dotsv1.StopIdle, true
 			return d
 		}
 		if running {

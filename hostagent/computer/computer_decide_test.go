@@ -104,17 +104,17 @@ func TestDecideRun(t *testing.T) {
 		},
 		"StoppingWaitsForPoweroff": {
 			reason: "a STOPPING VM before its deadline is left to power itself off",
-			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running},
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, PoweroffSent: true},
 			want:   runDecision{StopReason: dotsv1.StopUser},
 		},
 		"StoppingKilledAtDeadline": {
 			reason: "a STOPPING VM past its deadline is killed",
-			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, DeadlinePassed: true},
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, PoweroffSent: true, DeadlinePassed: true},
 			want:   runDecision{Action: actKill, StopReason: dotsv1.StopUser},
 		},
 		"StoppingRunsToItsEnd": {
 			reason: "a stop already asked of the guest is not undone by a strategy of Always",
-			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, RebootRequested: true},
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, PoweroffSent: true, RebootRequested: true},
 			want:   runDecision{StopReason: dotsv1.StopUser},
 		},
 		"StopDoneHalted": {
@@ -130,7 +130,22 @@ func TestDecideRun(t *testing.T) {
 		"SleepRequested": {
 			reason: "an idle OnDemand VM prepares its engine and powers off, recorded idle",
 			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, SleepRequested: true},
-			want:   runDecision{Action: actStop, StopReason: dotsv1.StopIdle, SleepHandled: true, PrepareSleep: true},
+			want:   runDecision{Action: actSleep, StopReason: dotsv1.StopIdle, SleepHandled: true},
+		},
+		"SleepWaitsForTheDotToLeaveReady": {
+			reason: "a VM going to sleep is not told anything while its Dot is still READY (the deliverer may still send to it)",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopIdle, Observed: driver.Running},
+			want:   runDecision{StopReason: dotsv1.StopIdle},
+		},
+		"SleepPowersOffOnceTheDotLeftReady": {
+			reason: "once its Dot left READY, the engine prepares and the guest powers off",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopIdle, Observed: driver.Running, DotLeftReady: true},
+			want:   runDecision{Action: actStop, StopReason: dotsv1.StopIdle, PrepareSleep: true},
+		},
+		"SleepPowersOffWhenTheDotIsLate": {
+			reason: "a Dot that did not leave READY by the deadline does not keep its VM up",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopIdle, Observed: driver.Running, DeadlinePassed: true},
+			want:   runDecision{Action: actStop, StopReason: dotsv1.StopIdle, PrepareSleep: true},
 		},
 		"SleepRequestedUnderAlways": {
 			reason: "Always never sleeps: the request is moot",

@@ -18,8 +18,13 @@
 //     nothing overtakes it.
 //
 // Every READY transition sends the Dot's pending rows again, whatever their
-// retry time; a pass every Interval finds new rows and retries the rows
-// whose time came. A Dot that is not READY (asleep, starting) is not the
+// retry time. A new row is heard of at once: the deliverer long-polls the
+// host's outbox route (wire.HostOutboxPath), which the Dots API answers
+// when a transaction that enqueued a row of one of the host's Dots commits,
+// and the Dot's worker passes over its outbox then. Rows held for a retry
+// time are looked at every Interval; a READY Dot with nothing held is read
+// again every Backstop even when nothing was heard (a lost notification, a
+// server that does not send them: then every Interval). A Dot that is not READY (asleep, starting) is not the
 // deliverer's to wake: the central work controller wakes a Dot whose outbox
 // has rows.
 package deliver
@@ -31,6 +36,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,14 +61,20 @@ type Sender interface {
 type Outbox interface {
 	Outbox(ctx context.Context, host, namespace, dot string) (wire.Outbox, error)
 	Ack(ctx context.Context, host, namespace, dot, id string, ack wire.Ack) (wire.Acked, error)
+	WaitOutbox(ctx context.Context, host, after string, wait time.Duration) (wire.OutboxChanges, error)
 }
 
 // Defaults.
 const (
-	// DefaultInterval is the periodic pass over a READY Dot's outbox: new
-	// rows wait for it at most this long, and rows whose retry time came
-	// are sent again.
+	// DefaultInterval is how often a Dot's hold (a retry time) is looked
+	// at, and the periodic pass over a READY Dot's outbox while the host's
+	// outbox cannot be followed.
 	DefaultInterval = time.Second
+	// DefaultBackstop is the pass over a READY Dot's outbox with nothing
+	// held and nothing heard.
+	DefaultBackstop = 30 * time.Second
+	// outboxWait is the long poll's wait, under wire.MaxOutboxWait.
+	outboxWait = 25 * time.Second
 	// DefaultSendTimeout bounds one send; past it the outcome is unknown.
 	DefaultSendTimeout = 10 * time.Second
 )
@@ -76,13 +88,17 @@ type Deliverer struct {
 	Guest  Sender
 	Outbox Outbox
 	Clock  clock.PassiveClock
-	// Interval and SendTimeout are the defaults above when zero.
+	// Interval, Backstop and SendTimeout are the defaults above when zero.
 	Interval    time.Duration
+	Backstop    time.Duration
 	SendTimeout time.Duration
 	Log         logr.Logger
 
 	// Notices is where the guest link's notices wait for the loop.
 	guestlink.Notices
+	// following says the host's outbox is followed: the last long poll
+	// was answered.
+	following atomic.Bool
 }
 
 var _ guestlink.Listener = (*Deliverer)(nil)
@@ -96,6 +112,12 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		d.Clock = clock.RealClock{}
 	}
 	workers := map[types.NamespacedName]*worker{}
+	heard := make(chan []wire.DotRef)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		d.watch(ctx, heard)
+	}()
 	defer func() {
 		for _, w := range workers {
 			w.cancel()
@@ -103,11 +125,19 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		for _, w := range workers {
 			<-w.done
 		}
+		<-watched
 	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case dots := <-heard:
+			for _, ref := range dots {
+				if w := workers[types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}]; w != nil {
+					w.nudge()
+				}
+			}
+			continue
 		case <-d.Wake():
 		}
 		for _, n := range d.Take() {
@@ -134,8 +164,9 @@ type worker struct {
 	key    types.NamespacedName
 	cancel context.CancelFunc
 	done   chan struct{}
-	// wake tells the loop of a READY transition.
+	// wake tells the loop of a READY transition; rows, of new rows.
 	wake chan struct{}
+	rows chan struct{}
 
 	mu sync.Mutex
 	// guest is the Dot's guest as last heard.
@@ -153,7 +184,7 @@ type guestState struct {
 
 func (d *Deliverer) startWorker(ctx context.Context, key types.NamespacedName) *worker {
 	wctx, cancel := context.WithCancel(ctx)
-	w := &worker{key: key, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	w := &worker{key: key, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1), rows: make(chan struct{}, 1)}
 	go func() {
 		defer close(w.done)
 		d.loop(wctx, w)
@@ -181,14 +212,22 @@ func (w *worker) hear(n guestlink.Notice) {
 	}
 }
 
+// nudge tells the loop the Dot has new rows.
+func (w *worker) nudge() {
+	select {
+	case w.rows <- struct{}{}:
+	default:
+	}
+}
+
 func (w *worker) state() guestState {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.guest
 }
 
-// loop passes over the Dot's outbox at each READY transition and each
-// Interval.
+// loop passes over the Dot's outbox at each READY transition, when new
+// rows are heard of, and when its hold is over (looked at every Interval).
 func (d *Deliverer) loop(ctx context.Context, w *worker) {
 	log := d.Log.WithValues("dot", w.key.String())
 	tick := time.NewTicker(cmp.Or(d.Interval, DefaultInterval))
@@ -198,20 +237,65 @@ func (d *Deliverer) loop(ctx context.Context, w *worker) {
 		h      hold = held{}
 	)
 	for {
+		nudged := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.wake:
+		case <-w.rows:
+			nudged = true
 		case <-tick.C:
 		}
 		s := w.state()
+		_, refused := h.(untilReady)
 		switch {
 		case !s.ready:
 		case s.epoch != passed:
 			passed = s.epoch
 			h = d.pass(ctx, log, w.key, s, true)
-		case h.over(d.Clock.Now()):
+		case nudged && !refused, h.over(d.Clock.Now()):
+			// A new row queues behind a held one, which the pass
+			// finds first: nothing overtakes it.
 			h = d.pass(ctx, log, w.key, s, false)
+		}
+	}
+}
+
+// watch long-polls the host's outbox and hands out the Dots heard of. While
+// the route fails, the workers fall back to a pass every Interval.
+func (d *Deliverer) watch(ctx context.Context, heard chan<- []wire.DotRef) {
+	cursor, backoff, told := "", time.Second, false
+	for ctx.Err() == nil {
+		changes, err := d.Outbox.WaitOutbox(ctx, d.Host, cursor, outboxWait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d.following.Store(false)
+			if !told {
+				told = true
+				d.Log.Info("the host's outbox cannot be followed; each READY Dot's outbox is read every interval instead", "interval", cmp.Or(d.Interval, DefaultInterval), "err", err.Error())
+			}
+			if dotsclient.CodeOf(err) == wire.CodeNotImplemented {
+				return // this server does not notify: the passes do
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		d.following.Store(true)
+		cursor, backoff, told = changes.Cursor, time.Second, false
+		if len(changes.Dots) == 0 {
+			continue
+		}
+		select {
+		case heard <- changes.Dots:
+		case <-ctx.Done():
+			return
 		}
 	}
 }
@@ -226,6 +310,12 @@ type hold interface {
 type held struct{}
 
 func (held) over(time.Time) bool { return true }
+
+// quiet is a Dot whose rows all went: the next pass is at new rows, or at a
+// time as a backstop.
+type quiet time.Time
+
+func (q quiet) over(now time.Time) bool { return !now.Before(time.Time(q)) }
 
 // until holds the rows until a time: an unknown outcome is sent again a
 // little later, in memory (it is not a failure, so nothing is stored).
@@ -263,7 +353,10 @@ func (d *Deliverer) pass(ctx context.Context, log logr.Logger, key types.Namespa
 			return h
 		}
 	}
-	return held{}
+	if !d.following.Load() {
+		return held{}
+	}
+	return quiet(d.Clock.Now().Add(cmp.Or(d.Backstop, DefaultBackstop)))
 }
 
 // send sends one row and acknowledges what became of it. next says whether

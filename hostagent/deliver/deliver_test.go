@@ -70,6 +70,10 @@ type fakeOutbox struct {
 	mu   sync.Mutex
 	rows []*fakeRow
 	acks []string
+	// added counts the rows added since the start; changed is closed and
+	// replaced at each.
+	added   int
+	changed chan struct{}
 }
 
 type fakeRow struct {
@@ -78,7 +82,7 @@ type fakeRow struct {
 }
 
 func newFakeOutbox(rows ...wire.OutboxRow) *fakeOutbox {
-	o := &fakeOutbox{}
+	o := &fakeOutbox{changed: make(chan struct{})}
 	for _, r := range rows {
 		o.rows = append(o.rows, &fakeRow{row: r})
 	}
@@ -120,6 +124,39 @@ func (o *fakeOutbox) Ack(_ context.Context, _, _, _, id string, a wire.Ack) (wir
 		return wire.Acked{ID: id, Outcome: a.Outcome, Failures: r.row.Failures}, nil
 	}
 	return wire.Acked{}, &dotsclient.Error{Status: http.StatusNotFound, Code: wire.CodeNotFound}
+}
+
+// WaitOutbox answers as the Dots API does: every Dot with rows at first,
+// then the Dot each time rows were added since the cursor.
+func (o *fakeOutbox) WaitOutbox(ctx context.Context, host, after string, wait time.Duration) (wire.OutboxChanges, error) {
+	ref := wire.DotRef{Namespace: testKey.Namespace, Name: testKey.Name, UID: testUID}
+	for {
+		o.mu.Lock()
+		n, changed := o.added, o.changed
+		o.mu.Unlock()
+		cursor := fmt.Sprintf("fake:%d", n)
+		if after == "" {
+			return wire.OutboxChanges{Cursor: cursor, Dots: []wire.DotRef{ref}}, nil
+		}
+		if after != cursor {
+			return wire.OutboxChanges{Cursor: cursor, Complete: true, Dots: []wire.DotRef{ref}}, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return wire.OutboxChanges{}, ctx.Err()
+		}
+	}
+}
+
+// add enqueues a row, as a decision of the control plane does.
+func (o *fakeOutbox) add(r wire.OutboxRow) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.rows = append(o.rows, &fakeRow{row: r})
+	o.added++
+	close(o.changed)
+	o.changed = make(chan struct{})
 }
 
 // drop drops a row as a cancel does.
@@ -229,8 +266,10 @@ func TestDeliverer(t *testing.T) {
 		reason  string
 		rows    []wire.OutboxRow
 		answers map[string][]error
-		// run drives the deliverer; what it sent and acknowledged is
-		// checked at the end.
+		// before readies the harness before the deliverer starts; run
+		// drives the deliverer; what it sent and acknowledged is checked at
+		// the end.
+		before    func(h *harness)
 		run       func(h *harness)
 		wantSent  []string
 		wantAcks  []string
@@ -350,15 +389,52 @@ func TestDeliverer(t *testing.T) {
 			wantSent: []string{"msg-1", "msg-1"},
 			wantAcks: []string{"msg-1 sent", "msg-1 failed", "msg-1 sent", "msg-1 delivered"},
 		},
+		"a new row goes at once": {
+			reason: "a row enqueued for a READY Dot whose rows all went is sent when the host's outbox tells of it, not at the backstop's pass (the clock does not move here)",
+			rows:   []wire.OutboxRow{row(protocol.InboundUserMessage, "msg-1", 0, nil)},
+			run: func(h *harness) {
+				for deadline := time.Now().Add(2 * time.Second); !h.d.following.Load() && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
+				h.ready(testTarget, true)
+				h.settle()
+				h.outbox.add(row(protocol.InboundUserMessage, "msg-2", 0, nil))
+				h.settle()
+				h.outbox.add(row(protocol.InboundApprovalReceived, "decision-1", 0, nil))
+				h.settle()
+			},
+			wantSent: []string{"msg-1", "msg-2", "decision-1"},
+			wantAcks: []string{"msg-1 sent", "msg-1 delivered", "msg-2 sent", "msg-2 delivered", "decision-1 sent", "decision-1 delivered"},
+		},
+		"a new row does not overtake a held one": {
+			reason:  "a row enqueued behind one held for its retry time waits for it",
+			rows:    []wire.OutboxRow{row(protocol.InboundApprovalReceived, "decision-1", 0, nil)},
+			answers: map[string][]error{"decision-1": {notListening}},
+			run: func(h *harness) {
+				h.ready(testTarget, true)
+				h.settle()
+				h.outbox.add(row(protocol.InboundUserMessage, "msg-1", 0, nil))
+				h.settle()
+				if sent := h.guest.takeSent(); !cmp.Equal(sent, []string{"decision-1"}) {
+					h.t.Errorf("before the retry time: sent %v; want the failed row alone", sent)
+				}
+				h.clock.Step(time.Minute)
+				h.settle()
+			},
+			wantSent: []string{"decision-1", "msg-1"},
+			wantAcks: []string{"decision-1 sent", "decision-1 failed", "decision-1 sent", "decision-1 delivered", "msg-1 sent", "msg-1 delivered"},
+		},
 		"a row a cancel dropped is not sent": {
 			reason: "the send of a row dropped meanwhile does not begin; the rows behind it go",
 			rows:   []wire.OutboxRow{row(protocol.InboundTaskCreated, "task-1", 0, nil), row(protocol.InboundUserMessage, "msg-1", 0, nil)},
-			run: func(h *harness) {
+			before: func(h *harness) {
 				// The deliverer read the outbox just before the cancel
 				// dropped the task's row.
 				listed, _ := h.outbox.Outbox(context.Background(), "h1", testKey.Namespace, testKey.Name)
 				h.outbox.drop("task-1")
 				h.d.Outbox = &listedFirst{fakeOutbox: h.outbox, rows: listed.Rows}
+			},
+			run: func(h *harness) {
 				h.ready(testTarget, true)
 				h.settle()
 			},
@@ -373,7 +449,10 @@ func TestDeliverer(t *testing.T) {
 				answers[k] = v
 			}
 			h := &harness{t: t, clock: clocktesting.NewFakeClock(testNow), outbox: newFakeOutbox(tc.rows...), guest: &fakeGuest{answers: answers}}
-			h.d = &Deliverer{Host: "h1", Outbox: h.outbox, Guest: h.guest.fns(), Clock: h.clock, Interval: 2 * time.Millisecond, Log: logr.Discard()}
+			h.d = &Deliverer{Host: "h1", Outbox: h.outbox, Guest: h.guest.fns(), Clock: h.clock, Interval: 2 * time.Millisecond, Backstop: time.Hour, Log: logr.Discard()}
+			if tc.before != nil {
+				tc.before(h)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- h.d.Start(ctx) }()

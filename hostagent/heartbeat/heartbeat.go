@@ -57,6 +57,8 @@ type Facts struct {
 	Accelerator dotsv1.Accelerator
 	QEMUVersion string
 	Images      []driver.Image
+	// WakeLead is host.yaml's wakeLead; 0 when it is not set.
+	WakeLead time.Duration
 	// Problem says why this host cannot run VMs (what the doctor found);
 	// empty when it can.
 	Problem string
@@ -146,6 +148,10 @@ func setStatus(host *dotsv1.Host, f Facts, now time.Time) {
 	st.Accelerator = f.Accelerator
 	st.QEMUVersion = f.QEMUVersion
 	st.AgentVersion = version.Version
+	st.WakeLead = nil
+	if f.WakeLead > 0 {
+		st.WakeLead = &metav1.Duration{Duration: f.WakeLead}
+	}
 	st.Images = nil
 	for _, img := range f.Images {
 		st.Images = append(st.Images, dotsv1.HostImage{Kind: string(img.Kind), Version: img.Version})

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/google/renameio/v2"
 	"sigs.k8s.io/yaml"
@@ -79,6 +80,24 @@ type Config struct {
 	// (http://10.0.2.2:PORT/api/v1). It reaches a guest through its seed, so
 	// a change applies from each VM's next start (and the agent's restart).
 	OpenRouterURL string `json:"openrouterURL,omitempty"`
+	// WakeLead is how long before one of its automations is due a
+	// sleeping Computer of this host is started (ref 9.5), a Go duration
+	// (90s); empty means lifecycle.DefaultWakeLead. A host whose guests
+	// boot slowly wants more. The host agent reports it on its Host, where
+	// the control plane reads it.
+	WakeLead string `json:"wakeLead,omitempty"`
+}
+
+// MaxWakeLead bounds WakeLead: an automation wakes its computer at most this
+// long before it is due.
+const MaxWakeLead = time.Hour
+
+// EffectiveWakeLead is WakeLead as a duration; 0 when it is not set (the
+// control plane's default then applies). Validate refuses one that does not
+// parse.
+func (c Config) EffectiveWakeLead() time.Duration {
+	d, _ := time.ParseDuration(c.WakeLead)
+	return d
 }
 
 // EffectiveOpenRouterURL is the base URL of OpenRouter's API the guests are
@@ -129,6 +148,11 @@ func (c Config) Validate() error {
 	if c.OpenRouterURL != "" {
 		if err := protocol.ValidateOpenRouterURL(c.OpenRouterURL); err != nil {
 			return fmt.Errorf("host.yaml openrouterURL: %w", err)
+		}
+	}
+	if c.WakeLead != "" {
+		if d, err := time.ParseDuration(c.WakeLead); err != nil || d <= 0 || d > MaxWakeLead {
+			return fmt.Errorf("host.yaml wakeLead %q is not a duration from 1s to %s (90s, 2m)", c.WakeLead, MaxWakeLead)
 		}
 	}
 	return nil

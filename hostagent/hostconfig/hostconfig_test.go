@@ -3,6 +3,7 @@ package hostconfig
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -21,7 +22,7 @@ func TestLoadSave(t *testing.T) {
 	if c.EffectiveOpenRouterURL() != "https://openrouter.ai/api/v1" {
 		t.Errorf("default openrouterURL = %q, want OpenRouter's own", c.EffectiveOpenRouterURL())
 	}
-	want := Config{CPUModel: CPUModelNoArchCapabilities, CPUModelReason: "failed to set MSR 0x10a", OpenRouterURL: "http://10.0.2.2:8999/api/v1"}
+	want := Config{CPUModel: CPUModelNoArchCapabilities, CPUModelReason: "failed to set MSR 0x10a", OpenRouterURL: "http://10.0.2.2:8999/api/v1", WakeLead: "2m"}
 	if err := Save(h, want); err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +32,9 @@ func TestLoadSave(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Load(Save(c)) mismatch (-want +got):\n%s", diff)
+	}
+	if got.EffectiveWakeLead() != 2*time.Minute || (Config{}).EffectiveWakeLead() != 0 {
+		t.Errorf("wakeLead 2m reads %s, unset %s; want 2m0s and 0 (the control plane's default)", got.EffectiveWakeLead(), Config{}.EffectiveWakeLead())
 	}
 }
 
@@ -44,6 +48,9 @@ func TestLoadRefuses(t *testing.T) {
 		"openrouterURL no scheme": "openrouterURL: openrouter.ai/api/v1\n",
 		"openrouterURL ftp":       "openrouterURL: ftp://10.0.2.2/x\n",
 		"openrouterURL space":     "openrouterURL: \"http://10.0.2.2/a b\"\n",
+		"wakeLead not a duration": "wakeLead: soon\n",
+		"wakeLead negative":       "wakeLead: -5s\n",
+		"wakeLead over an hour":   "wakeLead: 2h\n",
 	}
 	for name, body := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/pidlock"
@@ -99,6 +100,9 @@ cluster); make that kubeconfig on the server's machine with
 // cannot run VMs says so on its Host and on the Computers placed on it).
 func newHostAgent(ctx context.Context, cfg *rest.Config, layout home.Layout, hostName string, log logr.Logger) (ctrl.Manager, error) {
 	o := agent.Options{Config: cfg, HostName: hostName, Home: layout, Log: log.WithName("agent")}
+	if hc, err := hostconfig.Load(layout); err == nil {
+		o.WakeLead = hc.EffectiveWakeLead()
+	}
 	if d, err := qemu.New(ctx, qemu.Options{Home: layout}); err != nil {
 		log.Error(err, "this host cannot run VMs: its Computers stay PROVISIONING; run invisible-dots setup (invisible-dots doctor shows what is missing)")
 		o.DriverProblem = err

@@ -68,6 +68,8 @@ type ControlPlane struct {
 	home home.Layout
 	lock *pidlock.Lock
 	log  logr.Logger
+	// stopChanges ends the outbox's notifications, before the database.
+	stopChanges func()
 }
 
 // Start brings the control plane up. On error, whatever was started is
@@ -132,6 +134,19 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The outbox's notifications, for the host agents' long poll: a row
+	// reaches its guest as soon as its transaction commits.
+	changes := store.New(cp.DB.Pool()).NewChanges(store.OutboxChannel, 4096, log.WithName("outbox-changes"))
+	changesCtx, cancelChanges := context.WithCancel(context.WithoutCancel(ctx))
+	changesDone := make(chan struct{})
+	go func() {
+		defer close(changesDone)
+		_ = changes.Run(changesCtx)
+	}()
+	cp.stopChanges = func() {
+		cancelChanges()
+		<-changesDone
+	}
 	routeKineLogs(log.WithName("kine"))
 	cp.API, err = apiserver.Start(ctx, apiserver.Options{
 		ListenAddress: o.ListenAddress,
@@ -142,7 +157,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		KineDSN:       cp.DB.KineDSN(),
 		KineSocket:    o.Home.Run() + "/kine.sock",
 		Log:           log,
-		Mounts:        []apiserver.Mount{dotsAPIMount(cp.DB, o.Waker, log.WithName("dotsapi"))},
+		Mounts:        []apiserver.Mount{dotsAPIMount(cp.DB, changes, o.Waker, log.WithName("dotsapi"))},
 	})
 	if err != nil {
 		return nil, err
@@ -178,7 +193,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 // dotsAPIMount serves the Dots API on the API server's port, over the event
 // log and outbox in db, reading Dots with the loopback credential once the
 // server's authorizer let the caller through.
-func dotsAPIMount(db *postgres.Instance, waker dotsapi.Waker, log logr.Logger) apiserver.Mount {
+func dotsAPIMount(db *postgres.Instance, changes *store.Changes, waker dotsapi.Waker, log logr.Logger) apiserver.Mount {
 	return apiserver.Mount{
 		Prefix: wire.Prefix,
 		New: func(loopback *rest.Config, authz authorizer.Authorizer) (http.Handler, error) {
@@ -188,6 +203,7 @@ func dotsAPIMount(db *postgres.Instance, waker dotsapi.Waker, log logr.Logger) a
 			}
 			return dotsapi.New(dotsapi.Options{
 				Store:      store.New(db.Pool()),
+				Changes:    changes,
 				Reader:     reader,
 				Authorizer: authz,
 				Waker:      waker,
@@ -216,6 +232,10 @@ func (cp *ControlPlane) Stop(ctx context.Context) {
 	if cp.API != nil {
 		cp.API.Stop()
 		cp.API = nil
+	}
+	if cp.stopChanges != nil {
+		cp.stopChanges()
+		cp.stopChanges = nil
 	}
 	if cp.DB != nil {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -55,6 +55,9 @@ type Options struct {
 	Authorizer authorizer.Authorizer
 	// Waker is called after a message is queued; nil wakes nothing.
 	Waker Waker
+	// Changes follows the outbox's notifications (store.OutboxChannel) for
+	// the host agents' long poll; nil answers that route 501.
+	Changes *store.Changes
 	// Clock stamps acknowledgements; the real clock when nil.
 	Clock clock.PassiveClock
 	Log   logr.Logger
@@ -62,13 +65,14 @@ type Options struct {
 
 // Handler serves every route under wire.Prefix.
 type Handler struct {
-	store *store.Store
-	dots  client.Reader
-	authz authorizer.Authorizer
-	waker Waker
-	clock clock.PassiveClock
-	log   logr.Logger
-	mux   *http.ServeMux
+	store   *store.Store
+	changes *store.Changes
+	dots    client.Reader
+	authz   authorizer.Authorizer
+	waker   Waker
+	clock   clock.PassiveClock
+	log     logr.Logger
+	mux     *http.ServeMux
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -78,7 +82,7 @@ func New(o Options) (*Handler, error) {
 	if o.Store == nil || o.Reader == nil || o.Authorizer == nil {
 		return nil, errors.New("the Dots API needs its store, a reader of Dots and the API server's authorizer")
 	}
-	h := &Handler{store: o.Store, dots: o.Reader, authz: o.Authorizer, waker: o.Waker, clock: o.Clock, log: o.Log}
+	h := &Handler{store: o.Store, changes: o.Changes, dots: o.Reader, authz: o.Authorizer, waker: o.Waker, clock: o.Clock, log: o.Log}
 	if h.clock == nil {
 		h.clock = clock.RealClock{}
 	}
@@ -91,6 +95,8 @@ func New(o Options) (*Handler, error) {
 		methods map[string]handlerFunc
 	}{
 		{"namespaces/{ns}/dots/{name}/messages", map[string]handlerFunc{http.MethodPost: h.postMessage, http.MethodGet: h.getMessages}},
+		{"namespaces/{ns}/dots/{name}/events", map[string]handlerFunc{http.MethodGet: h.getEvents}},
+		{"hostagent/hosts/{host}/outbox", map[string]handlerFunc{http.MethodGet: h.waitOutbox}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/events", map[string]handlerFunc{http.MethodPost: h.ingestEvents}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/outbox", map[string]handlerFunc{http.MethodGet: h.getOutbox}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/outbox/{id}/ack", map[string]handlerFunc{http.MethodPost: h.ackOutbox}},

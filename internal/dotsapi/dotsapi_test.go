@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -55,7 +56,8 @@ var users = map[string]user.Info{
 }
 
 // rbac stands in for the API server's authorizer: the editor has
-// dots/messages create and get in team-a, the viewer get there, the admin is
+// dots/messages create and get in team-a, the viewer get there, both
+// dots/events get there, the admin is
 // in system:masters; nobody else has anything.
 var rbac = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	for _, g := range a.GetUser().GetGroups() {
@@ -63,7 +65,13 @@ var rbac = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attrib
 			return authorizer.DecisionAllow, "", nil
 		}
 	}
-	if a.GetNamespace() != "team-a" || a.GetAPIGroup() != dotsv1.GroupVersion.Group || a.GetResource() != "dots" || a.GetSubresource() != "messages" {
+	if a.GetNamespace() != "team-a" || a.GetAPIGroup() != dotsv1.GroupVersion.Group || a.GetResource() != "dots" {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	if a.GetSubresource() == "events" && a.GetVerb() == "get" && (a.GetUser().GetName() == "eddie" || a.GetUser().GetName() == "vera") {
+		return authorizer.DecisionAllow, "", nil
+	}
+	if a.GetSubresource() != "messages" {
 		return authorizer.DecisionNoOpinion, "", nil
 	}
 	switch {
@@ -145,8 +153,22 @@ func newEnv(t testing.TB) *env {
 			e.dots[d.Namespace+"/"+d.Name] = storeDot(d)
 		}
 	}
+	changes := testStore.NewChanges(store.OutboxChannel, 100, logr.Discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		_ = changes.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-listening })
+	for deadline := time.Now().Add(10 * time.Second); !changes.Listening(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the outbox's notifications were not heard within 10 s")
+		}
+	}
 	h, err := New(Options{
 		Store:      testStore,
+		Changes:    changes,
 		Reader:     fake.NewClientBuilder().WithScheme(controllers.Scheme).WithObjects(objs...).Build(),
 		Authorizer: rbac,
 		Waker:      e.waker,

@@ -40,18 +40,7 @@ func (h *Handler) hostDot(r *http.Request) (host string, d *dotsv1.Dot, err erro
 		return "", nil, err
 	}
 	host, ns, name := p[0], p[1], p[2]
-	u, err := callerOf(r)
-	if err != nil {
-		return "", nil, err
-	}
-	if saNamespace, saName, err := serviceaccount.SplitUsername(u.GetName()); err == nil && saNamespace == dotsv1.SystemNamespace && isHostServiceAccount(saName) {
-		if saName != controllers.HostServiceAccount(host) {
-			return "", nil, apiErrorf(http.StatusForbidden, wire.CodeForbidden, "%s may act for its own host only, not for host %q", u.GetName(), host)
-		}
-	} else if err := h.authorize(r.Context(), authorizer.AttributesRecord{
-		User: u, Verb: "update", Name: host, ResourceRequest: true,
-		APIGroup: dotsv1.GroupVersion.Group, APIVersion: dotsv1.GroupVersion.Version, Resource: "hosts", Subresource: "status",
-	}); err != nil {
+	if err := h.checkHostCaller(r, host); err != nil {
 		return "", nil, err
 	}
 	d, err = h.getDot(r.Context(), ns, name)
@@ -62,6 +51,26 @@ func (h *Handler) hostDot(r *http.Request) (host string, d *dotsv1.Dot, err erro
 		return "", nil, err
 	}
 	return host, d, nil
+}
+
+// checkHostCaller refuses a caller that may not act for host: a host
+// agent (its ServiceAccount, controllers.HostServiceAccount) acts for its
+// own host only; anyone else must be allowed to write that host's status.
+func (h *Handler) checkHostCaller(r *http.Request, host string) error {
+	u, err := callerOf(r)
+	if err != nil {
+		return err
+	}
+	if saNamespace, saName, err := serviceaccount.SplitUsername(u.GetName()); err == nil && saNamespace == dotsv1.SystemNamespace && isHostServiceAccount(saName) {
+		if saName != controllers.HostServiceAccount(host) {
+			return apiErrorf(http.StatusForbidden, wire.CodeForbidden, "%s may act for its own host only, not for host %q", u.GetName(), host)
+		}
+		return nil
+	}
+	return h.authorize(r.Context(), authorizer.AttributesRecord{
+		User: u, Verb: "update", Name: host, ResourceRequest: true,
+		APIGroup: dotsv1.GroupVersion.Group, APIVersion: dotsv1.GroupVersion.Version, Resource: "hosts", Subresource: "status",
+	})
 }
 
 // isHostServiceAccount reports whether name is a host agent's
@@ -180,6 +189,95 @@ func (h *Handler) getOutbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// waitOutbox answers the host's Dots that had outbox rows enqueued since
+// the caller's cursor, waiting up to ?wait= for one: the deliverer's long
+// poll, so a row goes to its guest as soon as its transaction commits rather
+// than at the deliverer's next pass. Without a cursor of this server's (a
+// first call, a restart, lost notifications) it answers every Dot of the
+// host with a row waiting, at once.
+func (h *Handler) waitOutbox(w http.ResponseWriter, r *http.Request) error {
+	p, err := pathValues(r, "host")
+	if err != nil {
+		return err
+	}
+	host := p[0]
+	if err := h.checkHostCaller(r, host); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	for k := range q {
+		if k != "after" && k != "wait" {
+			return badRequest("the host's outbox takes ?after= and ?wait=, not ?%s=", k)
+		}
+	}
+	cur, err := store.ParseCursor(q.Get("after"))
+	if err != nil {
+		return badRequest("after: %v", err)
+	}
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" {
+		if wait, err = time.ParseDuration(v); err != nil || wait < 0 || wait > wire.MaxOutboxWait {
+			return badRequest("wait %q is not a duration from 0s to %s", v, wire.MaxOutboxWait)
+		}
+	}
+	if h.changes == nil {
+		return apiErrorf(http.StatusNotImplemented, wire.CodeNotImplemented, "this server does not follow the outbox's notifications: read each Dot's outbox instead")
+	}
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	for {
+		payloads, next, complete, changed := h.changes.Since(cur)
+		out := wire.OutboxChanges{Cursor: next.String(), Complete: complete, Dots: []wire.DotRef{}}
+		var dots []store.Dot
+		if complete {
+			for _, p := range payloads {
+				if d, ok := store.ParseOutboxPayload(p); ok {
+					dots = append(dots, d)
+				}
+			}
+		} else if dots, err = h.store.DueDots(r.Context(), h.clock.Now()); err != nil {
+			return err
+		}
+		if out.Dots, err = h.onHost(r.Context(), host, dots); err != nil {
+			return err
+		}
+		if len(out.Dots) > 0 || !complete {
+			writeJSON(w, http.StatusOK, out)
+			return nil
+		}
+		cur = next
+		select {
+		case <-changed:
+		case <-timeout.C:
+			writeJSON(w, http.StatusOK, out)
+			return nil
+		case <-r.Context().Done():
+			return nil // the agent went, or the server stops: no one to answer
+		}
+	}
+}
+
+// onHost keeps the Dots (once each) whose Computer is on host.
+func (h *Handler) onHost(ctx context.Context, host string, dots []store.Dot) ([]wire.DotRef, error) {
+	out := []wire.DotRef{}
+	seen := map[string]bool{}
+	for _, d := range dots {
+		if seen[d.UID] {
+			continue
+		}
+		seen[d.UID] = true
+		c := &dotsv1.Computer{}
+		err := h.dots.Get(ctx, client.ObjectKey{Namespace: d.Namespace, Name: d.Name}, c)
+		if client.IgnoreNotFound(err) != nil {
+			return nil, fmt.Errorf("read the Computer %s/%s: %w", d.Namespace, d.Name, err)
+		}
+		if owner := metav1.GetControllerOf(c); err == nil && c.Spec.NodeName == host && owner != nil && string(owner.UID) == d.UID {
+			out = append(out, wire.DotRef{Namespace: d.Namespace, Name: d.Name, UID: d.UID})
+		}
+	}
+	return out, nil
 }
 
 // ackOutbox records what became of a send of one of the Dot's rows.

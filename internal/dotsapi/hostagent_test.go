@@ -434,3 +434,106 @@ func TestGiveUpTask(t *testing.T) {
 		t.Errorf("pending after the task was given up (-want +got):\n%s", diff)
 	}
 }
+
+func TestWaitOutbox(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	agent, err := client.New(e.restConfig("agent-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := func(refs []wire.DotRef) []string {
+		var out []string
+		for _, r := range refs {
+			for key, d := range e.dots {
+				if d.UID == r.UID {
+					out = append(out, key)
+				}
+			}
+		}
+		return out
+	}
+	enqueue := func(key, id string) {
+		t.Helper()
+		if _, err := testStore.Enqueue(ctx, store.Inbound{ID: id + "-" + e.dots[key].UID, Dot: e.dots[key], Type: protocol.InboundUserMessage}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Without a cursor of this server's: every Dot of the host with rows
+	// waiting, at once (none yet).
+	first, err := agent.WaitOutbox(ctx, "host-1", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Complete || len(mine(first.Dots)) != 0 || first.Cursor == "" {
+		t.Errorf("first answer %+v; want incomplete, a cursor, none of this test's Dots", first)
+	}
+	cursor := first.Cursor
+
+	// A row of another host's Dot does not end the wait; one of the host's
+	// own ends it when its transaction commits.
+	type result struct {
+		got     wire.OutboxChanges
+		err     error
+		elapsed time.Duration
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		got, err := agent.WaitOutbox(ctx, "host-1", cursor, 20*time.Second)
+		done <- result{got, err, time.Since(start)}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	enqueue("team-a/far", "far")
+	time.Sleep(100 * time.Millisecond)
+	enqueue("team-a/helper", "helper")
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if diff := cmp.Diff([]string{"team-a/helper"}, mine(r.got.Dots)); diff != "" || !r.got.Complete {
+		t.Errorf("the wait ended with %+v (-want +got Dots):\n%s", r.got, diff)
+	}
+	if r.elapsed > 10*time.Second {
+		t.Errorf("the wait ended after %s; want it ended by the row's commit", r.elapsed)
+	}
+	// Nothing new: the wait ends empty at its time.
+	quiet, err := agent.WaitOutbox(ctx, "host-1", r.got.Cursor, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mine(quiet.Dots); len(got) != 0 || !quiet.Complete {
+		t.Errorf("a wait with nothing new answered %+v", quiet)
+	}
+	// Another server's cursor (a restart) reads every Dot of the host with
+	// rows waiting: the helper, not the far Dot.
+	again, err := agent.WaitOutbox(ctx, "host-1", "restarted:3", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"team-a/helper"}, mine(again.Dots)); diff != "" || again.Complete {
+		t.Errorf("after a restart: %+v (-want +got Dots):\n%s", again, diff)
+	}
+
+	for _, tc := range []struct {
+		reason, who, query string
+		want               answer
+	}{
+		{"a host agent waits for its own host only", "agent-2", "wait=0s",
+			answer{http.StatusForbidden, wire.CodeForbidden, `not for host "host-1"`}},
+		{"a person is not a host agent", "editor", "wait=0s",
+			answer{http.StatusForbidden, wire.CodeForbidden, "may not update hosts/status"}},
+		{"a wait past the bound", "agent-1", "wait=1m",
+			answer{http.StatusBadRequest, wire.CodeInvalidRequest, `wait "1m" is not a duration from 0s to 30s`}},
+		{"a cursor that is not one", "agent-1", "after=yesterday",
+			answer{http.StatusBadRequest, wire.CodeInvalidRequest, "is not EPOCH:N"}},
+		{"an unknown parameter", "agent-1", "limit=5",
+			answer{http.StatusBadRequest, wire.CodeInvalidRequest, "not ?limit="}},
+	} {
+		got, body := e.call(t, tc.who, http.MethodGet, wire.HostOutboxPath("host-1")+"?"+tc.query, "", "")
+		if !got.matches(tc.want) {
+			t.Errorf("%s: got %+v %s; want %+v", tc.reason, got, body, tc.want)
+		}
+	}
+}

@@ -64,11 +64,17 @@ func enqueue(ctx context.Context, db execer, in Inbound) (bool, error) {
 	if ts.IsZero() {
 		ts = time.Now()
 	}
+	// A stored row notifies OutboxChannel, which PostgreSQL delivers when
+	// the transaction commits: the deliverer hears of it at once.
 	tag, err := db.Exec(ctx, `
-INSERT INTO inbound_events (id, dot_namespace, dot_name, dot_uid, type, data, ts, task_uid, run)
-VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), NULLIF($9, 0))
-ON CONFLICT (id) DO NOTHING`,
-		in.ID, in.Dot.Namespace, in.Dot.Name, in.Dot.UID, in.Type, jsonOrEmpty(in.Data), ts, in.TaskUID, in.Run)
+WITH stored AS (
+  INSERT INTO inbound_events (id, dot_namespace, dot_name, dot_uid, type, data, ts, task_uid, run)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), NULLIF($9, 0))
+  ON CONFLICT (id) DO NOTHING
+  RETURNING 1)
+SELECT pg_notify($10, $11) FROM stored`,
+		in.ID, in.Dot.Namespace, in.Dot.Name, in.Dot.UID, in.Type, jsonOrEmpty(in.Data), ts, in.TaskUID, in.Run,
+		OutboxChannel, OutboxPayload(in.Dot))
 	if err != nil {
 		return false, fmt.Errorf("enqueue %s for dot %s/%s: %w", in.ID, in.Dot.Namespace, in.Dot.Name, err)
 	}

@@ -191,6 +191,11 @@ type EventQuery struct {
 	Desc bool
 	// Limit is the most events returned, at least 1.
 	Limit int
+	// Tools narrows the tool.called events to these tools (data.tool);
+	// the other types pass. Empty keeps every tool.
+	Tools []string
+	// TaskID keeps the events whose data.task_id it is; empty keeps all.
+	TaskID string
 }
 
 // Events reads a page of a Dot's events in id order (newest first with Desc).
@@ -202,15 +207,20 @@ func (s *Store) Events(ctx context.Context, q EventQuery) ([]Event, error) {
 	if q.Desc {
 		order = "DESC"
 	}
-	types := q.Types
+	types, tools := q.Types, q.Tools
 	if types == nil {
 		types = []string{}
+	}
+	if tools == nil {
+		tools = []string{}
 	}
 	rows, err := s.pool.Query(ctx, `
 SELECT id, dot_namespace, dot_name, dot_uid, type, data, source, guest_seq, created_at
 FROM events
 WHERE dot_uid = $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2)) AND id > $3 AND ($4::bigint = 0 OR id < $4::bigint)
-ORDER BY id `+order+` LIMIT $5`, q.DotUID, types, q.After, q.Before, q.Limit)
+  AND (cardinality($6::text[]) = 0 OR type <> 'tool.called' OR data->>'tool' = ANY($6))
+  AND ($7::text = '' OR data->>'task_id' = $7::text)
+ORDER BY id `+order+` LIMIT $5`, q.DotUID, types, q.After, q.Before, q.Limit, tools, q.TaskID)
 	if err != nil {
 		return nil, fmt.Errorf("read events of dot %s: %w", q.DotUID, err)
 	}

@@ -166,7 +166,7 @@ func runningReady(c *dotsv1.Computer) bool {
 // for it, because a server started while that postmaster is still shutting
 // down fails on its socket lock (noted for the control plane: its restart
 // could wait for it too).
-func cvmKillServer(t *testing.T, s *server, h home.Layout) {
+func cvmKillServer(t testing.TB, s *server, h home.Layout) {
 	t.Helper()
 	pm := 0
 	if b, err := os.ReadFile(filepath.Join(h.DB(), "postmaster.pid")); err == nil {
@@ -181,7 +181,7 @@ func cvmKillServer(t *testing.T, s *server, h home.Layout) {
 
 // cvmKubectl runs kubectl in namespace default of a server.
 type cvmKubectl struct {
-	t *testing.T
+	t testing.TB
 	s *server
 }
 
@@ -269,7 +269,7 @@ func (k cvmKubectl) waitGone(kind, name string, timeout time.Duration) {
 	}
 }
 
-func cvmRun(t *testing.T, dir string, env []string, name string, args ...string) string {
+func cvmRun(t testing.TB, dir string, env []string, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
@@ -294,7 +294,7 @@ func cvmAlive(pid int) bool {
 	return len(fields) > 0 && fields[0] != "Z"
 }
 
-func cvmWaitGone(t *testing.T, pid int) {
+func cvmWaitGone(t testing.TB, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for cvmAlive(pid) {
@@ -331,7 +331,7 @@ func cvmCountQEMU(vm home.VM) int {
 
 // cvmRewriteBootID makes qemu.json a record of another boot, as after a host
 // restart (the processes are gone already).
-func cvmRewriteBootID(t *testing.T, path string) {
+func cvmRewriteBootID(t testing.TB, path string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -291,7 +291,7 @@ func TestExternalDatabase(t *testing.T) {
 	})
 }
 
-func readRepoFile(t *testing.T, rel string) string {
+func readRepoFile(t testing.TB, rel string) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(repoRoot, rel))
 	if err != nil {

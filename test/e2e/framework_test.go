@@ -66,7 +66,7 @@ func runMain(m *testing.M) int {
 
 // server is one running `invisible-dots server`.
 type server struct {
-	t       *testing.T
+	t       testing.TB
 	home    string
 	addr    string
 	env     []string
@@ -79,7 +79,7 @@ type server struct {
 
 // newHome makes an empty home directory with a short path (the PostgreSQL
 // socket path is limited to 107 bytes).
-func newHome(t *testing.T) string {
+func newHome(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ide2e-")
 	if err != nil {
@@ -89,7 +89,7 @@ func newHome(t *testing.T) string {
 	return filepath.Join(dir, "home")
 }
 
-func freeAddress(t *testing.T) string {
+func freeAddress(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -101,7 +101,7 @@ func freeAddress(t *testing.T) string {
 
 // startServer starts the server on home and waits until kubectl can list
 // namespaces through the kubeconfig it wrote. extraEnv adds KEY=VALUE pairs.
-func startServer(t *testing.T, home string, extraEnv ...string) *server {
+func startServer(t testing.TB, home string, extraEnv ...string) *server {
 	t.Helper()
 	s := launchServer(t, home, extraEnv...)
 	s.waitReady()
@@ -109,14 +109,14 @@ func startServer(t *testing.T, home string, extraEnv ...string) *server {
 }
 
 // launchServer starts the server without waiting for it.
-func launchServer(t *testing.T, home string, extraEnv ...string) *server {
+func launchServer(t testing.TB, home string, extraEnv ...string) *server {
 	t.Helper()
 	return launch(t, home, []string{"server", "--no-web"}, extraEnv...)
 }
 
 // launch starts `invisible-dots ARGS...` on home (a server, or a host
 // agent) without waiting for it.
-func launch(t *testing.T, home string, args []string, extraEnv ...string) *server {
+func launch(t testing.TB, home string, args []string, extraEnv ...string) *server {
 	t.Helper()
 	s := &server{t: t, home: home, addr: freeAddress(t), done: make(chan struct{})}
 	s.env = append(os.Environ(), "INVISIBLE_DOTS_HOME="+home, "INVISIBLE_DOTS_LISTEN="+s.addr)
@@ -255,7 +255,7 @@ func (s *server) mustKubectl(args ...string) string {
 }
 
 // eventually retries f until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last error

@@ -21,7 +21,7 @@ import (
 
 // vmHome makes a home with the test image registered and tcg set (see
 // computer_test.go), for a server or an agent that boots VMs.
-func vmHome(t *testing.T) home.Layout {
+func vmHome(t testing.TB) home.Layout {
 	t.Helper()
 	h, err := home.New(newHome(t))
 	if err != nil {

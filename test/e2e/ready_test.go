@@ -68,7 +68,7 @@ type modelAnswer struct {
 	Cost  float64
 }
 
-func startStandIn(t *testing.T, model func(req modelRequest) modelAnswer) *standIn {
+func startStandIn(t testing.TB, model func(req modelRequest) modelAnswer) *standIn {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -288,7 +288,7 @@ func secretOpenRouter(env []string, stdin string, args ...string) (string, error
 }
 
 // doctorRow runs `invisible-dots doctor --json` and returns one row.
-func doctorRow(t *testing.T, env []string, name string) struct{ Status, Detail, Fix string } {
+func doctorRow(t testing.TB, env []string, name string) struct{ Status, Detail, Fix string } {
 	t.Helper()
 	cmd := exec.Command(binary, "doctor", "--json")
 	cmd.Env = append(os.Environ(), env...)
@@ -310,14 +310,14 @@ func doctorRow(t *testing.T, env []string, name string) struct{ Status, Detail, 
 
 // guestOf is the Dot's guest as its Computer names it now, and a client of
 // the proven channel to it.
-func guestOf(t *testing.T, k cvmKubectl, dot string) (guestclient.Target, *guestclient.Client) {
+func guestOf(t testing.TB, k cvmKubectl, dot string) (guestclient.Target, *guestclient.Client) {
 	t.Helper()
 	c := k.getComputer(dot)
 	return guestclient.Target{Port: int(c.Status.GuestPort), PID: int(c.Status.PID), Token: guestToken(t, k, dot)}, guestclient.New()
 }
 
 // guestToken reads a Computer's guest token from its Secret.
-func guestToken(t *testing.T, k cvmKubectl, computer string) string {
+func guestToken(t testing.TB, k cvmKubectl, computer string) string {
 	t.Helper()
 	enc := strings.TrimSpace(k.run("get", "secret", computer+"-guest-token", "-o", "jsonpath={.data.token}"))
 	b, err := base64.StdEncoding.DecodeString(enc)

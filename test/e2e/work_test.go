@@ -87,6 +87,11 @@ func workDot(name, exec string) string {
 	return smallDot(name, "") + fmt.Sprintf("  permissions:\n    computer.exec: %s\n", exec)
 }
 
+// idleDot is workDot whose computer sleeps after idle.
+func idleDot(name, exec, idle string) string {
+	return strings.Replace(workDot(name, exec), "    disk: 20Gi\n", "    disk: 20Gi\n    idleTimeout: "+idle+"\n", 1)
+}
+
 func TestDotWork(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM under QEMU")
@@ -94,21 +99,9 @@ func TestDotWork(t *testing.T) {
 	if _, err := qemu.FindBinaries(os.Getenv); err != nil {
 		t.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
 	}
-	h := vmHome(t)
-	stand := startStandIn(t, scriptedModel)
-	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG,
-		OpenRouterURL: fmt.Sprintf("http://10.0.2.2:%d/api/v1", stand.port)}); err != nil {
-		t.Fatal(err)
-	}
 	name := "e2e-work"
-	vm := h.VM(home.VMID{Namespace: "default", Name: name})
-	t.Cleanup(func() { cvmKillRecorded(vm) })
-	srv := startServer(t, h.Root)
-	k := cvmKubectl{t: t, s: srv}
-	w := work{t: t, k: k, dot: name, env: []string{"INVISIBLE_DOTS_HOME=" + h.Root, "KUBECONFIG=" + srv.kubeconfig()}}
-	if out, err := secretOpenRouter(w.env, "sk-or-v1-e2e-work-0123456789\n"); err != nil {
-		t.Fatalf("secret openrouter: %v\n%s", err, out)
-	}
+	w := newWork(t, name, scriptedModel)
+	k := w.k
 
 	t.Log("apply a Dot whose commands are allowed: it becomes READY")
 	start := time.Now()
@@ -184,10 +177,31 @@ func TestDotWork(t *testing.T) {
 	})
 }
 
+// newWork is a home with the test image whose guests use a stand-in
+// OpenRouter answering with model, a server on it with an OpenRouter key
+// stored, and the driver of the work of the Dot dot (not applied yet).
+func newWork(t testing.TB, dot string, model func(modelRequest) modelAnswer) work {
+	t.Helper()
+	h := vmHome(t)
+	stand := startStandIn(t, model)
+	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG,
+		OpenRouterURL: fmt.Sprintf("http://10.0.2.2:%d/api/v1", stand.port)}); err != nil {
+		t.Fatal(err)
+	}
+	vm := h.VM(home.VMID{Namespace: "default", Name: dot})
+	t.Cleanup(func() { cvmKillRecorded(vm) })
+	srv := startServer(t, h.Root)
+	w := work{t: t, k: cvmKubectl{t: t, s: srv}, dot: dot, env: []string{"INVISIBLE_DOTS_HOME=" + h.Root, "KUBECONFIG=" + srv.kubeconfig()}}
+	if out, err := secretOpenRouter(w.env, "sk-or-v1-e2e-work-0123456789\n"); err != nil {
+		t.Fatalf("secret openrouter: %v\n%s", err, out)
+	}
+	return w
+}
+
 // work drives one Dot's work with the command line and kubectl, and tells
 // the Dot's story when something fails.
 type work struct {
-	t   *testing.T
+	t   testing.TB
 	k   cvmKubectl
 	dot string
 	env []string

@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -108,6 +110,26 @@ func (c *Client) IngestEvents(ctx context.Context, host, namespace, dot, dotUID 
 func (c *Client) Outbox(ctx context.Context, host, namespace, dot string) (wire.Outbox, error) {
 	var out wire.Outbox
 	err := c.do(ctx, http.MethodGet, wire.OutboxPath(host, namespace, dot), "", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// Events reads a page of the Dot namespace/name's event log.
+func (c *Client) Events(ctx context.Context, namespace, dot string, q wire.EventsQuery) (wire.Events, error) {
+	var out wire.Events
+	err := c.do(ctx, http.MethodGet, wire.DotEventsPath(namespace, dot), q.Values().Encode(), nil, http.StatusOK, &out)
+	return out, err
+}
+
+// WaitOutbox waits up to wait for outbox rows of host's Dots enqueued since
+// the cursor after (the Cursor of the last answer; "" at first), as host's
+// agent.
+func (c *Client) WaitOutbox(ctx context.Context, host, after string, wait time.Duration) (wire.OutboxChanges, error) {
+	var out wire.OutboxChanges
+	q := url.Values{"wait": {wait.String()}}
+	if after != "" {
+		q.Set("after", after)
+	}
+	err := c.do(ctx, http.MethodGet, wire.HostOutboxPath(host), q.Encode(), nil, http.StatusOK, &out)
 	return out, err
 }
 

@@ -8,7 +8,9 @@ package wire
 import (
 	"encoding/json"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -50,6 +52,18 @@ const (
 	// stop_reason}).
 	EventComputerState = "computer.state"
 )
+
+// HostEventTypes lists the types the control plane logs itself.
+var HostEventTypes = []string{
+	EventMessageUser, EventGuestRefused, EventTaskCreated, EventTaskCancelled, EventTaskFailed,
+	EventApprovalResolved, EventDotCreated, EventDotUpdated, EventComputerState,
+}
+
+// IsEventType says whether the log can hold events of type t: the host's
+// own, or a guest's outbound type.
+func IsEventType(t string) bool {
+	return slices.Contains(HostEventTypes, t) || slices.Contains(protocol.OutboundTypes, t)
+}
 
 // MessageUser is the data of EventMessageUser.
 type MessageUser struct {
@@ -95,6 +109,8 @@ const (
 	CodeTooLarge = "request_too_large"
 	// CodeUnsupportedMediaType: a body that is not JSON (415).
 	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeNotImplemented: this server does not serve the route (501).
+	CodeNotImplemented = "not_implemented"
 	// CodeInternal: the server failed; its log says why (500).
 	CodeInternal = "internal"
 )
@@ -105,6 +121,12 @@ const (
 	MaxMessageBody = 256 << 10
 	// MaxMessagesPage is the most messages one read answers (ref 9.6).
 	MaxMessagesPage = 500
+	// MaxEventsPage is the most events one read of the log answers (ref
+	// 9.6): a client paging through the log asks for this many, so a
+	// shorter page is the last.
+	MaxEventsPage = 1000
+	// DefaultEventsPage is the page of a read that names no limit.
+	DefaultEventsPage = 100
 	// DefaultMessagesPage is the page of a read that names no limit.
 	DefaultMessagesPage = 100
 	// MaxEventBatch is the most guest events one ingestion takes.
@@ -123,6 +145,69 @@ const (
 // read from (Messages).
 func MessagesPath(namespace, dot string) string {
 	return Prefix + "namespaces/" + url.PathEscape(namespace) + "/dots/" + url.PathEscape(dot) + "/messages"
+}
+
+// DotEventsPath is where a Dot's event log is read (GET, EventsQuery).
+func DotEventsPath(namespace, dot string) string {
+	return Prefix + "namespaces/" + url.PathEscape(namespace) + "/dots/" + url.PathEscape(dot) + "/events"
+}
+
+// EventsQuery is the query of GET DotEventsPath (ref 9.6): events with ids
+// after After, or before Before (Order desc only), of the Types (all when
+// empty), the tool.called events narrowed to Tools (other types pass), of
+// the task Task (data.task_id), at most Limit.
+type EventsQuery struct {
+	After  int64
+	Before int64
+	Limit  int
+	Types  []string
+	Tools  []string
+	Task   string
+	Order  string
+}
+
+// Values encodes q as a URL query.
+func (q EventsQuery) Values() url.Values {
+	v := url.Values{}
+	if q.After != 0 {
+		v.Set("after", strconv.FormatInt(q.After, 10))
+	}
+	if q.Before != 0 {
+		v.Set("before", strconv.FormatInt(q.Before, 10))
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if len(q.Types) > 0 {
+		v.Set("types", strings.Join(q.Types, ","))
+	}
+	if len(q.Tools) > 0 {
+		v.Set("tools", strings.Join(q.Tools, ","))
+	}
+	if q.Task != "" {
+		v.Set("task", q.Task)
+	}
+	if q.Order != "" {
+		v.Set("order", q.Order)
+	}
+	return v
+}
+
+// Event is one event of a Dot's log.
+type Event struct {
+	ID   int64  `json:"id"`
+	Type string `json:"type"`
+	// Source is host for the control plane's own events, guest for the
+	// guest's (whose GuestSeq is its sequence number).
+	Source    string          `json:"source"`
+	GuestSeq  *int64          `json:"guest_seq,omitempty"`
+	Data      json.RawMessage `json:"data"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// Events answers GET DotEventsPath.
+type Events struct {
+	Events []Event `json:"events"`
 }
 
 // PostMessage is the body of POST MessagesPath.
@@ -206,6 +291,36 @@ func EventsPath(host, namespace, dot string) string {
 // OutboxPath is where host's agent reads a Dot's pending outbox rows.
 func OutboxPath(host, namespace, dot string) string {
 	return hostDotPath(host, namespace, dot) + "/outbox"
+}
+
+// HostOutboxPath is where host's agent waits for outbox rows of its Dots
+// (GET, OutboxChanges): ?after= the cursor of its last answer, ?wait= how
+// long to wait for one (a Go duration, at most MaxOutboxWait).
+func HostOutboxPath(host string) string {
+	return HostAgentPrefix + "hosts/" + url.PathEscape(host) + "/outbox"
+}
+
+// MaxOutboxWait bounds the wait of HostOutboxPath, well under the API
+// server's timeout of a request.
+const MaxOutboxWait = 30 * time.Second
+
+// DotRef names a Dot: namespace, name and UID.
+type DotRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+}
+
+// OutboxChanges answers GET HostOutboxPath: the Dots of the host that had
+// rows enqueued since the cursor sent, and the cursor to send next. When
+// Complete is false the cursor sent was not this server's (a restart, a
+// first call, a lost notification) and Dots lists every Dot of the host with
+// rows waiting: the agent looks at each. Dots is empty when the wait ended
+// with nothing.
+type OutboxChanges struct {
+	Cursor   string   `json:"cursor"`
+	Complete bool     `json:"complete"`
+	Dots     []DotRef `json:"dots"`
 }
 
 // AckPath is where host's agent acknowledges the outbox row id.

@@ -1,0 +1,177 @@
+package e2e
+
+// The figures of a Dot at work (`make bench`): the real binary, real QEMU
+// under tcg with the test image and the real dot-engine, and a stand-in
+// OpenRouter answering at once, so what is measured is the control plane's,
+// the host agent's and the engine's own time.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/images"
+	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+)
+
+// instantModel answers every chat message at once.
+func instantModel(modelRequest) modelAnswer { return modelAnswer{Text: chatAnswer, Cost: answerCost} }
+
+// BenchmarkDotChat reports, for one Dot (run it with -benchtime 1x; b.N is
+// not used):
+//   - chat-p50-ms, chat-p99-ms: a message posted to a warm (READY, idle) Dot
+//     until its answer is in the log, over 50 messages one after another,
+//     read from the log's own timestamps (message.user to
+//     message.assistant);
+//   - wake-answer-s: the same for a Dot asleep (stopReason idle), the
+//     median of 3;
+//   - boot-s: the same image booted by the host's driver alone in the same
+//     run, from Start to dot-agentd's health (measured at 1.01 times a bare
+//     QEMU boot by BenchmarkStartStopTestImage);
+//   - wake-answer/boot: their ratio (target under 1.5).
+func BenchmarkDotChat(b *testing.B) {
+	if _, err := qemu.FindBinaries(os.Getenv); err != nil {
+		b.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
+	}
+	name := "bench-chat"
+	w := newWork(b, name, instantModel)
+	k := w.k
+	k.apply(idleDot(name, "allow", "0s"))
+	k.waitDot(name, vmReadyTimeout, readyDot)
+	dots := w.dots()
+	ctx := context.Background()
+
+	// Warm: 50 messages, each answered before the next.
+	var warm []time.Duration
+	for i := range 50 {
+		d, err := answerTime(ctx, dots, name, fmt.Sprintf("warm message %d", i), time.Minute)
+		if err != nil {
+			b.Fatalf("message %d: %v\n%s", i, err, w.story())
+		}
+		warm = append(warm, d)
+	}
+
+	// Asleep: idle after 5 s, then a message wakes it.
+	k.apply(idleDot(name, "allow", "5s"))
+	var wake []time.Duration
+	for i := range 3 {
+		k.waitComputer(name, 3*time.Minute, func(c *dotsv1.Computer) bool {
+			return c.Status.State == dotsv1.ComputerStopped && c.Status.StopReason == dotsv1.StopIdle
+		})
+		d, err := answerTime(ctx, dots, name, fmt.Sprintf("wake up %d", i), 3*time.Minute)
+		if err != nil {
+			b.Fatalf("wake %d: %v\n%s", i, err, w.story())
+		}
+		wake = append(wake, d)
+	}
+	boot := driverBoot(b)
+
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ms(percentile(warm, 50)), "chat-p50-ms")
+	b.ReportMetric(ms(percentile(warm, 99)), "chat-p99-ms")
+	b.ReportMetric(percentile(wake, 50).Seconds(), "wake-answer-s")
+	b.ReportMetric(boot.Seconds(), "boot-s")
+	b.ReportMetric(percentile(wake, 50).Seconds()/boot.Seconds(), "wake-answer/boot")
+}
+
+// answerTime posts text to the Dot and waits for its answer, and returns the
+// time from the message's event to the answer's, as the log stamped them.
+func answerTime(ctx context.Context, dots *client.Client, dot, text string, timeout time.Duration) (time.Duration, error) {
+	accepted, err := dots.PostMessage(ctx, "default", dot, text)
+	if err != nil {
+		return 0, err
+	}
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		page, err := dots.Messages(ctx, "default", dot, wire.MessagesQuery{Limit: 10, Order: wire.OrderDesc})
+		if err != nil {
+			return 0, err
+		}
+		var asked, answered *wire.Message
+		for i := range page.Messages {
+			m := &page.Messages[i]
+			if m.EventID == accepted.EventID {
+				asked = m
+			}
+		}
+		for i := range page.Messages {
+			if m := &page.Messages[i]; asked != nil && m.Role == wire.RoleAssistant && m.InReplyTo == asked.MessageID {
+				answered = m
+			}
+		}
+		if answered != nil {
+			return answered.CreatedAt.Sub(asked.CreatedAt), nil
+		}
+	}
+	return 0, fmt.Errorf("no answer to %q within %s", text, timeout)
+}
+
+// driverBoot boots the test image with the host's QEMU driver alone, in a
+// home of its own, and returns the time from Start until dot-agentd answers
+// its health through the proven channel (asked every 100 ms).
+func driverBoot(b *testing.B) time.Duration {
+	b.Helper()
+	h := vmHome(b)
+	cfg := hostconfig.Config{Accelerator: hostconfig.TCG}
+	ctx := context.Background()
+	d, err := qemu.New(ctx, qemu.Options{Home: h, Config: &cfg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	golden, err := images.Latest(h, home.Golden)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runtime, err := images.Latest(h, home.Runtime)
+	if err != nil {
+		b.Fatal(err)
+	}
+	token := make([]byte, 32)
+	_, _ = rand.Read(token)
+	spec := driver.Spec{ID: home.VMID{Namespace: "default", Name: "bench-boot"}, CPUs: 1, MemoryMiB: 2048,
+		GoldenImage: golden.Version, RuntimeImage: runtime.Version, Token: hex.EncodeToString(token)}
+	defer func() {
+		_, _ = d.Kill(ctx, spec.ID)
+		_ = d.Destroy(ctx, spec.ID)
+	}()
+	start := time.Now()
+	if _, err := d.Start(ctx, spec); err != nil {
+		b.Fatal(err)
+	}
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		health, err := d.Health(hctx, spec.ID, spec.Token)
+		cancel()
+		if err == nil && health.Agentd == protocol.AgentdOK {
+			return time.Since(start)
+		}
+	}
+	b.Fatal("the test image did not answer its health within 3 minutes")
+	return 0
+}
+
+// percentile is the p-th percentile of ds by nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
