@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,9 +23,11 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
 // The commands that give a Dot work and answer it: task, approve, reject,
@@ -265,7 +268,7 @@ func newChatCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "chat DOT [-m TEXT]",
-		Short: "Talk with a Dot: each line is sent and its answer printed; -m sends one message and exits",
+		Short: "Talk with a Dot: each line is sent and its answer printed, with a line for each tool it runs and its questions asked inline; -m sends one message and exits",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newClients(namespace)
@@ -273,18 +276,20 @@ func newChatCommand() *cobra.Command {
 				return err
 			}
 			dot := args[0]
+			out := cmd.OutOrStdout()
 			if message != "" {
-				return say(cmd.Context(), c, dot, message, timeout, cmd.OutOrStdout())
+				// Scripted: an approval is named, to answer with approve
+				// or reject, not asked.
+				return say(cmd.Context(), c, dot, message, timeout, out, nil)
 			}
 			in := bufio.NewScanner(cmd.InOrStdin())
-			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "talking with %s; an empty line or Ctrl-D ends\n> ", dot)
 			for in.Scan() {
 				line := strings.TrimSpace(in.Text())
 				if line == "" {
 					return nil
 				}
-				if err := say(cmd.Context(), c, dot, line, timeout, out); err != nil {
+				if err := say(cmd.Context(), c, dot, line, timeout, out, in); err != nil {
 					return err
 				}
 				fmt.Fprint(out, "> ")
@@ -298,39 +303,120 @@ func newChatCommand() *cobra.Command {
 	return cmd
 }
 
-// say sends one message and prints the Dot's answer to it, read from the
-// log.
-func say(ctx context.Context, c *clients, dot, text string, timeout time.Duration, out io.Writer) error {
+// chatEvents are the log's events a chat follows after a message.
+var chatEvents = []string{protocol.EventToolCalled, protocol.EventApprovalRequested, protocol.EventMessageAssistant}
+
+// say sends one message and follows the Dot's log until the answer to it,
+// which it prints: a quiet line for each tool the Dot runs meanwhile, and
+// each approval it asks for, asked of the person on ask (y, N or always),
+// or, with no ask, named for invisible-dots approve or reject.
+func say(ctx context.Context, c *clients, dot, text string, timeout time.Duration, out io.Writer, ask *bufio.Scanner) error {
 	accepted, err := c.dots.PostMessage(ctx, c.ns, dot, text)
 	if err != nil {
 		return fmt.Errorf("send the message: %w", err)
 	}
-	mine := ""
+	mine := store.MessageID(accepted.EventID)
+	after := accepted.EventID
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		page, err := c.dots.Messages(ctx, c.ns, dot, wire.MessagesQuery{Order: wire.OrderDesc, Limit: 50})
+		page, err := c.dots.Events(ctx, c.ns, dot, wire.EventsQuery{After: after, Types: chatEvents, Limit: wire.MaxEventsPage})
 		if err != nil {
 			return err
 		}
-		for _, m := range page.Messages {
-			if m.EventID == accepted.EventID {
-				mine = m.MessageID
+		for _, e := range page.Events {
+			after = e.ID
+			switch e.Type {
+			case protocol.EventToolCalled:
+				var d protocol.ToolCalled
+				if json.Unmarshal(e.Data, &d) == nil && d.TaskID == nil {
+					fmt.Fprintln(out, toolLine(d))
+				}
+			case protocol.EventApprovalRequested:
+				var d protocol.ApprovalRequested
+				if json.Unmarshal(e.Data, &d) != nil || d.TaskID != nil {
+					continue
+				}
+				if err := askApproval(ctx, c, dot, d, out, ask); err != nil {
+					return err
+				}
+			case protocol.EventMessageAssistant:
+				var d protocol.MessageAssistant
+				if json.Unmarshal(e.Data, &d) == nil && (d.InReplyTo == nil || *d.InReplyTo == mine) {
+					fmt.Fprintln(out, d.Text)
+					return nil
+				}
 			}
 		}
-		for i := len(page.Messages) - 1; i >= 0; i-- {
-			m := page.Messages[i]
-			if m.Role == wire.RoleAssistant && m.EventID > accepted.EventID && (mine == "" || m.InReplyTo == "" || m.InReplyTo == mine) {
-				fmt.Fprintln(out, m.Text)
-				return nil
-			}
+		if len(page.Events) == wire.MaxEventsPage {
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 	return &exitError{code: 1, err: errors.New("no answer within " + timeout.String() + ": the message is queued and the Dot answers when it can (invisible-dots chat shows it later)")}
+}
+
+// toolLine is the quiet line of a tool the Dot ran: its name, what it acted
+// on, and how it ended when that was not well.
+func toolLine(d protocol.ToolCalled) string {
+	line := "  · " + d.Tool
+	if d.Target != nil && *d.Target != "" {
+		line += " " + oneLine(*d.Target, 80)
+	}
+	switch {
+	case d.Decision == protocol.Deny:
+		line += " (denied)"
+	case d.Interrupted != nil && *d.Interrupted:
+		line += " (interrupted)"
+	case !d.OK:
+		line += " (failed)"
+	}
+	return line
+}
+
+// askApproval shows what the Dot asks and, on a terminal session, asks the
+// person: approve? [y/N/always]. Scripted (ask nil), it names the Approval
+// to answer.
+func askApproval(ctx context.Context, c *clients, dot string, d protocol.ApprovalRequested, out io.Writer, ask *bufio.Scanner) error {
+	name := controllers.ApprovalName(dot, d.ApprovalID)
+	fmt.Fprintf(out, "  ? %s asks to run %s %s (%s)", dot, d.Tool, oneLine(string(d.Arguments), 120), d.Permission)
+	if d.Reason != "" {
+		fmt.Fprintf(out, ": %s", oneLine(d.Reason, 200))
+	}
+	fmt.Fprintln(out)
+	if ask == nil {
+		fmt.Fprintf(out, "    answer it with: invisible-dots approve %s [--always], or invisible-dots reject %s\n", name, name)
+		return nil
+	}
+	fmt.Fprint(out, "    approve? [y/N/always] ")
+	answer := ""
+	if ask.Scan() {
+		answer = strings.ToLower(strings.TrimSpace(ask.Text()))
+	}
+	decision, always := dotsv1.Reject, false
+	switch answer {
+	case "y", "yes":
+		decision = dotsv1.Approve
+	case "always", "a":
+		decision, always = dotsv1.Approve, true
+	}
+	// The control plane makes the Approval once it read the request from
+	// the log: wait for it a little.
+	for wait := time.Now().Add(30 * time.Second); ; {
+		err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: name}, &dotsv1.Approval{})
+		if err == nil || !apierrors.IsNotFound(err) || time.Now().After(wait) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return decide(ctx, c, name, decision, always, "", out)
 }
 
 func oneLine(s string, max int) string {

@@ -11,10 +11,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"net/url"
 	"os"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
@@ -24,6 +27,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/store"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 )
@@ -37,6 +41,12 @@ func instantModel(modelRequest) modelAnswer { return modelAnswer{Text: chatAnswe
 //     until its answer is in the log, over 50 messages one after another,
 //     read from the log's own timestamps (message.user to
 //     message.assistant);
+//   - send-p50-ms: of those, from the message's event until the deliverer
+//     began its send (the outbox row's sent_at): the control plane and the
+//     deliverer alone;
+//   - deliver-p50-ms: until the guest took the user.message (its
+//     delivered_at), the guest's POST /v1/agent/events added; the rest is
+//     the engine's turn with the model, and the event pump;
 //   - wake-answer-s: the same for a Dot asleep (stopReason idle), the
 //     median of 3;
 //   - boot-s: the same image booted by the host's driver alone in the same
@@ -57,13 +67,16 @@ func BenchmarkDotChat(b *testing.B) {
 
 	// Warm: 50 messages, each answered before the next.
 	var warm []time.Duration
+	var asked []int64
 	for i := range 50 {
-		d, err := answerTime(ctx, dots, name, fmt.Sprintf("warm message %d", i), time.Minute)
+		d, id, err := answerTime(ctx, dots, name, fmt.Sprintf("warm message %d", i), time.Minute)
 		if err != nil {
 			b.Fatalf("message %d: %v\n%s", i, err, w.story())
 		}
 		warm = append(warm, d)
+		asked = append(asked, id)
 	}
+	send, deliver := deliveredAfter(b, w.home, asked)
 
 	// Asleep: idle after 5 s, then a message wakes it.
 	k.apply(idleDot(name, "allow", "5s"))
@@ -72,7 +85,7 @@ func BenchmarkDotChat(b *testing.B) {
 		k.waitComputer(name, 3*time.Minute, func(c *dotsv1.Computer) bool {
 			return c.Status.State == dotsv1.ComputerStopped && c.Status.StopReason == dotsv1.StopIdle
 		})
-		d, err := answerTime(ctx, dots, name, fmt.Sprintf("wake up %d", i), 3*time.Minute)
+		d, _, err := answerTime(ctx, dots, name, fmt.Sprintf("wake up %d", i), 3*time.Minute)
 		if err != nil {
 			b.Fatalf("wake %d: %v\n%s", i, err, w.story())
 		}
@@ -83,22 +96,25 @@ func BenchmarkDotChat(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(ms(percentile(warm, 50)), "chat-p50-ms")
 	b.ReportMetric(ms(percentile(warm, 99)), "chat-p99-ms")
+	b.ReportMetric(ms(percentile(send, 50)), "send-p50-ms")
+	b.ReportMetric(ms(percentile(deliver, 50)), "deliver-p50-ms")
 	b.ReportMetric(percentile(wake, 50).Seconds(), "wake-answer-s")
 	b.ReportMetric(boot.Seconds(), "boot-s")
 	b.ReportMetric(percentile(wake, 50).Seconds()/boot.Seconds(), "wake-answer/boot")
 }
 
 // answerTime posts text to the Dot and waits for its answer, and returns the
-// time from the message's event to the answer's, as the log stamped them.
-func answerTime(ctx context.Context, dots *client.Client, dot, text string, timeout time.Duration) (time.Duration, error) {
+// time from the message's event to the answer's, as the log stamped them,
+// and the message's event id.
+func answerTime(ctx context.Context, dots *client.Client, dot, text string, timeout time.Duration) (time.Duration, int64, error) {
 	accepted, err := dots.PostMessage(ctx, "default", dot, text)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		page, err := dots.Messages(ctx, "default", dot, wire.MessagesQuery{Limit: 10, Order: wire.OrderDesc})
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		var asked, answered *wire.Message
 		for i := range page.Messages {
@@ -113,10 +129,36 @@ func answerTime(ctx context.Context, dots *client.Client, dot, text string, time
 			}
 		}
 		if answered != nil {
-			return answered.CreatedAt.Sub(asked.CreatedAt), nil
+			return answered.CreatedAt.Sub(asked.CreatedAt), accepted.EventID, nil
 		}
 	}
-	return 0, fmt.Errorf("no answer to %q within %s", text, timeout)
+	return 0, 0, fmt.Errorf("no answer to %q within %s", text, timeout)
+}
+
+// deliveredAfter reads, from the server's database, how long after each
+// message's event the send of its outbox row began, and when it was
+// delivered.
+func deliveredAfter(b *testing.B, h home.Layout, events []int64) (sent, delivered []time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	dsn := url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/invisible_dots",
+		RawQuery: url.Values{"host": {h.Run()}, "sslmode": {"disable"}}.Encode()}
+	conn, err := pgx.Connect(ctx, dsn.String())
+	if err != nil {
+		b.Fatalf("connect to the server's database: %v", err)
+	}
+	defer conn.Close(ctx)
+	seconds := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	for _, id := range events {
+		var s, d float64
+		err := conn.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM i.sent_at - e.created_at)::float8, EXTRACT(EPOCH FROM i.delivered_at - e.created_at)::float8
+FROM events e JOIN inbound_events i ON i.id = $2 WHERE e.id = $1`, id, store.MessageID(id)).Scan(&s, &d)
+		if err != nil {
+			b.Fatalf("read the delivery of message %d: %v", id, err)
+		}
+		sent, delivered = append(sent, seconds(s)), append(delivered, seconds(d))
+	}
+	return sent, delivered
 }
 
 // driverBoot boots the test image with the host's QEMU driver alone, in a

@@ -43,6 +43,12 @@ const (
 	// tests" runs; askedFile for "run the tests again", which is asked.
 	runsFile  = protocol.DefaultDotHome + "/e2e-runs.txt"
 	askedFile = protocol.DefaultDotHome + "/e2e-asked.txt"
+	// chatFile for "run the tests in chat", asked in the chat; slowFile for
+	// "run the slow tests", which takes 20 s (a server is killed meanwhile).
+	chatFile = protocol.DefaultDotHome + "/e2e-chat.txt"
+	slowFile = protocol.DefaultDotHome + "/e2e-slow.txt"
+	// standupDone is the answer to the automation's firing.
+	standupDone = "standup notes written"
 	// answerCost is the usage.cost of every answer, in USD.
 	answerCost = 0.0021
 )
@@ -74,6 +80,17 @@ func scriptedModel(req modelRequest) modelAnswer {
 		return modelAnswer{Calls: [][2]string{{"exec", args}}, Cost: answerCost}
 	case strings.HasPrefix(text, "[Approval] The person rejected"):
 		return modelAnswer{Text: "understood, I did not run it", Cost: answerCost}
+	case strings.HasPrefix(text, "[Automation \"standup\" fired]"):
+		return modelAnswer{Text: standupDone, Cost: answerCost}
+	case strings.Contains(text, "remind me of the standup"):
+		at := time.Now().Add(standupIn).UTC().Format(time.RFC3339)
+		return modelAnswer{Text: "I will remind you", Calls: [][2]string{{"cron",
+			fmt.Sprintf(`{"action":"add","name":"standup","message":"time for the standup","at":%q}`, at)}}, Cost: answerCost}
+	case strings.Contains(text, "run the slow tests"):
+		return modelAnswer{Text: "running the slow tests", Calls: [][2]string{{"exec",
+			fmt.Sprintf(`{"command":"sleep 20 && echo ran >> %s && echo %s"}`, slowFile, testsPassed)}}, Cost: answerCost}
+	case strings.Contains(text, "run the tests in chat"):
+		return modelAnswer{Text: "running them", Calls: [][2]string{{"exec", runTheTests(chatFile)}}, Cost: answerCost}
 	case strings.Contains(text, "run the tests again"):
 		return modelAnswer{Text: "running the tests again", Calls: [][2]string{{"exec", runTheTests(askedFile)}}, Cost: answerCost}
 	case strings.Contains(text, "run the tests"):
@@ -81,6 +98,14 @@ func scriptedModel(req modelRequest) modelAnswer {
 	}
 	return modelAnswer{Text: chatAnswer, Cost: answerCost}
 }
+
+// standupIn is when the automation the model makes is due, from its making:
+// long enough for the Dot to fall asleep and be woken for it.
+const standupIn = 100 * time.Second
+
+// testWakeLead is the hosts' wakeLead here: an automation wakes its
+// computer this long before it is due.
+const testWakeLead = 30 * time.Second
 
 // workDot is a small Dot whose computer.exec is decided by exec.
 func workDot(name, exec string) string {
@@ -175,6 +200,111 @@ func TestDotWork(t *testing.T) {
 			w.fail("%s holds %d lines after the approval; want the one line of the command run exactly once", askedFile, n)
 		}
 	})
+
+	t.Run("chat asks inline and always allows", func(t *testing.T) {
+		w := w.on(t)
+		// computer.exec is ask: the chat asks, the person answers always.
+		out := w.cliIn(3*time.Minute, "always\n\n", "chat", name)
+		for _, want := range []string{"asks to run exec", "approve? [y/N/always]", "  · exec echo ran >> " + chatFile, testsPassed} {
+			if !strings.Contains(out, want) {
+				w.fail("chat printed %q; want %q in it", out, want)
+			}
+		}
+		d := k.waitDot(name, time.Minute, func(d *dotsv1.Dot) bool { return d.Spec.Permissions["computer.exec"] == "allow" })
+		t.Logf("always allow wrote computer.exec: allow (generation %d)", d.Generation)
+		// Asked again, the call is not asked.
+		out = w.cli(3*time.Minute, "chat", name, "-m", "run the tests in chat", "--timeout", "2m")
+		if strings.Contains(out, "asks to run") || !strings.Contains(out, testsPassed) {
+			w.fail("after always, chat -m printed %q; want the answer with no question", out)
+		}
+		if n := w.lines(chatFile); n != 2 {
+			w.fail("%s holds %d lines; want one for each of the two chats", chatFile, n)
+		}
+	})
+
+	t.Run("a server killed while a task runs", func(t *testing.T) {
+		w := w.on(t)
+		out := w.cli(time.Minute, "task", "add", name, "run the slow tests")
+		task := w.taskOf(out)
+		uid := string(w.task(task).UID)
+		// Running: its task.created was delivered; its command takes 20 s.
+		for deadline := time.Now().Add(3 * time.Minute); w.task(task).Status.Phase != dotsv1.TaskRunning; time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				w.fail("task %s did not start running", task)
+			}
+		}
+		w.k.s.kill9()
+		t.Log("the server was killed with SIGKILL while the task ran; starting it again")
+		srv := startServer(t, w.k.s.home)
+		w.k.s = srv
+		k.s = srv
+		got := w.waitTask(task, 4*time.Minute)
+		if got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != testsPassed {
+			w.fail("task %s ended %s %q %q; want COMPLETED with %q", task, got.Status.Phase, got.Status.Summary, got.Status.Error, testsPassed)
+		}
+		if n := w.lines(slowFile); n != 1 {
+			w.fail("%s holds %d lines; want the one line of the command run once", slowFile, n)
+		}
+		story, err := w.dots().Events(context.Background(), "default", name, wire.EventsQuery{Task: uid, Limit: wire.MaxEventsPage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := map[string]int{}
+		for _, e := range story.Events {
+			count[e.Source+" "+e.Type]++
+		}
+		for _, typ := range []string{"host " + wire.EventTaskCreated, "guest " + protocol.EventTaskStarted, "guest " + protocol.EventToolCalled, "guest " + protocol.EventTaskCompleted} {
+			if count[typ] != 1 {
+				w.fail("the task's story holds %d %s events; want exactly one (%v)", count[typ], typ, count)
+			}
+		}
+	})
+
+	t.Run("an idle Dot sleeps and a message wakes it", func(t *testing.T) {
+		w := w.on(t)
+		k.apply(idleDot(name, "allow", "10s"))
+		k.waitComputer(name, 3*time.Minute, func(c *dotsv1.Computer) bool {
+			return c.Status.State == dotsv1.ComputerStopped && c.Status.StopReason == dotsv1.StopIdle
+		})
+		start := time.Now()
+		out := w.cli(4*time.Minute, "chat", name, "-m", "hello again", "--timeout", "3m")
+		if !strings.Contains(out, chatAnswer) {
+			w.fail("chat -m to a sleeping Dot printed %q; want the stand-in's answer", out)
+		}
+		t.Logf("FIGURE a sleeping Dot answered in %s", time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("an automation wakes its sleeping Dot before it is due", func(t *testing.T) {
+		w := w.on(t)
+		k.apply(strings.Replace(idleDot(name, "allow", "10s"), "  permissions:\n", "  permissions:\n    automations: allow\n", 1))
+		k.waitDot(name, time.Minute, func(d *dotsv1.Dot) bool { return readyDot(d) && d.Spec.Permissions["automations"] == "allow" })
+		w.cli(3*time.Minute, "chat", name, "-m", "remind me of the standup", "--timeout", "2m")
+		c := k.waitComputer(name, time.Minute, func(c *dotsv1.Computer) bool { return c.Status.NextAutomationTime != nil })
+		due := c.Status.NextAutomationTime.Time
+		t.Logf("nextAutomationTime %s, in %s", due.Format(time.RFC3339), time.Until(due).Round(time.Second))
+		k.waitComputer(name, time.Until(due), func(c *dotsv1.Computer) bool {
+			return c.Status.State == dotsv1.ComputerStopped && c.Status.StopReason == dotsv1.StopIdle
+		})
+		t.Logf("asleep %s before the automation is due", time.Until(due).Round(time.Second))
+		k.waitComputer(name, time.Until(due)+time.Minute, func(c *dotsv1.Computer) bool { return c.Status.State == dotsv1.ComputerRunning })
+		woke := time.Now()
+		if woke.After(due) {
+			w.fail("the computer was running again at %s, after the automation was due at %s", woke.Format(time.RFC3339), due.Format(time.RFC3339))
+		}
+		t.Logf("FIGURE running again %s before the automation was due (wake lead %s)", due.Sub(woke).Round(time.Second), testWakeLead)
+		for deadline := due.Add(3 * time.Minute); ; time.Sleep(time.Second) {
+			page, err := w.dots().Messages(context.Background(), "default", name, wire.MessagesQuery{Order: wire.OrderDesc, Limit: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.ContainsFunc(page.Messages, func(m wire.Message) bool { return m.Text == standupDone }) {
+				break
+			}
+			if time.Now().After(deadline) {
+				w.fail("the automation's firing was not answered by %s", deadline.Format(time.RFC3339))
+			}
+		}
+	})
 }
 
 // newWork is a home with the test image whose guests use a stand-in
@@ -184,14 +314,14 @@ func newWork(t testing.TB, dot string, model func(modelRequest) modelAnswer) wor
 	t.Helper()
 	h := vmHome(t)
 	stand := startStandIn(t, model)
-	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG,
+	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG, WakeLead: testWakeLead.String(),
 		OpenRouterURL: fmt.Sprintf("http://10.0.2.2:%d/api/v1", stand.port)}); err != nil {
 		t.Fatal(err)
 	}
 	vm := h.VM(home.VMID{Namespace: "default", Name: dot})
 	t.Cleanup(func() { cvmKillRecorded(vm) })
 	srv := startServer(t, h.Root)
-	w := work{t: t, k: cvmKubectl{t: t, s: srv}, dot: dot, env: []string{"INVISIBLE_DOTS_HOME=" + h.Root, "KUBECONFIG=" + srv.kubeconfig()}}
+	w := work{t: t, k: cvmKubectl{t: t, s: srv}, dot: dot, home: h, env: []string{"INVISIBLE_DOTS_HOME=" + h.Root, "KUBECONFIG=" + srv.kubeconfig()}}
 	if out, err := secretOpenRouter(w.env, "sk-or-v1-e2e-work-0123456789\n"); err != nil {
 		t.Fatalf("secret openrouter: %v\n%s", err, out)
 	}
@@ -201,10 +331,11 @@ func newWork(t testing.TB, dot string, model func(modelRequest) modelAnswer) wor
 // work drives one Dot's work with the command line and kubectl, and tells
 // the Dot's story when something fails.
 type work struct {
-	t   testing.TB
-	k   cvmKubectl
-	dot string
-	env []string
+	t    testing.TB
+	k    cvmKubectl
+	dot  string
+	home home.Layout
+	env  []string
 }
 
 // on is w for a subtest.
@@ -240,9 +371,16 @@ func (w work) story() string {
 // cli runs `invisible-dots ARGS` as the person would, bounded by timeout.
 func (w work) cli(timeout time.Duration, args ...string) string {
 	w.t.Helper()
+	return w.cliIn(timeout, "", args...)
+}
+
+// cliIn is cli with stdin given.
+func (w work) cliIn(timeout time.Duration, stdin string, args ...string) string {
+	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Env = append(os.Environ(), w.env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
