@@ -106,17 +106,32 @@ func startManaged(ctx context.Context, homeDir string, log logr.Logger) (*manage
 			return nil, err
 		}
 	}
-	if err := stopOrphan(ctx, dataDir, runDir, log); err != nil {
-		return nil, err
-	}
-
-	m := &managed{dataDir: dataDir, runDir: runDir, log: log, exited: make(chan struct{}), tail: newTailBuffer(30)}
-	if err := m.start(binDir, acct); err != nil {
-		return nil, err
-	}
-	if err := m.waitReady(ctx); err != nil {
+	var m *managed
+	for attempt := 1; ; attempt++ {
+		if err := stopOrphan(ctx, dataDir, runDir, log); err != nil {
+			return nil, err
+		}
+		m = &managed{dataDir: dataDir, runDir: runDir, log: log, exited: make(chan struct{}), tail: newTailBuffer(30)}
+		if err := m.start(binDir, acct); err != nil {
+			return nil, err
+		}
+		err := m.waitReady(ctx)
+		if err == nil {
+			break
+		}
 		_ = m.stop(context.Background())
-		return nil, err
+		// An earlier server's postgres that was still shutting down when
+		// it was looked for holds its lock files a moment longer: look
+		// again.
+		if attempt == 5 || !strings.Contains(m.tail.String(), "already exists") {
+			return nil, err
+		}
+		log.Info("an earlier PostgreSQL on this home still holds its lock files; starting again", "attempt", attempt)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 	if err := ensureDatabase(ctx, m.dsn(superuser), databaseName); err != nil {
 		_ = m.stop(context.Background())
@@ -344,6 +359,16 @@ func stopOrphanNamedIn(ctx context.Context, file, dataDir string, log logr.Logge
 	if err != nil || pid <= 0 {
 		return nil
 	}
+	if exited(pid) {
+		// The postmaster is gone, or a zombie its new parent has not reaped
+		// yet: PostgreSQL counts a zombie as alive and would refuse to
+		// start on the lock file naming it. Nothing but an earlier server
+		// of this home writes it (the caller holds server.lock).
+		if err := os.Remove(file); err == nil {
+			log.Info("removed a lock file left by a PostgreSQL that has exited", "file", file, "pid", pid)
+		}
+		return nil
+	}
 	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
 	if err != nil {
 		return nil
@@ -361,6 +386,8 @@ func stopOrphanNamedIn(ctx context.Context, file, dataDir string, log logr.Logge
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if exited(pid) {
+			// A zombie's lock file is stale (see above).
+			_ = os.Remove(file)
 			return nil
 		}
 		select {

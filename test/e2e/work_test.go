@@ -204,7 +204,7 @@ func TestDotWork(t *testing.T) {
 	t.Run("chat asks inline and always allows", func(t *testing.T) {
 		w := w.on(t)
 		// computer.exec is ask: the chat asks, the person answers always.
-		out := w.cliIn(3*time.Minute, "always\n\n", "chat", name)
+		out := w.cliIn(3*time.Minute, "run the tests in chat\nalways\n\n", "chat", name)
 		for _, want := range []string{"asks to run exec", "approve? [y/N/always]", "  · exec echo ran >> " + chatFile, testsPassed} {
 			if !strings.Contains(out, want) {
 				w.fail("chat printed %q; want %q in it", out, want)
@@ -222,30 +222,31 @@ func TestDotWork(t *testing.T) {
 		}
 	})
 
+	parent := t
 	t.Run("a server killed while a task runs", func(t *testing.T) {
-		w := w.on(t)
-		out := w.cli(time.Minute, "task", "add", name, "run the slow tests")
-		task := w.taskOf(out)
-		uid := string(w.task(task).UID)
+		sw := w.on(t)
+		out := sw.cli(time.Minute, "task", "add", name, "run the slow tests")
+		task := sw.taskOf(out)
+		uid := string(sw.task(task).UID)
 		// Running: its task.created was delivered; its command takes 20 s.
-		for deadline := time.Now().Add(3 * time.Minute); w.task(task).Status.Phase != dotsv1.TaskRunning; time.Sleep(200 * time.Millisecond) {
+		for deadline := time.Now().Add(3 * time.Minute); sw.task(task).Status.Phase != dotsv1.TaskRunning; time.Sleep(200 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				w.fail("task %s did not start running", task)
+				sw.fail("task %s did not start running", task)
 			}
 		}
-		w.k.s.kill9()
+		sw.k.s.kill9()
 		t.Log("the server was killed with SIGKILL while the task ran; starting it again")
-		srv := startServer(t, w.k.s.home)
-		w.k.s = srv
-		k.s = srv
-		got := w.waitTask(task, 4*time.Minute)
+		// The new server serves the subtests after this one too.
+		srv := startServer(parent, sw.k.s.home)
+		w.k.s, k.s, sw.k.s = srv, srv, srv
+		got := sw.waitTask(task, 4*time.Minute)
 		if got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != testsPassed {
-			w.fail("task %s ended %s %q %q; want COMPLETED with %q", task, got.Status.Phase, got.Status.Summary, got.Status.Error, testsPassed)
+			sw.fail("task %s ended %s %q %q; want COMPLETED with %q", task, got.Status.Phase, got.Status.Summary, got.Status.Error, testsPassed)
 		}
-		if n := w.lines(slowFile); n != 1 {
-			w.fail("%s holds %d lines; want the one line of the command run once", slowFile, n)
+		if n := sw.lines(slowFile); n != 1 {
+			sw.fail("%s holds %d lines; want the one line of the command run once", slowFile, n)
 		}
-		story, err := w.dots().Events(context.Background(), "default", name, wire.EventsQuery{Task: uid, Limit: wire.MaxEventsPage})
+		story, err := sw.dots().Events(context.Background(), "default", name, wire.EventsQuery{Task: uid, Limit: wire.MaxEventsPage})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +256,7 @@ func TestDotWork(t *testing.T) {
 		}
 		for _, typ := range []string{"host " + wire.EventTaskCreated, "guest " + protocol.EventTaskStarted, "guest " + protocol.EventToolCalled, "guest " + protocol.EventTaskCompleted} {
 			if count[typ] != 1 {
-				w.fail("the task's story holds %d %s events; want exactly one (%v)", count[typ], typ, count)
+				sw.fail("the task's story holds %d %s events; want exactly one (%v)", count[typ], typ, count)
 			}
 		}
 	})
