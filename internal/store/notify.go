@@ -50,9 +50,9 @@ type Changes struct {
 	// this epoch are all of them.
 	listening bool
 	epoch     string
-	next    int64 // the number of the next payload
-	kept    []string
-	changed chan struct{} // closed and replaced on each payload or epoch
+	next      int64 // the number of the next payload
+	kept      []string
+	changed   chan struct{} // closed and replaced on each payload or epoch
 }
 
 // Cursor is where a reader of Changes stands: an epoch and a count.
@@ -83,7 +83,10 @@ func ParseCursor(s string) (Cursor, error) {
 	return Cursor{Epoch: epoch, N: v}, nil
 }
 
-// NewChanges follows channel, keeping the last keep payloads.
+// NewChanges follows channel, keeping the last keep payloads. With keep 0
+// it keeps none and is a wake-up alone: Since's changed channel closes at
+// each notification, and a reader reads its table again (the event log's
+// live streams, EventsChannel).
 func (s *Store) NewChanges(channel string, keep int, log logr.Logger) *Changes {
 	c := &Changes{store: s, channel: channel, keep: keep, log: log, changed: make(chan struct{})}
 	c.newEpoch(false)

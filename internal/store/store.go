@@ -88,6 +88,7 @@ func (s *Store) AppendEvents(ctx context.Context, events ...Event) ([]Event, err
 // AppendEventsTx is AppendEvents inside the caller's transaction, for a change
 // stored together with its event. Insert the event before changing other rows
 // (ref 9.1): the events lock must not be waited for while holding row locks.
+// Stored events notify EventsChannel, delivered when the transaction commits.
 func AppendEventsTx(ctx context.Context, tx pgx.Tx, events ...Event) ([]Event, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -123,6 +124,11 @@ RETURNING id, created_at`,
 			return nil, fmt.Errorf("store event %s of dot %s/%s: %w", e.Type, e.Dot.Namespace, e.Dot.Name, err)
 		}
 		stored = append(stored, e)
+	}
+	if len(stored) > 0 {
+		if err := notifyEvents(ctx, tx, stored[len(stored)-1].ID); err != nil {
+			return nil, err
+		}
 	}
 	return stored, nil
 }
