@@ -21,6 +21,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,21 +59,35 @@ type Options struct {
 	// Changes follows the outbox's notifications (store.OutboxChannel) for
 	// the host agents' long poll; nil answers that route 501.
 	Changes *store.Changes
-	// Clock stamps acknowledgements; the real clock when nil.
+	// Feed follows the event log for the live streams (Feed.Run runs it);
+	// nil answers the stream routes 501.
+	Feed *Feed
+	// StreamKeepAlive is the time between a stream's keep-alive comments,
+	// wire.StreamKeepAlive when 0.
+	StreamKeepAlive time.Duration
+	// StreamAccessTTL is how long a stream trusts the authorizer's answer
+	// for a namespace before asking again, 30 s when 0: a binding revoked
+	// takes effect on open streams within it.
+	StreamAccessTTL time.Duration
+	// Clock stamps acknowledgements and times the streams' access
+	// answers; the real clock when nil.
 	Clock clock.PassiveClock
 	Log   logr.Logger
 }
 
 // Handler serves every route under wire.Prefix.
 type Handler struct {
-	store   *store.Store
-	changes *store.Changes
-	dots    client.Reader
-	authz   authorizer.Authorizer
-	waker   Waker
-	clock   clock.PassiveClock
-	log     logr.Logger
-	mux     *http.ServeMux
+	store     *store.Store
+	changes   *store.Changes
+	feed      *Feed
+	keepAlive time.Duration
+	accessTTL time.Duration
+	dots      client.Reader
+	authz     authorizer.Authorizer
+	waker     Waker
+	clock     clock.PassiveClock
+	log       logr.Logger
+	mux       *http.ServeMux
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -82,9 +97,18 @@ func New(o Options) (*Handler, error) {
 	if o.Store == nil || o.Reader == nil || o.Authorizer == nil {
 		return nil, errors.New("the Dots API needs its store, a reader of Dots and the API server's authorizer")
 	}
-	h := &Handler{store: o.Store, changes: o.Changes, dots: o.Reader, authz: o.Authorizer, waker: o.Waker, clock: o.Clock, log: o.Log}
+	h := &Handler{
+		store: o.Store, changes: o.Changes, feed: o.Feed, keepAlive: o.StreamKeepAlive, accessTTL: o.StreamAccessTTL,
+		dots: o.Reader, authz: o.Authorizer, waker: o.Waker, clock: o.Clock, log: o.Log,
+	}
 	if h.clock == nil {
 		h.clock = clock.RealClock{}
+	}
+	if h.keepAlive <= 0 {
+		h.keepAlive = wire.StreamKeepAlive
+	}
+	if h.accessTTL <= 0 {
+		h.accessTTL = defaultStreamAccessTTL
 	}
 	if h.log.GetSink() == nil {
 		h.log = logr.Discard()
@@ -96,6 +120,8 @@ func New(o Options) (*Handler, error) {
 	}{
 		{"namespaces/{ns}/dots/{name}/messages", map[string]handlerFunc{http.MethodPost: h.postMessage, http.MethodGet: h.getMessages}},
 		{"namespaces/{ns}/dots/{name}/events", map[string]handlerFunc{http.MethodGet: h.getEvents}},
+		{"namespaces/{ns}/dots/{name}/stream", map[string]handlerFunc{http.MethodGet: h.streamDot}},
+		{"stream", map[string]handlerFunc{http.MethodGet: h.streamAll}},
 		{"hostagent/hosts/{host}/outbox", map[string]handlerFunc{http.MethodGet: h.waitOutbox}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/events", map[string]handlerFunc{http.MethodPost: h.ingestEvents}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/outbox", map[string]handlerFunc{http.MethodGet: h.getOutbox}},

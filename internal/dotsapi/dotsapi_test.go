@@ -122,15 +122,30 @@ func testDot(ns, name, host string, deleting bool) []client.Object {
 }
 
 // env is a Dots API on a test server, over the package's database and a fake
-// API server holding the Dots.
+// API server holding the Dots. The handler behind the server can be made
+// again (stop, then start), as a control plane restarted on the same
+// database.
 type env struct {
 	srv   *httptest.Server
 	waker *recordingWaker
 	dots  map[string]store.Dot
 	clock *clocktesting.FakePassiveClock
+	// feed is the current handler's feed of the live streams.
+	feed *Feed
+
+	objs    []client.Object
+	opts    []envOption
+	current atomic.Pointer[http.Handler]
+	// stop stops the current handler's outbox notifications and feed,
+	// which ends its streams.
+	stop func()
 }
 
-func newEnv(t testing.TB) *env {
+// envOption changes the Options of the env's handler and of its feed.
+type envOption func(*Options, *FeedOptions)
+
+// newEnv starts the env.
+func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	var objs []client.Object
 	add := func(o ...client.Object) { objs = append(objs, o...) }
@@ -147,44 +162,69 @@ func newEnv(t testing.TB) *env {
 	strayComputer.Spec.NodeName = "host-1"
 	add(stray[0], strayComputer)
 
-	e := &env{waker: &recordingWaker{}, dots: map[string]store.Dot{}, clock: clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Microsecond))}
+	e := &env{waker: &recordingWaker{}, dots: map[string]store.Dot{}, clock: clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Microsecond)),
+		objs: objs, opts: opts}
 	for _, o := range objs {
 		if d, ok := o.(*dotsv1.Dot); ok {
 			e.dots[d.Namespace+"/"+d.Name] = storeDot(d)
 		}
 	}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, ok := users[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]; ok {
+			r = r.WithContext(request.WithUser(r.Context(), u))
+		}
+		(*e.current.Load()).ServeHTTP(w, r)
+	}))
+	t.Cleanup(e.srv.Close)
+	e.start(t)
+	// Before the server's Close, which waits for the open streams.
+	t.Cleanup(func() { e.stop() })
+	return e
+}
+
+// start makes the handler, with its outbox notifications and its feed
+// running, and serves it.
+func (e *env) start(t testing.TB) {
+	t.Helper()
 	changes := testStore.NewChanges(store.OutboxChannel, 100, logr.Discard())
+	o := Options{
+		Store:      testStore,
+		Changes:    changes,
+		Reader:     fake.NewClientBuilder().WithScheme(controllers.Scheme).WithObjects(e.objs...).Build(),
+		Authorizer: rbac,
+		Waker:      e.waker,
+		Clock:      e.clock,
+	}
+	fo := FeedOptions{Store: testStore}
+	for _, opt := range e.opts {
+		opt(&o, &fo)
+	}
+	feed := NewFeed(fo)
+	o.Feed = feed
 	ctx, cancel := context.WithCancel(context.Background())
-	listening := make(chan struct{})
+	var running sync.WaitGroup
+	running.Add(2)
 	go func() {
-		defer close(listening)
+		defer running.Done()
 		_ = changes.Run(ctx)
 	}()
-	t.Cleanup(func() { cancel(); <-listening })
+	go func() {
+		defer running.Done()
+		_ = feed.Run(ctx)
+	}()
+	e.stop = func() { cancel(); running.Wait() }
 	for deadline := time.Now().Add(10 * time.Second); !changes.Listening(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the outbox's notifications were not heard within 10 s")
 		}
 	}
-	h, err := New(Options{
-		Store:      testStore,
-		Changes:    changes,
-		Reader:     fake.NewClientBuilder().WithScheme(controllers.Scheme).WithObjects(objs...).Build(),
-		Authorizer: rbac,
-		Waker:      e.waker,
-		Clock:      e.clock,
-	})
+	h, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u, ok := users[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]; ok {
-			r = r.WithContext(request.WithUser(r.Context(), u))
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(e.srv.Close)
-	return e
+	var served http.Handler = h
+	e.feed = feed
+	e.current.Store(&served)
 }
 
 // restConfig is the rest.Config of who, for the Go client.

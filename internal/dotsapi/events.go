@@ -55,22 +55,6 @@ func wireEvent(e store.Event) wire.Event {
 // so a misspelt parameter is not silently ignored.
 func parseEventsQuery(r *http.Request) (wire.EventsQuery, error) {
 	q := wire.EventsQuery{Limit: wire.DefaultEventsPage, Order: wire.OrderAsc}
-	id := func(key, v string) (int64, error) {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return 0, badRequest("%s %q is not an event id", key, v)
-		}
-		return n, nil
-	}
-	list := func(v string) []string {
-		var out []string
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				out = append(out, s)
-			}
-		}
-		return out
-	}
 	var err error
 	for key, vals := range r.URL.Query() {
 		if len(vals) != 1 {
@@ -79,9 +63,9 @@ func parseEventsQuery(r *http.Request) (wire.EventsQuery, error) {
 		v := vals[0]
 		switch key {
 		case "after":
-			q.After, err = id(key, v)
+			q.After, err = eventID(key, v)
 		case "before":
-			q.Before, err = id(key, v)
+			q.Before, err = eventID(key, v)
 		case "limit":
 			n, aerr := strconv.Atoi(v)
 			switch {
@@ -92,14 +76,9 @@ func parseEventsQuery(r *http.Request) (wire.EventsQuery, error) {
 			}
 			q.Limit = n
 		case "types":
-			q.Types = list(v)
-			for _, t := range q.Types {
-				if !wire.IsEventType(t) {
-					return q, badRequest("types: %q is not an event type of the log", t)
-				}
-			}
+			q.Types, err = eventTypes(v)
 		case "tools":
-			q.Tools = list(v)
+			q.Tools = commaList(v)
 		case "task":
 			q.Task = v
 		case "order":
@@ -118,4 +97,34 @@ func parseEventsQuery(r *http.Request) (wire.EventsQuery, error) {
 		return q, badRequest("before goes on from a page read newest first: it needs order=desc")
 	}
 	return q, nil
+}
+
+// eventID reads the event id v of the parameter key.
+func eventID(key, v string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest("%s %q is not an event id", key, v)
+	}
+	return n, nil
+}
+
+// eventTypes reads a comma-separated list of the log's event types.
+func eventTypes(v string) ([]string, error) {
+	types := commaList(v)
+	for _, t := range types {
+		if !wire.IsEventType(t) {
+			return nil, badRequest("types: %q is not an event type of the log", t)
+		}
+	}
+	return types, nil
+}
+
+func commaList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

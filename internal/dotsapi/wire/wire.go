@@ -111,6 +111,9 @@ const (
 	CodeUnsupportedMediaType = "unsupported_media_type"
 	// CodeNotImplemented: this server does not serve the route (501).
 	CodeNotImplemented = "not_implemented"
+	// CodeUnavailable: the server cannot serve the route now, as while it
+	// stops; try again (503).
+	CodeUnavailable = "unavailable"
 	// CodeInternal: the server failed; its log says why (500).
 	CodeInternal = "internal"
 )
