@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/apiserver/pkg/util/webhook"
@@ -77,6 +78,9 @@ type Options struct {
 	KineSocket string
 	// Log receives the API server's and kine's log lines.
 	Log logr.Logger
+	// RequestTimeout replaces the upstream request timeout (60 s) when
+	// set. Long-running requests (watches, Mount.LongRunning) escape it.
+	RequestTimeout time.Duration
 	// Mounts are served on the API server's own port, behind its own filters
 	// (authentication, authorization with RBAC's nonResourceURLs, audit,
 	// in-flight limits): the Dots API.
@@ -91,6 +95,10 @@ type Mount struct {
 	// loopback client configuration (JSON, for our kinds) and the server's
 	// own authorizer, for the checks a path alone cannot express.
 	New func(loopback *rest.Config, authz authorizer.Authorizer) (http.Handler, error)
+	// LongRunning says which of its paths are long-running requests (a
+	// stream), as watches are: the server's request timeout does not end
+	// them, and the in-flight limit does not count them. Nil: none.
+	LongRunning func(path string) bool
 }
 
 // Server is a running embedded control plane.
@@ -188,6 +196,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		"--profiling=false",
 		"--storage-media-type=application/json",
 	}
+	if o.RequestTimeout > 0 {
+		args = append(args, "--request-timeout="+o.RequestTimeout.String())
+	}
 	// The upstream flags are the documented way to configure the server; they
 	// are parsed in process and never appear on a command line.
 	merged := pflag.NewFlagSet("apiserver", pflag.ContinueOnError)
@@ -273,6 +284,9 @@ func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregato
 	if err != nil {
 		return nil, fmt.Errorf("build the API server configuration: %w", err)
 	}
+	// Before the configurations below copy it: every server of the chain
+	// builds its filters from it.
+	genericConfig.LongRunningFunc = withLongRunningMounts(genericConfig.LongRunningFunc, mounts)
 	resolver := webhook.NewDefaultServiceResolver()
 	cpConfig, initializers, err := controlplaneapiserver.CreateConfig(opts, genericConfig, informers, nil, storageFactory, resolver, nil)
 	if err != nil {
@@ -327,6 +341,29 @@ func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregato
 		agg.GenericAPIServer.Handler.NonGoRestfulMux.HandlePrefix(m.Prefix, h)
 	}
 	return agg, nil
+}
+
+// withLongRunningMounts adds the mounts' long-running paths to the upstream
+// check (watches, proxy, exec...). A long-running request escapes the
+// request timeout (WithTimeoutForNonLongRunningRequests and the request's
+// deadline, 60 s), the in-flight limit and the wait for requests in flight
+// at shutdown; the server's http.Server has no WriteTimeout, so nothing
+// else cuts it.
+func withLongRunningMounts(upstream apirequest.LongRunningRequestCheck, mounts []Mount) apirequest.LongRunningRequestCheck {
+	return func(r *http.Request, ri *apirequest.RequestInfo) bool {
+		if upstream != nil && upstream(r, ri) {
+			return true
+		}
+		if ri == nil || ri.IsResourceRequest {
+			return false
+		}
+		for _, m := range mounts {
+			if m.LongRunning != nil && strings.HasPrefix(ri.Path, m.Prefix) && m.LongRunning(ri.Path) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // disabledAdmission is every admission plugin the generic sample turns on,

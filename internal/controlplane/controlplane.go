@@ -50,7 +50,10 @@ type Options struct {
 	// API calls it after queuing the message). The wake logic wires it in;
 	// nil wakes nothing, and the message waits in the outbox.
 	Waker dotsapi.Waker
-	Log   logr.Logger
+	// RequestTimeout replaces the API server's request timeout (60 s) when
+	// set; the live streams are long-running and not subject to it.
+	RequestTimeout time.Duration
+	Log            logr.Logger
 }
 
 // ControlPlane is a started control plane.
@@ -70,6 +73,9 @@ type ControlPlane struct {
 	log  logr.Logger
 	// stopChanges ends the outbox's notifications, before the database.
 	stopChanges func()
+	// stopFeed ends the event log's feed, and with it every live stream,
+	// before the API server: its shutdown waits for the requests in flight.
+	stopFeed func()
 }
 
 // Start brings the control plane up. On error, whatever was started is
@@ -147,17 +153,31 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		cancelChanges()
 		<-changesDone
 	}
+	// The event log's feed, for the live streams: one reader of the log
+	// for every stream, woken by the log's notifications.
+	feed := dotsapi.NewFeed(dotsapi.FeedOptions{Store: store.New(cp.DB.Pool()), Log: log.WithName("stream")})
+	feedCtx, cancelFeed := context.WithCancel(context.WithoutCancel(ctx))
+	feedDone := make(chan struct{})
+	go func() {
+		defer close(feedDone)
+		_ = feed.Run(feedCtx)
+	}()
+	cp.stopFeed = func() {
+		cancelFeed()
+		<-feedDone
+	}
 	routeKineLogs(log.WithName("kine"))
 	cp.API, err = apiserver.Start(ctx, apiserver.Options{
-		ListenAddress: o.ListenAddress,
-		PKIDir:        o.Home.PKI(),
-		StateDir:      o.Home.Run() + "/apiserver",
-		Token:         token,
-		EncryptionKey: key,
-		KineDSN:       cp.DB.KineDSN(),
-		KineSocket:    o.Home.Run() + "/kine.sock",
-		Log:           log,
-		Mounts:        []apiserver.Mount{dotsAPIMount(cp.DB, changes, o.Waker, log.WithName("dotsapi"))},
+		ListenAddress:  o.ListenAddress,
+		PKIDir:         o.Home.PKI(),
+		StateDir:       o.Home.Run() + "/apiserver",
+		Token:          token,
+		EncryptionKey:  key,
+		KineDSN:        cp.DB.KineDSN(),
+		KineSocket:     o.Home.Run() + "/kine.sock",
+		Log:            log,
+		RequestTimeout: o.RequestTimeout,
+		Mounts:         []apiserver.Mount{dotsAPIMount(cp.DB, changes, feed, o.Waker, log.WithName("dotsapi"))},
 	})
 	if err != nil {
 		return nil, err
@@ -193,9 +213,10 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 // dotsAPIMount serves the Dots API on the API server's port, over the event
 // log and outbox in db, reading Dots with the loopback credential once the
 // server's authorizer let the caller through.
-func dotsAPIMount(db *postgres.Instance, changes *store.Changes, waker dotsapi.Waker, log logr.Logger) apiserver.Mount {
+func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.Feed, waker dotsapi.Waker, log logr.Logger) apiserver.Mount {
 	return apiserver.Mount{
-		Prefix: wire.Prefix,
+		Prefix:      wire.Prefix,
+		LongRunning: wire.IsStreamPath,
 		New: func(loopback *rest.Config, authz authorizer.Authorizer) (http.Handler, error) {
 			reader, err := client.New(loopback, client.Options{Scheme: controllers.Scheme})
 			if err != nil {
@@ -204,6 +225,7 @@ func dotsAPIMount(db *postgres.Instance, changes *store.Changes, waker dotsapi.W
 			return dotsapi.New(dotsapi.Options{
 				Store:      store.New(db.Pool()),
 				Changes:    changes,
+				Feed:       feed,
 				Reader:     reader,
 				Authorizer: authz,
 				Waker:      waker,
@@ -229,6 +251,10 @@ func clientAddress(listen string) string {
 // Stop stops the API server and kine, then PostgreSQL, then releases the
 // home's lock: the reverse of Start.
 func (cp *ControlPlane) Stop(ctx context.Context) {
+	if cp.stopFeed != nil {
+		cp.stopFeed()
+		cp.stopFeed = nil
+	}
 	if cp.API != nil {
 		cp.API.Stop()
 		cp.API = nil

@@ -229,7 +229,10 @@ func (s *streamer) run(ctx context.Context) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if running && errors.Is(context.Cause(s.sub.ctx), errSlowReader) {
-			_ = s.rc.SetWriteDeadline(time.Now())
+			if err := s.rc.SetWriteDeadline(time.Now()); err != nil {
+				// The stream still ends, once its write returns.
+				s.h.log.Error(err, "cannot cut off a live stream's blocked write")
+			}
 		}
 	})
 	defer func() {

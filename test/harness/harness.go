@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,19 +34,38 @@ type ControlPlane struct {
 // Start starts a control plane in a fresh home under dir (a short path: the
 // PostgreSQL socket path must stay under 107 bytes). The caller stops it.
 func Start(ctx context.Context, dir string, log logr.Logger) (*ControlPlane, error) {
+	return StartWith(ctx, dir, log, Options{})
+}
+
+// Options change what StartWith starts.
+type Options struct {
+	// Address is the API server's host:port; a free port when empty. A
+	// control plane started again on the same dir and Address is the
+	// same server restarted: same database, CA and token.
+	Address string
+	// RequestTimeout replaces the API server's request timeout when set.
+	RequestTimeout time.Duration
+}
+
+// StartWith is Start with Options. dir may hold a home a stopped control
+// plane left: it starts on its database again.
+func StartWith(ctx context.Context, dir string, log logr.Logger, o Options) (*ControlPlane, error) {
 	h, err := home.New(filepath.Join(dir, "home"))
 	if err != nil {
 		return nil, err
 	}
-	addr, err := FreeAddress()
-	if err != nil {
-		return nil, err
+	addr := o.Address
+	if addr == "" {
+		if addr, err = FreeAddress(); err != nil {
+			return nil, err
+		}
 	}
 	cp, err := controlplane.Start(ctx, controlplane.Options{
-		Home:          h,
-		ListenAddress: addr,
-		DatabaseURL:   os.Getenv("HARNESS_DATABASE_URL"),
-		Log:           log,
+		Home:           h,
+		ListenAddress:  addr,
+		DatabaseURL:    os.Getenv("HARNESS_DATABASE_URL"),
+		RequestTimeout: o.RequestTimeout,
+		Log:            log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start the test control plane: %w", err)
