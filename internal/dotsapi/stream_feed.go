@@ -32,6 +32,7 @@ type Feed struct {
 	store     *store.Store
 	changes   *store.Changes
 	poll      time.Duration
+	gather    time.Duration
 	page      int
 	maxFrames int
 	maxBytes  int
@@ -57,7 +58,12 @@ type FeedOptions struct {
 	// Poll reads the table when no notification came for this long (10 s
 	// when 0): a safety net only, notifications wake the reader at once.
 	Poll time.Duration
-	Log  logr.Logger
+	// Gather is the least time between two reads of the table (5 ms when
+	// 0, none when negative): an event alone goes at once, and under load
+	// the events of a few milliseconds go together, one read of the table
+	// and one write to each client for all of them rather than one each.
+	Gather time.Duration
+	Log    logr.Logger
 }
 
 // The feed's defaults.
@@ -65,6 +71,7 @@ const (
 	defaultStreamBuffer      = 1024
 	defaultStreamBufferBytes = 8 << 20
 	defaultFeedPoll          = 10 * time.Second
+	defaultFeedGather        = 5 * time.Millisecond
 	// feedPage is the most events one read of the table takes.
 	feedPage = 1000
 )
@@ -78,7 +85,7 @@ var (
 // NewFeed returns a feed of the event log in o.Store; Run follows it.
 func NewFeed(o FeedOptions) *Feed {
 	f := &Feed{
-		store: o.Store, poll: o.Poll, page: feedPage, maxFrames: o.Buffer, maxBytes: o.BufferBytes, log: o.Log,
+		store: o.Store, poll: o.Poll, gather: o.Gather, page: feedPage, maxFrames: o.Buffer, maxBytes: o.BufferBytes, log: o.Log,
 		ready: make(chan struct{}), done: make(chan struct{}), subs: map[*subscription]struct{}{},
 	}
 	if f.log.GetSink() == nil {
@@ -86,6 +93,9 @@ func NewFeed(o FeedOptions) *Feed {
 	}
 	if f.poll <= 0 {
 		f.poll = defaultFeedPoll
+	}
+	if f.gather == 0 {
+		f.gather = defaultFeedGather
 	}
 	if f.maxFrames <= 0 {
 		f.maxFrames = defaultStreamBuffer
@@ -127,11 +137,22 @@ func (f *Feed) Run(ctx context.Context) error {
 	var cur store.Cursor
 	poll := time.NewTimer(f.poll)
 	defer poll.Stop()
+	var lastRead time.Time
 	for {
 		// Since before the read: a notification of a commit the read
 		// misses closes changed, and the next turn reads it.
 		_, next, _, changed := f.changes.Since(cur)
 		cur = next
+		if wait := f.gather - time.Since(lastRead); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		}
+		lastRead = time.Now()
 		if err := f.readNew(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
