@@ -153,6 +153,10 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, sc streamS
 	if err == nil {
 		err = s.run(ctx)
 	}
+	if s.sub != nil && errors.Is(context.Cause(s.sub.ctx), errSlowReader) {
+		// Cut off while a write blocked: that write's error says less.
+		err = errSlowReader
+	}
 	switch {
 	case err == nil, ctx.Err() != nil, errors.Is(err, errFeedStopped):
 	case errors.Is(err, errSlowReader):
