@@ -20,6 +20,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -284,6 +285,64 @@ func (h *Handler) authorize(ctx context.Context, a authorizer.AttributesRecord) 
 }
 
 // getDot reads the Dot namespace/name: 404 when there is none.
+// dotOf is the Dot a people's route names ({ns}/{name}), once the caller
+// may act on it (verb on its subresource).
+func (h *Handler) dotOf(r *http.Request, verb, subresource string) (*dotsv1.Dot, error) {
+	p, err := pathValues(r, "ns", "name")
+	if err != nil {
+		return nil, err
+	}
+	if err := h.authorizeDot(r, verb, subresource, p[0], p[1]); err != nil {
+		return nil, err
+	}
+	return h.getDot(r.Context(), p[0], p[1])
+}
+
+// pageParam reads one of the paging parameters every read of the log takes
+// (limit from 1 to max, order, before) into q, and says whether key was one.
+func pageParam(key, v string, max int, q *page) (bool, error) {
+	switch key {
+	case "limit":
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil || n < 1:
+			return true, badRequest("limit %q is not a whole number from 1 to %d", v, max)
+		case n > max:
+			return true, badRequest("limit %d is above %d, the most a page holds", n, max)
+		}
+		q.limit = n
+	case "order":
+		if v != wire.OrderAsc && v != wire.OrderDesc {
+			return true, badRequest("order %q is neither %s nor %s", v, wire.OrderAsc, wire.OrderDesc)
+		}
+		q.order = v
+	case "before":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return true, badRequest("before %q is not an event id", v)
+		}
+		q.before = n
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+// page is where a read of the log starts and how much it reads.
+type page struct {
+	limit  int
+	order  string
+	before int64
+}
+
+// check refuses a before without order=desc.
+func (q page) check() error {
+	if q.before != 0 && q.order != wire.OrderDesc {
+		return badRequest("before goes on from a page read newest first: it needs order=desc")
+	}
+	return nil
+}
+
 func (h *Handler) getDot(ctx context.Context, namespace, name string) (*dotsv1.Dot, error) {
 	d := &dotsv1.Dot{}
 	if err := h.dots.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, d); err != nil {
