@@ -205,7 +205,7 @@ func TestDotWork(t *testing.T) {
 		w := w.on(t)
 		// computer.exec is ask: the chat asks, the person answers always.
 		out := w.cliIn(3*time.Minute, "run the tests in chat\nalways\n\n", "chat", name)
-		for _, want := range []string{"asks to run exec", "approve? [y/N/always]", "  · exec echo ran >> " + chatFile, testsPassed} {
+		for _, want := range []string{"asks to run exec", "approve? [y/N/always]", "  · ran exec echo ran >> " + chatFile, testsPassed} {
 			if !strings.Contains(out, want) {
 				w.fail("chat printed %q; want %q in it", out, want)
 			}
