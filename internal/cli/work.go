@@ -207,6 +207,7 @@ func newTaskCommand() *cobra.Command {
 // waitTask waits for a task's end and prints its summary or error.
 func waitTask(ctx context.Context, c *clients, name string, out io.Writer) error {
 	last := dotsv1.TaskPhase("")
+	var after int64
 	for {
 		t := &dotsv1.Task{}
 		if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: name}, t); err != nil {
@@ -215,6 +216,17 @@ func waitTask(ctx context.Context, c *clients, name string, out io.Writer) error
 		if t.Status.Phase != last {
 			fmt.Fprintf(out, "%s %s\n", name, t.Status.Phase)
 			last = t.Status.Phase
+		}
+		// The task's steps as they are logged: its progress, the tools it
+		// runs, what it asks.
+		if page, err := c.dots.Events(ctx, c.ns, t.Spec.DotName, wire.EventsQuery{
+			After: after, Task: string(t.UID), Limit: wire.MaxEventsPage,
+			Types: []string{protocol.EventTaskProgress, protocol.EventToolCalled, protocol.EventApprovalRequested},
+		}); err == nil {
+			for _, e := range page.Events {
+				after = e.ID
+				fmt.Fprintln(out, "  · "+eventtext.Line(e))
+			}
 		}
 		switch t.Status.Phase {
 		case dotsv1.TaskCompleted:
