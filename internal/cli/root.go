@@ -28,6 +28,7 @@ var subcommands = []func() *cobra.Command{
 	newTaskCommand,
 	newChatCommand,
 	newLogsCommand,
+	newStatusCommand,
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Approve) },
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Reject) },
 	newSecretCommand,
