@@ -80,8 +80,12 @@ const (
 	steadyPoll = 30 * time.Second
 	// keyPoll: a Dot waits for a key to be stored.
 	keyPoll = 3 * time.Second
-	// retryPoll: a push the guest did not take is tried again.
+	// retryPoll: a push the guest did not take is tried again at most this
+	// long after; the first tries come sooner (retryWait), since a guest
+	// that just booted answers before its engine listens.
 	retryPoll = 5 * time.Second
+	// firstRetry is the wait after the first failed call.
+	firstRetry = 250 * time.Millisecond
 	// startingPoll: the engine said it is starting.
 	startingPoll = time.Second
 	// defaultCallTimeout bounds one call to the guest.
@@ -194,6 +198,9 @@ type Reconciler struct {
 	pushed map[types.NamespacedName]record
 	// stale marks the Dots whose guest asked to be given everything again.
 	stale map[types.NamespacedName]bool
+	// failures counts each Dot's calls to its guest that failed in a row
+	// since it was last ready: the next try waits retryWait(failures).
+	failures map[types.NamespacedName]int
 	// tokens caches each Computer's guest token by UID (it never changes).
 	tokens   sync.Map
 	requests chan event.GenericEvent
@@ -249,6 +256,7 @@ func (r *Reconciler) init() {
 	if r.pushed == nil {
 		r.pushed = map[types.NamespacedName]record{}
 		r.stale = map[types.NamespacedName]bool{}
+		r.failures = map[types.NamespacedName]int{}
 	}
 	if r.requests == nil {
 		r.requests = make(chan event.GenericEvent, 1024)
@@ -407,7 +415,7 @@ func (r *Reconciler) ready(ctx context.Context, s *scope, key types.NamespacedNa
 		}
 		pushed, failed := r.push(ctx, s, key, target, want)
 		if failed {
-			return ctrl.Result{RequeueAfter: retryPoll}
+			return ctrl.Result{RequeueAfter: r.failed(key)}
 		}
 		if !pushed {
 			break
@@ -485,7 +493,7 @@ func (r *Reconciler) health(ctx context.Context, s *scope, key types.NamespacedN
 	var h protocol.Health
 	if err := r.call(ctx, target, http.MethodGet, protocol.RouteHealth, nil, &h); err != nil {
 		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentNotAnsweringReason, DescribeFailure("the engine's health did not answer", http.MethodGet, protocol.RouteHealth, err, r.callTimeout()))
-		return ctrl.Result{RequeueAfter: retryPoll}
+		return ctrl.Result{RequeueAfter: r.failed(key)}
 	}
 	if !h.OpenRouterConfigured {
 		// It took the key, and holds none now: the engine restarted since
@@ -513,6 +521,9 @@ func (r *Reconciler) health(ctx context.Context, s *scope, key types.NamespacedN
 		return ctrl.Result{RequeueAfter: startingPoll}
 	}
 	s.set(&s.agent, metav1.ConditionTrue, dotsv1.AgentReadyReason, fmt.Sprintf("the engine is ready (state %s)", safeWord(string(h.State))))
+	r.mu.Lock()
+	delete(r.failures, key)
+	r.mu.Unlock()
 	return ctrl.Result{RequeueAfter: steadyPoll}
 }
 
@@ -603,6 +614,25 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.pushed, key)
+	delete(r.failures, key)
+}
+
+// failed counts a failed call to the Dot's guest and says when to try
+// again: firstRetry, doubling with each failure in a row, up to retryPoll.
+func (r *Reconciler) failed(key types.NamespacedName) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failures[key]++
+	return retryWait(r.failures[key])
+}
+
+// retryWait is the wait after n failures in a row.
+func retryWait(n int) time.Duration {
+	d := firstRetry
+	for i := 1; i < n && d < retryPoll; i++ {
+		d *= 2
+	}
+	return min(d, retryPoll)
 }
 
 // token reads the Computer's guest token (its Secret is the Computer
