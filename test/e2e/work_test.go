@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -169,6 +170,30 @@ func TestDotWork(t *testing.T) {
 		}
 		if n := w.lines(runsFile); n != 1 {
 			w.fail("%s holds %d lines; want the one line of the command's one run", runsFile, n)
+		}
+	})
+
+	t.Run("the log and kubectl dots", func(t *testing.T) {
+		w := w.on(t)
+		out := w.cli(time.Minute, "logs", name, "--types", "tool.called,task.completed")
+		for _, want := range []string{"ran exec echo ran >> " + runsFile, "completed: " + testsPassed} {
+			if !strings.Contains(out, want) {
+				w.fail("logs printed %q; want %q in it", out, want)
+			}
+		}
+		// The binary is the kubectl plugin kubectl-dots: kubectl finds it on
+		// PATH and hands it its own flags.
+		dir := t.TempDir()
+		if err := os.Symlink(binary, filepath.Join(dir, "kubectl-dots")); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "kubectl", "dots", "chat", name, "-m", "hello", "--kubeconfig", w.k.s.kubeconfig(), "-n", "default")
+		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+		got, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(got), chatAnswer) {
+			w.fail("kubectl dots chat -m: %v\n%s", err, got)
 		}
 	})
 
