@@ -69,7 +69,10 @@ func (h *Handler) readFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", t.ContentType)
-	hdr.Set("Content-Disposition", mime.FormatMediaType(disposition, map[string]string{"filename": path.Base(abs)}))
+	if d := mime.FormatMediaType(disposition, map[string]string{"filename": path.Base(abs)}); d != "" {
+		disposition = d
+	}
+	hdr.Set("Content-Disposition", disposition)
 	hdr.Set("Content-Security-Policy", wire.FileCSP)
 	hdr.Set("Content-Length", strconv.Itoa(len(data)))
 	w.WriteHeader(http.StatusOK)

@@ -85,7 +85,9 @@ func TestPutAndDeleteMCPSecret(t *testing.T) {
 	}
 	before := secretOf()
 	const badValue = "tab\there"
-	put := func(server, name string) string { return wire.MCPSecretPath(mcpDot.Namespace, mcpDot.Name, server, name) }
+	put := func(server, name string) string {
+		return wire.MCPSecretPath(mcpDot.Namespace, mcpDot.Name, server, name)
+	}
 	for _, tc := range []struct {
 		reason, who, method, path, body string
 		want                            answer
