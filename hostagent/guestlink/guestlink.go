@@ -16,9 +16,13 @@
 //
 // Secrets are read with the API reader, not a cluster-wide informer: a host
 // agent may read them only in the namespaces where it has Computers, and the
-// default key's one Secret in the system namespace. A Secret changed later
-// is noticed by the poll of a Ready Dot (steadyPoll), a key stored for a
-// Dot that has none by the shorter keyPoll.
+// default key's one Secret in the system namespace. The control plane's
+// writes of a Dot's own Secret (its key, its MCP secrets: internal/keystore)
+// annotate the Dot (dotsv1.SecretsChangedAnnotation), which this reconciler
+// watches, so such a change reaches a running guest as soon as the watch
+// tells of it; any other change of a Secret is noticed by the poll of a
+// Ready Dot (steadyPoll), a key stored for a Dot that has none by the
+// shorter keyPoll.
 package guestlink
 
 import (
@@ -243,7 +247,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&dotsv1.Dot{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&dotsv1.Dot{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, secretsChanged))).
 		Watches(&dotsv1.Computer{}, sameName, builder.WithPredicates(computerChanged)).
 		WatchesRawSource(source.Channel(r.requests, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
@@ -716,6 +720,17 @@ func (r *Reconciler) recordTransitions(dot *dotsv1.Dot, before map[string]*metav
 			r.Recorder.Eventf(dot, nil, corev1.EventTypeWarning, c.Reason, "Push", "%s", c.Message)
 		}
 	}
+}
+
+// secretsChanged lets through a Dot whose Secret the control plane wrote:
+// its secrets are pushed again without waiting for the poll.
+var secretsChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetAnnotations()[dotsv1.SecretsChangedAnnotation] != e.ObjectNew.GetAnnotations()[dotsv1.SecretsChangedAnnotation]
+	},
 }
 
 // computerChanged lets through what can change whether and where its guest

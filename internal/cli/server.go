@@ -113,7 +113,10 @@ for kubectl:
 			if err != nil {
 				return err
 			}
-			hostAgent, err := newHostAgent(ctx, cp.Config, layout, hostName, log)
+			// The Dots API reaches this host's guests through this agent
+			// (DESIGN.md 2: whatever talks to a guest runs in its host's
+			// agent); it was built before the agent, so it is told now.
+			hostAgent, err := newHostAgent(ctx, cp.Config, layout, hostName, cp.Guests, log)
 			if err != nil {
 				return err
 			}

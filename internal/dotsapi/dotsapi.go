@@ -33,6 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
@@ -62,6 +64,20 @@ type Options struct {
 	// Clock stamps acknowledgements; the real clock when nil.
 	Clock clock.PassiveClock
 	Log   logr.Logger
+	// Guests reaches the guests of the host whose agent runs in this
+	// process (a guestproxy.Late the server fills once its agent is
+	// built); the guest routes of a Computer on any other host answer 502
+	// host_unreachable. Nil reaches no host.
+	Guests guestproxy.Proxy
+	// Client writes a Dot's Secret (its MCP secrets) and the annotation
+	// that tells its host agent, with the control plane's own credential,
+	// once the caller's right is checked; nil answers those writes 501.
+	Client client.Client
+	// Server describes this server for the health route.
+	Server ServerInfo
+	// Doctor runs the doctor of the server's host (hostagent/doctor); nil
+	// answers the doctor route 501.
+	Doctor func(ctx context.Context) doctor.Report
 }
 
 // Handler serves every route under wire.Prefix.
@@ -74,6 +90,10 @@ type Handler struct {
 	clock   clock.PassiveClock
 	log     logr.Logger
 	mux     *http.ServeMux
+	guests  guestproxy.Proxy
+	writer  client.Client
+	server  ServerInfo
+	doctor  *doctorRuns
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -90,6 +110,10 @@ func New(o Options) (*Handler, error) {
 	if h.log.GetSink() == nil {
 		h.log = logr.Discard()
 	}
+	h.guests, h.writer, h.server = o.Guests, o.Client, o.Server
+	if o.Doctor != nil {
+		h.doctor = &doctorRuns{run: o.Doctor}
+	}
 	h.mux = http.NewServeMux()
 	routes := []struct {
 		pattern string
@@ -101,6 +125,16 @@ func New(o Options) (*Handler, error) {
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/events", map[string]handlerFunc{http.MethodPost: h.ingestEvents}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/outbox", map[string]handlerFunc{http.MethodGet: h.getOutbox}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/outbox/{id}/ack", map[string]handlerFunc{http.MethodPost: h.ackOutbox}},
+		{"namespaces/{ns}/dots/{name}/files/list", map[string]handlerFunc{http.MethodGet: h.listFiles}},
+		{"namespaces/{ns}/dots/{name}/files", map[string]handlerFunc{http.MethodGet: h.readFile}},
+		{"namespaces/{ns}/dots/{name}/screenshot", map[string]handlerFunc{http.MethodGet: h.screenshot}},
+		{"namespaces/{ns}/dots/{name}/tools", map[string]handlerFunc{http.MethodGet: h.tools}},
+		{"namespaces/{ns}/dots/{name}/skills", map[string]handlerFunc{http.MethodGet: h.skills}},
+		{"namespaces/{ns}/dots/{name}/mcp-secrets", map[string]handlerFunc{http.MethodGet: h.getMCPSecrets}},
+		{"namespaces/{ns}/dots/{name}/mcp-secrets/{server}/{secret}", map[string]handlerFunc{http.MethodPut: h.putMCPSecret, http.MethodDelete: h.deleteMCPSecret}},
+		{"namespaces/{ns}/dots/{name}/usage", map[string]handlerFunc{http.MethodGet: h.usage}},
+		{"health", map[string]handlerFunc{http.MethodGet: h.health}},
+		{"doctor", map[string]handlerFunc{http.MethodGet: h.runDoctor}},
 	}
 	for _, rt := range routes {
 		h.mux.Handle(wire.Prefix+rt.pattern, h.route(rt.methods))
