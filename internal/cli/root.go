@@ -29,6 +29,8 @@ var subcommands = []func() *cobra.Command{
 	newChatCommand,
 	newLogsCommand,
 	newStatusCommand,
+	newFilesCommand,
+	newScreenshotCommand,
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Approve) },
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Reject) },
 	newSecretCommand,

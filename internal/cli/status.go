@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/eventtext"
 )
 
@@ -24,8 +25,9 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status",
 		Short: "Every Dot of the namespace in one table, and whether the hosts are ready",
 		Long: `status shows each Dot of the namespace: its phase, its computer, the task it
-works on with its newest progress line, the approvals it waits for, and its
-next automation; then one line for the hosts.`,
+works on with its newest progress line, the approvals it waits for, what its
+model spent since midnight, and its next automation; then one line for the
+hosts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := cn.clients()
@@ -53,7 +55,9 @@ func printStatus(ctx context.Context, c *clients, out io.Writer) error {
 		computerOf[computers.Items[i].Name] = &computers.Items[i]
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "DOT\tPHASE\tCOMPUTER\tTASK\tAPPROVALS\tNEXT AUTOMATION")
+	fmt.Fprintln(w, "DOT\tPHASE\tCOMPUTER\tTASK\tAPPROVALS\tSPENT TODAY\tNEXT AUTOMATION")
+	y, m, day := time.Now().Date()
+	midnight := time.Date(y, m, day, 0, 0, 0, 0, time.Local)
 	for _, d := range dots.Items {
 		computer, next := "-", "-"
 		if cp := computerOf[d.Name]; cp != nil {
@@ -73,7 +77,11 @@ func printStatus(ctx context.Context, c *clients, out io.Writer) error {
 				task += ": " + eventtext.Cut(t.Status.Progress, 50)
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", d.Name, cmp.Or(string(d.Status.Phase), "-"), computer, task, d.Status.PendingApprovals, next)
+		spent := "-"
+		if u, err := c.dots.Usage(ctx, c.ns, d.Name, wire.UsageQuery{Since: &midnight}); err == nil {
+			spent = fmt.Sprintf("$%.4f", u.SpentUSD)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.Name, cmp.Or(string(d.Status.Phase), "-"), computer, task, d.Status.PendingApprovals, spent, next)
 	}
 	if err := w.Flush(); err != nil {
 		return err
