@@ -181,6 +181,16 @@ func TestDotWork(t *testing.T) {
 				w.fail("logs printed %q; want %q in it", out, want)
 			}
 		}
+		if got := w.cli(time.Minute, "files", "get", name, runsFile); got != "ran\n" {
+			w.fail("files get %s printed %q; want the line the Dot's command wrote", runsFile, got)
+		}
+		if got := w.cli(time.Minute, "files", "ls", name); !strings.Contains(got, "e2e-runs.txt") {
+			w.fail("files ls printed %q; want the file the Dot wrote in it", got)
+		}
+		status := w.cli(time.Minute, "status")
+		if !regexp.MustCompile(name + `\s+READY\s+RUNNING\s+-\s+0\s+\$0\.0\d+`).MatchString(status) || !strings.Contains(status, "hosts: vm ready") {
+			w.fail("status printed %q; want the Dot READY, its computer RUNNING, what it spent today, and the host ready", status)
+		}
 		// The binary is the kubectl plugin kubectl-dots: kubectl finds it on
 		// PATH and hands it its own flags.
 		dir := t.TempDir()
