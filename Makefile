@@ -15,8 +15,11 @@ CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.2
 
 all: build
 
+# The same binary is the kubectl plugin kubectl-dots (kubectl dots chat NAME):
+# a link of that name next to it; put bin/ on PATH to use it.
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
+	ln -sf invisible-dots bin/kubectl-dots
 
 run: build
 	./$(BIN) server

@@ -118,6 +118,14 @@ const (
 // MCPSecretKey is the key of an MCP server's secret in a Dot's Secret.
 func MCPSecretKey(server, name string) string { return MCPSecretKeyPrefix + server + "." + name }
 
+// SecretsChangedAnnotation is set on a Dot, to the new resourceVersion of
+// its Secret, each time the control plane writes that Secret (an MCP secret
+// or the Dot's own key). A host agent may not watch Secrets, so this is how
+// the guest link of the Dot's host hears of the change at once and pushes
+// the secrets to a running guest, instead of at its next poll. It holds no
+// part of a secret.
+const SecretsChangedAnnotation = "dots.invisible.dev/secrets-changed"
+
 // ProvisionedCondition is the Computer's: a host agent has taken it and made
 // its disk and seed.
 const ProvisionedCondition = "Provisioned"

@@ -19,8 +19,8 @@ var HostAgentRole []byte
 //go:embed host_agent_secrets_role.yaml
 var HostAgentSecretsRole []byte
 
-// PeopleRoles are dots-editor and dots-viewer, two ClusterRoles in one
-// document stream.
+// PeopleRoles are dots-editor, dots-viewer and dots-doctor, ClusterRoles
+// in one document stream.
 //
 //go:embed people_roles.yaml
 var PeopleRoles []byte

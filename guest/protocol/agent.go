@@ -91,6 +91,16 @@ func ValidateOpenRouterKey(key string) error {
 	return nil
 }
 
+// ValidateMCPSecret applies the MCP secret rule of ref 4.3 where a secret
+// enters (the Dots API that stores it, the engine's POST /secrets). Its
+// error is MCPSecretRule and never contains the value.
+func ValidateMCPSecret(v string) error {
+	if !mcpSecretRe.MatchString(v) {
+		return fmt.Errorf("%s", MCPSecretRule)
+	}
+	return nil
+}
+
 // Validate applies the key rule and the MCP secret rule of ref 4.3. Its error
 // never contains a value.
 func (r SecretsRequest) Validate() error {
@@ -105,8 +115,8 @@ func (r SecretsRequest) Validate() error {
 			if name == "" {
 				return fmt.Errorf("mcp_secrets of %q has a secret without a name", server)
 			}
-			if !mcpSecretRe.MatchString(v) {
-				return fmt.Errorf("secret %q of MCP server %q: %s", name, server, MCPSecretRule)
+			if err := ValidateMCPSecret(v); err != nil {
+				return fmt.Errorf("secret %q of MCP server %q: %w", name, server, err)
 			}
 		}
 	}

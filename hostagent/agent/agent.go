@@ -39,6 +39,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
 	"github.com/invisible-dots/invisible-dots/hostagent/pump"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
@@ -79,6 +80,10 @@ type Options struct {
 	// DeliverInterval is the deliverer's periodic pass; its default when
 	// zero.
 	DeliverInterval time.Duration
+	// Offer, when set, is given the agent's guestproxy.Proxy: the Dots API
+	// of the server this agent runs in reaches this host's guests through
+	// it.
+	Offer *guestproxy.Late
 }
 
 // Guest is what the host agent asks of its guests: the engine's routes (the
@@ -206,6 +211,11 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Log: o.Log.WithName("deliver"),
 	}
 	link.Listeners = []guestlink.Listener{pumps, deliverer}
+	if o.Offer != nil {
+		proxy := newGuests(o.HostName, guest)
+		link.Listeners = append(link.Listeners, proxy)
+		o.Offer.Set(proxy)
+	}
 	if err := link.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

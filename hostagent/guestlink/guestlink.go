@@ -16,9 +16,13 @@
 //
 // Secrets are read with the API reader, not a cluster-wide informer: a host
 // agent may read them only in the namespaces where it has Computers, and the
-// default key's one Secret in the system namespace. A Secret changed later
-// is noticed by the poll of a Ready Dot (steadyPoll), a key stored for a
-// Dot that has none by the shorter keyPoll.
+// default key's one Secret in the system namespace. The control plane's
+// writes of a Dot's own Secret (its key, its MCP secrets: internal/keystore)
+// annotate the Dot (dotsv1.SecretsChangedAnnotation), which this reconciler
+// watches, so such a change reaches a running guest as soon as the watch
+// tells of it; any other change of a Secret is noticed by the poll of a
+// Ready Dot (steadyPoll), a key stored for a Dot that has none by the
+// shorter keyPoll.
 package guestlink
 
 import (
@@ -80,8 +84,12 @@ const (
 	steadyPoll = 30 * time.Second
 	// keyPoll: a Dot waits for a key to be stored.
 	keyPoll = 3 * time.Second
-	// retryPoll: a push the guest did not take is tried again.
+	// retryPoll: a push the guest did not take is tried again at most this
+	// long after; the first tries come sooner (retryWait), since a guest
+	// that just booted answers before its engine listens.
 	retryPoll = 5 * time.Second
+	// firstRetry is the wait after the first failed call.
+	firstRetry = 250 * time.Millisecond
 	// startingPoll: the engine said it is starting.
 	startingPoll = time.Second
 	// defaultCallTimeout bounds one call to the guest.
@@ -194,6 +202,9 @@ type Reconciler struct {
 	pushed map[types.NamespacedName]record
 	// stale marks the Dots whose guest asked to be given everything again.
 	stale map[types.NamespacedName]bool
+	// failures counts each Dot's calls to its guest that failed in a row
+	// since it was last ready: the next try waits retryWait(failures).
+	failures map[types.NamespacedName]int
 	// tokens caches each Computer's guest token by UID (it never changes).
 	tokens   sync.Map
 	requests chan event.GenericEvent
@@ -236,7 +247,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&dotsv1.Dot{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&dotsv1.Dot{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, secretsChanged))).
 		Watches(&dotsv1.Computer{}, sameName, builder.WithPredicates(computerChanged)).
 		WatchesRawSource(source.Channel(r.requests, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
@@ -249,6 +260,7 @@ func (r *Reconciler) init() {
 	if r.pushed == nil {
 		r.pushed = map[types.NamespacedName]record{}
 		r.stale = map[types.NamespacedName]bool{}
+		r.failures = map[types.NamespacedName]int{}
 	}
 	if r.requests == nil {
 		r.requests = make(chan event.GenericEvent, 1024)
@@ -407,7 +419,7 @@ func (r *Reconciler) ready(ctx context.Context, s *scope, key types.NamespacedNa
 		}
 		pushed, failed := r.push(ctx, s, key, target, want)
 		if failed {
-			return ctrl.Result{RequeueAfter: retryPoll}
+			return ctrl.Result{RequeueAfter: r.failed(key)}
 		}
 		if !pushed {
 			break
@@ -485,7 +497,7 @@ func (r *Reconciler) health(ctx context.Context, s *scope, key types.NamespacedN
 	var h protocol.Health
 	if err := r.call(ctx, target, http.MethodGet, protocol.RouteHealth, nil, &h); err != nil {
 		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentNotAnsweringReason, DescribeFailure("the engine's health did not answer", http.MethodGet, protocol.RouteHealth, err, r.callTimeout()))
-		return ctrl.Result{RequeueAfter: retryPoll}
+		return ctrl.Result{RequeueAfter: r.failed(key)}
 	}
 	if !h.OpenRouterConfigured {
 		// It took the key, and holds none now: the engine restarted since
@@ -513,6 +525,9 @@ func (r *Reconciler) health(ctx context.Context, s *scope, key types.NamespacedN
 		return ctrl.Result{RequeueAfter: startingPoll}
 	}
 	s.set(&s.agent, metav1.ConditionTrue, dotsv1.AgentReadyReason, fmt.Sprintf("the engine is ready (state %s)", safeWord(string(h.State))))
+	r.mu.Lock()
+	delete(r.failures, key)
+	r.mu.Unlock()
 	return ctrl.Result{RequeueAfter: steadyPoll}
 }
 
@@ -603,6 +618,25 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.pushed, key)
+	delete(r.failures, key)
+}
+
+// failed counts a failed call to the Dot's guest and says when to try
+// again: firstRetry, doubling with each failure in a row, up to retryPoll.
+func (r *Reconciler) failed(key types.NamespacedName) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failures[key]++
+	return retryWait(r.failures[key])
+}
+
+// retryWait is the wait after n failures in a row.
+func retryWait(n int) time.Duration {
+	d := firstRetry
+	for i := 1; i < n && d < retryPoll; i++ {
+		d *= 2
+	}
+	return min(d, retryPoll)
 }
 
 // token reads the Computer's guest token (its Secret is the Computer
@@ -686,6 +720,17 @@ func (r *Reconciler) recordTransitions(dot *dotsv1.Dot, before map[string]*metav
 			r.Recorder.Eventf(dot, nil, corev1.EventTypeWarning, c.Reason, "Push", "%s", c.Message)
 		}
 	}
+}
+
+// secretsChanged lets through a Dot whose Secret the control plane wrote:
+// its secrets are pushed again without waiting for the poll.
+var secretsChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetAnnotations()[dotsv1.SecretsChangedAnnotation] != e.ObjectNew.GetAnnotations()[dotsv1.SecretsChangedAnnotation]
+	},
 }
 
 // computerChanged lets through what can change whether and where its guest

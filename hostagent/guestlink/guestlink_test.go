@@ -351,7 +351,7 @@ func TestReadyProcedure(t *testing.T) {
 					dotsv1.AgentReadyCondition:    {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
 				},
 				messages: map[string]string{dotsv1.KeyPushedCondition: "(POST /v1/agent/secrets: status 502, bad_gateway)"},
-				requeue:  retryPoll,
+				requeue:  firstRetry,
 			},
 			never: []string{defaultKey, "Illegal header", "Bearer"},
 		},
@@ -372,7 +372,7 @@ func TestReadyProcedure(t *testing.T) {
 					dotsv1.AgentReadyCondition:    {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
 				},
 				messages: map[string]string{dotsv1.ConfigAppliedCondition: "(PUT /v1/agent/config: status 500, an error code that is not the protocol's)"},
-				requeue:  retryPoll,
+				requeue:  firstRetry,
 			},
 			never: []string{defaultKey},
 		},
@@ -393,7 +393,7 @@ func TestReadyProcedure(t *testing.T) {
 					dotsv1.AgentReadyCondition:    {metav1.ConditionFalse, dotsv1.WaitingReason, 1},
 				},
 				messages: map[string]string{dotsv1.KeyPushedCondition: "did not prove"},
-				requeue:  retryPoll,
+				requeue:  firstRetry,
 			},
 		},
 		"the engine is starting": {
@@ -654,5 +654,16 @@ func TestNotices(t *testing.T) {
 				t.Errorf("%s\nnotices -want +got:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// A guest that just booted answers before its engine listens: the first
+// tries come soon, then less and less often, never rarer than retryPoll.
+func TestRetryWait(t *testing.T) {
+	want := map[int]time.Duration{1: 250 * time.Millisecond, 2: 500 * time.Millisecond, 3: time.Second, 4: 2 * time.Second, 5: 4 * time.Second, 6: retryPoll, 40: retryPoll}
+	for n, d := range want {
+		if got := retryWait(n); got != d {
+			t.Errorf("retryWait(%d) = %s; want %s", n, got, d)
+		}
 	}
 }

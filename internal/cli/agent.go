@@ -18,6 +18,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -76,7 +77,9 @@ cluster); make that kubeconfig on the server's machine with
 			cfg.QPS, cfg.Burst = 50, 100
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
-			mgr, err := newHostAgent(ctx, cfg, layout, hostName, log)
+			// A remote agent offers its guests to no Dots API: the server's
+			// guest routes answer host_unreachable for its Computers.
+			mgr, err := newHostAgent(ctx, cfg, layout, hostName, nil, log)
 			if err != nil {
 				return err
 			}
@@ -98,8 +101,10 @@ cluster); make that kubeconfig on the server's machine with
 // newHostAgent builds the host agent of this machine: the QEMU driver when
 // QEMU is usable here, and the agent's manager either way (a host that
 // cannot run VMs says so on its Host and on the Computers placed on it).
-func newHostAgent(ctx context.Context, cfg *rest.Config, layout home.Layout, hostName string, log logr.Logger) (ctrl.Manager, error) {
-	o := agent.Options{Config: cfg, HostName: hostName, Home: layout, Log: log.WithName("agent")}
+// offer, when set, is given the agent's guests for the Dots API of the
+// server it runs in.
+func newHostAgent(ctx context.Context, cfg *rest.Config, layout home.Layout, hostName string, offer *guestproxy.Late, log logr.Logger) (ctrl.Manager, error) {
+	o := agent.Options{Config: cfg, HostName: hostName, Home: layout, Offer: offer, Log: log.WithName("agent")}
 	if hc, err := hostconfig.Load(layout); err == nil {
 		o.WakeLead = hc.EffectiveWakeLead()
 	}

@@ -20,12 +20,12 @@ import (
 // thin writes of the same spec field and annotations kubectl can write. The
 // Computer reconciler does the work.
 func newComputerCommand() *cobra.Command {
-	var namespace string
+	var cn conn
 	cmd := &cobra.Command{
 		Use:   "computer",
 		Short: "Start, stop or reboot a Dot's computer (writes its Computer resource, as kubectl can)",
 		Long: `computer start|stop|reboot NAME writes the Computer resource of that name through the
-kubeconfig in $INVISIBLE_DOTS_HOME; the server's Computer reconciler acts on it:
+kubeconfig ($KUBECONFIG, else the home's; or --kubeconfig); the server's Computer reconciler acts on it:
 
   stop    sets spec.runStrategy to Halted: the guest is asked to power off; its
           automations pause until it is started again
@@ -40,7 +40,7 @@ The same with kubectl:
 
 Follow it with: kubectl get computer NAME -w`,
 	}
-	cmd.PersistentFlags().StringVarP(&namespace, "namespace", "n", "default", "the Computer's namespace")
+	addConnFlags(cmd.PersistentFlags(), &cn)
 	for _, a := range []struct {
 		use, short string
 		mutate     func(c *dotsv1.Computer, now string) error
@@ -55,10 +55,11 @@ Follow it with: kubectl get computer NAME -w`,
 			Short: a.short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := homeClient()
+				cs, err := cn.clients()
 				if err != nil {
 					return err
 				}
+				c, namespace := cs.kube, cs.ns
 				verb := a.use[:len(a.use)-len(" NAME")]
 				if err := patchComputer(cmd.Context(), c, client.ObjectKey{Namespace: namespace, Name: args[0]}, a.mutate); err != nil {
 					return fmt.Errorf("%s computer %s/%s: %w", verb, namespace, args[0], err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -19,16 +20,27 @@ var subcommands = []func() *cobra.Command{
 	newServerCommand,
 	newAgentCommand,
 	newHostCommand,
+	newUserCommand,
 	newKubeconfigCommand,
 	newDoctorCommand,
 	newSetupCommand,
 	newComputerCommand,
 	newTaskCommand,
 	newChatCommand,
+	newLogsCommand,
+	newStatusCommand,
+	newFilesCommand,
+	newScreenshotCommand,
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Approve) },
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Reject) },
 	newSecretCommand,
 }
+
+// PluginName is the name the binary answers to as a kubectl plugin: kubectl
+// runs kubectl-dots for `kubectl dots ...`, with kubectl's own flags
+// (--kubeconfig, --context, -n) passed on as arguments, which the person's
+// commands take.
+const PluginName = "kubectl-dots"
 
 // NewRootCommand builds the invisible-dots command tree.
 func NewRootCommand() *cobra.Command {
@@ -37,6 +49,10 @@ func NewRootCommand() *cobra.Command {
 		Short:         "Persistent AI agents, each with a computer of its own, managed as Kubernetes resources",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+	}
+	if filepath.Base(os.Args[0]) == PluginName {
+		root.Use = "dots"
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl dots"}
 	}
 	for _, sub := range subcommands {
 		root.AddCommand(sub())

@@ -73,9 +73,9 @@ for kubectl:
 				ListenAddress:      listen,
 				DatabaseURL:        os.Getenv(envDatabaseURL),
 				ExternalKubeconfig: kubeconfig,
-				// No Waker yet: the wake logic (ref 9.5) wires the one the
-				// Dots API calls for a message; until then a message waits in
-				// the outbox for the Dot's next READY.
+				// No Waker: a message's outbox row keeps its Dot awake
+				// (lifecycle.KeepsAwake), so the work controller, which
+				// follows the log, starts a sleeping Dot's computer for it.
 				Log: log,
 			})
 			if err != nil {
@@ -113,7 +113,10 @@ for kubectl:
 			if err != nil {
 				return err
 			}
-			hostAgent, err := newHostAgent(ctx, cp.Config, layout, hostName, log)
+			// The Dots API reaches this host's guests through this agent
+			// (DESIGN.md 2: whatever talks to a guest runs in its host's
+			// agent); it was built before the agent, so it is told now.
+			hostAgent, err := newHostAgent(ctx, cp.Config, layout, hostName, cp.Guests, log)
 			if err != nil {
 				return err
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -26,6 +27,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/eventtext"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
@@ -34,27 +36,49 @@ import (
 // chat. Each is a thin client of the resource API and the Dots API with the
 // kubeconfig's credentials: $KUBECONFIG when set, else the home's.
 
-// restConfig is the kubeconfig a person's commands use.
-func restConfig() (*rest.Config, string, error) {
+// conn is how a person's command reaches the API server: kubectl's own
+// flags (--kubeconfig, --context, -n/--namespace), so the binary also works
+// as the kubectl plugin kubectl-dots, which kubectl hands these flags to.
+// Without --kubeconfig: $KUBECONFIG when set, else the home's.
+type conn struct {
+	kubeconfig string
+	context    string
+	namespace  string
+}
+
+// addConnFlags registers the connection flags on fs.
+func addConnFlags(fs *pflag.FlagSet, c *conn) {
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "the kubeconfig (default: $KUBECONFIG, else the home's)")
+	fs.StringVar(&c.context, "context", "", "the kubeconfig context to use")
+	fs.StringVarP(&c.namespace, "namespace", "n", "", "the namespace (default: the context's, else default)")
+}
+
+// restConfig is the configuration and the namespace c names.
+func (c conn) restConfig() (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
+	switch {
+	case c.kubeconfig != "":
+		rules.ExplicitPath = c.kubeconfig
+	case os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "":
 		layout, err := home.FromEnv()
 		if err != nil {
 			return nil, "", err
 		}
 		if _, err := os.Stat(layout.Kubeconfig()); err != nil {
-			return nil, "", fmt.Errorf("no kubeconfig at %s and KUBECONFIG is not set: start the server with 'invisible-dots server' (%w)", layout.Kubeconfig(), err)
+			return nil, "", fmt.Errorf("no kubeconfig at %s and KUBECONFIG is not set: start the server with 'invisible-dots server', or pass --kubeconfig (%w)", layout.Kubeconfig(), err)
 		}
 		rules.ExplicitPath = layout.Kubeconfig()
 	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.context})
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("read the kubeconfig: %w", err)
 	}
-	ns, _, err := cc.Namespace()
-	if err != nil || ns == "" {
-		ns = "default"
+	ns := c.namespace
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil || ns == "" {
+			ns = "default"
+		}
 	}
 	return cfg, ns, nil
 }
@@ -66,8 +90,8 @@ type clients struct {
 	ns   string
 }
 
-func newClients(namespace string) (*clients, error) {
-	cfg, ns, err := restConfig()
+func (c conn) clients() (*clients, error) {
+	cfg, ns, err := c.restConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -79,19 +103,16 @@ func newClients(namespace string) (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	if namespace != "" {
-		ns = namespace
-	}
 	return &clients{kube: kube, dots: dots, ns: ns}, nil
 }
 
 func newTaskCommand() *cobra.Command {
-	var namespace string
+	var cn conn
 	cmd := &cobra.Command{
 		Use:   "task",
 		Short: "Give a Dot tasks, list them, cancel one (Task resources, as kubectl can)",
 	}
-	cmd.PersistentFlags().StringVarP(&namespace, "namespace", "n", "", "the namespace (default: the kubeconfig's)")
+	addConnFlags(cmd.PersistentFlags(), &cn)
 
 	var (
 		priority int32
@@ -103,7 +124,7 @@ func newTaskCommand() *cobra.Command {
 		Short: "Give the Dot a task; --wait waits for its end and prints its summary",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClients(namespace)
+			c, err := cn.clients()
 			if err != nil {
 				return err
 			}
@@ -137,7 +158,7 @@ func newTaskCommand() *cobra.Command {
 		Short: "List the tasks of the namespace, or of one Dot",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClients(namespace)
+			c, err := cn.clients()
 			if err != nil {
 				return err
 			}
@@ -151,7 +172,7 @@ func newTaskCommand() *cobra.Command {
 				if len(args) == 1 && t.Spec.DotName != args[0] {
 					continue
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.4f\t%s\n", t.Name, t.Spec.DotName, t.Status.Phase, t.Spec.Priority, t.Status.SpentUSD, oneLine(cmp.Or(t.Status.Summary, t.Status.Error), 60))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.4f\t%s\n", t.Name, t.Spec.DotName, t.Status.Phase, t.Spec.Priority, t.Status.SpentUSD, eventtext.Cut(cmp.Or(t.Status.Summary, t.Status.Error), 60))
 			}
 			return w.Flush()
 		},
@@ -162,7 +183,7 @@ func newTaskCommand() *cobra.Command {
 		Short: "Cancel a task (spec.cancelRequested: true)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClients(namespace)
+			c, err := cn.clients()
 			if err != nil {
 				return err
 			}
@@ -186,6 +207,7 @@ func newTaskCommand() *cobra.Command {
 // waitTask waits for a task's end and prints its summary or error.
 func waitTask(ctx context.Context, c *clients, name string, out io.Writer) error {
 	last := dotsv1.TaskPhase("")
+	var after int64
 	for {
 		t := &dotsv1.Task{}
 		if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: name}, t); err != nil {
@@ -194,6 +216,17 @@ func waitTask(ctx context.Context, c *clients, name string, out io.Writer) error
 		if t.Status.Phase != last {
 			fmt.Fprintf(out, "%s %s\n", name, t.Status.Phase)
 			last = t.Status.Phase
+		}
+		// The task's steps as they are logged: its progress, the tools it
+		// runs, what it asks.
+		if page, err := c.dots.Events(ctx, c.ns, t.Spec.DotName, wire.EventsQuery{
+			After: after, Task: string(t.UID), Limit: wire.MaxEventsPage,
+			Types: []string{protocol.EventTaskProgress, protocol.EventToolCalled, protocol.EventApprovalRequested},
+		}); err == nil {
+			for _, e := range page.Events {
+				after = e.ID
+				fmt.Fprintln(out, "  · "+eventtext.Line(e))
+			}
 		}
 		switch t.Status.Phase {
 		case dotsv1.TaskCompleted:
@@ -214,9 +247,9 @@ func waitTask(ctx context.Context, c *clients, name string, out io.Writer) error
 
 func newDecisionCommand(decision dotsv1.ApprovalDecision) *cobra.Command {
 	var (
-		namespace string
-		always    bool
-		note      string
+		cn     conn
+		always bool
+		note   string
 	)
 	verb := string(decision)
 	cmd := &cobra.Command{
@@ -224,14 +257,14 @@ func newDecisionCommand(decision dotsv1.ApprovalDecision) *cobra.Command {
 		Short: strings.ToUpper(verb[:1]) + verb[1:] + " what a Dot asked (writes the Approval's decision, as kubectl patch can)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClients(namespace)
+			c, err := cn.clients()
 			if err != nil {
 				return err
 			}
 			return decide(cmd.Context(), c, args[0], decision, always, note, cmd.OutOrStdout())
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the namespace (default: the kubeconfig's)")
+	addConnFlags(cmd.Flags(), &cn)
 	if decision == dotsv1.Approve {
 		cmd.Flags().BoolVar(&always, "always", false, "also allow this permission from now on (the Dot's spec is changed)")
 	}
@@ -262,16 +295,16 @@ func decide(ctx context.Context, c *clients, name string, decision dotsv1.Approv
 
 func newChatCommand() *cobra.Command {
 	var (
-		namespace string
-		message   string
-		timeout   time.Duration
+		cn      conn
+		message string
+		timeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "chat DOT [-m TEXT]",
 		Short: "Talk with a Dot: each line is sent and its answer printed, with a line for each tool it runs and its questions asked inline; -m sends one message and exits",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClients(namespace)
+			c, err := cn.clients()
 			if err != nil {
 				return err
 			}
@@ -297,7 +330,7 @@ func newChatCommand() *cobra.Command {
 			return in.Err()
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the namespace (default: the kubeconfig's)")
+	addConnFlags(cmd.Flags(), &cn)
 	cmd.Flags().StringVarP(&message, "message", "m", "", "send this one message, print the answer and exit")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for an answer (a sleeping Dot wakes first)")
 	return cmd
@@ -329,7 +362,7 @@ func say(ctx context.Context, c *clients, dot, text string, timeout time.Duratio
 			case protocol.EventToolCalled:
 				var d protocol.ToolCalled
 				if json.Unmarshal(e.Data, &d) == nil && d.TaskID == nil {
-					fmt.Fprintln(out, toolLine(d))
+					fmt.Fprintln(out, "  · "+eventtext.ToolLine(d))
 				}
 			case protocol.EventApprovalRequested:
 				var d protocol.ApprovalRequested
@@ -359,34 +392,12 @@ func say(ctx context.Context, c *clients, dot, text string, timeout time.Duratio
 	return &exitError{code: 1, err: errors.New("no answer within " + timeout.String() + ": the message is queued and the Dot answers when it can (invisible-dots chat shows it later)")}
 }
 
-// toolLine is the quiet line of a tool the Dot ran: its name, what it acted
-// on, and how it ended when that was not well.
-func toolLine(d protocol.ToolCalled) string {
-	line := "  · " + d.Tool
-	if d.Target != nil && *d.Target != "" {
-		line += " " + oneLine(*d.Target, 80)
-	}
-	switch {
-	case d.Decision == protocol.Deny:
-		line += " (denied)"
-	case d.Interrupted != nil && *d.Interrupted:
-		line += " (interrupted)"
-	case !d.OK:
-		line += " (failed)"
-	}
-	return line
-}
-
 // askApproval shows what the Dot asks and, on a terminal session, asks the
 // person: approve? [y/N/always]. Scripted (ask nil), it names the Approval
 // to answer.
 func askApproval(ctx context.Context, c *clients, dot string, d protocol.ApprovalRequested, out io.Writer, ask *bufio.Scanner) error {
 	name := controllers.ApprovalName(dot, d.ApprovalID)
-	fmt.Fprintf(out, "  ? %s asks to run %s %s (%s)", dot, d.Tool, oneLine(string(d.Arguments), 120), d.Permission)
-	if d.Reason != "" {
-		fmt.Fprintf(out, ": %s", oneLine(d.Reason, 200))
-	}
-	fmt.Fprintln(out)
+	fmt.Fprintf(out, "  ? %s %s\n", dot, eventtext.ApprovalLine(d))
 	if ask == nil {
 		fmt.Fprintf(out, "    answer it with: invisible-dots approve %s [--always], or invisible-dots reject %s\n", name, name)
 		return nil
@@ -417,12 +428,4 @@ func askApproval(ctx context.Context, c *clients, dot string, d protocol.Approva
 		}
 	}
 	return decide(ctx, c, name, decision, always, "", out)
-}
-
-func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len([]rune(s)) > max {
-		return string([]rune(s)[:max-1]) + "…"
-	}
-	return s
 }

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/apiserver"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
@@ -67,6 +68,10 @@ type ControlPlane struct {
 	API *apiserver.Server
 	// KubeconfigPath is the admin kubeconfig written for people and kubectl.
 	KubeconfigPath string
+	// Guests is where the host agent that runs in this process offers the
+	// guests of its host (agent.Options.Offer): the Dots API reaches them
+	// through it. Until then the guest routes reach no host.
+	Guests *guestproxy.Late
 
 	home home.Layout
 	lock *pidlock.Lock
@@ -91,7 +96,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	if err := o.Home.Ensure(); err != nil {
 		return nil, fmt.Errorf("prepare the home %s: %w", o.Home.Root, err)
 	}
-	cp := &ControlPlane{home: o.Home, log: log}
+	cp := &ControlPlane{home: o.Home, log: log, Guests: &guestproxy.Late{}}
 	defer func() {
 		if err != nil {
 			cp.Stop(context.WithoutCancel(ctx))
@@ -177,7 +182,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		KineSocket:     o.Home.Run() + "/kine.sock",
 		Log:            log,
 		RequestTimeout: o.RequestTimeout,
-		Mounts:         []apiserver.Mount{dotsAPIMount(cp.DB, changes, feed, o.Waker, log.WithName("dotsapi"))},
+		Mounts:         []apiserver.Mount{dotsAPIMount(cp.DB, changes, feed, o.Waker, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, guests: cp.Guests})},
 	})
 	if err != nil {
 		return nil, err
@@ -213,7 +218,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 // dotsAPIMount serves the Dots API on the API server's port, over the event
 // log and outbox in db, reading Dots with the loopback credential once the
 // server's authorizer let the caller through.
-func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.Feed, waker dotsapi.Waker, log logr.Logger) apiserver.Mount {
+func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.Feed, waker dotsapi.Waker, log logr.Logger, x dotsAPIExtras) apiserver.Mount {
 	return apiserver.Mount{
 		Prefix:      wire.Prefix,
 		LongRunning: wire.IsStreamPath,
@@ -230,6 +235,10 @@ func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.F
 				Authorizer: authz,
 				Waker:      waker,
 				Log:        log,
+				Guests:     x.guests,
+				Client:     reader,
+				Server:     x.serverInfo(db),
+				Doctor:     serverDoctor(x.home, reader),
 			})
 		},
 	}

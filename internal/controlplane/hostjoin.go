@@ -82,12 +82,18 @@ func JoinHost(ctx context.Context, admin clientcmdapi.Config, host string, ttl t
 	if err != nil {
 		return nil, fmt.Errorf("make a token for %s/%s: %w", ns, sa, err)
 	}
+	return tokenKubeconfig(admin, "invisible-dots-host-"+host, tr.Status.Token, "")
+}
+
+// tokenKubeconfig is a kubeconfig of the API server admin names, with token
+// as its credential, its context called name and set to namespace (none when
+// empty).
+func tokenKubeconfig(admin clientcmdapi.Config, name, token, namespace string) ([]byte, error) {
 	cluster := admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster]
 	out := clientcmdapi.NewConfig()
-	name := "invisible-dots-host-" + host
 	out.Clusters[name] = &clientcmdapi.Cluster{Server: cluster.Server, CertificateAuthorityData: cluster.CertificateAuthorityData, CertificateAuthority: cluster.CertificateAuthority}
-	out.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	out.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name, Namespace: namespace}
 	out.CurrentContext = name
 	data, err := clientcmd.Write(*out)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
@@ -73,6 +76,20 @@ type Options struct {
 	// answers; the real clock when nil.
 	Clock clock.PassiveClock
 	Log   logr.Logger
+	// Guests reaches the guests of the host whose agent runs in this
+	// process (a guestproxy.Late the server fills once its agent is
+	// built); the guest routes of a Computer on any other host answer 502
+	// host_unreachable. Nil reaches no host.
+	Guests guestproxy.Proxy
+	// Client writes a Dot's Secret (its MCP secrets) and the annotation
+	// that tells its host agent, with the control plane's own credential,
+	// once the caller's right is checked; nil answers those writes 501.
+	Client client.Client
+	// Server describes this server for the health route.
+	Server ServerInfo
+	// Doctor runs the doctor of the server's host (hostagent/doctor); nil
+	// answers the doctor route 501.
+	Doctor func(ctx context.Context) doctor.Report
 }
 
 // Handler serves every route under wire.Prefix.
@@ -88,6 +105,10 @@ type Handler struct {
 	clock     clock.PassiveClock
 	log       logr.Logger
 	mux       *http.ServeMux
+	guests    guestproxy.Proxy
+	writer    client.Client
+	server    ServerInfo
+	doctor    *doctorRuns
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -113,6 +134,10 @@ func New(o Options) (*Handler, error) {
 	if h.log.GetSink() == nil {
 		h.log = logr.Discard()
 	}
+	h.guests, h.writer, h.server = o.Guests, o.Client, o.Server
+	if o.Doctor != nil {
+		h.doctor = &doctorRuns{run: o.Doctor}
+	}
 	h.mux = http.NewServeMux()
 	routes := []struct {
 		pattern string
@@ -126,6 +151,16 @@ func New(o Options) (*Handler, error) {
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/events", map[string]handlerFunc{http.MethodPost: h.ingestEvents}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/outbox", map[string]handlerFunc{http.MethodGet: h.getOutbox}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/outbox/{id}/ack", map[string]handlerFunc{http.MethodPost: h.ackOutbox}},
+		{"namespaces/{ns}/dots/{name}/files/list", map[string]handlerFunc{http.MethodGet: h.listFiles}},
+		{"namespaces/{ns}/dots/{name}/files", map[string]handlerFunc{http.MethodGet: h.readFile}},
+		{"namespaces/{ns}/dots/{name}/screenshot", map[string]handlerFunc{http.MethodGet: h.screenshot}},
+		{"namespaces/{ns}/dots/{name}/tools", map[string]handlerFunc{http.MethodGet: h.tools}},
+		{"namespaces/{ns}/dots/{name}/skills", map[string]handlerFunc{http.MethodGet: h.skills}},
+		{"namespaces/{ns}/dots/{name}/mcp-secrets", map[string]handlerFunc{http.MethodGet: h.getMCPSecrets}},
+		{"namespaces/{ns}/dots/{name}/mcp-secrets/{server}/{secret}", map[string]handlerFunc{http.MethodPut: h.putMCPSecret, http.MethodDelete: h.deleteMCPSecret}},
+		{"namespaces/{ns}/dots/{name}/usage", map[string]handlerFunc{http.MethodGet: h.usage}},
+		{"health", map[string]handlerFunc{http.MethodGet: h.health}},
+		{"doctor", map[string]handlerFunc{http.MethodGet: h.runDoctor}},
 	}
 	for _, rt := range routes {
 		h.mux.Handle(wire.Prefix+rt.pattern, h.route(rt.methods))
@@ -310,6 +345,64 @@ func (h *Handler) authorize(ctx context.Context, a authorizer.AttributesRecord) 
 }
 
 // getDot reads the Dot namespace/name: 404 when there is none.
+// dotOf is the Dot a people's route names ({ns}/{name}), once the caller
+// may act on it (verb on its subresource).
+func (h *Handler) dotOf(r *http.Request, verb, subresource string) (*dotsv1.Dot, error) {
+	p, err := pathValues(r, "ns", "name")
+	if err != nil {
+		return nil, err
+	}
+	if err := h.authorizeDot(r, verb, subresource, p[0], p[1]); err != nil {
+		return nil, err
+	}
+	return h.getDot(r.Context(), p[0], p[1])
+}
+
+// pageParam reads one of the paging parameters every read of the log takes
+// (limit from 1 to max, order, before) into q, and says whether key was one.
+func pageParam(key, v string, max int, q *page) (bool, error) {
+	switch key {
+	case "limit":
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil || n < 1:
+			return true, badRequest("limit %q is not a whole number from 1 to %d", v, max)
+		case n > max:
+			return true, badRequest("limit %d is above %d, the most a page holds", n, max)
+		}
+		q.limit = n
+	case "order":
+		if v != wire.OrderAsc && v != wire.OrderDesc {
+			return true, badRequest("order %q is neither %s nor %s", v, wire.OrderAsc, wire.OrderDesc)
+		}
+		q.order = v
+	case "before":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return true, badRequest("before %q is not an event id", v)
+		}
+		q.before = n
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+// page is where a read of the log starts and how much it reads.
+type page struct {
+	limit  int
+	order  string
+	before int64
+}
+
+// check refuses a before without order=desc.
+func (q page) check() error {
+	if q.before != 0 && q.order != wire.OrderDesc {
+		return badRequest("before goes on from a page read newest first: it needs order=desc")
+	}
+	return nil
+}
+
 func (h *Handler) getDot(ctx context.Context, namespace, name string) (*dotsv1.Dot, error) {
 	d := &dotsv1.Dot{}
 	if err := h.dots.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, d); err != nil {

@@ -16,19 +16,11 @@ const eventsSubresource = "events"
 // getEvents reads a page of the Dot's event log (ref 9.6), filtered in the
 // database.
 func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) error {
-	p, err := pathValues(r, "ns", "name")
+	d, err := h.dotOf(r, "get", eventsSubresource)
 	if err != nil {
-		return err
-	}
-	ns, name := p[0], p[1]
-	if err := h.authorizeDot(r, "get", eventsSubresource, ns, name); err != nil {
 		return err
 	}
 	q, err := parseEventsQuery(r)
-	if err != nil {
-		return err
-	}
-	d, err := h.getDot(r.Context(), ns, name)
 	if err != nil {
 		return err
 	}
@@ -54,38 +46,29 @@ func wireEvent(e store.Event) wire.Event {
 // parseEventsQuery reads the log's parameters; anything else is refused,
 // so a misspelt parameter is not silently ignored.
 func parseEventsQuery(r *http.Request) (wire.EventsQuery, error) {
-	q := wire.EventsQuery{Limit: wire.DefaultEventsPage, Order: wire.OrderAsc}
-	var err error
+	pg := page{limit: wire.DefaultEventsPage, order: wire.OrderAsc}
+	var q wire.EventsQuery
 	for key, vals := range r.URL.Query() {
 		if len(vals) != 1 {
 			return q, badRequest("%s is given %d times; give it once (types and tools take a comma-separated list)", key, len(vals))
 		}
 		v := vals[0]
+		if ok, err := pageParam(key, v, wire.MaxEventsPage, &pg); ok {
+			if err != nil {
+				return q, err
+			}
+			continue
+		}
+		var err error
 		switch key {
 		case "after":
 			q.After, err = eventID(key, v)
-		case "before":
-			q.Before, err = eventID(key, v)
-		case "limit":
-			n, aerr := strconv.Atoi(v)
-			switch {
-			case aerr != nil || n < 1:
-				err = badRequest("limit %q is not a whole number from 1 to %d", v, wire.MaxEventsPage)
-			case n > wire.MaxEventsPage:
-				err = badRequest("limit %d is above %d, the most events a page holds", n, wire.MaxEventsPage)
-			}
-			q.Limit = n
 		case "types":
 			q.Types, err = eventTypes(v)
 		case "tools":
 			q.Tools = commaList(v)
 		case "task":
 			q.Task = v
-		case "order":
-			if v != wire.OrderAsc && v != wire.OrderDesc {
-				return q, badRequest("order %q is neither %s nor %s", v, wire.OrderAsc, wire.OrderDesc)
-			}
-			q.Order = v
 		default:
 			return q, badRequest("unknown query parameter %q (the parameters are after, before, limit, types, tools, task and order)", key)
 		}
@@ -93,10 +76,8 @@ func parseEventsQuery(r *http.Request) (wire.EventsQuery, error) {
 			return q, err
 		}
 	}
-	if q.Before != 0 && q.Order != wire.OrderDesc {
-		return q, badRequest("before goes on from a page read newest first: it needs order=desc")
-	}
-	return q, nil
+	q.Limit, q.Order, q.Before = pg.limit, pg.order, pg.before
+	return q, pg.check()
 }
 
 // eventID reads the event id v of the parameter key.

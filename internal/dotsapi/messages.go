@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -88,19 +87,11 @@ func (h *Handler) postMessage(w http.ResponseWriter, r *http.Request) error {
 // getMessages reads the conversation, the person's and the Dot's messages,
 // from the log, paged as ref 9.6 says.
 func (h *Handler) getMessages(w http.ResponseWriter, r *http.Request) error {
-	p, err := pathValues(r, "ns", "name")
+	d, err := h.dotOf(r, "get", messagesSubresource)
 	if err != nil {
-		return err
-	}
-	ns, name := p[0], p[1]
-	if err := h.authorizeDot(r, "get", messagesSubresource, ns, name); err != nil {
 		return err
 	}
 	q, err := parseMessagesQuery(r)
-	if err != nil {
-		return err
-	}
-	d, err := h.getDot(r.Context(), ns, name)
 	if err != nil {
 		return err
 	}
@@ -120,7 +111,7 @@ func (h *Handler) getMessages(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			// The log holds what was validated when it was stored; a row
 			// that does not read is reported, not a reason to hide the rest.
-			h.log.Error(err, "a logged message does not read", "dot", ns+"/"+name, "event", e.ID)
+			h.log.Error(err, "a logged message does not read", "dot", d.Namespace+"/"+d.Name, "event", e.ID)
 			continue
 		}
 		out.Messages = append(out.Messages, m)
@@ -156,39 +147,18 @@ func messageOf(e store.Event) (wire.Message, error) {
 // parseMessagesQuery reads limit, order and before; anything else in the
 // query is refused, so a misspelt parameter is not silently ignored.
 func parseMessagesQuery(r *http.Request) (wire.MessagesQuery, error) {
-	q := wire.MessagesQuery{Limit: wire.DefaultMessagesPage, Order: wire.OrderAsc}
+	pg := page{limit: wire.DefaultMessagesPage, order: wire.OrderAsc}
 	for key, vals := range r.URL.Query() {
 		if len(vals) != 1 {
-			return q, badRequest("%s is given %d times; give it once", key, len(vals))
+			return wire.MessagesQuery{}, badRequest("%s is given %d times; give it once", key, len(vals))
 		}
-		v := vals[0]
-		switch key {
-		case "limit":
-			n, err := strconv.Atoi(v)
-			switch {
-			case err != nil || n < 1:
-				return q, badRequest("limit %q is not a whole number from 1 to %d", v, wire.MaxMessagesPage)
-			case n > wire.MaxMessagesPage:
-				return q, badRequest("limit %d is above %d, the most messages a page holds", n, wire.MaxMessagesPage)
-			}
-			q.Limit = n
-		case "order":
-			if v != wire.OrderAsc && v != wire.OrderDesc {
-				return q, badRequest("order %q is neither %s nor %s", v, wire.OrderAsc, wire.OrderDesc)
-			}
-			q.Order = v
-		case "before":
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 1 {
-				return q, badRequest("before %q is not an event id", v)
-			}
-			q.Before = n
-		default:
-			return q, badRequest("unknown query parameter %q (the parameters are limit, order and before)", key)
+		ok, err := pageParam(key, vals[0], wire.MaxMessagesPage, &pg)
+		if err != nil {
+			return wire.MessagesQuery{}, err
+		}
+		if !ok {
+			return wire.MessagesQuery{}, badRequest("unknown query parameter %q (the parameters are limit, order and before)", key)
 		}
 	}
-	if q.Before != 0 && q.Order != wire.OrderDesc {
-		return q, badRequest("before goes on from a page read newest first: it needs order=desc")
-	}
-	return q, nil
+	return wire.MessagesQuery{Limit: pg.limit, Order: pg.order, Before: pg.before}, pg.check()
 }

@@ -76,11 +76,13 @@ func TestStore(t *testing.T) {
 		store  func(c client.Client) (Stored, error)
 		want   Stored
 		// secret is the Secret to read back, data what it must hold.
-		secret  types.NamespacedName
-		data    map[string]string
-		owned   bool
-		ref     string
-		wantErr string
+		secret types.NamespacedName
+		data   map[string]string
+		owned  bool
+		ref    string
+		// announced: the Dot is annotated with the Secret's new version.
+		announced bool
+		wantErr   string
 	}{
 		"default, new": {
 			reason: "the host-wide default goes to the system namespace's Secret",
@@ -99,24 +101,81 @@ func TestStore(t *testing.T) {
 			data:   map[string]string{dotsv1.OpenRouterKeySecretKey: "sk-new"},
 		},
 		"a Dot without a secretRef": {
-			reason: "the Dot gets a Secret of its own, owned by it, and its spec.secretRef names it",
-			objs:   []client.Object{dot("")},
-			store:  func(c client.Client) (Stored, error) { return StoreForDot(ctx, c, helper, "sk-own") },
-			want:   Stored{Secret: types.NamespacedName{Namespace: "team-a", Name: "helper-secrets"}, Created: true, RefSet: true},
-			secret: types.NamespacedName{Namespace: "team-a", Name: "helper-secrets"},
-			data:   map[string]string{dotsv1.OpenRouterKeySecretKey: "sk-own"},
-			owned:  true,
-			ref:    "helper-secrets",
+			reason:    "the Dot gets a Secret of its own, owned by it, and its spec.secretRef names it",
+			objs:      []client.Object{dot("")},
+			store:     func(c client.Client) (Stored, error) { return StoreForDot(ctx, c, helper, "sk-own") },
+			want:      Stored{Secret: types.NamespacedName{Namespace: "team-a", Name: "helper-secrets"}, Created: true, RefSet: true},
+			secret:    types.NamespacedName{Namespace: "team-a", Name: "helper-secrets"},
+			data:      map[string]string{dotsv1.OpenRouterKeySecretKey: "sk-own"},
+			owned:     true,
+			ref:       "helper-secrets",
+			announced: true,
 		},
 		"a Dot with a secretRef": {
 			reason: "the Secret the Dot names keeps its MCP secrets; only the key changes, and the ref stays",
 			objs: []client.Object{dot("mine"), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "mine"},
 				Data: map[string][]byte{"mcp.time.TIME_API_KEY": []byte("t")}}},
-			store:  func(c client.Client) (Stored, error) { return StoreForDot(ctx, c, helper, "sk-own") },
+			store:     func(c client.Client) (Stored, error) { return StoreForDot(ctx, c, helper, "sk-own") },
+			want:      Stored{Secret: types.NamespacedName{Namespace: "team-a", Name: "mine"}},
+			secret:    types.NamespacedName{Namespace: "team-a", Name: "mine"},
+			data:      map[string]string{dotsv1.OpenRouterKeySecretKey: "sk-own", "mcp.time.TIME_API_KEY": "t"},
+			ref:       "mine",
+			announced: true,
+		},
+		"an MCP secret": {
+			reason: "an MCP secret goes to the Dot's Secret under mcp.<server>.<NAME>, beside the key, and the Dot hears of it",
+			objs: []client.Object{dot("mine"), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "mine"},
+				Data: map[string][]byte{dotsv1.OpenRouterKeySecretKey: []byte("sk-own")}}},
+			store: func(c client.Client) (Stored, error) {
+				return PutMCPSecret(ctx, c, helper, "time", "TIME_API_KEY", "Bearer t")
+			},
+			want:      Stored{Secret: types.NamespacedName{Namespace: "team-a", Name: "mine"}},
+			secret:    types.NamespacedName{Namespace: "team-a", Name: "mine"},
+			data:      map[string]string{dotsv1.OpenRouterKeySecretKey: "sk-own", "mcp.time.TIME_API_KEY": "Bearer t"},
+			ref:       "mine",
+			announced: true,
+		},
+		"an MCP secret of a Dot without a secretRef": {
+			reason: "the Dot gets its own Secret for it, as for its key",
+			objs:   []client.Object{dot("")},
+			store: func(c client.Client) (Stored, error) {
+				return PutMCPSecret(ctx, c, helper, "time", "TIME_API_KEY", "t")
+			},
+			want:      Stored{Secret: types.NamespacedName{Namespace: "team-a", Name: "helper-secrets"}, Created: true, RefSet: true},
+			secret:    types.NamespacedName{Namespace: "team-a", Name: "helper-secrets"},
+			data:      map[string]string{"mcp.time.TIME_API_KEY": "t"},
+			owned:     true,
+			ref:       "helper-secrets",
+			announced: true,
+		},
+		"the same MCP secret again": {
+			reason: "a value stored already changes nothing, so nothing is pushed",
+			objs: []client.Object{dot("mine"), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "mine"},
+				Data: map[string][]byte{"mcp.time.TIME_API_KEY": []byte("t")}}},
+			store: func(c client.Client) (Stored, error) {
+				return PutMCPSecret(ctx, c, helper, "time", "TIME_API_KEY", "t")
+			},
 			want:   Stored{Secret: types.NamespacedName{Namespace: "team-a", Name: "mine"}},
 			secret: types.NamespacedName{Namespace: "team-a", Name: "mine"},
-			data:   map[string]string{dotsv1.OpenRouterKeySecretKey: "sk-own", "mcp.time.TIME_API_KEY": "t"},
+			data:   map[string]string{"mcp.time.TIME_API_KEY": "t"},
 			ref:    "mine",
+		},
+		"an MCP secret cleared": {
+			reason: "clearing removes that key alone, and the Dot hears of it",
+			objs: []client.Object{dot("mine"), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "mine"},
+				Data: map[string][]byte{dotsv1.OpenRouterKeySecretKey: []byte("sk-own"), "mcp.time.TIME_API_KEY": []byte("t")}}},
+			store:     func(c client.Client) (Stored, error) { return ClearMCPSecret(ctx, c, helper, "time", "TIME_API_KEY") },
+			want:      Stored{Secret: types.NamespacedName{Namespace: "team-a", Name: "mine"}},
+			secret:    types.NamespacedName{Namespace: "team-a", Name: "mine"},
+			data:      map[string]string{dotsv1.OpenRouterKeySecretKey: "sk-own"},
+			ref:       "mine",
+			announced: true,
+		},
+		"an MCP secret cleared of a Dot without a Secret": {
+			reason: "there is nothing to clear, and no Secret is made for it",
+			objs:   []client.Object{dot("")},
+			store:  func(c client.Client) (Stored, error) { return ClearMCPSecret(ctx, c, helper, "time", "TIME_API_KEY") },
+			want:   Stored{},
 		},
 		"no such Dot": {
 			reason:  "a key for a Dot that does not exist is not stored anywhere",
@@ -150,6 +209,20 @@ func TestStore(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("%s\nStored -want +got:\n%s", tc.reason, diff)
 			}
+			d := &dotsv1.Dot{}
+			if err := c.Get(ctx, helper, d); err != nil && tc.secret.Name != dotsv1.DefaultKeySecretName {
+				t.Fatal(err)
+			}
+			if tc.secret.Name == "" {
+				list := &corev1.SecretList{}
+				if err := c.List(ctx, list); err != nil {
+					t.Fatal(err)
+				}
+				if len(list.Items) != 0 {
+					t.Errorf("%s\nSecrets were made: %d", tc.reason, len(list.Items))
+				}
+				return
+			}
 			sec := &corev1.Secret{}
 			if err := c.Get(ctx, tc.secret, sec); err != nil {
 				t.Fatal(err)
@@ -164,11 +237,10 @@ func TestStore(t *testing.T) {
 			if owned := len(sec.OwnerReferences) == 1 && sec.OwnerReferences[0].UID == "uid-helper"; owned != tc.owned {
 				t.Errorf("%s\nowned by the Dot: %v, want %v", tc.reason, owned, tc.owned)
 			}
+			if announced := d.Annotations[dotsv1.SecretsChangedAnnotation]; (announced == sec.ResourceVersion) != tc.announced {
+				t.Errorf("%s\nthe Dot's %s is %q, the Secret's version %q; want announced %v", tc.reason, dotsv1.SecretsChangedAnnotation, announced, sec.ResourceVersion, tc.announced)
+			}
 			if tc.ref != "" {
-				d := &dotsv1.Dot{}
-				if err := c.Get(ctx, helper, d); err != nil {
-					t.Fatal(err)
-				}
 				if d.Spec.SecretRef == nil || d.Spec.SecretRef.Name != tc.ref {
 					t.Errorf("%s\nspec.secretRef = %+v, want %q", tc.reason, d.Spec.SecretRef, tc.ref)
 				}

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,11 +86,12 @@ func BenchmarkDotChat(b *testing.B) {
 		k.waitComputer(name, 3*time.Minute, func(c *dotsv1.Computer) bool {
 			return c.Status.State == dotsv1.ComputerStopped && c.Status.StopReason == dotsv1.StopIdle
 		})
-		d, _, err := answerTime(ctx, dots, name, fmt.Sprintf("wake up %d", i), 3*time.Minute)
+		d, id, err := answerTime(ctx, dots, name, fmt.Sprintf("wake up %d", i), 3*time.Minute)
 		if err != nil {
 			b.Fatalf("wake %d: %v\n%s", i, err, w.story())
 		}
 		wake = append(wake, d)
+		b.Logf("wake %d: answered %s after the message; %s", i, d.Round(time.Millisecond), wakeSteps(ctx, dots, name, id))
 	}
 	boot := driverBoot(b)
 
@@ -133,6 +135,27 @@ func answerTime(ctx context.Context, dots *client.Client, dot, text string, time
 		}
 	}
 	return 0, 0, fmt.Errorf("no answer to %q within %s", text, timeout)
+}
+
+// wakeSteps says when, after the message of event id, the log saw the
+// Computer's states (the control plane's computer.state events).
+func wakeSteps(ctx context.Context, dots *client.Client, dot string, id int64) string {
+	page, err := dots.Events(ctx, "default", dot, wire.EventsQuery{After: id - 1, Limit: 200})
+	if err != nil || len(page.Events) == 0 {
+		return fmt.Sprintf("(the log cannot be read: %v)", err)
+	}
+	asked := page.Events[0].CreatedAt
+	var steps []string
+	for _, e := range page.Events[1:] {
+		switch e.Type {
+		case wire.EventComputerState, protocol.EventAgentStarted, protocol.EventMessageAssistant:
+			steps = append(steps, fmt.Sprintf("%s %s at +%s", e.Type, e.Data, e.CreatedAt.Sub(asked).Round(time.Millisecond)))
+		}
+		if e.Type == protocol.EventMessageAssistant {
+			break
+		}
+	}
+	return strings.Join(steps, "; ")
 }
 
 // deliveredAfter reads, from the server's database, how long after each

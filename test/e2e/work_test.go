@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -172,6 +173,40 @@ func TestDotWork(t *testing.T) {
 		}
 	})
 
+	t.Run("the log and kubectl dots", func(t *testing.T) {
+		w := w.on(t)
+		out := w.cli(time.Minute, "logs", name, "--types", "tool.called,task.completed")
+		for _, want := range []string{"ran exec echo ran >> " + runsFile, "completed: " + testsPassed} {
+			if !strings.Contains(out, want) {
+				w.fail("logs printed %q; want %q in it", out, want)
+			}
+		}
+		if got := w.cli(time.Minute, "files", "get", name, runsFile); got != "ran\n" {
+			w.fail("files get %s printed %q; want the line the Dot's command wrote", runsFile, got)
+		}
+		if got := w.cli(time.Minute, "files", "ls", name); !strings.Contains(got, "e2e-runs.txt") {
+			w.fail("files ls printed %q; want the file the Dot wrote in it", got)
+		}
+		status := w.cli(time.Minute, "status")
+		if !regexp.MustCompile(name + `\s+READY\s+RUNNING\s+-\s+0\s+\$0\.0\d+`).MatchString(status) || !strings.Contains(status, "hosts: vm ready") {
+			w.fail("status printed %q; want the Dot READY, its computer RUNNING, what it spent today, and the host ready", status)
+		}
+		// The binary is the kubectl plugin kubectl-dots: kubectl finds it on
+		// PATH and hands it its own flags.
+		dir := t.TempDir()
+		if err := os.Symlink(binary, filepath.Join(dir, "kubectl-dots")); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "kubectl", "dots", "chat", name, "-m", "hello", "--kubeconfig", w.k.s.kubeconfig(), "-n", "default")
+		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+		got, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(got), chatAnswer) {
+			w.fail("kubectl dots chat -m: %v\n%s", err, got)
+		}
+	})
+
 	t.Run("an approval lets a command run once", func(t *testing.T) {
 		w := w.on(t)
 		k.apply(workDot(name, "ask"))
@@ -205,7 +240,7 @@ func TestDotWork(t *testing.T) {
 		w := w.on(t)
 		// computer.exec is ask: the chat asks, the person answers always.
 		out := w.cliIn(3*time.Minute, "run the tests in chat\nalways\n\n", "chat", name)
-		for _, want := range []string{"asks to run exec", "approve? [y/N/always]", "  · exec echo ran >> " + chatFile, testsPassed} {
+		for _, want := range []string{"asks to run exec", "approve? [y/N/always]", "  · ran exec echo ran >> " + chatFile, testsPassed} {
 			if !strings.Contains(out, want) {
 				w.fail("chat printed %q; want %q in it", out, want)
 			}

@@ -144,6 +144,38 @@ var _ = Describe("The Dots API", Ordered, func() {
 		expectRefused(err, http.StatusForbidden, "")
 	})
 
+	It("gives a person added with user add a kubeconfig of their own for one namespace", func() {
+		admin, err := clientcmd.LoadFromFile(cp.KubeconfigPath)
+		Expect(err).NotTo(HaveOccurred())
+		kubeconfigOf := func(name, role string) *dotsclient.Client {
+			data, expires, err := controlplane.AddUser(suiteCtx, *admin, name, nsA, role, time.Hour)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(expires).To(BeTemporally("~", time.Now().Add(time.Hour), time.Minute))
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+			Expect(err).NotTo(HaveOccurred())
+			raw, err := clientcmd.Load(data)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(raw.Contexts[raw.CurrentContext].Namespace).To(Equal(nsA))
+			c, err := dotsclient.New(cfg)
+			Expect(err).NotTo(HaveOccurred())
+			return c
+		}
+		ada, bob := kubeconfigOf("ada", "editor"), kubeconfigOf("bob", "viewer")
+		_, err = ada.PostMessage(suiteCtx, nsA, dotA.Name, "hello from ada")
+		Expect(err).NotTo(HaveOccurred())
+		_, err = bob.Messages(suiteCtx, nsA, dotA.Name, wire.MessagesQuery{})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = bob.PostMessage(suiteCtx, nsA, dotA.Name, "hello from bob")
+		expectRefused(err, http.StatusForbidden, wire.CodeForbidden)
+		_, err = ada.Messages(suiteCtx, nsB, dotB.Name, wire.MessagesQuery{})
+		expectRefused(err, http.StatusForbidden, wire.CodeForbidden)
+
+		_, _, err = controlplane.AddUser(suiteCtx, *admin, "cy", nsA, "owner", time.Hour)
+		Expect(err).To(MatchError(ContainSubstring(`role "owner" is neither editor nor viewer`)))
+		_, _, err = controlplane.AddUser(suiteCtx, *admin, "Cy_1", nsA, "editor", time.Hour)
+		Expect(err).To(MatchError(ContainSubstring(`user name "Cy_1"`)))
+	})
+
 	It("lets a host agent ingest its own host's Dot's events, once each, and refuses another host's", func() {
 		own := hostAgent(host)
 		other := hostAgent("dotsapi-elsewhere")

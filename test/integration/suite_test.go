@@ -84,6 +84,9 @@ var _ = BeforeSuite(func() {
 		// The guests' engines are the in-memory fake too: the guest link
 		// pushes to it as to a real one.
 		Guest: fakeEngine.Guest(),
+		// As in invisible-dots server, the Dots API reaches this host's
+		// guests through this agent.
+		Offer: cp.Guests,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	for _, m := range []ctrl.Manager{central, hostAgent} {

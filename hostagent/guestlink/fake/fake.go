@@ -1,9 +1,10 @@
 // Package fake holds test doubles of the guest the host agent talks to (the
-// guest link's pushes, the event pump's stream, the deliverer's sends):
-// GuestFns, a fake built from one function per route; Stream, a guest's
-// outbox as the engine streams it; and Engine, an in-memory engine that
-// remembers what was pushed to and sent to each guest. Nothing here opens a
-// connection.
+// guest link's pushes, the event pump's stream, the deliverer's sends, and
+// the files, screen, tools and skills the Dots API reads through the
+// agent): GuestFns, a fake built from one function per route; Stream, a
+// guest's outbox as the engine streams it; and Engine, an in-memory engine
+// with a home of files that remembers what was pushed to and sent to each
+// guest. Nothing here opens a connection.
 package fake
 
 import (
@@ -33,6 +34,8 @@ type GuestFns struct {
 	// StreamFn answers GET /events/stream?after= with the stream's body;
 	// nil serves a stream that never sends an event.
 	StreamFn func(ctx context.Context, t guestclient.Target, after int64) (io.ReadCloser, error)
+	// AgentdFns answers the routes the Dots API reads a guest with.
+	AgentdFns
 }
 
 // ReadyHealth is the health of an engine that is ready.
@@ -88,11 +91,16 @@ func (f GuestFns) Agent(ctx context.Context, t guestclient.Target, method, sub s
 }
 
 // Request answers the raw requests of the host agent: the event stream
-// alone (GET /v1/agent/events/stream?after=), as the event pump asks it.
+// (GET /v1/agent/events/stream?after=), as the event pump asks it, and the
+// routes the Dots API reads a guest with through the agent (files, the
+// screen, the engine's tools and skills).
 func (f GuestFns) Request(ctx context.Context, t guestclient.Target, method, pathAndQuery string, _ io.Reader, _ http.Header) (*http.Response, error) {
 	u, err := url.Parse(pathAndQuery)
 	if err != nil {
 		return nil, fmt.Errorf("fake guest: %w", err)
+	}
+	if resp, ok := f.agentd(ctx, t, method, u); ok {
+		return resp, nil
 	}
 	if method != http.MethodGet || u.Path != protocol.AgentRoutePrefix+protocol.RouteEventsStream {
 		return answer(http.StatusNotFound, io.NopCloser(strings.NewReader(`{"error":"not_found","message":"no route"}`))), nil
@@ -157,6 +165,10 @@ type engineState struct {
 	stream  *Stream
 	inbound []protocol.InboundEvent
 	seen    map[string]bool
+	// files is the guest's home (WriteFile); mcpSecrets what the last
+	// push of secrets carried.
+	files      map[string][]byte
+	mcpSecrets map[string]map[string]string
 }
 
 // NewEngine returns an engine with no guest yet.
@@ -216,6 +228,7 @@ func (e *Engine) Guest() GuestFns {
 			defer e.mu.Unlock()
 			s := e.state(t)
 			s.key = req.OpenRouterAPIKey
+			s.mcpSecrets = req.MCPSecrets
 			s.secrets++
 			return nil
 		},
@@ -270,6 +283,13 @@ func (e *Engine) Guest() GuestFns {
 			stream := e.state(t).stream
 			e.mu.Unlock()
 			return stream.Open(ctx, after), nil
+		},
+		AgentdFns: AgentdFns{
+			ReadFn: func(_ context.Context, t guestclient.Target, p string) ([]byte, error) { return e.readFile(t, p) },
+			ListFn: func(_ context.Context, t guestclient.Target, p string) (protocol.ListResponse, error) {
+				return e.listFiles(t, p)
+			},
+			ToolsFn: func(_ context.Context, t guestclient.Target) (protocol.Tools, error) { return e.tools(t), nil },
 		},
 	}
 }

@@ -176,6 +176,9 @@ func (c *Client) do(ctx context.Context, method, path, query string, in any, wan
 	if resp.StatusCode != want {
 		return errorOf(resp.StatusCode, data)
 	}
+	if out == nil {
+		return nil
+	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("%s %s: the answer does not read: %w", method, path, err)
 	}

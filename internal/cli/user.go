@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/invisible-dots/invisible-dots/internal/controlplane"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+)
+
+func newUserCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "user",
+		Short: "People: credentials of their own for one namespace each",
+	}
+	cmd.AddCommand(newUserAddCommand())
+	return cmd
+}
+
+func newUserAddCommand() *cobra.Command {
+	var (
+		namespace  string
+		role       string
+		kubeconfig string
+		output     string
+		ttl        time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "add NAME --namespace NS --role editor|viewer [--output FILE]",
+		Short: "Print a kubeconfig for a person, who may then use the Dots of one namespace (editor) or look at them (viewer)",
+		Long: `add gives a person a credential of their own: a ServiceAccount NAME in the
+namespace (made if missing), bound there to dots-editor (apply Dots, chat,
+hand tasks, answer approvals) or dots-viewer (look), and a token that lasts
+--ttl. It prints the kubeconfig, its context set to that namespace:
+
+  invisible-dots user add ada --namespace family --role editor --output ada.kubeconfig
+  KUBECONFIG=ada.kubeconfig invisible-dots chat helper -m "hello"
+
+Adding the person again prints a new token. To revoke every token of theirs:
+  kubectl delete serviceaccount ada -n family
+
+It uses the admin kubeconfig of this home's server, or --kubeconfig.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if namespace == "" {
+				return fmt.Errorf("--namespace is required: the namespace whose Dots the person uses")
+			}
+			if kubeconfig == "" {
+				layout, err := home.FromEnv()
+				if err != nil {
+					return err
+				}
+				kubeconfig = layout.Kubeconfig()
+			}
+			admin, err := clientcmd.LoadFromFile(kubeconfig)
+			if err != nil {
+				return fmt.Errorf("read the admin kubeconfig %s (start the server once, or pass --kubeconfig): %w", kubeconfig, err)
+			}
+			data, expires, err := controlplane.AddUser(cmd.Context(), *admin, args[0], namespace, role, ttl)
+			if err != nil {
+				return err
+			}
+			note := fmt.Sprintf("%s may %s the Dots of namespace %s until %s (%s); add them again for a new token", args[0], map[string]string{"editor": "use", "viewer": "look at"}[role], namespace, expires.UTC().Format(time.RFC3339), ttl)
+			if output == "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), note)
+				_, err = cmd.OutOrStdout().Write(data)
+				return err
+			}
+			if err := os.WriteFile(output, data, 0o600); err != nil {
+				return fmt.Errorf("write %s: %w", output, err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s\n", output, note)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the person's namespace (required)")
+	cmd.Flags().StringVar(&role, "role", "editor", "editor (use the Dots) or viewer (look at them)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "an administrator's kubeconfig (default: the home's)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "write the kubeconfig to this file (mode 0600) instead of standard output")
+	cmd.Flags().DurationVar(&ttl, "ttl", 30*24*time.Hour, "how long the token is valid")
+	return cmd
+}

@@ -1,0 +1,80 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+)
+
+// PersonRoles maps the roles a person is given with `user add` to the
+// ClusterRoles of config/rbac/people_roles.yaml, which the server installs.
+var PersonRoles = map[string]string{"editor": "dots-editor", "viewer": "dots-viewer"}
+
+// UserLabel marks what `user add` made for a person, with the person's name.
+const UserLabel = "dots.invisible.dev/user"
+
+// AddUser gives a person a credential of their own on the API server admin
+// names, for one namespace: a ServiceAccount NAME there (the namespace is
+// made if it is missing), a RoleBinding there to the ClusterRole of role
+// (PersonRoles), and a token valid for ttl. It returns the kubeconfig, its
+// context set to the namespace, and when the token expires. Adding the same
+// person again makes a new token (the old one stays valid until it
+// expires); deleting the ServiceAccount revokes every token of it.
+func AddUser(ctx context.Context, admin clientcmdapi.Config, name, namespace, role string, ttl time.Duration) ([]byte, time.Time, error) {
+	clusterRole, ok := PersonRoles[role]
+	if !ok {
+		return nil, time.Time{}, fmt.Errorf("role %q is neither editor nor viewer", role)
+	}
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return nil, time.Time{}, fmt.Errorf("user name %q: %s (use lowercase letters, digits and -)", name, errs[0])
+	}
+	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
+		return nil, time.Time{}, fmt.Errorf("namespace %q: %s", namespace, errs[0])
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(admin, nil).ClientConfig()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read the admin kubeconfig: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	labels := map[string]string{UserLabel: name}
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, time.Time{}, fmt.Errorf("create the namespace %s: %w", namespace, err)
+	}
+	_, err = cs.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, time.Time{}, fmt.Errorf("create the ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	_, err = cs.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: clusterRole + "-" + name, Namespace: namespace, Labels: labels},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, time.Time{}, fmt.Errorf("bind %s/%s to %s: %w", namespace, name, clusterRole, err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(ttl / time.Second))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("make a token for %s/%s: %w", namespace, name, err)
+	}
+	data, err := tokenKubeconfig(admin, "invisible-dots-"+namespace+"-"+name, tr.Status.Token, namespace)
+	return data, tr.Status.ExpirationTimestamp.Time, err
+}

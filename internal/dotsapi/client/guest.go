@@ -1,0 +1,146 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+)
+
+// ListFiles lists a directory of the Dot namespace/name's home (p absolute,
+// relative to the home or ~/...; "" is the home).
+func (c *Client) ListFiles(ctx context.Context, namespace, dot, p string) (wire.FileList, error) {
+	var out wire.FileList
+	err := c.do(ctx, http.MethodGet, wire.FilesListPath(namespace, dot), pathQuery(p), nil, http.StatusOK, &out)
+	return out, err
+}
+
+// File is a file of a Dot as the API serves it: its bytes, and the type
+// and disposition the server gave them (wire.FileTypeOf).
+type File struct {
+	Data        []byte
+	ContentType string
+	// Disposition is "inline" or "attachment"; Name the file name it
+	// carries.
+	Disposition string
+	Name        string
+	// CSP is the answer's Content-Security-Policy.
+	CSP string
+}
+
+// ReadFile reads a file of the Dot namespace/name's home, at most
+// wire.MaxFileBytes.
+func (c *Client) ReadFile(ctx context.Context, namespace, dot, p string) (File, error) {
+	resp, data, err := c.get(ctx, wire.FilesPath(namespace, dot), pathQuery(p), wire.MaxFileBytes)
+	if err != nil {
+		return File{}, err
+	}
+	f := File{Data: data, ContentType: resp.Header.Get("Content-Type"), CSP: resp.Header.Get("Content-Security-Policy")}
+	if disp, params, err := mime.ParseMediaType(resp.Header.Get("Content-Disposition")); err == nil {
+		f.Disposition, f.Name = disp, params["filename"]
+	}
+	return f, nil
+}
+
+// Screenshot reads the Dot namespace/name's desktop as a PNG.
+func (c *Client) Screenshot(ctx context.Context, namespace, dot string) ([]byte, error) {
+	_, data, err := c.get(ctx, wire.ScreenshotPath(namespace, dot), "", wire.MaxGuestAnswer)
+	return data, err
+}
+
+// Tools reads the engine's tool table of the Dot namespace/name.
+func (c *Client) Tools(ctx context.Context, namespace, dot string) (protocol.Tools, error) {
+	var out protocol.Tools
+	err := c.do(ctx, http.MethodGet, wire.ToolsPath(namespace, dot), "", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// Skills reads the skills of the Dot namespace/name.
+func (c *Client) Skills(ctx context.Context, namespace, dot string) (protocol.Skills, error) {
+	var out protocol.Skills
+	err := c.do(ctx, http.MethodGet, wire.SkillsPath(namespace, dot), "", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// MCPSecrets lists the MCP secrets the Dot namespace/name's config names and
+// whether each is set.
+func (c *Client) MCPSecrets(ctx context.Context, namespace, dot string) (wire.MCPSecrets, error) {
+	var out wire.MCPSecrets
+	err := c.do(ctx, http.MethodGet, wire.MCPSecretsPath(namespace, dot), "", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// SetMCPSecret stores the secret name of the Dot's MCP server server; its
+// host agent pushes it to a running guest.
+func (c *Client) SetMCPSecret(ctx context.Context, namespace, dot, server, name, value string) (wire.MCPSecret, error) {
+	var out wire.MCPSecret
+	err := c.do(ctx, http.MethodPut, wire.MCPSecretPath(namespace, dot, server, name), "", wire.SetMCPSecret{Value: value}, http.StatusOK, &out)
+	return out, err
+}
+
+// ClearMCPSecret removes the secret name of the Dot's MCP server server.
+func (c *Client) ClearMCPSecret(ctx context.Context, namespace, dot, server, name string) error {
+	return c.do(ctx, http.MethodDelete, wire.MCPSecretPath(namespace, dot, server, name), "", nil, http.StatusNoContent, nil)
+}
+
+// Usage reads the model spend of the Dot namespace/name.
+func (c *Client) Usage(ctx context.Context, namespace, dot string, q wire.UsageQuery) (wire.Usage, error) {
+	var out wire.Usage
+	err := c.do(ctx, http.MethodGet, wire.UsagePath(namespace, dot), q.Values().Encode(), nil, http.StatusOK, &out)
+	return out, err
+}
+
+// Health reads the server's health.
+func (c *Client) Health(ctx context.Context) (wire.Health, error) {
+	var out wire.Health
+	err := c.do(ctx, http.MethodGet, wire.HealthPath, "", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// Doctor runs the doctor of the server's host and reads its report.
+func (c *Client) Doctor(ctx context.Context) (doctor.Report, error) {
+	var out doctor.Report
+	err := c.do(ctx, http.MethodGet, wire.DoctorPath, "", nil, http.StatusOK, &out)
+	return out, err
+}
+
+func pathQuery(p string) string {
+	if p == "" {
+		return ""
+	}
+	return url.Values{protocol.QueryPath: {p}}.Encode()
+}
+
+// get reads an answer that is bytes, not JSON: at most limit of them.
+func (c *Client) get(ctx context.Context, path, query string, limit int64) (*http.Response, []byte, error) {
+	u := c.base + path
+	if query != "" {
+		u += "?" + query
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("GET %s: read the answer: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, errorOf(resp.StatusCode, data)
+	}
+	if int64(len(data)) > limit {
+		return nil, nil, fmt.Errorf("GET %s: the answer is larger than %d bytes", path, limit)
+	}
+	return resp, data, nil
+}

@@ -1,0 +1,218 @@
+package dotsapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+)
+
+// The subresources people read a Dot's guest with: dots-editor and
+// dots-viewer both get them.
+const (
+	filesSubresource      = "files"
+	screenshotSubresource = "screenshot"
+	toolsSubresource      = "tools"
+	skillsSubresource     = "skills"
+)
+
+// guestCallTimeout bounds one request to a guest, its answer read whole
+// included: a file of 16 MiB over the loopback takes well under it.
+const guestCallTimeout = 30 * time.Second
+
+// dotGuest is the guest of a Dot a route reads: the Computer it runs in.
+type dotGuest struct {
+	dot      *dotsv1.Dot
+	computer types.NamespacedName
+}
+
+// guestOf reads the Dot and its Computer and says why its guest cannot be
+// asked: 409 computer_stopped when the computer does not run (whoever's
+// host it is on: the API server knows), 502 host_unreachable when it runs
+// on a host whose agent is not in this process. Only the agent of the
+// Computer's own host may talk to its guest (DESIGN.md 2).
+func (h *Handler) guestOf(ctx context.Context, ns, name string) (dotGuest, error) {
+	d, err := h.getDot(ctx, ns, name)
+	if err != nil {
+		return dotGuest{}, err
+	}
+	c := &dotsv1.Computer{}
+	if err := h.dots.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			return dotGuest{}, apiErrorf(http.StatusConflict, wire.CodeComputerStopped, "the Dot %s/%s has no computer yet", ns, name)
+		}
+		return dotGuest{}, fmt.Errorf("read the Computer %s/%s: %w", ns, name, err)
+	}
+	if !metav1.IsControlledBy(c, d) {
+		return dotGuest{}, apiErrorf(http.StatusConflict, wire.CodeComputerStopped, "the Computer %s/%s is not the Dot's (another owns it), so the Dot has no computer", ns, name)
+	}
+	if c.Status.State != dotsv1.ComputerRunning {
+		state := string(c.Status.State)
+		if state == "" {
+			state = "not reported yet"
+		}
+		msg := fmt.Sprintf("the computer of Dot %s/%s is not running (its state is %s)", ns, name, state)
+		if c.Status.StopReason != "" {
+			msg += fmt.Sprintf(", stopped for %s", c.Status.StopReason)
+		}
+		return dotGuest{}, apiErrorf(http.StatusConflict, wire.CodeComputerStopped, "%s: start it with `invisible-dots computer start %s -n %s`", msg, name, ns)
+	}
+	host := c.Spec.NodeName
+	if local := h.localHost(); host != local {
+		where := "no host agent runs in this server's process"
+		if local != "" {
+			where = fmt.Sprintf("this server's process runs the agent of host %s only", local)
+		}
+		return dotGuest{}, apiErrorf(http.StatusBadGateway, wire.CodeHostUnreachable,
+			"the computer of Dot %s/%s runs on host %s, whose agent is another process (%s): the guest routes are served only for the server's own host, and reaching a guest through a remote host agent is not built yet", ns, name, host, where)
+	}
+	return dotGuest{dot: d, computer: types.NamespacedName{Namespace: ns, Name: name}}, nil
+}
+
+func (h *Handler) localHost() string {
+	if h.guests == nil {
+		return ""
+	}
+	return h.guests.Host()
+}
+
+// guestGet asks dot-agentd of the guest for pathAndQuery and returns its
+// answer when it is a 200; any other answer is the guest's refusal, passed
+// through (guestRefusal). The caller closes the body and cancels.
+func (h *Handler) guestGet(ctx context.Context, g dotGuest, pathAndQuery string) (*http.Response, context.CancelFunc, error) {
+	ctx, cancel := context.WithTimeout(ctx, guestCallTimeout)
+	resp, err := h.guests.Do(ctx, g.computer, http.MethodGet, pathAndQuery, nil, nil)
+	if err != nil {
+		cancel()
+		return nil, nil, h.unreachable(g, pathAndQuery, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer cancel()
+		defer resp.Body.Close()
+		return nil, nil, guestRefusal(resp)
+	}
+	return resp, cancel, nil
+}
+
+// unreachable words a request that reached no answer of the guest: by what
+// happened, never the guest's text.
+func (h *Handler) unreachable(g dotGuest, pathAndQuery string, err error) error {
+	what := g.computer.String()
+	route, _, _ := strings.Cut(pathAndQuery, "?")
+	var msg string
+	switch {
+	case errors.Is(err, guestproxy.ErrNoGuest):
+		msg = fmt.Sprintf("the computer of Dot %s runs and its guest cannot be reached yet (it may still be starting): try again shortly", what)
+	case errors.Is(err, guestclient.ErrGuestUnproven):
+		msg = fmt.Sprintf("the listener on the guest port of Dot %s did not prove it is the Dot's guest, so it was sent nothing", what)
+	case errors.Is(err, guestclient.ErrGuestNotAnswering):
+		msg = fmt.Sprintf("the guest of Dot %s is not answering yet (it may still be starting)", what)
+	case errors.Is(err, context.DeadlineExceeded):
+		msg = fmt.Sprintf("the guest of Dot %s did not answer GET %s within %s", what, route, guestCallTimeout)
+	default:
+		msg = fmt.Sprintf("the request GET %s to the guest of Dot %s did not complete", route, what)
+		// The guest client's errors name the port and the route, never the
+		// token.
+		h.log.V(1).Info("a guest request failed", "dot", what, "route", route, "err", err.Error())
+	}
+	return apiErrorf(http.StatusServiceUnavailable, wire.CodeGuestUnavailable, "%s", msg)
+}
+
+// guestCodeRE is what an error code of the protocol looks like; a guest's
+// answer with anything else in its place keeps its status, not its code.
+var guestCodeRE = regexp.MustCompile(`^[a-z][a-z_]{0,39}$`)
+
+// maxGuestMessage bounds the guest's own words passed on in a refusal.
+const maxGuestMessage = 300
+
+// guestRefusal passes a guest's refusal through with its code and status
+// (ref 9.6: outside_home, not_found, is_directory, the engine's own). A
+// 401 is the token the agent sent, not the caller's: it is the guest that
+// could not be used. The guest's message is the Dot's own answer to a
+// person who may read the Dot; it is clipped to printable text and never
+// logged.
+func guestRefusal(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var er protocol.ErrorResponse
+	_ = json.Unmarshal(body, &er)
+	status := resp.StatusCode
+	if status == http.StatusUnauthorized || status < 400 || status > 599 {
+		return apiErrorf(http.StatusServiceUnavailable, wire.CodeGuestUnavailable, "the guest answered %d: it could not be used", status)
+	}
+	code := er.Error
+	if !guestCodeRE.MatchString(code) {
+		code = wire.CodeGuestError
+	}
+	msg := fmt.Sprintf("the guest answered %d %s", status, code)
+	if m := printable(er.Message, maxGuestMessage); m != "" {
+		msg += ": " + m
+	}
+	return apiErrorf(status, code, "%s", msg)
+}
+
+// printable keeps the printable ASCII of s, at most n bytes of it.
+func printable(s string, n int) string {
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= n {
+			b.WriteString("...")
+			break
+		}
+		if r >= 0x20 && r < 0x7f {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// readAnswer reads a guest's whole answer, at most limit bytes; ok is false
+// when it holds more, and reading stops there.
+func readAnswer(resp *http.Response, limit int64) (data []byte, ok bool, err error) {
+	if resp.ContentLength > limit {
+		return nil, false, nil
+	}
+	data, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, false, err
+	}
+	if int64(len(data)) > limit {
+		return nil, false, nil
+	}
+	return data, true, nil
+}
+
+// decodeAnswer reads a guest's JSON answer into v.
+func decodeAnswer(resp *http.Response, route string, v any) error {
+	data, ok, err := readAnswer(resp, wire.MaxGuestAnswer)
+	if err != nil {
+		return apiErrorf(http.StatusServiceUnavailable, wire.CodeGuestUnavailable, "the guest's answer to GET %s broke off", route)
+	}
+	if !ok {
+		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's answer to GET %s is larger than %d bytes", route, wire.MaxGuestAnswer)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's answer to GET %s is not what the protocol says", route)
+	}
+	return nil
+}
+
+// dotRef names d on the wire.
+func dotRef(d *dotsv1.Dot) wire.DotRef {
+	return wire.DotRef{Namespace: d.Namespace, Name: d.Name, UID: string(d.UID)}
+}

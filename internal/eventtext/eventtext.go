@@ -1,0 +1,200 @@
+// Package eventtext words a Dot's logged events for people: one line each,
+// the same words for a tool call, an approval, a task or a state change
+// wherever the command line shows one (logs, chat). Every type the log can
+// hold has its words here; a test keeps it so.
+package eventtext
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+)
+
+// Line is the event as one readable line, without its time.
+func Line(e wire.Event) string {
+	describe, ok := describers[e.Type]
+	if !ok {
+		return e.Type + " " + Cut(string(e.Data), 200)
+	}
+	text, err := describe(e)
+	if err != nil {
+		return e.Type + " (its data does not read: " + err.Error() + ")"
+	}
+	return text
+}
+
+// ToolLine words a tool the Dot ran: its name, what it acted on, and how it
+// ended when that was not well.
+func ToolLine(d protocol.ToolCalled) string {
+	line := "ran " + d.Tool
+	if d.Target != nil && *d.Target != "" {
+		line += " " + Cut(*d.Target, 80)
+	}
+	switch {
+	case d.Decision == protocol.Deny:
+		line += " (denied)"
+	case d.Interrupted != nil && *d.Interrupted:
+		line += " (interrupted)"
+	case !d.OK:
+		line += " (failed)"
+	}
+	return line
+}
+
+// ApprovalLine words what a Dot asks a person.
+func ApprovalLine(d protocol.ApprovalRequested) string {
+	line := fmt.Sprintf("asks to run %s %s (%s)", d.Tool, Cut(string(d.Arguments), 120), d.Permission)
+	if d.Reason != "" {
+		line += ": " + Cut(d.Reason, 200)
+	}
+	return line
+}
+
+// Cut makes s one line of at most max runes.
+func Cut(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+func spent(v *float64) string {
+	if v == nil || *v == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" ($%.4f)", *v)
+}
+
+func task(id *string) string {
+	if id == nil {
+		return ""
+	}
+	return " [task " + short(*id) + "]"
+}
+
+// short is a task's UID cut to its first group, enough to tell tasks apart
+// in a log.
+func short(uid string) string {
+	if i := strings.IndexByte(uid, '-'); i > 0 {
+		return uid[:i]
+	}
+	return uid
+}
+
+// describers word each type from its data.
+var describers = map[string]func(e wire.Event) (string, error){
+	wire.EventMessageUser: of(func(d wire.MessageUser) string { return "you: " + Cut(d.Text, 300) }),
+	protocol.EventMessageAssistant: of(func(d protocol.MessageAssistant) string {
+		return "dot: " + Cut(d.Text, 300) + spent(d.SpentUSD)
+	}),
+	wire.EventGuestRefused: of(func(d wire.GuestEventRefused) string {
+		return "the guest sent a " + d.Type + " event the protocol refuses: " + Cut(d.Reason, 200)
+	}),
+	wire.EventTaskCreated: of(func(d struct {
+		TaskID string `json:"task_id"`
+		Task   string `json:"task"`
+		Run    int    `json:"run"`
+	}) string {
+		return fmt.Sprintf("task %s given to the Dot (run %d)", d.Task, d.Run)
+	}),
+	wire.EventTaskCancelled: of(func(d struct {
+		Task string `json:"task"`
+	}) string {
+		return "task " + d.Task + " cancelled by a person"
+	}),
+	protocol.EventTaskStarted: of(func(d protocol.TaskStarted) string { return "task " + short(d.TaskID) + " started" }),
+	protocol.EventTaskProgress: of(func(d protocol.TaskProgress) string {
+		return "task " + short(d.TaskID) + ": " + Cut(d.Text, 200) + spent(d.SpentUSD)
+	}),
+	protocol.EventTaskCompleted: of(func(d protocol.TaskCompleted) string {
+		return "task " + short(d.TaskID) + " completed: " + Cut(d.Summary, 200) + spent(d.SpentUSD)
+	}),
+	// The guest's task.failed and the host's (a task given up) share the
+	// name and the two fields worded here.
+	protocol.EventTaskFailed: of(func(d protocol.TaskFailed) string {
+		return "task " + short(d.TaskID) + " failed: " + Cut(d.Error, 200) + spent(d.SpentUSD)
+	}),
+	protocol.EventToolCalled: of(func(d protocol.ToolCalled) string {
+		return ToolLine(d) + fmt.Sprintf(" in %s", time.Duration(d.DurationMS)*time.Millisecond) + task(d.TaskID)
+	}),
+	protocol.EventApprovalRequested: of(func(d protocol.ApprovalRequested) string { return ApprovalLine(d) + task(d.TaskID) }),
+	wire.EventApprovalResolved: of(func(d struct {
+		Approval string `json:"approval"`
+		Decision string `json:"decision"`
+		Always   bool   `json:"always"`
+	}) string {
+		line := "approval " + d.Approval + ": " + d.Decision
+		if d.Always {
+			line += ", and allowed from now on"
+		}
+		return line
+	}),
+	protocol.EventAgentStarted: of(func(protocol.AgentStarted) string {
+		return "the engine started (the key and the configuration were sent again)"
+	}),
+	protocol.EventAgentState: of(func(d protocol.AgentStateChanged) string { return "the agent is " + string(d.State) }),
+	wire.EventDotCreated: of(func(d struct {
+		Generation int64 `json:"generation"`
+	}) string {
+		return fmt.Sprintf("the Dot was made (generation %d)", d.Generation)
+	}),
+	wire.EventDotUpdated: of(func(d struct {
+		Generation int64  `json:"generation"`
+		Permission string `json:"permission"`
+	}) string {
+		if d.Permission != "" {
+			return fmt.Sprintf("%s set to allow by an approval (generation %d)", d.Permission, d.Generation)
+		}
+		return fmt.Sprintf("the Dot's configuration changed (generation %d)", d.Generation)
+	}),
+	wire.EventComputerState: of(func(d struct {
+		State      string `json:"state"`
+		StopReason string `json:"stop_reason"`
+	}) string {
+		if d.StopReason != "" {
+			return "the computer is " + d.State + " (" + d.StopReason + ")"
+		}
+		return "the computer is " + d.State
+	}),
+	protocol.EventBrowserIdentityCreated: browser("made the browser identity"),
+	protocol.EventBrowserIdentityDeleted: browser("deleted the browser identity"),
+	protocol.EventBrowserIdentityLaunch:  browser("opened the browser identity"),
+	protocol.EventBrowserIdentityClosed:  browser("closed the browser identity"),
+	protocol.EventAutomationNextRun: of(func(d protocol.AutomationNextRun) string {
+		if d.NextRunAtMS == nil {
+			return "no automation is due"
+		}
+		return "the next automation is due at " + time.UnixMilli(*d.NextRunAtMS).UTC().Format(time.RFC3339)
+	}),
+	protocol.EventMemoryUpdated: of(func(d protocol.MemoryUpdated) string {
+		if !d.Changed {
+			return fmt.Sprintf("memory read %d conversations; nothing new", d.Conversations) + spent(d.SpentUSD)
+		}
+		return fmt.Sprintf("memory updated from %d conversations", d.Conversations) + spent(d.SpentUSD)
+	}),
+	protocol.EventMCPServerAdded: of(func(d protocol.MCPServerAdded) string {
+		return "added an MCP server " + Cut(string(d.Arguments), 200)
+	}),
+}
+
+// of is a describer of events whose data reads as T.
+func of[T any](word func(T) string) func(e wire.Event) (string, error) {
+	return func(e wire.Event) (string, error) {
+		var d T
+		if len(e.Data) > 0 {
+			if err := json.Unmarshal(e.Data, &d); err != nil {
+				return "", err
+			}
+		}
+		return word(d), nil
+	}
+}
+
+func browser(what string) func(e wire.Event) (string, error) {
+	return of(func(d protocol.BrowserIdentityEvent) string { return what + " " + d.Name })
+}

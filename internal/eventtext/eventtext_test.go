@@ -1,0 +1,46 @@
+package eventtext
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+)
+
+// Every type the log can hold has its words: a type added to the host's or
+// the guest's list fails here until it is worded.
+func TestEveryTypeIsWorded(t *testing.T) {
+	for _, typ := range slices.Concat(wire.HostEventTypes, protocol.OutboundTypes) {
+		if _, ok := describers[typ]; !ok {
+			t.Errorf("event type %s has no words in eventtext", typ)
+		}
+	}
+}
+
+func TestLine(t *testing.T) {
+	ev := func(typ, data string) wire.Event { return wire.Event{Type: typ, Data: json.RawMessage(data)} }
+	tests := []struct {
+		e    wire.Event
+		want string
+	}{
+		{ev(protocol.EventToolCalled, `{"tool":"exec","target":"make test","ok":false,"decision":"allow","duration_ms":1500,"task_id":"4f2a-77"}`),
+			"ran exec make test (failed) in 1.5s [task 4f2a]"},
+		{ev(protocol.EventToolCalled, `{"tool":"exec","ok":true,"decision":"deny","duration_ms":0}`), "ran exec (denied) in 0s"},
+		{ev(protocol.EventApprovalRequested, `{"approval_id":"a","tool":"exec","permission":"computer.exec","arguments":{"command":"rm -rf x"},"reason":"clean up"}`),
+			`asks to run exec {"command":"rm -rf x"} (computer.exec): clean up`},
+		{ev(wire.EventApprovalResolved, `{"approval":"helper-1a","decision":"approve","always":true}`), "approval helper-1a: approve, and allowed from now on"},
+		{ev(protocol.EventTaskCompleted, `{"task_id":"9b1c-2","summary":"the tests\npassed","spent_usd":0.0042}`), "task 9b1c completed: the tests passed ($0.0042)"},
+		{ev(wire.EventComputerState, `{"state":"STOPPED","stop_reason":"idle"}`), "the computer is STOPPED (idle)"},
+		{ev(protocol.EventAgentState, `{"state":"THINKING"}`), "the agent is THINKING"},
+		{ev(protocol.EventMessageAssistant, `{"text":"hi"}`), "dot: hi"},
+		{ev(protocol.EventAgentState, `{"state":`), "agent.state (its data does not read: unexpected end of JSON input)"},
+		{ev("something.new", `{"a":1}`), `something.new {"a":1}`},
+	}
+	for _, tc := range tests {
+		if got := Line(tc.e); got != tc.want {
+			t.Errorf("Line(%s %s) = %q; want %q", tc.e.Type, tc.e.Data, got, tc.want)
+		}
+	}
+}
