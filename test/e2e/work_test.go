@@ -188,7 +188,7 @@ func TestDotWork(t *testing.T) {
 			w.fail("files ls printed %q; want the file the Dot wrote in it", got)
 		}
 		status := w.cli(time.Minute, "status")
-		if !regexp.MustCompile(name + `\s+READY\s+RUNNING\s+-\s+0\s+\$0\.0\d+`).MatchString(status) || !strings.Contains(status, "hosts: vm ready") {
+		if !regexp.MustCompile(name+`\s+READY\s+RUNNING\s+-\s+0\s+\$0\.0\d+`).MatchString(status) || !strings.Contains(status, "hosts: vm ready") {
 			w.fail("status printed %q; want the Dot READY, its computer RUNNING, what it spent today, and the host ready", status)
 		}
 		// The binary is the kubectl plugin kubectl-dots: kubectl finds it on
