@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,6 +205,36 @@ func TestDotWork(t *testing.T) {
 		got, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(got), chatAnswer) {
 			w.fail("kubectl dots chat -m: %v\n%s", err, got)
+		}
+	})
+
+	t.Run("logs -f shows a task's steps as they happen", func(t *testing.T) {
+		w := w.on(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		follow := exec.CommandContext(ctx, binary, "logs", name, "-f", "--types", "task.started,tool.called,task.completed")
+		follow.Env = append(os.Environ(), w.env...)
+		var lines syncBuffer
+		follow.Stdout, follow.Stderr = &lines, &lines
+		if err := follow.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cancel(); _ = follow.Wait() }()
+		// Nothing of the earlier task is printed again once it follows:
+		// what it printed so far is that task's story; the new task's
+		// comes live.
+		time.Sleep(2 * time.Second)
+		before := strings.Count(lines.String(), "completed: "+testsPassed)
+		task := w.taskOf(w.cli(time.Minute, "task", "add", name, "run the tests"))
+		uid := strings.SplitN(string(w.task(task).UID), "-", 2)[0]
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			out := lines.String()
+			if strings.Count(out, "completed: "+testsPassed) > before && strings.Contains(out, "task "+uid+" started") {
+				break
+			}
+			if time.Now().After(deadline) {
+				w.fail("logs -f printed %q; want the new task %s's start and end as they happened", out, uid)
+			}
 		}
 	})
 
@@ -511,3 +542,21 @@ func (w work) lines(file string) int {
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// syncBuffer is a bytes.Buffer a process writes while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
