@@ -20,6 +20,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -139,10 +140,23 @@ func New(o Options) (*Handler, error) {
 		h.doctor = &doctorRuns{run: o.Doctor}
 	}
 	h.mux = http.NewServeMux()
-	routes := []struct {
-		pattern string
-		methods map[string]handlerFunc
-	}{
+	for _, rt := range h.routes() {
+		h.mux.Handle(wire.Prefix+rt.pattern, h.route(rt.methods))
+	}
+	h.mux.Handle(wire.Prefix, h.route(nil))
+	return h, nil
+}
+
+// route is a path of the Dots API (under wire.Prefix) and its methods.
+type route struct {
+	pattern string
+	methods map[string]handlerFunc
+}
+
+// routes is every route of the Dots API; docs/api.md documents each (a
+// test keeps it so).
+func (h *Handler) routes() []route {
+	return []route{
 		{"namespaces/{ns}/dots/{name}/messages", map[string]handlerFunc{http.MethodPost: h.postMessage, http.MethodGet: h.getMessages}},
 		{"namespaces/{ns}/dots/{name}/events", map[string]handlerFunc{http.MethodGet: h.getEvents}},
 		{"namespaces/{ns}/dots/{name}/stream", map[string]handlerFunc{http.MethodGet: h.streamDot}},
@@ -162,11 +176,18 @@ func New(o Options) (*Handler, error) {
 		{"health", map[string]handlerFunc{http.MethodGet: h.health}},
 		{"doctor", map[string]handlerFunc{http.MethodGet: h.runDoctor}},
 	}
-	for _, rt := range routes {
-		h.mux.Handle(wire.Prefix+rt.pattern, h.route(rt.methods))
+}
+
+// Routes lists every route as "METHOD /dots/v1/PATTERN", sorted.
+func Routes() []string {
+	var out []string
+	for _, rt := range (&Handler{}).routes() {
+		for m := range rt.methods {
+			out = append(out, m+" "+wire.Prefix+rt.pattern)
+		}
 	}
-	h.mux.Handle(wire.Prefix, h.route(nil))
-	return h, nil
+	slices.Sort(out)
+	return out
 }
 
 // ServeHTTP serves one request of the Dots API.
