@@ -121,7 +121,9 @@ func (r *WorkReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager)
 
 // logFollower reads the log for Dots with new events and wakes their
 // reconciles. It runs on the leader only (it feeds the leader's
-// controller).
+// controller). It reads when the log's notification (store.EventsChannel)
+// says events were stored, and every poll besides, for a notification the
+// listening connection lost.
 type logFollower struct {
 	store *store.Store
 	poll  time.Duration
@@ -131,7 +133,7 @@ type logFollower struct {
 func (f *logFollower) Start(ctx context.Context) error {
 	poll := f.poll
 	if poll == 0 {
-		poll = 500 * time.Millisecond
+		poll = 5 * time.Second
 	}
 	// Everything before the start is read by the first reconcile of each
 	// Dot, which the manager's start lists.
@@ -139,26 +141,36 @@ func (f *logFollower) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A wake-up only (nothing kept): what was stored is read from the table.
+	stored := f.store.NewChanges(store.EventsChannel, 0, ctrl.LoggerFrom(ctx).WithName("log-follower"))
+	listened := make(chan struct{})
+	go func() {
+		defer close(listened)
+		_ = stored.Run(ctx)
+	}()
+	defer func() { <-listened }()
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
+		// Taken before the read: a notification during the read wakes
+		// the next one.
+		_, _, _, changed := stored.Since(store.Cursor{})
+		if dots, last, err := f.store.DotsWithEventsAfter(ctx, after, 5000); err == nil {
+			after = last
+			for _, d := range dots {
+				dot := &dotsv1.Dot{ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name}}
+				select {
+				case f.out <- event.TypedGenericEvent[*dotsv1.Dot]{Object: dot}:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+		} // else the next wake-up or tick tries again
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-changed:
 		case <-t.C:
-		}
-		dots, last, err := f.store.DotsWithEventsAfter(ctx, after, 5000)
-		if err != nil {
-			continue // the next tick tries again
-		}
-		after = last
-		for _, d := range dots {
-			dot := &dotsv1.Dot{ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name}}
-			select {
-			case f.out <- event.TypedGenericEvent[*dotsv1.Dot]{Object: dot}:
-			case <-ctx.Done():
-				return nil
-			}
 		}
 	}
 }
