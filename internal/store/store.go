@@ -209,6 +209,20 @@ func (s *Store) Events(ctx context.Context, q EventQuery) ([]Event, error) {
 	if q.Limit <= 0 {
 		return nil, fmt.Errorf("read events: limit %d, want at least 1", q.Limit)
 	}
+	sql, args := eventsPage(q)
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read events of dot %s: %w", q.DotUID, err)
+	}
+	events, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, fmt.Errorf("read events of dot %s: %w", q.DotUID, err)
+	}
+	return events, nil
+}
+
+// eventsPage is the statement of Events and its arguments.
+func eventsPage(q EventQuery) (string, []any) {
 	order := "ASC"
 	if q.Desc {
 		order = "DESC"
@@ -220,21 +234,13 @@ func (s *Store) Events(ctx context.Context, q EventQuery) ([]Event, error) {
 	if tools == nil {
 		tools = []string{}
 	}
-	rows, err := s.pool.Query(ctx, `
+	return `
 SELECT id, dot_namespace, dot_name, dot_uid, type, data, source, guest_seq, created_at
 FROM events
 WHERE dot_uid = $1 AND (cardinality($2::text[]) = 0 OR type = ANY($2)) AND id > $3 AND ($4::bigint = 0 OR id < $4::bigint)
   AND (cardinality($6::text[]) = 0 OR type <> 'tool.called' OR data->>'tool' = ANY($6))
   AND ($7::text = '' OR data->>'task_id' = $7::text)
-ORDER BY id `+order+` LIMIT $5`, q.DotUID, types, q.After, q.Before, q.Limit, tools, q.TaskID)
-	if err != nil {
-		return nil, fmt.Errorf("read events of dot %s: %w", q.DotUID, err)
-	}
-	events, err := pgx.CollectRows(rows, scanEvent)
-	if err != nil {
-		return nil, fmt.Errorf("read events of dot %s: %w", q.DotUID, err)
-	}
-	return events, nil
+ORDER BY id ` + order + ` LIMIT $5`, []any{q.DotUID, types, q.After, q.Before, q.Limit, tools, q.TaskID}
 }
 
 func scanEvent(r pgx.CollectableRow) (Event, error) {
