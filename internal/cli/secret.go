@@ -20,8 +20,9 @@ import (
 func newSecretCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "secret",
-		Short: "Store a secret a Dot needs (the OpenRouter key)",
+		Short: "Store a secret a Dot needs (the OpenRouter key, its MCP servers' secrets)",
 	}
+	cmd.AddCommand(newSecretMCPCommand())
 	var dot, namespace string
 	openrouter := &cobra.Command{
 		Use:   "openrouter",
