@@ -300,10 +300,20 @@ func TestDotWork(t *testing.T) {
 				sw.fail("task %s did not start running", task)
 			}
 		}
+		// Ten clients follow the Dot's live stream across the kill.
+		dots := sw.dots()
+		last, err := dots.Events(context.Background(), "default", name, wire.EventsQuery{Order: wire.OrderDesc, Limit: 1})
+		if err != nil || len(last.Events) != 1 {
+			t.Fatalf("read the log's last event: %v", err)
+		}
+		from := last.Events[0].ID
+		followers := followStream(t, dots, name, from, 10)
 		sw.k.s.kill9()
 		t.Log("the server was killed with SIGKILL while the task ran; starting it again")
-		// The new server serves the subtests after this one too.
-		srv := startServer(parent, sw.k.s.home)
+		// On the same address, so the stream's clients find it again; it
+		// serves the subtests after this one too.
+		srv := startServer(parent, sw.k.s.home, "INVISIBLE_DOTS_LISTEN="+sw.k.s.addr)
+		srv.addr = sw.k.s.addr
 		w.k.s, k.s, sw.k.s = srv, srv, srv
 		got := sw.waitTask(task, 4*time.Minute)
 		if got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != testsPassed {
@@ -323,6 +333,22 @@ func TestDotWork(t *testing.T) {
 		for _, typ := range []string{"host " + wire.EventTaskCreated, "guest " + protocol.EventTaskStarted, "guest " + protocol.EventToolCalled, "guest " + protocol.EventTaskCompleted} {
 			if count[typ] != 1 {
 				sw.fail("the task's story holds %d %s events; want exactly one (%v)", count[typ], typ, count)
+			}
+		}
+		// Each stream client resumed with Last-Event-ID and holds the log
+		// after its start, in order, none twice.
+		after, err := dots.Events(context.Background(), "default", name, wire.EventsQuery{After: from, Limit: wire.MaxEventsPage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []int64
+		for _, e := range after.Events {
+			want = append(want, e.ID)
+		}
+		for i, f := range followers {
+			got := f.wait(len(want), time.Minute)
+			if !slices.Equal(got, want) {
+				sw.fail("stream client %d got the events %v across the kill; want the log's %v", i, got, want)
 			}
 		}
 	})
@@ -559,4 +585,45 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// follower is a client of a Dot's live stream, keeping the ids it got.
+type follower struct {
+	mu  sync.Mutex
+	ids []int64
+}
+
+// followStream starts n clients of the Dot's stream after the event id from;
+// they stop with the test.
+func followStream(t testing.TB, dots *client.Client, dot string, from int64, n int) []*follower {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var out []*follower
+	for range n {
+		f := &follower{}
+		after := from
+		events, _ := dots.Stream(ctx, client.StreamOptions{Namespace: "default", Dot: dot, After: &after, Retry: 200 * time.Millisecond})
+		go func() {
+			for e := range events {
+				f.mu.Lock()
+				f.ids = append(f.ids, e.ID)
+				f.mu.Unlock()
+			}
+		}()
+		out = append(out, f)
+	}
+	return out
+}
+
+// wait waits until the client holds n events or the timeout passes, and
+// returns what it holds.
+func (f *follower) wait(n int, timeout time.Duration) []int64 {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(100 * time.Millisecond) {
+		f.mu.Lock()
+		ids := slices.Clone(f.ids)
+		f.mu.Unlock()
+		if len(ids) >= n || time.Now().After(deadline) {
+			return ids
+		}
+	}
 }
