@@ -114,7 +114,8 @@ bench-parts: test-image
 	$(GO) test -run '^$$' -bench Reconcile100Computers -benchtime 50x ./hostagent/computer/
 	$(GO) test -count=1 ./test/integration/ -ginkgo.focus 'acts on a start at once|100 Computers' -ginkgo.v | grep -A1 -E 'start acted on|create-to-Ready'
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/postgres/
-	$(GO) test -run '^$$' -bench . ./internal/store/ ./guest/engine/...
+	$(GO) test -run '^$$' -bench . -v ./internal/store/ | grep -v '^=== '
+	$(GO) test -run '^$$' -bench . ./guest/engine/...
 	$(GO) test -run '^$$' -bench PumpIngest -benchtime 3x ./internal/dotsapi/
 	$(GO) test -run '^$$' -bench StreamFanOut -benchtime 1x ./internal/dotsapi/
 	$(GO) test -run '^$$' -bench DotChat -benchtime 1x -timeout 30m ./test/e2e/
