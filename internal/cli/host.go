@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
@@ -20,6 +22,39 @@ func newHostCommand() *cobra.Command {
 	}
 	cmd.AddCommand(newHostJoinCommand())
 	return cmd
+}
+
+// adminKubeconfig reads an administrator's kubeconfig: the file given, or
+// the home's, which the server wrote.
+func adminKubeconfig(file string) (*clientcmdapi.Config, error) {
+	if file == "" {
+		layout, err := home.FromEnv()
+		if err != nil {
+			return nil, err
+		}
+		file = layout.Kubeconfig()
+	}
+	admin, err := clientcmd.LoadFromFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read the admin kubeconfig %s (start the server once, or pass --kubeconfig): %w", file, err)
+	}
+	return admin, nil
+}
+
+// writeCredential writes a kubeconfig made for someone to output (mode
+// 0600), or to standard output when output is empty, and says note on
+// standard error.
+func writeCredential(cmd *cobra.Command, output string, data []byte, note string) error {
+	if output == "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), note)
+		_, err := cmd.OutOrStdout().Write(data)
+		return err
+	}
+	if err := os.WriteFile(output, data, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", output, err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s; %s\n", output, note)
+	return nil
 }
 
 func newHostJoinCommand() *cobra.Command {
@@ -53,30 +88,15 @@ It uses the admin kubeconfig of this home's server, or --kubeconfig.`,
 			if err := agent.ValidateHostName(name); err != nil {
 				return err
 			}
-			if kubeconfig == "" {
-				layout, err := home.FromEnv()
-				if err != nil {
-					return err
-				}
-				kubeconfig = layout.Kubeconfig()
-			}
-			admin, err := clientcmd.LoadFromFile(kubeconfig)
+			admin, err := adminKubeconfig(kubeconfig)
 			if err != nil {
-				return fmt.Errorf("read the admin kubeconfig %s (start the server once, or pass --kubeconfig): %w", kubeconfig, err)
+				return err
 			}
 			data, err := controlplane.JoinHost(cmd.Context(), *admin, name, ttl)
 			if err != nil {
 				return err
 			}
-			if output == "" {
-				_, err = cmd.OutOrStdout().Write(data)
-				return err
-			}
-			if err := os.WriteFile(output, data, 0o600); err != nil {
-				return fmt.Errorf("write %s: %w", output, err)
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s; on the host run:\n  invisible-dots agent --kubeconfig %s --host %s\n", output, output, name)
-			return nil
+			return writeCredential(cmd, output, data, fmt.Sprintf("on the host run:\n  invisible-dots agent --kubeconfig %s --host %s", cmp.Or(output, "FILE"), name))
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "the Host's name, a DNS label (default: this machine's host name)")

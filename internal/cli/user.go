@@ -2,14 +2,11 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
-	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 func newUserCommand() *cobra.Command {
@@ -49,32 +46,16 @@ It uses the admin kubeconfig of this home's server, or --kubeconfig.`,
 			if namespace == "" {
 				return fmt.Errorf("--namespace is required: the namespace whose Dots the person uses")
 			}
-			if kubeconfig == "" {
-				layout, err := home.FromEnv()
-				if err != nil {
-					return err
-				}
-				kubeconfig = layout.Kubeconfig()
-			}
-			admin, err := clientcmd.LoadFromFile(kubeconfig)
+			admin, err := adminKubeconfig(kubeconfig)
 			if err != nil {
-				return fmt.Errorf("read the admin kubeconfig %s (start the server once, or pass --kubeconfig): %w", kubeconfig, err)
+				return err
 			}
 			data, expires, err := controlplane.AddUser(cmd.Context(), *admin, args[0], namespace, role, ttl)
 			if err != nil {
 				return err
 			}
-			note := fmt.Sprintf("%s may %s the Dots of namespace %s until %s (%s); add them again for a new token", args[0], map[string]string{"editor": "use", "viewer": "look at"}[role], namespace, expires.UTC().Format(time.RFC3339), ttl)
-			if output == "" {
-				fmt.Fprintln(cmd.ErrOrStderr(), note)
-				_, err = cmd.OutOrStdout().Write(data)
-				return err
-			}
-			if err := os.WriteFile(output, data, 0o600); err != nil {
-				return fmt.Errorf("write %s: %w", output, err)
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s\n", output, note)
-			return nil
+			return writeCredential(cmd, output, data, fmt.Sprintf("%s may %s the Dots of namespace %s until %s (%s); add them again for a new token",
+				args[0], map[string]string{"editor": "use", "viewer": "look at"}[role], namespace, expires.UTC().Format(time.RFC3339), ttl))
 		},
 	}
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the person's namespace (required)")
