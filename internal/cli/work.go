@@ -349,47 +349,42 @@ func say(ctx context.Context, c *clients, dot, text string, timeout time.Duratio
 		return fmt.Errorf("send the message: %w", err)
 	}
 	mine := store.MessageID(accepted.EventID)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// The Dot's live stream from the message on: its tool calls, its
+	// questions and its answer as they are logged.
 	after := accepted.EventID
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		page, err := c.dots.Events(ctx, c.ns, dot, wire.EventsQuery{After: after, Types: chatEvents, Limit: wire.MaxEventsPage})
-		if err != nil {
-			return err
-		}
-		for _, e := range page.Events {
-			after = e.ID
-			switch e.Type {
-			case protocol.EventToolCalled:
-				var d protocol.ToolCalled
-				if json.Unmarshal(e.Data, &d) == nil && d.TaskID == nil {
-					fmt.Fprintln(out, "  · "+eventtext.ToolLine(d))
-				}
-			case protocol.EventApprovalRequested:
-				var d protocol.ApprovalRequested
-				if json.Unmarshal(e.Data, &d) != nil || d.TaskID != nil {
-					continue
-				}
-				if err := askApproval(ctx, c, dot, d, out, ask); err != nil {
-					return err
-				}
-			case protocol.EventMessageAssistant:
-				var d protocol.MessageAssistant
-				if json.Unmarshal(e.Data, &d) == nil && (d.InReplyTo == nil || *d.InReplyTo == mine) {
-					fmt.Fprintln(out, d.Text)
-					return nil
-				}
+	events, errc := c.dots.Stream(ctx, dotsclient.StreamOptions{Namespace: c.ns, Dot: dot, Types: chatEvents, After: &after})
+	for e := range events {
+		switch e.Type {
+		case protocol.EventToolCalled:
+			var d protocol.ToolCalled
+			if json.Unmarshal(e.Data, &d) == nil && d.TaskID == nil {
+				fmt.Fprintln(out, "  · "+eventtext.ToolLine(d))
+			}
+		case protocol.EventApprovalRequested:
+			var d protocol.ApprovalRequested
+			if json.Unmarshal(e.Data, &d) != nil || d.TaskID != nil {
+				continue
+			}
+			if err := askApproval(ctx, c, dot, d, out, ask); err != nil {
+				return err
+			}
+		case protocol.EventMessageAssistant:
+			var d protocol.MessageAssistant
+			if json.Unmarshal(e.Data, &d) == nil && (d.InReplyTo == nil || *d.InReplyTo == mine) {
+				fmt.Fprintln(out, d.Text)
+				return nil
 			}
 		}
-		if len(page.Events) == wire.MaxEventsPage {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
 	}
-	return &exitError{code: 1, err: errors.New("no answer within " + timeout.String() + ": the message is queued and the Dot answers when it can (invisible-dots chat shows it later)")}
+	if err := <-errc; err != nil {
+		return err
+	}
+	if ctx.Err() == context.DeadlineExceeded {
+		return &exitError{code: 1, err: errors.New("no answer within " + timeout.String() + ": the message is queued and the Dot answers when it can (invisible-dots chat shows it later)")}
+	}
+	return ctx.Err()
 }
 
 // askApproval shows what the Dot asks and, on a terminal session, asks the
