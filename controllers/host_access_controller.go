@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -32,6 +34,18 @@ const HostAccessLabel = "dots.invisible.dev/host-access"
 // HostServiceAccount is the ServiceAccount (in dotsv1.SystemNamespace) whose
 // token a joined host's agent uses: `invisible-dots host join` makes it.
 func HostServiceAccount(host string) string { return "host-" + host }
+
+// HostOfUser is the host whose agent user (an authenticated user's name) is,
+// when it is one: the ServiceAccount HostServiceAccount(host) of the system
+// namespace. A ServiceAccount of that name in another namespace is not.
+func HostOfUser(user string) (string, bool) {
+	ns, name, err := serviceaccount.SplitUsername(user)
+	prefix := HostServiceAccount("")
+	if err != nil || ns != dotsv1.SystemNamespace || !strings.HasPrefix(name, prefix) || len(name) == len(prefix) {
+		return "", false
+	}
+	return strings.TrimPrefix(name, prefix), true
+}
 
 // HostAccessBindingName is the RoleBinding giving host its Secrets in a
 // namespace.

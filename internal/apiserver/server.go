@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +26,7 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -81,10 +83,19 @@ type Options struct {
 	// RequestTimeout replaces the upstream request timeout (60 s) when
 	// set. Long-running requests (watches, Mount.LongRunning) escape it.
 	RequestTimeout time.Duration
+	// Admission plugins of the product, run after the upstream ones the
+	// server keeps (NamespaceLifecycle).
+	Admission []AdmissionPlugin
 	// Mounts are served on the API server's own port, behind its own filters
 	// (authentication, authorization with RBAC's nonResourceURLs, audit,
 	// in-flight limits): the Dots API.
 	Mounts []Mount
+}
+
+// AdmissionPlugin is an admission plugin of the product, by name.
+type AdmissionPlugin struct {
+	Name   string
+	Plugin admission.Interface
 }
 
 // Mount is a handler of a non-resource path prefix.
@@ -174,6 +185,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}()
 
 	opts := server.NewOptions()
+	enabled := []string{"NamespaceLifecycle"}
+	for _, p := range o.Admission {
+		plugin := p.Plugin
+		opts.Admission.GenericAdmission.Plugins.Register(p.Name, func(io.Reader) (admission.Interface, error) { return plugin, nil })
+		opts.Admission.GenericAdmission.RecommendedPluginOrder = append(opts.Admission.GenericAdmission.RecommendedPluginOrder, p.Name)
+		enabled = append(enabled, p.Name)
+	}
 	var fss cliflag.NamedFlagSets
 	opts.AddFlags(&fss)
 	args := []string{
@@ -191,7 +209,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		"--runtime-config=" + strings.Join(enabledAPIs, ","),
 		// Priority and fairness needs the flowcontrol API, which is off.
 		"--enable-priority-and-fairness=false",
-		"--enable-admission-plugins=NamespaceLifecycle",
+		"--enable-admission-plugins=" + strings.Join(enabled, ","),
 		"--disable-admission-plugins=" + strings.Join(disabledAdmission(), ","),
 		"--profiling=false",
 		"--storage-media-type=application/json",

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -28,6 +29,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/hostrestriction"
 	"github.com/invisible-dots/invisible-dots/internal/pidlock"
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
 	"github.com/invisible-dots/invisible-dots/internal/store"
@@ -76,6 +78,9 @@ type ControlPlane struct {
 	home home.Layout
 	lock *pidlock.Lock
 	log  logr.Logger
+	// loopback is the API server's loopback configuration once it runs,
+	// for the admission plugins that read objects.
+	loopback atomic.Pointer[rest.Config]
 	// stopChanges ends the outbox's notifications, before the database.
 	stopChanges func()
 	// stopFeed ends the event log's feed, and with it every live stream,
@@ -182,12 +187,14 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		KineSocket:     o.Home.Run() + "/kine.sock",
 		Log:            log,
 		RequestTimeout: o.RequestTimeout,
+		Admission:      []apiserver.AdmissionPlugin{{Name: hostrestriction.Name, Plugin: hostrestriction.New(cp.loopbackReader)}},
 		Mounts:         []apiserver.Mount{dotsAPIMount(cp.DB, changes, feed, o.Waker, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, guests: cp.Guests})},
 	})
 	if err != nil {
 		return nil, err
 	}
 	cp.Config = cp.API.Loopback
+	cp.loopback.Store(cp.API.Loopback)
 	log.Info("API server ready", "address", "https://"+o.ListenAddress, "elapsed", time.Since(started).Round(time.Millisecond))
 
 	if err := ApplyCRDs(ctx, cp.Config); err != nil {
@@ -242,6 +249,16 @@ func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.F
 			})
 		},
 	}
+}
+
+// loopbackReader is a reader of the API server's objects with its loopback
+// credential, once the server runs.
+func (cp *ControlPlane) loopbackReader() (client.Reader, error) {
+	loopback := cp.loopback.Load()
+	if loopback == nil {
+		return nil, errors.New("the API server is not running yet")
+	}
+	return client.New(loopback, client.Options{Scheme: controllers.Scheme})
 }
 
 // clientAddress turns a listen address into one a client can dial: a

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -61,8 +59,8 @@ func (h *Handler) checkHostCaller(r *http.Request, host string) error {
 	if err != nil {
 		return err
 	}
-	if saNamespace, saName, err := serviceaccount.SplitUsername(u.GetName()); err == nil && saNamespace == dotsv1.SystemNamespace && isHostServiceAccount(saName) {
-		if saName != controllers.HostServiceAccount(host) {
+	if agentOf, ok := controllers.HostOfUser(u.GetName()); ok {
+		if agentOf != host {
 			return apiErrorf(http.StatusForbidden, wire.CodeForbidden, "%s may act for its own host only, not for host %q", u.GetName(), host)
 		}
 		return nil
@@ -73,12 +71,6 @@ func (h *Handler) checkHostCaller(r *http.Request, host string) error {
 	})
 }
 
-// isHostServiceAccount reports whether name is a host agent's
-// ServiceAccount (of the system namespace): host-NAME.
-func isHostServiceAccount(name string) bool {
-	prefix := controllers.HostServiceAccount("")
-	return len(name) > len(prefix) && strings.HasPrefix(name, prefix)
-}
 
 // checkOnHost refuses a Dot whose Computer (its own: same name, controlled by
 // it) is not placed on host.
