@@ -228,7 +228,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.Feed, waker dotsapi.Waker, log logr.Logger, x dotsAPIExtras) apiserver.Mount {
 	return apiserver.Mount{
 		Prefix:      wire.Prefix,
-		LongRunning: wire.IsStreamPath,
+		LongRunning: wire.IsLongRunningPath,
 		New: func(loopback *rest.Config, authz authorizer.Authorizer) (http.Handler, error) {
 			reader, err := client.New(loopback, client.Options{Scheme: controllers.Scheme})
 			if err != nil {
@@ -281,13 +281,16 @@ func (cp *ControlPlane) Stop(ctx context.Context) {
 		cp.stopFeed()
 		cp.stopFeed = nil
 	}
-	if cp.API != nil {
-		cp.API.Stop()
-		cp.API = nil
-	}
+	// The outbox's notifications end before the API server: the host
+	// agents' long polls answer at once rather than at the end of their
+	// wait.
 	if cp.stopChanges != nil {
 		cp.stopChanges()
 		cp.stopChanges = nil
+	}
+	if cp.API != nil {
+		cp.API.Stop()
+		cp.API = nil
 	}
 	if cp.DB != nil {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

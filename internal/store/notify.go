@@ -123,8 +123,11 @@ func (c *Changes) Listening() bool {
 }
 
 // Run listens until ctx ends, on a connection of its own from the pool, and
-// listens again after a lost connection.
+// listens again after a lost connection. When it ends, the readers waiting
+// on a changed channel are woken (an epoch nothing listens in), so none
+// waits for its own timeout.
 func (c *Changes) Run(ctx context.Context) error {
+	defer c.newEpoch(false)
 	backoff := 100 * time.Millisecond
 	for {
 		err := c.listen(ctx)

@@ -125,3 +125,31 @@ func TestOutboxChanges(t *testing.T) {
 		t.Errorf("ParseOutboxPayload(OutboxPayload(%v)) = %v, %v", dot, d, ok)
 	}
 }
+
+// A reader waiting for a change is woken when the listening ends (the
+// server stops), not left to its own timeout.
+func TestChangesEndWakesWaiters(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := testStore.NewChanges(OutboxChannel, 10, logr.Discard())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !c.Listening(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Changes did not listen within 10 s")
+		}
+	}
+	_, _, _, changed := c.Since(Cursor{})
+	cancel()
+	<-done
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiting reader was not woken when the listening ended")
+	}
+	if c.Listening() {
+		t.Error("Listening() is true after Run ended")
+	}
+}

@@ -307,6 +307,19 @@ func HostOutboxPath(host string) string {
 // server's timeout of a request.
 const MaxOutboxWait = 30 * time.Second
 
+// IsHostOutboxPath says whether path is a HostOutboxPath: a long poll, which
+// the API server treats as a long-running request (like a stream) so that
+// its shutdown does not wait for the poll's end.
+func IsHostOutboxPath(path string) bool {
+	rest, ok := strings.CutPrefix(path, HostAgentPrefix+"hosts/")
+	host, tail, _ := strings.Cut(rest, "/")
+	return ok && host != "" && tail == "outbox"
+}
+
+// IsLongRunningPath says whether the API server must treat a request of
+// path as long-running: a stream, or a host agent's long poll.
+func IsLongRunningPath(path string) bool { return IsStreamPath(path) || IsHostOutboxPath(path) }
+
 // DotRef names a Dot: namespace, name and UID.
 type DotRef struct {
 	Namespace string `json:"namespace"`
