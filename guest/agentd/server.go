@@ -263,13 +263,13 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, ae.status, protocol.ErrorResponse{Error: ae.code, Message: ae.msg})
 }
 
-// decodeBody reads one JSON value of at most limit bytes (door.DecodeJSON:
+// decodeBody reads one JSON value of at most limit bytes (protocol.DecodeJSON:
 // no unknown field, nothing after it), answered as invalid_request, or
 // too_large for a body over the limit.
 func decodeBody(r *http.Request, limit int64, v any) error {
-	if err := door.DecodeJSON(r.Body, limit, v); err != nil {
-		var de *door.DecodeError
-		if errors.As(err, &de) && de.Problem == door.TooLarge {
+	if err := protocol.DecodeJSON(r.Body, limit, v); err != nil {
+		var de *protocol.DecodeError
+		if errors.As(err, &de) && de.Problem == protocol.BodyTooLarge {
 			return errorf(de.Status(), protocol.ErrTooLarge, "%s: %v", r.URL.Path, err)
 		}
 		return errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "%s: %v", r.URL.Path, err)

@@ -188,3 +188,7 @@ func (b *clearOnEOF) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// NetConn is the connection accepted, under the listener's bookkeeping (for
+// reading its peer's credentials).
+func (c *conn) NetConn() net.Conn { return c.Conn }

@@ -1,4 +1,4 @@
-package door
+package protocol
 
 import (
 	"bytes"
@@ -14,17 +14,17 @@ import (
 type DecodeProblem int
 
 const (
-	// Malformed is a body that is not one JSON value of the expected shape.
-	Malformed DecodeProblem = iota
-	// UnknownField is a body naming a field the route does not have.
-	UnknownField
-	// Trailing is a body holding more after its JSON value.
-	Trailing
-	// TooLarge is a body over the route's limit.
-	TooLarge
-	// Unreadable is a body whose transfer failed (a malformed chunk, a
+	// BodyMalformed is a body that is not one JSON value of the expected shape.
+	BodyMalformed DecodeProblem = iota
+	// BodyUnknownField is a body naming a field the route does not have.
+	BodyUnknownField
+	// BodyTrailing is a body holding more after its JSON value.
+	BodyTrailing
+	// BodyTooLarge is a body over the route's limit.
+	BodyTooLarge
+	// BodyUnreadable is a body whose transfer failed (a malformed chunk, a
 	// connection cut short).
-	Unreadable
+	BodyUnreadable
 )
 
 // DecodeError is a body refused by DecodeJSON. Its message never quotes
@@ -39,7 +39,7 @@ func (e *DecodeError) Error() string { return e.msg }
 
 // Status is the HTTP status the problem is answered with.
 func (e *DecodeError) Status() int {
-	if e.Problem == TooLarge {
+	if e.Problem == BodyTooLarge {
 		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusBadRequest
@@ -55,12 +55,12 @@ func DecodeJSON(r io.Reader, limit int64, v any) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &DecodeError{Problem: TooLarge, Limit: limit, msg: fmt.Sprintf("the body is over the %d-byte limit", limit)}
+			return &DecodeError{Problem: BodyTooLarge, Limit: limit, msg: fmt.Sprintf("the body is over the %d-byte limit", limit)}
 		}
-		return &DecodeError{Problem: Unreadable, msg: "the body could not be read: " + err.Error()}
+		return &DecodeError{Problem: BodyUnreadable, msg: "the body could not be read: " + err.Error()}
 	}
 	if int64(len(body)) > limit {
-		return &DecodeError{Problem: TooLarge, Limit: limit, msg: fmt.Sprintf("the body is over the %d-byte limit", limit)}
+		return &DecodeError{Problem: BodyTooLarge, Limit: limit, msg: fmt.Sprintf("the body is over the %d-byte limit", limit)}
 	}
 	return DecodeBytes(body, v)
 }
@@ -71,12 +71,12 @@ func DecodeBytes(body []byte, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return &DecodeError{Problem: UnknownField, msg: "the body has an unknown field " + f}
+			return &DecodeError{Problem: BodyUnknownField, msg: "the body has an unknown field " + f}
 		}
-		return &DecodeError{Problem: Malformed, msg: "the body is not valid JSON of the expected shape: " + describe(err)}
+		return &DecodeError{Problem: BodyMalformed, msg: "the body is not valid JSON of the expected shape: " + describe(err)}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &DecodeError{Problem: Trailing, msg: "the body holds more than one JSON value"}
+		return &DecodeError{Problem: BodyTrailing, msg: "the body holds more than one JSON value"}
 	}
 	return nil
 }
