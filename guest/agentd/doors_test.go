@@ -52,16 +52,17 @@ func closedWithin(c net.Conn, d time.Duration) bool {
 }
 
 func TestUnauthenticatedConnectionsAreNotKept(t *testing.T) {
-	addr, _ := startRun(t, nil)
+	const idle = 2 * time.Second
+	addr, _ := startRun(t, func(o *Options) { o.IdleTimeout = idle })
 	tests := map[string]struct {
 		reason  string
 		request string
 		within  time.Duration
 	}{
 		"proof": {
-			reason:  "the proof is answered without a token: the connection must not stay open after it",
+			reason:  "the proof is answered without a token: the connection is kept for the host's next request only the idle timeout",
 			request: "GET " + protocol.PathProof + "?nonce=" + strings.Repeat("ab", 16) + " HTTP/1.1\r\nHost: x\r\n\r\n",
-			within:  2 * time.Second,
+			within:  idle + 2*time.Second,
 		},
 		"no token": {
 			reason:  "a refused request must not keep its connection",
@@ -250,5 +251,26 @@ func TestLoginShellKeepsTheDaemonsPath(t *testing.T) {
 	a.decode(t, &got)
 	if want := r.home + "/.local/bin:"; !strings.HasPrefix(got.Stdout, want) {
 		t.Errorf("PATH in a command = %q, want it to start with %q (ref 4.1)", got.Stdout, want)
+	}
+}
+
+func TestProvenConnectionCarriesTheHostsRequests(t *testing.T) {
+	addr, _ := startRun(t, nil)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	fmt.Fprintf(c, "GET %s?nonce=%s HTTP/1.1\r\nHost: x\r\n\r\n", protocol.PathProof, strings.Repeat("ab", 16))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("proof = %v %v (close %v)", resp, err, resp != nil && resp.Close)
+	}
+	io.Copy(io.Discard, resp.Body)
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", protocol.PathHealth, testToken)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health on the proven connection = %v %v", resp, err)
 	}
 }

@@ -193,8 +193,10 @@ func (s *Server) requireToken(h http.Handler) http.Handler {
 var nonceRE = regexp.MustCompile(fmt.Sprintf(`^[0-9a-f]{%d,%d}$`, protocol.ProofNonceMinHex, protocol.ProofNonceMaxHex))
 
 func (s *Server) handleProof(w http.ResponseWriter, r *http.Request) {
-	// The proof is answered without the token: close the connection after.
-	w.Header().Set("Connection", "close")
+	// The connection stays open: the host sends its requests with the token
+	// on the connection it proved (guestclient). Until one comes it is
+	// unauthenticated, so the first closed at the cap (door.Limit), and an
+	// idle one is closed after IdleTimeout.
 	nonce := r.URL.Query().Get(protocol.QueryNonce)
 	if !nonceRE.MatchString(nonce) {
 		writeError(w, errorf(http.StatusBadRequest, protocol.ErrBadNonce, "nonce must be %d to %d lowercase hex characters", protocol.ProofNonceMinHex, protocol.ProofNonceMaxHex))
