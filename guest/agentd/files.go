@@ -94,6 +94,9 @@ func (a fileAccess) target(p string) (string, error) {
 	return real, nil
 }
 
+// errLinkLoop is a path whose links do not end: the caller's mistake.
+var errLinkLoop = errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "the path has too many levels of symbolic links")
+
 // realPath follows every symbolic link of p, including a last component or
 // directories that do not exist yet (what a PUT creates), and returns the
 // real location. A dangling link is followed to where it points.
@@ -102,11 +105,16 @@ func realPath(p string) (string, error) {
 	cur := p
 	for hops := 0; ; hops++ {
 		if hops > 255 {
-			return "", syscall.ELOOP
+			return "", errLinkLoop
 		}
 		r, err := filepath.EvalSymlinks(cur)
 		if err == nil {
 			return filepath.Join(r, rest), nil
+		}
+		var pe *fs.PathError
+		if !errors.Is(err, fs.ErrNotExist) && !errors.As(err, &pe) {
+			// EvalSymlinks' own error: a loop of links ("too many links").
+			return "", errLinkLoop
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return "", err
