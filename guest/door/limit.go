@@ -1,10 +1,15 @@
-// Package door holds what the guest's servers (dot-agentd's two doors and the
-// engine's socket) share to stay up under abuse. Limit caps the connections a guest server holds open. At the
-// cap a new connection does not wait behind the ones already held: the
-// oldest connection that is not serving a trusted request (one that sent
-// nothing yet, one idle between requests, one whose request was not
-// authenticated) is closed to make room. A neighbour opening connections
-// and sending nothing therefore never keeps the host's own requests out.
+// Package door holds what the guest's servers (dot-agentd's two doors and
+// the engine's socket) share to stay up under abuse: a listener holding a
+// bounded number of connections (Limit), read bounds for a request's body
+// (ReadBounded) and the methods a path is served with (Allowed).
+//
+// At its cap Limit does not make a new connection wait behind the ones held:
+// the oldest connection not doing trusted work (one that sent nothing yet,
+// one whose request was not authenticated, one idle that never showed a
+// credential) is closed to make room, once it had MinAge to send its head.
+// A neighbour opening connections and sending nothing therefore never keeps
+// the host out, and the host's own authenticated connection is never closed
+// for a neighbour's.
 package door
 
 import (
@@ -44,9 +49,14 @@ type conn struct {
 	net.Conn
 	l       *Listener
 	seq     uint64
+	born    time.Time
 	active  bool
 	trusted bool
-	once    sync.Once
+	// kept: the connection showed a credential (Trust), so it stays
+	// trusted while idle between requests: the host's pooled connection
+	// is never closed to make room for a neighbour's.
+	kept bool
+	once sync.Once
 }
 
 func (c *conn) Close() error {
@@ -60,6 +70,14 @@ func (c *conn) Close() error {
 	return err
 }
 
+// MinAge is how long a connection is left to send its request's head before
+// it may be closed to make room: at the cap, the listener waits for the
+// oldest closable connection to reach it rather than close one younger. It
+// bounds how fast a flood turns the connections over (Limit's max per
+// MinAge), so a connection that does send its head at once (the host's) is
+// read before it could be closed.
+const MinAge = 100 * time.Millisecond
+
 // Accept returns the next connection, making room for it first.
 func (l *Listener) Accept() (net.Conn, error) {
 	nc, err := l.Listener.Accept()
@@ -68,18 +86,25 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 	l.mu.Lock()
 	for len(l.conns) >= l.max {
-		if victim := l.oldestEvictable(); victim != nil {
-			delete(l.conns, victim)
-			victim.once.Do(func() {})
-			// Closing the socket ends the server's read on it; the server
-			// then calls Close, which finds the entry gone.
-			_ = victim.Conn.Close()
+		victim := l.oldestEvictable()
+		if victim == nil {
+			l.room.Wait()
 			continue
 		}
-		l.room.Wait()
+		if wait := MinAge - time.Since(victim.born); wait > 0 {
+			l.mu.Unlock()
+			time.Sleep(wait)
+			l.mu.Lock()
+			continue
+		}
+		delete(l.conns, victim)
+		victim.once.Do(func() {})
+		// Closing the socket ends the server's read on it; the server then
+		// calls Close, which finds the entry gone.
+		_ = victim.Conn.Close()
 	}
 	l.seq++
-	c := &conn{Conn: nc, l: l, seq: l.seq}
+	c := &conn{Conn: nc, l: l, seq: l.seq, born: time.Now()}
 	l.conns[c] = struct{}{}
 	l.mu.Unlock()
 	return c, nil
@@ -88,7 +113,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 func (l *Listener) oldestEvictable() *conn {
 	var victim *conn
 	for c := range l.conns {
-		if c.active && c.trusted {
+		if c.trusted && (c.active || c.kept) {
 			continue
 		}
 		if victim == nil || c.seq < victim.seq {
@@ -115,7 +140,7 @@ func (l *Listener) Configure(srv *http.Server) {
 		if c, ok := nc.(*conn); ok && c.l == l {
 			l.mu.Lock()
 			c.active = s == http.StateActive || s == http.StateHijacked
-			if s == http.StateIdle {
+			if s == http.StateIdle && !c.kept {
 				c.trusted = false
 			}
 			l.mu.Unlock()
@@ -135,24 +160,28 @@ func (l *Listener) Configure(srv *http.Server) {
 	}
 }
 
-// Trust marks the connection serving ctx's request as doing trusted work
-// (authenticated, or from a trusted door): it is not closed to make room
-// until the request ends.
-func Trust(ctx context.Context) {
+// Trust marks the connection serving ctx's request as authenticated: it is
+// not closed to make room while it lives (idle between requests included;
+// the idle timeout still ends it).
+func Trust(ctx context.Context) { mark(ctx, true) }
+
+func mark(ctx context.Context, keep bool) {
 	c, ok := ctx.Value(ctxKey{}).(*conn)
 	if !ok {
 		return
 	}
 	c.l.mu.Lock()
 	c.trusted = true
+	c.kept = c.kept || keep
 	c.l.mu.Unlock()
 }
 
-// Trusting wraps h so that every request it serves is trusted (a door whose
-// connections were checked on accept).
+// Trusting wraps h so that every request it serves is trusted until it
+// ends (a door whose connections were checked on accept, with no
+// credential to tell one from another).
 func Trusting(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		Trust(r.Context())
+		mark(r.Context(), false)
 		h.ServeHTTP(w, r)
 	})
 }
