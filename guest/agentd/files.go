@@ -111,9 +111,9 @@ func realPath(p string) (string, error) {
 		if err == nil {
 			return filepath.Join(r, rest), nil
 		}
-		var pe *fs.PathError
-		if !errors.Is(err, fs.ErrNotExist) && !errors.As(err, &pe) {
-			// EvalSymlinks' own error: a loop of links ("too many links").
+		if strings.HasSuffix(err.Error(), "too many links") {
+			// EvalSymlinks' own error for a loop of links, which it
+			// declares with errors.New.
 			return "", errLinkLoop
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
