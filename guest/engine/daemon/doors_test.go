@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/engine/api"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -178,5 +180,20 @@ func TestModelUserCannotDelayTheEnginesSocket(t *testing.T) {
 	code, _ := call(t, h.c, "GET", "/state", nil)
 	if d := time.Since(start); code != 200 || d > 500*time.Millisecond {
 		t.Errorf("GET /state behind 20 silent connections of the model's user = %d in %v, want 200 at once", code, d)
+	}
+}
+
+func TestEnginesSocketClosesSilentConnections(t *testing.T) {
+	h := startEngine(t, t.TempDir(), nil, nil)
+	c, err := net.Dial("unix", h.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("GET /state HTTP/1.1\r\n")) // half a head, never finished
+	within := api.HeaderTimeout + 2*time.Second
+	c.SetReadDeadline(time.Now().Add(within))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Errorf("a connection that never finishes its head is still open after %v: %v", within, err)
 	}
 }
