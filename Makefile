@@ -132,8 +132,8 @@ bench-parts: test-image
 	$(GO) test -count=1 ./test/integration/ -ginkgo.focus 'acts on a start at once|100 Computers' -ginkgo.v | grep -A1 -E 'start acted on|create-to-Ready'
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/postgres/
 	$(GO) test -run '^$$' -bench . ./internal/store/ ./guest/engine/...
-# dot-agentd under 1,000 hostile connections: the host's health checks' p50/p99.
-	$(GO) test -run '^$$' -bench HostileConnections -benchtime 1x ./guest/agentd/
 	$(GO) test -run '^$$' -bench PumpIngest -benchtime 3x ./internal/dotsapi/
 	$(GO) test -run '^$$' -bench StreamFanOut -benchtime 1x ./internal/dotsapi/
 	$(GO) test -run '^$$' -bench DotChat -benchtime 1x -timeout 30m ./test/e2e/
+# dot-agentd under 1,000 hostile connections: the host's health checks' p50/p99.
+	$(GO) test -run '^$$' -bench HostileConnections -benchtime 1x ./guest/agentd/
