@@ -55,6 +55,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/test/')
 
 test-unit:
 	$(GO) test -count=1 -timeout 30m $(UNIT_PKGS)
+	$(MAKE) fuzz FUZZTIME=3s
 
 test-integration:
 	$(GO) test -count=1 -timeout 30m ./test/integration/
@@ -72,6 +73,22 @@ test-e2e:
 TEST_IMAGE_WORK ?= _output/test-image
 test-image:
 	$(GO) run ./hostagent/images/cmd/test-image --work $(TEST_IMAGE_WORK) $(if $(TEST_IMAGE_HOME),--home $(TEST_IMAGE_HOME))
+
+# `make fuzz` runs each fuzzer of what crosses the guest boundary (the proof
+# answer, event stream frames, dots-proc/1 frames, file paths, exec and
+# config bodies, the event shapes) for FUZZTIME from its committed corpus
+# (testdata/fuzz); `make test` runs each for 3 s. A failure leaves the input
+# that failed under the package's testdata/fuzz.
+FUZZTIME ?= 2m
+FUZZERS = ./guest/protocol:FuzzProcFrames ./guest/protocol:FuzzParseOutbound ./guest/protocol:FuzzParseInbound \
+	./guest/protocol:FuzzRuntimeConfig ./guest/protocol:FuzzDecodeJSON ./guest/agentd:FuzzFilePath \
+	./guest/agentd:FuzzExecBody ./hostagent/pump:FuzzEventStream ./hostagent/guestclient:FuzzProofAnswer
+.PHONY: fuzz
+fuzz:
+	@for f in $(FUZZERS); do \
+		echo "fuzz $${f#*:} ($${f%%:*}) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${f#*:}$$" -fuzztime $(FUZZTIME) $${f%%:*} || exit 1; \
+	done
 
 dot-agentd:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/dot-agentd ./guest/agentd/cmd/dot-agentd
@@ -119,3 +136,5 @@ bench-parts: test-image
 	$(GO) test -run '^$$' -bench PumpIngest -benchtime 3x ./internal/dotsapi/
 	$(GO) test -run '^$$' -bench StreamFanOut -benchtime 1x ./internal/dotsapi/
 	$(GO) test -run '^$$' -bench DotChat -benchtime 1x -timeout 30m ./test/e2e/
+# dot-agentd under 1,000 hostile connections: the host's health checks' p50/p99.
+	$(GO) test -run '^$$' -bench HostileConnections -benchtime 1x ./guest/agentd/

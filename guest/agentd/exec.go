@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -102,10 +103,24 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
+// keepPath is the line put before a command: a login shell reads the
+// profile, which sets PATH again (Debian's /etc/profile does), and the
+// command must see the PATH the daemon built (ref 4.1: ~/.local/bin first).
+func keepPath(env []string) string {
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	return "PATH='" + strings.ReplaceAll(path, "'", `'\''`) + "'; export PATH\n"
+}
+
 func (s *Server) runCommand(ctx context.Context, command, cwd string, timeout time.Duration) (protocol.ExecResponse, error) {
-	cmd := exec.Command(s.cfg.Shell, "-lc", command)
+	env := s.env(nil)
+	cmd := exec.Command(s.cfg.Shell, "-lc", keepPath(env)+command)
 	cmd.Dir = cwd
-	cmd.Env = s.env(nil)
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: s.cfg.RunAs.credential(), Pdeathsig: syscall.SIGKILL}
 	stdout := &cappedBuffer{limit: protocol.ExecOutputCap}
 	stderr := &cappedBuffer{limit: protocol.ExecOutputCap}

@@ -51,6 +51,8 @@ func fsError(path string, err error) *apiError {
 		return errorf(http.StatusBadRequest, protocol.ErrIsDirectory, "%s is a directory", path)
 	case errors.Is(err, syscall.ENOTDIR):
 		return errorf(http.StatusBadRequest, protocol.ErrNotDirectory, "%s: a component is not a directory", path)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "the path (%d characters) or one of its names is too long", len(path))
 	}
 	return errorf(http.StatusInternalServerError, protocol.ErrInternal, "%s: %v", path, err)
 }
@@ -92,6 +94,9 @@ func (a fileAccess) target(p string) (string, error) {
 	return real, nil
 }
 
+// errLinkLoop is a path whose links do not end: the caller's mistake.
+var errLinkLoop = errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "the path has too many levels of symbolic links")
+
 // realPath follows every symbolic link of p, including a last component or
 // directories that do not exist yet (what a PUT creates), and returns the
 // real location. A dangling link is followed to where it points.
@@ -100,11 +105,16 @@ func realPath(p string) (string, error) {
 	cur := p
 	for hops := 0; ; hops++ {
 		if hops > 255 {
-			return "", syscall.ELOOP
+			return "", errLinkLoop
 		}
 		r, err := filepath.EvalSymlinks(cur)
 		if err == nil {
 			return filepath.Join(r, rest), nil
+		}
+		if strings.HasSuffix(err.Error(), "too many links") {
+			// EvalSymlinks' own error for a loop of links, which it
+			// declares with errors.New.
+			return "", errLinkLoop
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return "", err
@@ -191,78 +201,130 @@ func (s *Server) handleFilePut(a fileAccess) http.HandlerFunc {
 			writeError(w, errorf(http.StatusRequestEntityTooLarge, protocol.ErrTooLarge, "the body of %d bytes is over the %d-byte limit", r.ContentLength, protocol.FilesMaxPutBytes))
 			return
 		}
-		body := http.MaxBytesReader(w, r.Body, protocol.FilesMaxPutBytes)
-		_, err := asUser(s.cfg.RunAs, func() (struct{}, error) {
-			return struct{}{}, a.put(p, body)
-		})
-		if err != nil {
+		// An upload may take longer than a JSON body to arrive.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(UploadTimeout))
+		body := &bodyReader{r: http.MaxBytesReader(w, r.Body, protocol.FilesMaxPutBytes)}
+		if err := s.put(a, p, body); err != nil {
 			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
+			switch {
+			case errors.As(err, &mbe):
 				writeError(w, errorf(http.StatusRequestEntityTooLarge, protocol.ErrTooLarge, "the body is over the %d-byte limit", protocol.FilesMaxPutBytes))
-				return
+			case body.err != nil && errors.Is(err, body.err):
+				writeError(w, errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "the body could not be read: %v", body.err))
+			default:
+				writeError(w, fsError(p, err))
 			}
-			writeError(w, fsError(p, err))
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
 
+// bodyReader remembers the error reading the request's body gave, so a
+// transfer the client broke (a malformed chunk, a cut connection) is told
+// from a write the file system refused.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.err = err
+	}
+	return n, err
+}
+
 // put writes body to p by a temporary file in the same directory and a
 // rename, so a reader never sees half a file; missing parent directories are
-// made. It runs as the Dot's user, so everything it creates is that user's.
-func (a fileAccess) put(p string, body io.Reader) error {
-	t, err := a.target(p)
+// made. Everything that touches a name (the checks, the directories, the
+// create, the rename) runs as the Dot's user, so everything it creates is
+// that user's; the copy of the body, which lasts as long as the client
+// wants, writes to the descriptor already opened and runs on an ordinary
+// goroutine, so a slow upload never holds an OS thread.
+func (s *Server) put(a fileAccess, p string, body io.Reader) error {
+	c, err := asUser(s.cfg.RunAs, func() (upload, error) {
+		return a.create(p)
+	})
 	if err != nil {
 		return err
+	}
+	_, err = io.Copy(c.f, body)
+	if cerr := c.f.Close(); err == nil {
+		err = cerr
+	}
+	_, ferr := asUser(s.cfg.RunAs, func() (struct{}, error) {
+		if err != nil {
+			return struct{}{}, os.Remove(c.tmp)
+		}
+		if err := os.Rename(c.tmp, c.t); err != nil {
+			os.Remove(c.tmp)
+			return struct{}{}, err
+		}
+		return struct{}{}, nil
+	})
+	if err != nil {
+		return err
+	}
+	return ferr
+}
+
+// upload is a file being written: the temporary file open for writing and
+// the target it replaces.
+type upload struct {
+	f      *os.File
+	tmp, t string
+}
+
+// create checks p, makes its missing parent directories and opens a new
+// temporary file beside it with the mode the file will have. It runs as the
+// Dot's user.
+func (a fileAccess) create(p string) (upload, error) {
+	t, err := a.target(p)
+	if err != nil {
+		return upload{}, err
 	}
 	mode := uint32(0o644)
 	if fi, err := os.Stat(t); err == nil {
 		if fi.IsDir() {
-			return errorf(http.StatusBadRequest, protocol.ErrIsDirectory, "%s is a directory", p)
+			return upload{}, errorf(http.StatusBadRequest, protocol.ErrIsDirectory, "%s is a directory", p)
 		}
 		if !fi.Mode().IsRegular() {
-			return errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "%s is not a regular file (%s)", p, fi.Mode().Type())
+			return upload{}, errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "%s is not a regular file (%s)", p, fi.Mode().Type())
 		}
 		mode = uint32(fi.Mode().Perm())
 		// The replace is a rename, which the directory's owner may do to any
 		// file in it: ask first whether the user may write this one.
 		f, err := a.open(t, unix.O_WRONLY|unix.O_NONBLOCK, 0)
 		if err != nil {
-			return err
+			return upload{}, err
 		}
 		f.Close()
 	}
 	dir := filepath.Dir(t)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return upload{}, err
 	}
 	if a.confined {
 		// MkdirAll follows links: check the directory again now that it exists.
 		if _, err := a.target(dir); err != nil {
-			return err
+			return upload{}, err
 		}
 	}
 	tmp := filepath.Join(dir, fmt.Sprintf(".%s.put-%d", filepath.Base(t), time.Now().UnixNano()))
 	f, err := a.open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, mode)
 	if err != nil {
-		return err
+		return upload{}, err
 	}
-	_, err = io.Copy(f, body)
-	if err == nil {
-		err = f.Chmod(os.FileMode(mode)) // the umask narrowed the create
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, t)
-	}
-	if err != nil {
+	// The umask narrowed the create; fchmod is the owner's, so it is done
+	// here, as the user.
+	if err := f.Chmod(os.FileMode(mode)); err != nil {
+		f.Close()
 		os.Remove(tmp)
-		return err
+		return upload{}, err
 	}
-	return nil
+	return upload{f: f, tmp: tmp, t: t}, nil
 }
 
 func (s *Server) handleFileList(a fileAccess) http.HandlerFunc {
@@ -284,7 +346,7 @@ func (s *Server) handleFileList(a fileAccess) http.HandlerFunc {
 				return protocol.ListResponse{}, err
 			}
 			defer f.Close()
-			return listDir(f)
+			return a.listDir(f, t)
 		})
 		if err != nil {
 			writeError(w, fsError(p, err))
@@ -294,9 +356,11 @@ func (s *Server) handleFileList(a fileAccess) http.HandlerFunc {
 	}
 }
 
-// listDir lists an open directory. A symbolic link is listed as what it
-// points to, or "other" when that cannot be read.
-func listDir(dir *os.File) (protocol.ListResponse, error) {
+// listDir lists an open directory, t. A symbolic link is listed as what it
+// points to; as "other" with the link's own size and time when that cannot
+// be read or, for a confined listing, lies outside home: nothing of a target
+// outside home is ever stat'ed.
+func (a fileAccess) listDir(dir *os.File, t string) (protocol.ListResponse, error) {
 	names, err := dir.Readdirnames(-1)
 	if err != nil {
 		return protocol.ListResponse{}, err
@@ -304,24 +368,48 @@ func listDir(dir *os.File) (protocol.ListResponse, error) {
 	sort.Strings(names)
 	out := protocol.ListResponse{Entries: make([]protocol.ListEntry, 0, len(names))}
 	for _, name := range names {
-		var st unix.Stat_t
 		e := protocol.ListEntry{Name: name, Type: protocol.EntryOther}
-		err := unix.Fstatat(int(dir.Fd()), name, &st, 0)
-		if err != nil {
-			err = unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
-		} else {
-			switch st.Mode & unix.S_IFMT {
-			case unix.S_IFREG:
-				e.Type = protocol.EntryFile
-			case unix.S_IFDIR:
-				e.Type = protocol.EntryDir
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			out.Entries = append(out.Entries, e)
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			if target, ok := a.followLink(dir, filepath.Join(t, name)); ok {
+				st = target
 			}
 		}
-		if err == nil {
-			e.Size = st.Size
-			e.Mtime = time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC().Format(time.RFC3339)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			e.Type = protocol.EntryFile
+		case unix.S_IFDIR:
+			e.Type = protocol.EntryDir
 		}
+		e.Size = st.Size
+		e.Mtime = time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC().Format(time.RFC3339)
 		out.Entries = append(out.Entries, e)
 	}
 	return out, nil
+}
+
+// followLink stats what the link at path points to: for a confined listing
+// only when it resolves inside home, and then through a descriptor opened
+// with no symbolic link on the way, so a link swapped meanwhile is not
+// followed out.
+func (a fileAccess) followLink(dir *os.File, path string) (unix.Stat_t, bool) {
+	var st unix.Stat_t
+	if !a.confined {
+		err := unix.Fstatat(int(dir.Fd()), filepath.Base(path), &st, 0)
+		return st, err == nil
+	}
+	real, err := a.target(path)
+	if err != nil {
+		return st, false
+	}
+	f, err := a.open(real, unix.O_PATH, 0)
+	if err != nil {
+		return st, false
+	}
+	defer f.Close()
+	return st, unix.Fstat(int(f.Fd()), &st) == nil
 }

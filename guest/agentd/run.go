@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/door"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -32,8 +34,37 @@ type Options struct {
 	// Ready, when set, is called with the bound addresses once both
 	// listeners accept.
 	Ready func(tcp net.Addr)
+	// MaxConns caps the connections the TCP door holds open and
+	// MaxLocalConns the engine's socket's (0: DefaultMaxConns and
+	// DefaultMaxLocalConns). At the cap the oldest connection not serving an
+	// authenticated request is closed (door.Limit).
+	MaxConns, MaxLocalConns int
+	// IdleTimeout replaces the default IdleTimeout when set (tests).
+	IdleTimeout time.Duration
 	// configure, for tests, edits the Config before the server is made.
 	configure func(*Config)
+}
+
+// The doors' bounds. The caps stay well under the daemon's file limit (256
+// where the unit does not raise it), so a flood of connections never makes
+// the daemon fail to open a file or the engine's socket.
+const (
+	DefaultMaxConns      = 128
+	DefaultMaxLocalConns = 64
+	// HeaderTimeout bounds a request's head; BodyTimeout its body (an upload
+	// moves it to UploadTimeout); IdleTimeout a kept-alive connection with
+	// no request.
+	HeaderTimeout = 5 * time.Second
+	BodyTimeout   = 30 * time.Second
+	UploadTimeout = 10 * time.Minute
+	IdleTimeout   = 30 * time.Second
+)
+
+// newHTTPServer is one door's server over its limited listener.
+func newHTTPServer(h http.Handler, ln *door.Listener, idle time.Duration) *http.Server {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: HeaderTimeout, IdleTimeout: cmp.Or(idle, IdleTimeout), MaxHeaderBytes: 64 << 10}
+	ln.Configure(hs)
+	return hs
 }
 
 // Run serves until ctx ends. It empties the ambient capability set first,
@@ -84,19 +115,21 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", o.Listen)
+	rawTCP, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s (another dot-agentd running?): %w", o.Listen, err)
 	}
-	servers := []*http.Server{{Handler: srv.TCPHandler(), ReadHeaderTimeout: 30 * time.Second}}
+	ln := door.Limit(rawTCP, cmp.Or(o.MaxConns, DefaultMaxConns))
+	servers := []*http.Server{newHTTPServer(srv.TCPHandler(), ln, o.IdleTimeout)}
 	listeners := []net.Listener{ln}
 	if o.Socket != "" {
-		sl, err := listenUnix(o.Socket)
+		rawUnix, err := listenUnix(o.Socket)
 		if err != nil {
 			ln.Close()
 			return err
 		}
-		servers = append(servers, &http.Server{Handler: srv.LocalHandler(), ReadHeaderTimeout: 30 * time.Second})
+		sl := door.Limit(rawUnix, cmp.Or(o.MaxLocalConns, DefaultMaxLocalConns))
+		servers = append(servers, newHTTPServer(srv.LocalHandler(), sl, o.IdleTimeout))
 		listeners = append(listeners, sl)
 	}
 	log.Info("dot-agentd serving", "dot", gc.DotID, "tcp", ln.Addr().String(), "socket", o.Socket, "home", cfg.Home)

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/door"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -96,8 +97,9 @@ func (s *Server) TCPHandler() http.Handler {
 	s.commonRoutes(authed, files)
 	authed.HandleFunc("POST "+protocol.PathPoweroff, s.handlePoweroff)
 	authed.Handle(protocol.PathAgentPrefix, s.agentProxy())
+	authed.HandleFunc("/", noRoute(mux, authed))
 	mux.Handle("/", s.requireToken(authed))
-	return s.logged("tcp", mux)
+	return s.logged("tcp", door.ReadBounded(mux, BodyTimeout))
 }
 
 // LocalHandler is the engine's socket: no token (its directory says who can
@@ -108,7 +110,8 @@ func (s *Server) LocalHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.commonRoutes(mux, files)
 	mux.HandleFunc("POST "+protocol.PathProc, s.handleProc)
-	return s.logged("local", mux)
+	mux.HandleFunc("/", noRoute(mux))
+	return s.logged("local", door.Trusting(door.ReadBounded(mux, BodyTimeout)))
 }
 
 func (s *Server) commonRoutes(mux *http.ServeMux, files fileAccess) {
@@ -119,11 +122,23 @@ func (s *Server) commonRoutes(mux *http.ServeMux, files fileAccess) {
 	mux.HandleFunc("PUT "+protocol.PathFiles, s.handleFilePut(files))
 	mux.HandleFunc("GET "+protocol.PathFilesList, s.handleFileList(files))
 	mux.HandleFunc("GET "+protocol.PathScreenshot, s.handleScreenshot)
-	mux.HandleFunc("/", notFound)
 }
 
-func notFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, errorf(http.StatusNotFound, protocol.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
+// noRoute answers a request no route takes: 405 with Allow when the path is
+// served with other methods by one of muxes, 404 otherwise.
+func noRoute(muxes ...*http.ServeMux) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range muxes {
+			allow = append(allow, door.Allowed(m, r, "/")...)
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, errorf(http.StatusMethodNotAllowed, protocol.ErrMethodNotAllowed, "%s is served with %s, not %s", r.URL.Path, strings.Join(allow, ", "), r.Method))
+			return
+		}
+		writeError(w, errorf(http.StatusNotFound, protocol.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
+	}
 }
 
 // logged logs a request's method, path and status, never a body, a query
@@ -164,9 +179,13 @@ func (s *Server) requireToken(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
 		if s.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+			// A connection that has not shown the token keeps nothing: it is
+			// closed once answered, so it cannot be held open for free.
+			w.Header().Set("Connection", "close")
 			writeError(w, errorf(http.StatusUnauthorized, protocol.ErrUnauthorized, "a valid bearer token is required"))
 			return
 		}
+		door.Trust(r.Context())
 		h.ServeHTTP(w, r)
 	})
 }
@@ -174,6 +193,10 @@ func (s *Server) requireToken(h http.Handler) http.Handler {
 var nonceRE = regexp.MustCompile(fmt.Sprintf(`^[0-9a-f]{%d,%d}$`, protocol.ProofNonceMinHex, protocol.ProofNonceMaxHex))
 
 func (s *Server) handleProof(w http.ResponseWriter, r *http.Request) {
+	// The connection stays open: the host sends its requests with the token
+	// on the connection it proved (guestclient). Until one comes it is
+	// unauthenticated, so the first closed at the cap (door.Limit), and an
+	// idle one is closed after IdleTimeout.
 	nonce := r.URL.Query().Get(protocol.QueryNonce)
 	if !nonceRE.MatchString(nonce) {
 		writeError(w, errorf(http.StatusBadRequest, protocol.ErrBadNonce, "nonce must be %d to %d lowercase hex characters", protocol.ProofNonceMinHex, protocol.ProofNonceMaxHex))
@@ -242,13 +265,16 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, ae.status, protocol.ErrorResponse{Error: ae.code, Message: ae.msg})
 }
 
-// decodeBody reads a JSON body of at most limit bytes, refusing unknown
-// fields so a misspelt option is not silently ignored.
+// decodeBody reads one JSON value of at most limit bytes (protocol.DecodeJSON:
+// no unknown field, nothing after it), answered as invalid_request, or
+// too_large for a body over the limit.
 func decodeBody(r *http.Request, limit int64, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, limit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "the body is not valid JSON for %s: %v", r.URL.Path, err)
+	if err := protocol.DecodeJSON(r.Body, limit, v); err != nil {
+		var de *protocol.DecodeError
+		if errors.As(err, &de) && de.Problem == protocol.BodyTooLarge {
+			return errorf(de.Status(), protocol.ErrTooLarge, "%s: %v", r.URL.Path, err)
+		}
+		return errorf(http.StatusBadRequest, protocol.ErrInvalidRequest, "%s: %v", r.URL.Path, err)
 	}
 	return nil
 }

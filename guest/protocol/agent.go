@@ -103,9 +103,17 @@ func ValidateMCPSecret(v string) error {
 
 // Validate applies the key rule and the MCP secret rule of ref 4.3. Its error
 // never contains a value.
+//
+// A body may carry the MCP secrets alone (the key is then kept); a body with
+// neither sets nothing and is refused.
 func (r SecretsRequest) Validate() error {
-	if err := ValidateOpenRouterKey(r.OpenRouterAPIKey); err != nil {
-		return err
+	if r.OpenRouterAPIKey == "" && len(r.MCPSecrets) == 0 {
+		return fmt.Errorf("the body holds neither openrouter_api_key nor mcp_secrets")
+	}
+	if r.OpenRouterAPIKey != "" || len(r.MCPSecrets) == 0 {
+		if err := ValidateOpenRouterKey(r.OpenRouterAPIKey); err != nil {
+			return err
+		}
 	}
 	for server, secrets := range r.MCPSecrets {
 		if !mcpServerNameRe.MatchString(server) {
@@ -210,8 +218,10 @@ func ErrorStatus(code string) int {
 	switch code {
 	case ErrInvalidConfig, ErrInvalidSecret, ErrInvalid:
 		return http.StatusBadRequest
-	case "not_found":
+	case ErrNotFound:
 		return http.StatusNotFound
+	case ErrMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	case ErrLimit, ErrNotOpen:
 		return http.StatusConflict
 	case ErrBusy:

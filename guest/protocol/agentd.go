@@ -107,22 +107,23 @@ var PoweroffArgv = []string{"/usr/bin/sudo", "-n", "/usr/bin/systemctl", "powero
 
 // Error codes, the "error" of ErrorResponse. The HTTP status goes with each.
 const (
-	ErrUnauthorized     = "unauthorized"      // 401: no or wrong token
-	ErrBadNonce         = "bad_nonce"         // 400: nonce missing or not 32..128 lowercase hex
-	ErrInvalidRequest   = "invalid_request"   // 400: body or query does not parse or breaks a rule
-	ErrOutsideHome      = "outside_home"      // 403: TCP file route resolving outside the Dot's home
-	ErrPermissionDenied = "permission_denied" // 403: dot may not open that path
-	ErrNotFound         = "not_found"         // 404: no such file or directory; unknown route
-	ErrIsDirectory      = "is_directory"      // 400: GET/PUT /v1/files on a directory
-	ErrNotDirectory     = "not_directory"     // 400: GET /v1/files/list on a file
-	ErrTooLarge         = "too_large"         // 413: a body over the route's limit
-	ErrNoDisplay        = "no_display"        // 503: no X display to screenshot
-	ErrScreenshotFailed = "screenshot_failed" // 500: the capture program failed
-	ErrPoweroffFailed   = "poweroff_failed"   // 500: the poweroff command could not be started
-	ErrAgentUnavailable = "agent_unavailable" // 502: the engine's socket does not answer
-	ErrUpgradeRequired  = "upgrade_required"  // 426: POST /v1/proc without Upgrade: dots-proc/1
-	ErrExecFailed       = "exec_failed"       // 500: the program could not be started
-	ErrInternal         = "internal"          // 500: anything else
+	ErrUnauthorized     = "unauthorized"       // 401: no or wrong token
+	ErrBadNonce         = "bad_nonce"          // 400: nonce missing or not 32..128 lowercase hex
+	ErrInvalidRequest   = "invalid_request"    // 400: body or query does not parse or breaks a rule
+	ErrOutsideHome      = "outside_home"       // 403: TCP file route resolving outside the Dot's home
+	ErrPermissionDenied = "permission_denied"  // 403: dot may not open that path
+	ErrNotFound         = "not_found"          // 404: no such file or directory; unknown route
+	ErrMethodNotAllowed = "method_not_allowed" // 405: a known path asked with another method (Allow lists them)
+	ErrIsDirectory      = "is_directory"       // 400: GET/PUT /v1/files on a directory
+	ErrNotDirectory     = "not_directory"      // 400: GET /v1/files/list on a file
+	ErrTooLarge         = "too_large"          // 413: a body over the route's limit
+	ErrNoDisplay        = "no_display"         // 503: no X display to screenshot
+	ErrScreenshotFailed = "screenshot_failed"  // 500: the capture program failed
+	ErrPoweroffFailed   = "poweroff_failed"    // 500: the poweroff command could not be started
+	ErrAgentUnavailable = "agent_unavailable"  // 502: the engine's socket does not answer
+	ErrUpgradeRequired  = "upgrade_required"   // 426: POST /v1/proc without Upgrade: dots-proc/1
+	ErrExecFailed       = "exec_failed"        // 500: the program could not be started
+	ErrInternal         = "internal"           // 500: anything else
 )
 
 // ErrorResponse is the body of every answer that is not a success.

@@ -1,13 +1,12 @@
 package protocol
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
 	"sort"
 	"strings"
+	"unicode"
 )
 
 // RuntimeConfig is DotRuntimeConfig (ref 7): what PUT /config carries to the
@@ -55,20 +54,18 @@ type MCPServerConfig struct {
 	StartupTimeoutS int               `json:"startup_timeout_s,omitempty"`
 }
 
-// DecodeRuntimeConfig reads a PUT /config body strictly: an unknown key (a
-// goal, browser settings, context tokens of old configs) is refused, as the
-// host's schema refuses it. The result has its defaults applied and is valid.
+// DecodeRuntimeConfig reads a PUT /config body strictly (DecodeBytes): an
+// unknown key (a goal, browser settings, context tokens of old configs) is
+// refused, as the host's schema refuses it, and so is anything after the
+// object. A limit the body leaves out takes its default; one it gives, zero
+// included, is checked against its bounds. The result is valid.
 func DecodeRuntimeConfig(body []byte) (RuntimeConfig, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	var c RuntimeConfig
-	if err := dec.Decode(&c); err != nil {
+	// Decoding into a struct keeps the fields the body does not name.
+	c.ApplyDefaults()
+	if err := DecodeBytes(body, &c); err != nil {
 		return RuntimeConfig{}, fmt.Errorf("config is not a valid DotRuntimeConfig: %w", err)
 	}
-	if dec.More() {
-		return RuntimeConfig{}, fmt.Errorf("config holds more than one JSON value")
-	}
-	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
 		return RuntimeConfig{}, err
 	}
@@ -88,7 +85,21 @@ func (c *RuntimeConfig) ApplyDefaults() {
 var (
 	dotNameRe = regexp.MustCompile(NamePattern)
 	envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// headerNameRe is an HTTP token (RFC 9110 5.6.2).
+	headerNameRe = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 )
+
+// hasControl reports whether s holds a control character (C0, DEL or C1).
+func hasControl(s string) bool { return hasControlBut(s, -1) }
+
+func hasControlBut(s string, allowed rune) bool {
+	for _, r := range s {
+		if r != allowed && unicode.IsControl(r) {
+			return true
+		}
+	}
+	return false
+}
 
 // Validate applies the rules of ref 7 to a runtime config. The error names
 // the field and the rule, never a secret (a config holds none).
@@ -102,12 +113,18 @@ func (c RuntimeConfig) Validate() error {
 	if strings.TrimSpace(c.Model.ID) == "" {
 		return fmt.Errorf("model.id is empty: name an OpenRouter model id")
 	}
+	if hasControl(c.Model.ID) {
+		return fmt.Errorf("model.id holds a control character")
+	}
 	for role, id := range c.Models {
 		if !contains(ModelRoles, role) {
 			return fmt.Errorf("unknown model role %q (the roles are: %s)", role, strings.Join(ModelRoles, ", "))
 		}
 		if strings.TrimSpace(id) == "" {
 			return fmt.Errorf("models.%s is empty: name an OpenRouter model id or leave the role out", role)
+		}
+		if hasControl(id) {
+			return fmt.Errorf("models.%s holds a control character", role)
 		}
 	}
 	if !Bounds.MaxStepsPerTask.Contains(c.Limits.MaxStepsPerTask) {
@@ -156,6 +173,30 @@ func validateMCPServer(name string, s MCPServerConfig) error {
 	case hasURL && (len(s.Args) > 0 || len(s.Env) > 0):
 		return fmt.Errorf("%s.args and env belong to a command server, not a url", where)
 	}
+	if hasControl(s.Command) || hasControl(s.URL) {
+		return fmt.Errorf("%s.command or url holds a control character", where)
+	}
+	for i, a := range s.Args {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("%s.args[%d] holds a NUL byte", where, i)
+		}
+	}
+	for _, k := range sortedKeys(s.Env) {
+		if !envNameRe.MatchString(k) {
+			return fmt.Errorf("%s.env: %q is not an environment variable name", where, k)
+		}
+		if strings.ContainsRune(s.Env[k], 0) {
+			return fmt.Errorf("%s.env.%s holds a NUL byte", where, k)
+		}
+	}
+	for _, k := range sortedKeys(s.Headers) {
+		if !headerNameRe.MatchString(k) {
+			return fmt.Errorf("%s.headers: %q is not an HTTP header name", where, k)
+		}
+		if hasControlBut(s.Headers[k], '\t') {
+			return fmt.Errorf("%s.headers.%s holds a control character", where, k)
+		}
+	}
 	if hasURL {
 		u, err := url.Parse(s.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -190,6 +231,9 @@ func validateMCPServer(name string, s MCPServerConfig) error {
 				return fmt.Errorf("%s.secrets names %q, which env also writes", where, sec)
 			}
 		} else {
+			if !headerNameRe.MatchString(sec) {
+				return fmt.Errorf("%s.secrets: %q is not an HTTP header name", where, sec)
+			}
 			for h := range s.Headers {
 				if strings.EqualFold(h, sec) {
 					return fmt.Errorf("%s.secrets names %q, which headers also writes", where, sec)

@@ -81,7 +81,9 @@ func TestSecretsRequestValidate(t *testing.T) {
 		"ok":             {SecretsRequest{OpenRouterAPIKey: "sk-or-v1-abc", MCPSecrets: map[string]map[string]string{"search": {"Authorization": "Bearer x y"}}}, ""},
 		"key with space": {SecretsRequest{OpenRouterAPIKey: "sk or"}, OpenRouterKeyRule},
 		"key newline":    {SecretsRequest{OpenRouterAPIKey: "sk\nor"}, OpenRouterKeyRule},
-		"empty key":      {SecretsRequest{}, OpenRouterKeyRule},
+		"nothing":        {SecretsRequest{}, "neither openrouter_api_key nor mcp_secrets"},
+		"mcp alone":      {SecretsRequest{MCPSecrets: map[string]map[string]string{"search": {"Authorization": "Bearer x"}}}, ""},
+		"mcp, bad key":   {SecretsRequest{OpenRouterAPIKey: "sk or", MCPSecrets: map[string]map[string]string{"search": {"A": "x"}}}, OpenRouterKeyRule},
 		"secret ctrl":    {SecretsRequest{OpenRouterAPIKey: "k", MCPSecrets: map[string]map[string]string{"s": {"A": "a\tb"}}}, MCPSecretRule},
 	}
 	for name, tc := range tests {

@@ -62,6 +62,10 @@ const (
 	EventAutomationNextRun      = "automation.next_run"
 	EventMemoryUpdated          = "memory.updated"
 	EventMCPServerAdded         = "mcp.server.added"
+	// EventOutboxReset: the host asked for events after a seq the outbox
+	// never reached (the guest lost its database); the outbox moved on to
+	// the host's cursor and says so (OutboxReset).
+	EventOutboxReset = "guest.outbox.reset"
 )
 
 // OutboundTypes lists every outbound type of ref 5.4, in the reference's order.
@@ -69,7 +73,7 @@ var OutboundTypes = []string{
 	EventAgentStarted, EventAgentState, EventMessageAssistant, EventTaskStarted, EventTaskProgress,
 	EventTaskCompleted, EventTaskFailed, EventApprovalRequested, EventToolCalled,
 	EventBrowserIdentityCreated, EventBrowserIdentityDeleted, EventBrowserIdentityLaunch, EventBrowserIdentityClosed,
-	EventAutomationNextRun, EventMemoryUpdated, EventMCPServerAdded,
+	EventAutomationNextRun, EventMemoryUpdated, EventMCPServerAdded, EventOutboxReset,
 }
 
 // AgentState is the runtime's state (ref 8.1).
@@ -231,6 +235,16 @@ type MCPServerAdded struct {
 	Arguments json.RawMessage `json:"arguments"`
 }
 
+// OutboxReset is the data of guest.outbox.reset (the cursor rule, ref 5.3):
+// the host's stream asked for events after Cursor while the outbox ended at
+// LastSeq. The outbox's next seq follows Cursor, so nothing the guest sends
+// from then on falls under what the host already holds; rows LastSeq had
+// before (written after the database was lost) were never streamed.
+type OutboxReset struct {
+	Cursor  int64 `json:"cursor"`
+	LastSeq int64 `json:"last_seq"`
+}
+
 // RoundUSD rounds a spend to the hundred-millionth of a USD, the precision
 // spent_usd carries (ref 5.4).
 func RoundUSD(v float64) float64 {
@@ -283,6 +297,8 @@ func ParseOutbound(ev OutboundEvent) (any, error) {
 		out, required = &MemoryUpdated{}, []string{"conversations", "changed"}
 	case EventMCPServerAdded:
 		out, required = &MCPServerAdded{}, []string{"arguments"}
+	case EventOutboxReset:
+		out, required = &OutboxReset{}, []string{"cursor", "last_seq"}
 	default:
 		return nil, fmt.Errorf("outbound event of seq %d has unknown type %q", ev.Seq, ev.Type)
 	}

@@ -88,6 +88,7 @@ func wireShapes() []OutboundEvent {
 	add(EventMemoryUpdated, MemoryUpdated{Conversations: 2, Changed: true})
 	add(EventMemoryUpdated, MemoryUpdated{Conversations: 1, Changed: false, SpentUSD: f(0.025)})
 	add(EventMCPServerAdded, MCPServerAdded{Arguments: json.RawMessage(`{"name":"time","command":"uvx","args":["mcp-server-time"],"reason":"to tell the time"}`)})
+	add(EventOutboxReset, OutboxReset{Cursor: 120, LastSeq: 3})
 	out := make([]OutboundEvent, 0, len(datas))
 	for i, d := range datas {
 		raw, err := json.Marshal(d.data)

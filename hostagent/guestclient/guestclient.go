@@ -46,18 +46,31 @@ var ErrGuestNotAnswering = errors.New("guest not answering")
 // Target is one guest: the port QEMU forwards and the pid of that QEMU (from
 // qemu.json), and the token. Connections are pooled per target, so a new
 // QEMU (another pid) or a new port never reuses a connection proven earlier.
+//
+// Every new connection is checked against the listener rule (listener.go)
+// before the proof: the port's listening socket must be the pid's. A pid
+// alone is not an identity (the kernel hands it on): StartTicks and BootID,
+// when set (qemu.json's proc_start_ticks and boot id), must match too.
 type Target struct {
 	Port  int
 	PID   int
 	Token string
+	// StartTicks is the QEMU's start time in clock ticks since boot
+	// (/proc/<pid>/stat field 22); 0 when the caller does not have it.
+	StartTicks uint64
+	// BootID is the host's boot id when QEMU was started; "" when the
+	// caller does not have it.
+	BootID string
 }
 
 // String names the target without its token.
 func (t Target) String() string { return fmt.Sprintf("127.0.0.1:%d (pid %d)", t.Port, t.PID) }
 
 type poolKey struct {
-	port, pid int
-	token     [sha256.Size]byte
+	port, pid  int
+	startTicks uint64
+	bootID     string
+	token      [sha256.Size]byte
 }
 
 // Client talks to guests. The zero value is not usable; call New.
@@ -66,6 +79,10 @@ type Client struct {
 	ProofTimeout time.Duration
 	// DialTimeout bounds the TCP connect.
 	DialTimeout time.Duration
+	// ListenerRule is checked on every new connection before the proof;
+	// nil is the listener rule (listener.go). Only a test whose stand-in
+	// QEMU is not the process holding the port replaces it.
+	ListenerRule func(Target) error
 
 	mu    sync.Mutex
 	pools map[poolKey]*http.Client
@@ -88,7 +105,7 @@ func (c *Client) Forget(t Target) {
 }
 
 func keyOf(t Target) poolKey {
-	return poolKey{port: t.Port, pid: t.PID, token: sha256.Sum256([]byte(t.Token))}
+	return poolKey{port: t.Port, pid: t.PID, startTicks: t.StartTicks, bootID: t.BootID, token: sha256.Sum256([]byte(t.Token))}
 }
 
 func (c *Client) httpClient(t Target) *http.Client {
@@ -98,14 +115,13 @@ func (c *Client) httpClient(t Target) *http.Client {
 	if hc, ok := c.pools[k]; ok {
 		return hc
 	}
-	token := t.Token
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(t.Port))
 	tr := &http.Transport{
 		// Only ever the one loopback address of this target, never a proxy
 		// from the environment: the token must not leave the host.
 		Proxy: nil,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return c.dialProven(ctx, addr, token)
+			return c.dialProven(ctx, addr, t)
 		},
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,
@@ -121,12 +137,23 @@ func (c *Client) httpClient(t Target) *http.Client {
 	return hc
 }
 
-// dialProven connects and runs the proof exchange on the new connection
-// before anything that carries the token is written to it.
-func (c *Client) dialProven(ctx context.Context, addr, token string) (net.Conn, error) {
+// dialProven connects, checks the listener rule, and runs the proof
+// exchange on the new connection before anything that carries the token is
+// written to it. The rule is checked after the connect: the connection sits
+// in the queue of the socket that listened then, which the check finds.
+func (c *Client) dialProven(ctx context.Context, addr string, t Target) (net.Conn, error) {
+	token := t.Token
 	d := net.Dialer{Timeout: c.DialTimeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		return nil, err
+	}
+	rule := c.ListenerRule
+	if rule == nil {
+		rule = checkListener
+	}
+	if err := rule(t); err != nil {
+		conn.Close()
 		return nil, err
 	}
 	deadline := time.Now().Add(c.ProofTimeout)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -85,7 +86,7 @@ func start(t *testing.T, g *guest) Target {
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	var p int
 	json.Unmarshal([]byte(port), &p)
-	return Target{Port: p, PID: 4242, Token: token}
+	return Target{Port: p, PID: os.Getpid(), Token: token} // the listener is this process's
 }
 
 func TestProvenGuest(t *testing.T) {
@@ -176,7 +177,7 @@ func TestRawTCPListenerNeverSeesToken(t *testing.T) {
 		got <- string(buf[:n])
 	}()
 	c := New()
-	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: 1, Token: token})
+	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token})
 	if !errors.Is(err, ErrGuestUnproven) {
 		t.Fatalf("Health() against a non-HTTP listener = %v, want ErrGuestUnproven", err)
 	}
@@ -216,7 +217,7 @@ func TestClosingListenerIsNotAnswering(t *testing.T) {
 			c.Close()
 		}
 	}()
-	_, err = New().Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: 1, Token: token})
+	_, err = New().Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token})
 	if !errors.Is(err, ErrGuestNotAnswering) || errors.Is(err, ErrGuestUnproven) {
 		t.Errorf("Health() against a listener that closes at once = %v, want ErrGuestNotAnswering only", err)
 	}
@@ -253,7 +254,7 @@ func TestSilentListenerIsNotAnswering(t *testing.T) {
 	}()
 	c := New()
 	c.ProofTimeout = 200 * time.Millisecond
-	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: 1, Token: token})
+	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token})
 	if !errors.Is(err, ErrGuestNotAnswering) || errors.Is(err, ErrGuestUnproven) {
 		t.Errorf("Health() against a listener that holds the connection silently = %v, want ErrGuestNotAnswering only", err)
 	}

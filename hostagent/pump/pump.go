@@ -262,6 +262,10 @@ func (b *batcher) add(ctx context.Context, m message) (bool, error) {
 			p.Log.Info("the guest sent an event the protocol refuses; it is logged as refused", "seq", ev.Seq, "problem", err.Error())
 		} else if ev.Type == protocol.EventAgentStarted && p.Started != nil {
 			p.Started()
+		} else if ev.Type == protocol.EventOutboxReset {
+			// The cursor rule (ref 5.3): the guest lost its outbox; it moved
+			// its seq on past the cursor, so the stream goes on from there.
+			p.Log.Info("the guest's outbox started over past the log's cursor; events it wrote before are not in the log", "seq", ev.Seq)
 		}
 	}
 	size := len(ev.Data) + len(ev.ID) + len(ev.Type) + len(ev.TS) + 64

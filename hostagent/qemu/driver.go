@@ -223,14 +223,16 @@ func (d *Driver) observe(_ context.Context, id home.VMID) (driver.Observation, *
 
 // Health implements driver.Driver.
 func (d *Driver) Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error) {
-	obs, _, err := d.observe(ctx, id)
+	obs, rec, err := d.observe(ctx, id)
 	if err != nil {
 		return protocol.HealthResponse{}, err
 	}
 	if obs.State != driver.Running {
 		return protocol.HealthResponse{}, fmt.Errorf("health of %s: %w (state %s)", id, driver.ErrNotRunning, obs.State)
 	}
-	return d.guest.Health(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token})
+	// The record's start time and boot id reach the listener rule with the
+	// pid: a pid alone is not the QEMU's identity.
+	return d.guest.Health(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token, StartTicks: rec.ProcStartTicks, BootID: rec.BootID})
 }
 
 // validateSpec checks what a start needs before anything is written.
@@ -325,7 +327,7 @@ func (d *Driver) Poweroff(ctx context.Context, id home.VMID, token string) error
 	if token == "" {
 		return fmt.Errorf("poweroff %s: no guest token", id)
 	}
-	return d.guest.Poweroff(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token})
+	return d.guest.Poweroff(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token, BootID: obs.Boot.BootID})
 }
 
 // PrepareSleep implements driver.Driver.
@@ -337,7 +339,7 @@ func (d *Driver) PrepareSleep(ctx context.Context, id home.VMID, token string) e
 	if obs.State != driver.Running {
 		return fmt.Errorf("prepare-sleep %s: %w (state %s)", id, driver.ErrNotRunning, obs.State)
 	}
-	return d.guest.Agent(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token}, http.MethodPost, protocol.RoutePrepareSleep, nil, nil)
+	return d.guest.Agent(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token, BootID: obs.Boot.BootID}, http.MethodPost, protocol.RoutePrepareSleep, nil, nil)
 }
 
 // Kill implements driver.Driver: SIGKILL under the kill rule, a short wait,

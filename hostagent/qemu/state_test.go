@@ -29,8 +29,13 @@ var testID = home.VMID{Namespace: "team-a", Name: "helper"}
 func testDriver(t *testing.T, boot *home.Stamp) *Driver {
 	t.Helper()
 	h := home.Layout{Root: t.TempDir()}
+	guest := guestclient.New()
+	// The stand-in QEMU (a bystander process) does not hold the fake
+	// guest's port, which this test process serves: the listener rule is
+	// guestclient's to test, not this driver's.
+	guest.ListenerRule = func(guestclient.Target) error { return nil }
 	d := &Driver{
-		home: h, boot: func() (home.Stamp, error) { return *boot, nil }, guest: guestclient.New(), environ: os.Environ,
+		home: h, boot: func() (home.Stamp, error) { return *boot, nil }, guest: guest, environ: os.Environ,
 		KillWait: time.Second, pollInterval: 20 * time.Millisecond, pickPort: freePort,
 		vmLocks: map[home.VMID]*sync.Mutex{}, children: map[int]*child{}, exits: map[home.VMID]exitInfo{},
 	}

@@ -180,6 +180,9 @@ var describers = map[string]func(e wire.Event) (string, error){
 	protocol.EventMCPServerAdded: of(func(d protocol.MCPServerAdded) string {
 		return "added an MCP server " + Cut(string(d.Arguments), 200)
 	}),
+	protocol.EventOutboxReset: of(func(d protocol.OutboxReset) string {
+		return fmt.Sprintf("the computer's event record was lost and started over: it held %d events after the log's %d, and its events go on from there", d.LastSeq, d.Cursor)
+	}),
 }
 
 // of is a describer of events whose data reads as T.

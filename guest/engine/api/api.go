@@ -16,9 +16,11 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/door"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
 	"github.com/invisible-dots/invisible-dots/guest/engine/work"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -47,6 +49,16 @@ type Server struct {
 
 const maxBody = 4 << 20
 
+// The socket's bounds: a request's head, its body, a kept-alive connection
+// with no request, and the connections held open (at the cap the oldest one
+// not serving a request is closed, door.Limit).
+const (
+	HeaderTimeout = 5 * time.Second
+	BodyTimeout   = 30 * time.Second
+	IdleTimeout   = 30 * time.Second
+	MaxConns      = 64
+)
+
 // Handler returns the routes.
 func (s *Server) Handler() http.Handler {
 	if s.Log == nil {
@@ -69,9 +81,15 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+protocol.RouteSkills, s.skills)
 	mux.HandleFunc("POST "+protocol.RoutePrepareSleep, s.prepareSleep)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, "not_found", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+		if allow := door.Allowed(mux, r, "/"); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, protocol.ErrMethodNotAllowed, fmt.Sprintf("%s is served with %s, not %s", r.URL.Path, strings.Join(allow, ", "), r.Method))
+			return
+		}
+		writeError(w, protocol.ErrNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})
-	return s.logged(mux)
+	// Every connection passed the peer check on accept (Listen).
+	return s.logged(door.Trusting(door.ReadBounded(mux, BodyTimeout)))
 }
 
 type statusWriter struct {
@@ -80,6 +98,9 @@ type statusWriter struct {
 }
 
 func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (w *statusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
@@ -104,13 +125,15 @@ func writeError(w http.ResponseWriter, code, message string) {
 	writeJSON(w, protocol.ErrorStatus(code), protocol.ErrorBody{Error: code, Message: message})
 }
 
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		writeError(w, protocol.ErrInvalid, "the body could not be read or is larger than 4 MiB")
-		return nil, false
+// decodeBody reads one JSON value of at most maxBody bytes into v
+// (protocol.DecodeJSON) and answers a body it refuses with the route's code
+// (invalid_secret, invalid_config, invalid): false means answered.
+func decodeBody(w http.ResponseWriter, r *http.Request, code string, v any) bool {
+	if err := protocol.DecodeJSON(r.Body, maxBody, v); err != nil {
+		writeError(w, code, err.Error())
+		return false
 	}
-	return body, true
+	return true
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
@@ -130,14 +153,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) secrets(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
+	// DecodeJSON's messages never quote the body, which holds the secrets.
 	var req protocol.SecretsRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		// json's message can quote the body; say only what is wrong.
-		writeError(w, protocol.ErrInvalidSecret, "the body is not a JSON object of openrouter_api_key and mcp_secrets")
+	if !decodeBody(w, r, protocol.ErrInvalidSecret, &req) {
 		return
 	}
 	if err := s.Engine.SetSecrets(req); err != nil {
@@ -148,8 +166,8 @@ func (s *Server) secrets(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) config(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
-	if !ok {
+	var body json.RawMessage
+	if !decodeBody(w, r, protocol.ErrInvalidConfig, &body) {
 		return
 	}
 	if err := s.Engine.PutConfig(r.Context(), body); err != nil {
@@ -173,13 +191,8 @@ func trimInvalid(err error) string {
 }
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
 	var ev protocol.InboundEvent
-	if err := json.Unmarshal(body, &ev); err != nil {
-		writeError(w, protocol.ErrInvalid, "the body is not an InboundEvent: "+err.Error())
+	if !decodeBody(w, r, protocol.ErrInvalid, &ev) {
 		return
 	}
 	if err := s.Engine.Accept(r.Context(), ev); err != nil {
@@ -204,11 +217,22 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	if raw != "" {
 		n, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, protocol.ErrInvalid, "after must be a seq: a whole number of 0 or more")
+		if err != nil || n < 0 || n >= store.MaxCursor {
+			writeError(w, protocol.ErrInvalid, "after must be a seq: a whole number of 0 or more, under 2^53")
 			return
 		}
 		after = n
+	}
+	// The cursor rule: a cursor beyond the outbox's end is the host's record
+	// of a database this guest lost. The outbox moves on past it with a
+	// guest.outbox.reset, which the stream then sends first.
+	moved, err := s.Store.CatchUp(r.Context(), after)
+	if err != nil {
+		writeError(w, protocol.ErrInternal, err.Error())
+		return
+	}
+	if moved {
+		s.Log.Warn("the host's cursor is beyond the outbox: the outbox moved on to it", "cursor", after)
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
@@ -305,8 +329,10 @@ func (s *Server) prepareSleep(w http.ResponseWriter, r *http.Request) {
 }
 
 // Listen removes a socket file left by a crash, listens on path with mode
-// 0660, and refuses connections from modelUID (SO_PEERCRED, ref 4.1).
-func Listen(path string, modelUID int) (net.Listener, error) {
+// 0660, and refuses connections from modelUID (SO_PEERCRED, ref 4.1). It
+// holds at most MaxConns connections open (door.Limit): give the server to
+// Configure before serving.
+func Listen(path string, modelUID int) (*Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("%s exists and is not a socket: remove it or name another path", path)
@@ -323,35 +349,60 @@ func Listen(path string, modelUID int) (net.Listener, error) {
 		l.Close()
 		return nil, fmt.Errorf("set mode of %s: %w", path, err)
 	}
-	return &peerListener{Listener: l, refused: modelUID}, nil
+	return &Listener{Listener: door.Limit(l, MaxConns), refused: modelUID, refusing: make(chan struct{}, maxRefusing)}, nil
 }
 
-// peerListener refuses a connection from the model's user.
-type peerListener struct {
-	net.Listener
-	refused int
+// maxRefusing bounds the refusals written at once; past it a refused
+// connection is closed without an answer.
+const maxRefusing = 16
+
+// Listener is the engine's socket. It refuses a connection from the model's
+// user: the peer check is made on accept, and the refusal (which waits for
+// the request's head, up to a second) is written on a goroutine of its own,
+// so a connection of the model's user never delays the next one.
+type Listener struct {
+	*door.Listener
+	refused  int
+	refusing chan struct{}
 }
 
-func (l *peerListener) Accept() (net.Conn, error) {
+// NewServer is the engine's HTTP server over l, with the socket's bounds.
+func (l *Listener) NewServer(h http.Handler) *http.Server {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: HeaderTimeout, IdleTimeout: IdleTimeout, MaxHeaderBytes: 64 << 10}
+	l.Configure(hs)
+	return hs
+}
+
+func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		uid, err := peerUID(c)
-		if err != nil || uid == l.refused {
-			// Say why in HTTP, then close: the model's processes get nothing.
-			// The request's head is read first, so the client is not cut
-			// while it still writes and does read the answer.
-			_ = c.SetDeadline(time.Now().Add(time.Second))
-			drainHead(c)
-			body := `{"error":"forbidden","message":"the model's user may not use the engine's API"}`
-			fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
-			c.Close()
-			continue
+		if uid, err := peerUID(c); err == nil && uid != l.refused {
+			return c, nil
 		}
-		return c, nil
+		select {
+		case l.refusing <- struct{}{}:
+			go func() {
+				defer func() { <-l.refusing }()
+				refuse(c)
+			}()
+		default:
+			c.Close()
+		}
 	}
+}
+
+// refuse says why in HTTP, then closes: the model's processes get nothing.
+// The request's head is read first, so the client is not cut while it still
+// writes and does read the answer.
+func refuse(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	drainHead(c)
+	body := `{"error":"forbidden","message":"the model's user may not use the engine's API"}`
+	fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 }
 
 func drainHead(c net.Conn) {
@@ -367,6 +418,9 @@ func drainHead(c net.Conn) {
 }
 
 func peerUID(c net.Conn) (int, error) {
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = w.NetConn()
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return -1, fmt.Errorf("not a unix connection")

@@ -155,7 +155,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	var eng *work.Engine
 	mem := &memory.Memory{Files: files, Home: home, BuiltinSkills: cfg.BuiltinSkills, Log: log,
-		Target: toolbox.Target, Secrets: func() []string { return []string{eng.Key()} }}
+		Target: toolbox.Target, Secrets: func() []string { return eng.SecretValues() }}
 	eng = work.New(work.Options{Store: st, Model: model, Tools: toolbox, Memory: mem, Log: log, Grace: cfg.Grace})
 	late.set(eng)
 	if err := eng.Start(ctx); err != nil {
@@ -195,8 +195,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	// never ends on its own and would hold the shutdown otherwise.
 	baseCtx, endRequests := context.WithCancel(context.Background())
 	defer endRequests()
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return baseCtx }}
+	hs := ln.NewServer(srv.Handler())
+	hs.BaseContext = func(net.Listener) context.Context { return baseCtx }
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 

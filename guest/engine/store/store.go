@@ -161,6 +161,47 @@ func (t *Tx) Now() time.Time { return t.s.now() }
 // OnCommit runs f after the transaction committed (never after a rollback).
 func (t *Tx) OnCommit(f func()) { t.after = append(t.after, f) }
 
+// MaxCursor is the highest cursor CatchUp moves the outbox to: a seq stays
+// exact in a JSON number and far from overflowing.
+const MaxCursor = 1 << 53
+
+// CatchUp applies the cursor rule (ref 5.3): when the host asks for events
+// after a cursor the outbox never reached (the guest lost its database), it
+// writes guest.outbox.reset at seq cursor+1, so every later row comes after
+// what the host already holds, and reports true. A cursor the outbox has
+// reached changes nothing.
+func (s *Store) CatchUp(ctx context.Context, cursor int64) (bool, error) {
+	if cursor <= s.LastSeq() {
+		return false, nil
+	}
+	if cursor >= MaxCursor {
+		return false, fmt.Errorf("cursor %d is over %d", cursor, int64(MaxCursor))
+	}
+	moved := false
+	err := s.Write(ctx, "outbox reset", func(tx *Tx) error {
+		var last int64
+		if err := tx.tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(seq), 0) FROM dots_outbox").Scan(&last); err != nil {
+			return fmt.Errorf("read the outbox's end: %w", err)
+		}
+		if cursor <= last {
+			return nil // another stream moved it meanwhile
+		}
+		raw, err := json.Marshal(protocol.OutboxReset{Cursor: cursor, LastSeq: last})
+		if err != nil {
+			return err
+		}
+		ts := s.now().UTC().Format("2006-01-02T15:04:05.000Z")
+		if _, err := tx.tx.ExecContext(ctx, "INSERT INTO dots_outbox(seq, id, type, ts, data) VALUES (?, ?, ?, ?, ?)",
+			cursor+1, NewID(), protocol.EventOutboxReset, ts, string(raw)); err != nil {
+			return fmt.Errorf("write %s to the outbox: %w", protocol.EventOutboxReset, err)
+		}
+		tx.emitted++
+		moved = true
+		return nil
+	})
+	return moved, err
+}
+
 // Emit writes one outbound event into the outbox in this transaction and
 // returns its seq. The row reaches the streams only if the transaction
 // commits.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"sync"
 	"time"
@@ -42,17 +43,20 @@ type Engine struct {
 	grace time.Duration
 	cuts  int
 
-	mu       sync.Mutex
-	cfg      *protocol.RuntimeConfig
-	cfgRaw   string
-	key      string
-	sleeping bool // a prepare-sleep holds new work
-	stopping bool // the process is ending
-	started  bool
-	chat     *turn
-	task     *turn
-	state    protocol.AgentState // last emitted agent.state
-	pending  int                 // approvals waiting for the person
+	mu     sync.Mutex
+	cfg    *protocol.RuntimeConfig
+	cfgRaw string
+	key    string
+	// mcpSecrets are the MCP servers' secrets (server -> name -> value),
+	// held in memory only, as the key.
+	mcpSecrets map[string]map[string]string
+	sleeping   bool // a prepare-sleep holds new work
+	stopping   bool // the process is ending
+	started    bool
+	chat       *turn
+	task       *turn
+	state      protocol.AgentState // last emitted agent.state
+	pending    int                 // approvals waiting for the person
 
 	kick chan struct{}
 	wg   sync.WaitGroup
@@ -434,7 +438,14 @@ func (e *Engine) SetSecrets(req protocol.SecretsRequest) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	e.mu.Lock()
-	e.key = req.OpenRouterAPIKey
+	if req.OpenRouterAPIKey != "" {
+		e.key = req.OpenRouterAPIKey
+	}
+	if req.MCPSecrets != nil {
+		// Memory only, as the key (ref 4.3): the MCP servers are started
+		// with them, and every value is masked where the key is.
+		e.mcpSecrets = cloneSecrets(req.MCPSecrets)
+	}
 	e.sleeping = false
 	e.mu.Unlock()
 	e.Kick()
@@ -496,6 +507,42 @@ func (e *Engine) KeyConfigured() bool { return e.keyNow() != "" }
 // Key returns the key for masking secrets in the conversation files; it
 // never leaves the engine otherwise.
 func (e *Engine) Key() string { return e.keyNow() }
+
+// MCPSecrets returns the secrets of one MCP server (name -> value), for
+// starting it; nil when the host pushed none.
+func (e *Engine) MCPSecrets(server string) map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.mcpSecrets[server])
+}
+
+// SecretValues is every secret the host pushed (the key and each MCP
+// secret), for masking whatever the engine writes where the model or a
+// person reads it.
+func (e *Engine) SecretValues() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	if e.key != "" {
+		out = append(out, e.key)
+	}
+	for _, server := range e.mcpSecrets {
+		for _, v := range server {
+			if v != "" {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+func cloneSecrets(in map[string]map[string]string) map[string]map[string]string {
+	out := make(map[string]map[string]string, len(in))
+	for server, secrets := range in {
+		out[server] = maps.Clone(secrets)
+	}
+	return out
+}
 
 // State is GET /state.
 func (e *Engine) State(ctx context.Context) (protocol.State, error) {
