@@ -71,7 +71,6 @@ func (h *Handler) checkHostCaller(r *http.Request, host string) error {
 	})
 }
 
-
 // checkOnHost refuses a Dot whose Computer (its own: same name, controlled by
 // it) is not placed on host.
 func (h *Handler) checkOnHost(ctx context.Context, d *dotsv1.Dot, host string) error {
