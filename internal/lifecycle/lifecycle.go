@@ -177,9 +177,15 @@ func Decide(f Facts) Decision {
 		if f.Strategy != dotsv1.RunOnDemand && f.Strategy != "" {
 			return Decision{} // Always never sleeps; Halted is stopping
 		}
-		if f.IdleTimeout <= 0 || awake || f.Phase != dotsv1.DotReady || (f.AgentState != "" && f.AgentState != "IDLE") {
-			// Never while it starts (not READY yet) or works.
+		if f.IdleTimeout <= 0 {
 			return Decision{}
+		}
+		if awake || f.Phase != dotsv1.DotReady || (f.AgentState != "" && f.AgentState != "IDLE") {
+			// Never while it starts (not READY yet) or works. Look again
+			// an idleTimeout later all the same: not every end of work is
+			// an event the decision hears of (an outbox row's delivery is
+			// acknowledged, not logged).
+			return Decision{After: f.IdleTimeout}
 		}
 		if idle := f.Now.Sub(f.LastActivity); idle < f.IdleTimeout {
 			return Decision{After: f.IdleTimeout - idle}
