@@ -11,18 +11,43 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 BIN := bin/invisible-dots
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
-.PHONY: all build run test test-unit test-integration test-e2e test-image dot-agentd test-agentd bench bench-parts manifests generate verify clean
+.PHONY: all build build-go web test-web run test test-unit test-integration test-e2e test-image dot-agentd test-agentd bench bench-parts manifests generate verify clean
 
 all: build
 
 # The same binary is the kubectl plugin kubectl-dots (kubectl dots chat NAME):
-# a link of that name next to it; put bin/ on PATH to use it.
-build:
+# a link of that name next to it; put bin/ on PATH to use it. `build` builds
+# the web client first (what is missing of it: npm ci when the lock file is
+# newer than node_modules, the Vite build when a source is newer than it), so
+# the binary embeds it; `build-go` builds the binary alone (it then serves a
+# page that says how to build the client).
+build: web build-go
+
+build-go:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
 	ln -sf invisible-dots bin/kubectl-dots
 
 run: build
 	./$(BIN) server
+
+# The web client (web/README.md): Node's dependencies from the lock file,
+# then the Vite build into web/dist/app, which prints the first load's size.
+# PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD: the browser tests use Debian's Chromium.
+NPM ?= npm
+WEB_SRC := $(shell find web/src web/index.html web/vite.config.ts web/tsconfig.json web/scripts -type f 2>/dev/null)
+web: web/dist/app/index.html
+
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	cd web && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(NPM) ci --no-audit --no-fund
+
+web/dist/app/index.html: web/node_modules/.package-lock.json $(WEB_SRC)
+	cd web && $(NPM) run build
+
+# The browser tests (web/e2e, Playwright's runner in Debian's Chromium at
+# /usr/bin/chromium) against the built binary: a whole server on a
+# throwaway home, whose host cannot run VMs.
+test-web: build
+	cd web && INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npx playwright test
 
 # CRDs and RBAC from the kubebuilder markers: the central controllers' role
 # from controllers/, every host agent's from hostagent/.

@@ -1,0 +1,50 @@
+import { expect, test } from '@playwright/test';
+import { applyDot, harness } from './harness';
+
+test('Home lists an applied Dot, live', async ({ page }) => {
+  await page.goto(harness().url + '/');
+  await expect(page.getByRole('heading', { name: 'Home' })).toBeVisible();
+  // Applied after the page loaded: the watch brings it.
+  await applyDot('home-dot');
+  const card = page.locator('[data-testid=dot-card][data-dot="default/home-dot"]');
+  await expect(card).toBeVisible();
+  await expect(card).toContainText('z-ai/glm-5.3-flash');
+  await expect(card.getByRole('link', { name: 'Open chat' })).toBeVisible();
+  await expect(page.getByTestId('rail-dots').getByRole('link', { name: 'home-dot' })).toBeVisible();
+  await page.screenshot({ path: test.info().outputPath('home.png'), fullPage: true });
+});
+
+test('Chat posts a message and shows it logged', async ({ page }) => {
+  await applyDot('chat-dot');
+  await page.goto(harness().url + '/dots/default/chat-dot/chat');
+  const box = page.getByLabel('Message to chat-dot');
+  await box.fill('Find me the cheapest fare to Lisbon');
+  await box.press('Enter');
+  // The logged message (it has an event id) takes the typed one's place.
+  const logged = page.locator('[data-testid=message-user][data-event-id]', { hasText: 'cheapest fare to Lisbon' });
+  await expect(logged).toBeVisible();
+  await expect(page.getByTestId('message-pending')).toHaveCount(0);
+  // The computer cannot start on this host: the page says it is waking up.
+  await expect(page.getByTestId('chat-status')).toContainText('Waking up');
+  // After a reload it comes from GET .../messages.
+  await page.reload();
+  await expect(logged).toBeVisible();
+  await expect(box).toHaveValue('');
+});
+
+test('the page works at 375 px', async ({ page }) => {
+  await applyDot('narrow-dot');
+  await page.setViewportSize({ width: 375, height: 740 });
+  await page.goto(harness().url + '/');
+  await expect(page.locator('[data-dot="default/narrow-dot"]')).toBeVisible();
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  expect(overflow).toBeLessThanOrEqual(0);
+});
+
+test('the proxy refuses a cross-site request and never hands out the token', async ({ request }) => {
+  const h = harness();
+  const refused = await request.get(h.url + '/apis', { headers: { 'Sec-Fetch-Site': 'cross-site' } });
+  expect(refused.status()).toBe(403);
+  const page = await (await request.get(h.url + '/')).text();
+  expect(page).not.toContain('Bearer');
+});
