@@ -111,3 +111,26 @@ export async function applyDot(name: string, ns = 'default') {
   });
   if (!res.ok && res.status !== 409) throw new Error(`apply Dot ${name}: ${res.status} ${await res.text()}`);
 }
+
+const GROUP = '/apis/dots.invisible.dev/v1alpha1';
+
+/** Makes an Approval as the control plane does when a guest asks. */
+export async function askApproval(name: string, dotName: string, ns = 'default') {
+  const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/approvals`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({
+      apiVersion: 'dots.invisible.dev/v1alpha1',
+      kind: 'Approval',
+      metadata: { name, namespace: ns },
+      spec: { dotName, tool: 'exec', permission: 'computer.exec', reason: 'list the files', arguments: { command: 'ls -la' } },
+    }),
+  });
+  if (!res.ok) throw new Error(`make Approval ${name}: ${res.status} ${await res.text()}`);
+}
+
+export async function getApproval(name: string, ns = 'default'): Promise<any> {
+  const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/approvals/${name}`);
+  if (!res.ok) throw new Error(`get Approval ${name}: ${res.status}`);
+  return res.json();
+}
