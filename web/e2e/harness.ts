@@ -5,6 +5,7 @@
 // tests read: the resources, and the chat's log (a message is logged and
 // queued whether the computer runs or not).
 import { spawn } from 'node:child_process';
+import { request as httpsRequest } from 'node:https';
 import { mkdtempSync, mkdirSync, openSync, rmSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,8 @@ export interface Harness {
   home: string;
   url: string;
   log: string;
+  api: string;
+  host: string;
 }
 
 function freePort(host: string): Promise<number> {
@@ -53,7 +56,7 @@ export async function start(): Promise<Harness> {
     stdio: ['ignore', out, out],
     detached: false,
   });
-  const h: Harness = { pid: child.pid!, home, url, log };
+  const h: Harness = { pid: child.pid!, home, url, log, api: `https://127.0.0.1:${apiPort}`, host: 'web-e2e' };
   writeFileSync(STATE, JSON.stringify(h));
   const deadline = Date.now() + 120_000;
   for (;;) {
@@ -133,4 +136,48 @@ export async function getApproval(name: string, ns = 'default'): Promise<any> {
   const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/approvals/${name}`);
   if (!res.ok) throw new Error(`get Approval ${name}: ${res.status}`);
   return res.json();
+}
+
+/** A call to the API server itself with the admin token, as a host agent would make. */
+function adminCall(method: string, path: string, body: unknown, contentType = 'application/json'): Promise<{ status: number; text: string }> {
+  const h = harness();
+  const token = readFileSync(join(h.home, 'config', 'api.token'), 'utf8').split('\n')[0].trim();
+  const ca = readFileSync(join(h.home, 'pki', 'ca.crt'));
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest(
+      h.api + path,
+      { method, ca, headers: { Authorization: `Bearer ${token}`, 'Content-Type': contentType } },
+      (res) => {
+        let text = '';
+        res.on('data', (c) => (text += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+      },
+    );
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
+const seqs = new Map<string, number>();
+
+/**
+ * Stands in for a Dot's guest: places its Computer on the harness's host (no
+ * VM runs there) and hands the control plane guest events through the host
+ * agents' ingestion route, as the host agent's event pump does.
+ */
+export async function guestSays(dotName: string, events: { type: string; data: unknown }[], ns = 'default') {
+  const place = await adminCall('PATCH', `${GROUP}/namespaces/${ns}/computers/${dotName}`, { spec: { nodeName: harness().host } }, 'application/merge-patch+json');
+  if (place.status !== 200) throw new Error(`place the Computer ${dotName}: ${place.status} ${place.text}`);
+  const dot = await (await fetch(`${harness().url}${GROUP}/namespaces/${ns}/dots/${dotName}`)).json();
+  let seq = seqs.get(dot.metadata.uid) ?? 0;
+  const batch = {
+    dot_uid: dot.metadata.uid,
+    events: events.map((e) => {
+      seq++;
+      return { seq, id: `${dotName}-${seq}`, type: e.type, ts: new Date().toISOString(), data: e.data };
+    }),
+  };
+  seqs.set(dot.metadata.uid, seq);
+  const res = await adminCall('POST', `/dots/v1/hostagent/hosts/${harness().host}/dots/${ns}/${dotName}/events`, batch);
+  if (res.status !== 200) throw new Error(`guest events of ${dotName}: ${res.status} ${res.text}`);
 }

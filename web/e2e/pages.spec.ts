@@ -1,5 +1,5 @@
 import { expect, test } from '@playwright/test';
-import { applyDot, harness } from './harness';
+import { applyDot, guestSays, harness } from './harness';
 
 test('Home lists an applied Dot, live', async ({ page }) => {
   await page.goto(harness().url + '/');
@@ -47,4 +47,35 @@ test('the proxy refuses a cross-site request and never hands out the token', asy
   expect(refused.status()).toBe(403);
   const page = await (await request.get(h.url + '/')).text();
   expect(page).not.toContain('Bearer');
+});
+
+test('Chat shows the tool line and the answer as they arrive', async ({ page }) => {
+  await applyDot('live-dot');
+  await page.goto(harness().url + '/dots/default/live-dot/chat');
+  const box = page.getByLabel('Message to live-dot');
+  await box.fill('What is in my home directory?');
+  await box.press('Enter');
+  const asked = page.locator('[data-testid=message-user][data-event-id]', { hasText: 'home directory' });
+  await expect(asked).toBeVisible();
+  const messageId = `message-${await asked.getAttribute('data-event-id')}`;
+  await guestSays('live-dot', [
+    { type: 'agent.state', data: { state: 'THINKING' } },
+    { type: 'tool.called', data: { tool: 'exec', permission: 'computer.exec', decision: 'allow', ok: true, duration_ms: 120, target: 'ls -la ~' } },
+  ]);
+  await expect(page.getByTestId('chat-status')).toHaveText('Thinking…');
+  await expect(page.getByTestId('tool-line')).toContainText('exec ls -la ~');
+  await guestSays('live-dot', [
+    { type: 'message.assistant', data: { text: 'Your home holds workspace/ and notes.md.', in_reply_to: messageId } },
+    { type: 'agent.state', data: { state: 'IDLE' } },
+  ]);
+  const answer = page.getByTestId('message-assistant');
+  await expect(answer).toHaveText('Your home holds workspace/ and notes.md.');
+  await expect(page.getByTestId('chat-status')).toHaveText('');
+  // In the log's order: the question, the tool line, the answer.
+  const order = await page.locator('[data-testid=thread] [data-testid]').evaluateAll((els) => els.map((e) => e.getAttribute('data-testid')));
+  expect(order).toEqual(['message-user', 'tool-line', 'message-assistant']);
+  // The same thread after a reload, read from the log.
+  await page.reload();
+  await expect(answer).toBeVisible();
+  await expect(page.getByTestId('tool-line')).toHaveCount(1);
 });
