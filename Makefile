@@ -72,8 +72,9 @@ verify: manifests generate
 # Every test: unit tests of every package (the guest's and the host agent's
 # include real QEMU boots of the test image under tcg), then the suites that
 # start the real control plane, one package at a time so two API servers and
-# their VMs do not share the two cores.
-test: test-image test-unit test-integration test-e2e
+# their VMs do not share the two cores: the integration suite, the web
+# client's browser tests, the e2e suite.
+test: test-image test-unit test-integration test-web test-e2e
 
 # Packages under test/ are the slow suites below.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/test/')

@@ -91,13 +91,19 @@ for kubectl:
 				cp.Stop(context.WithoutCancel(ctx))
 				log.Info("stopped")
 			}()
+			webURL := ""
 			if noWeb {
 				log.V(1).Info("the web client is off (--no-web)")
 			} else if stopWeb := startWeb(cp, webListen, log); stopWeb != nil {
 				defer stopWeb(context.WithoutCancel(ctx))
+				webURL = "http://" + webListen
 			}
 			if cp.KubeconfigPath != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", cp.KubeconfigPath)
+				if webURL != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Open %s, or use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", webURL, cp.KubeconfigPath)
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", cp.KubeconfigPath)
+				}
 			}
 			if noControllers {
 				log.Info("serving the API alone (--no-controllers): the central controllers and host agents run elsewhere")
