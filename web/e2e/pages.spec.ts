@@ -79,3 +79,29 @@ test('Chat shows the tool line and the answer as they arrive', async ({ page }) 
   await expect(answer).toBeVisible();
   await expect(page.getByTestId('tool-line')).toHaveCount(1);
 });
+
+test('a tab hidden for a while lets its connections go and catches up when shown', async ({ page }) => {
+  await applyDot('parked-dot');
+  await page.clock.install();
+  await page.goto(harness().url + '/dots/default/parked-dot/chat');
+  await expect(page.getByText('No messages yet.')).toBeVisible();
+  const setVisible = (visible: boolean) =>
+    page.evaluate((v) => {
+      Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => (v ? 'visible' : 'hidden') });
+      document.dispatchEvent(new Event('visibilitychange'));
+    }, visible);
+  await setVisible(false);
+  await page.clock.fastForward(31_000);
+  // Sent from elsewhere while this tab holds no stream: not shown yet.
+  const res = await fetch(`${harness().url}/dots/v1/namespaces/default/dots/parked-dot/messages`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ text: 'sent from another tab' }),
+  });
+  expect(res.status).toBe(202);
+  const sent = page.getByTestId('message-user').filter({ hasText: 'sent from another tab' });
+  await page.waitForTimeout(1500);
+  await expect(sent).toHaveCount(0);
+  await setVisible(true);
+  await expect(sent).toHaveCount(1);
+});

@@ -40,6 +40,55 @@ export interface Collection<T> {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+// A browser keeps at most six connections to one host over HTTP/1.1, across
+// its tabs, and each watch and the stream hold one. A tab hidden for a while
+// lets its connections go and takes them again when it is shown (the watches
+// from their resourceVersion, the stream from its last event id), so other
+// tabs of the client keep working.
+const HIDDEN_GRACE_MS = 30_000;
+let parked = false;
+const parkListeners = new Set<() => void>();
+function setParked(p: boolean) {
+  if (parked === p) return;
+  parked = p;
+  parkListeners.forEach((l) => l());
+}
+let hideTimer: ReturnType<typeof setTimeout> | undefined;
+document.addEventListener('visibilitychange', () => {
+  clearTimeout(hideTimer);
+  if (document.visibilityState === 'hidden') hideTimer = setTimeout(() => setParked(true), HIDDEN_GRACE_MS);
+  else setParked(false);
+});
+
+/** Calls fn each time a parked tab takes its connections again (what came meanwhile may need a read). */
+export function onUnpark(fn: () => void) {
+  const l = () => !parked && fn();
+  parkListeners.add(l);
+  return () => void parkListeners.delete(l);
+}
+
+/** Resolves once the tab is not parked. */
+function unparked(): Promise<void> {
+  if (!parked) return Promise.resolve();
+  return new Promise((resolve) => {
+    const l = () => {
+      if (!parked) {
+        parkListeners.delete(l);
+        resolve();
+      }
+    };
+    parkListeners.add(l);
+  });
+}
+
+/** An AbortSignal that fires when the tab is parked. */
+function parkSignal(): { signal: AbortSignal; done: () => void } {
+  const ctl = new AbortController();
+  const l = () => parked && ctl.abort();
+  parkListeners.add(l);
+  return { signal: ctl.signal, done: () => void parkListeners.delete(l) };
+}
+
 /**
  * Keeps cell equal to the collection at path: a list, then a watch from its
  * resourceVersion, read as it comes; a watch that ends is resumed, and one
@@ -52,9 +101,11 @@ async function listWatch<T extends { metadata: { namespace?: string; name: strin
   let rv = '';
   let failures = 0;
   for (;;) {
+    await unparked();
+    const park = parkSignal();
     try {
       if (!rv) {
-        const res = await fetch(path, { headers: { Accept: 'application/json' } });
+        const res = await fetch(path, { headers: { Accept: 'application/json' }, signal: park.signal });
         if (!res.ok) throw new Error(`${res.status}`);
         const list = await res.json();
         const items = new Map<string, T>();
@@ -64,6 +115,7 @@ async function listWatch<T extends { metadata: { namespace?: string; name: strin
       }
       const res = await fetch(`${path}?watch=1&allowWatchBookmarks=true&resourceVersion=${rv}`, {
         headers: { Accept: 'application/json' },
+        signal: park.signal,
       });
       if (!res.ok || !res.body) throw new Error(`${res.status}`);
       failures = 0;
@@ -96,6 +148,10 @@ async function listWatch<T extends { metadata: { namespace?: string; name: strin
         if (!rv) break;
       }
     } catch {
+      if (park.signal.aborted) {
+        park.done();
+        continue;
+      }
       failures++;
       cell.set({
         ...cell.get(),
@@ -104,6 +160,7 @@ async function listWatch<T extends { metadata: { namespace?: string; name: strin
       });
       if (failures > 3) rv = '';
     }
+    park.done();
     await sleep(Math.min(500 * 2 ** failures, 10_000));
   }
 }
@@ -125,19 +182,40 @@ export function onStreamEvent(fn: (e: LogEvent) => void) {
   return () => void streamListeners.delete(fn);
 }
 
-function openStream() {
-  // An EventSource resumes by itself with Last-Event-ID.
-  const es = new EventSource(`/dots/v1/stream?types=${STREAM_TYPES.join(',')}`);
+// The id of the last event the stream gave, to resume a new EventSource
+// from (one EventSource resumes by itself with Last-Event-ID).
+let lastEventId = '';
+
+async function openStream() {
+  await unparked();
+  const after = lastEventId ? `&after=${encodeURIComponent(lastEventId)}` : '';
+  const es = new EventSource(`/dots/v1/stream?types=${STREAM_TYPES.join(',')}${after}`);
+  const park = parkSignal();
+  let closed = false;
+  const reopen = (delay: number) => {
+    if (closed) return;
+    closed = true;
+    es.close();
+    park.done();
+    setTimeout(() => void openStream(), delay);
+  };
+  park.signal.addEventListener('abort', () => reopen(0));
   es.onopen = () => streamState.set('live');
-  es.onerror = () => streamState.set(es.readyState === EventSource.CLOSED ? 'down' : 'connecting');
+  es.onerror = () => {
+    streamState.set(es.readyState === EventSource.CLOSED ? 'down' : 'connecting');
+    if (es.readyState === EventSource.CLOSED) reopen(3000);
+  };
   for (const t of STREAM_TYPES) {
     es.addEventListener(t, (m) => {
-      const ev = JSON.parse((m as MessageEvent).data) as LogEvent;
+      const msg = m as MessageEvent;
+      if (msg.lastEventId) lastEventId = msg.lastEventId;
+      const ev = JSON.parse(msg.data) as LogEvent;
       streamListeners.forEach((l) => l(ev));
     });
   }
-  es.addEventListener('error', () => {
-    if (es.readyState === EventSource.CLOSED) setTimeout(openStream, 3000);
+  // The first message of a fresh stream is an id alone, the resume point.
+  es.addEventListener('message', (m) => {
+    if ((m as MessageEvent).lastEventId) lastEventId = (m as MessageEvent).lastEventId;
   });
 }
 
@@ -148,7 +226,7 @@ export function startLive() {
   void listWatch(`${GROUP}/dots`, dots);
   void listWatch(`${GROUP}/computers`, computers);
   void listWatch(`${GROUP}/approvals`, approvals);
-  openStream();
+  void openStream();
 }
 
 /** The approvals that wait for the person, the one that waited longest first. */

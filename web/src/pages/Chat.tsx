@@ -1,6 +1,6 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ApiError, dotPath, getJSON, postJSON } from '../lib/api';
-import { computers, dots, onStreamEvent, useCell } from '../lib/live';
+import { computers, dots, onStreamEvent, onUnpark, useCell } from '../lib/live';
 import { phaseLabel, phaseTone, toneText } from '../lib/format';
 import type { LogEvent, Message } from '../lib/types';
 
@@ -49,7 +49,7 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
   useEffect(() => {
     const base = dotPath(ns, name);
     const ctl = new AbortController();
-    Promise.all([
+    const load = () => Promise.all([
       getJSON<{ messages: Message[] }>(`${base}/messages?order=desc&limit=100`, ctl.signal),
       getJSON<{ events: LogEvent[] }>(`${base}/events?types=tool.called&order=desc&limit=200`, ctl.signal),
     ])
@@ -66,6 +66,9 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
         setLoadError(err instanceof ApiError && err.status === 404 ? `There is no Dot ${name} in ${ns}.` : String((err as Error).message));
         setLoaded(true);
       });
+    void load();
+    // A tab that let its stream go reads the newest page again on its return.
+    const stopUnpark = onUnpark(() => void load());
     const stop = onStreamEvent((ev) => {
       if (ev.namespace !== ns || ev.dot !== name) return;
       switch (ev.type) {
@@ -88,6 +91,7 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
     return () => {
       ctl.abort();
       stop();
+      stopUnpark();
     };
   }, [ns, name]);
 
