@@ -166,7 +166,12 @@ const seqs = new Map<string, number>();
  * agents' ingestion route, as the host agent's event pump does.
  */
 export async function guestSays(dotName: string, events: { type: string; data: unknown }[], ns = 'default') {
-  const place = await adminCall('PATCH', `${GROUP}/namespaces/${ns}/computers/${dotName}`, { spec: { nodeName: harness().host } }, 'application/merge-patch+json');
+  // The Dot controller makes the Computer a moment after the Dot.
+  let place = { status: 0, text: '' };
+  for (const deadline = Date.now() + 20_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200))) {
+    place = await adminCall('PATCH', `${GROUP}/namespaces/${ns}/computers/${dotName}`, { spec: { nodeName: harness().host } }, 'application/merge-patch+json');
+    if (place.status !== 404) break;
+  }
   if (place.status !== 200) throw new Error(`place the Computer ${dotName}: ${place.status} ${place.text}`);
   const dot = await (await fetch(`${harness().url}${GROUP}/namespaces/${ns}/dots/${dotName}`)).json();
   let seq = seqs.get(dot.metadata.uid) ?? 0;

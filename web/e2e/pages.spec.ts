@@ -105,3 +105,21 @@ test('a tab hidden for a while lets its connections go and catches up when shown
   await setVisible(true);
   await expect(sent).toHaveCount(1);
 });
+
+test('more than three tool lines in a row fold into one that opens', async ({ page }) => {
+  await applyDot('busy-dot');
+  await guestSays(
+    'busy-dot',
+    ['a', 'b', 'c', 'd'].map((f) => ({
+      type: 'tool.called',
+      data: { tool: 'read_file', permission: 'files.read', decision: 'allow', ok: true, duration_ms: 5, target: `~/${f}.txt` },
+    })),
+  );
+  await page.goto(harness().url + '/dots/default/busy-dot/chat');
+  const folded = page.getByTestId('tool-group');
+  await expect(folded).toContainText('4 tool calls: read_file');
+  await expect(page.getByTestId('tool-line').first()).toBeHidden();
+  await folded.locator('summary').click();
+  await expect(page.getByTestId('tool-line')).toHaveCount(4);
+  await expect(page.getByTestId('tool-line').nth(3)).toBeVisible();
+});

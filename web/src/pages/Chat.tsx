@@ -167,9 +167,22 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
           {loaded && !loadError && thread.length === 0 && (
             <p class="text-center text-muted">No messages yet. Say hello to {name}.</p>
           )}
-          {thread.map((r) => (
-            <ThreadRow key={r.id} row={r} />
-          ))}
+          {group(thread).map((g) =>
+            Array.isArray(g) ? (
+              <details key={g[0].id} class="px-2 text-xs text-muted" data-testid="tool-group">
+                <summary class="cursor-pointer font-mono">
+                  {g.length} tool calls: {[...new Set(g.map((r) => (r.kind === 'tool' ? r.tool : '')))].join(', ')}
+                </summary>
+                <div class="mt-1 flex flex-col gap-1">
+                  {g.map((r) => (
+                    <ThreadRow key={r.id} row={r} />
+                  ))}
+                </div>
+              </details>
+            ) : (
+              <ThreadRow key={g.id} row={g} />
+            ),
+          )}
           <div ref={bottom} />
         </div>
       </section>
@@ -212,6 +225,26 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
       </form>
     </div>
   );
+}
+
+/** More than three tool lines in a row fold into one line that opens. */
+function group(rows: Row[]): (Row | Row[])[] {
+  const out: (Row | Row[])[] = [];
+  let run: Row[] = [];
+  const flush = () => {
+    if (run.length > 3) out.push(run);
+    else out.push(...run);
+    run = [];
+  };
+  for (const r of rows) {
+    if (r.kind === 'tool') run.push(r);
+    else {
+      flush();
+      out.push(r);
+    }
+  }
+  flush();
+  return out;
 }
 
 function ThreadRow({ row }: { row: Row }) {
