@@ -123,3 +123,40 @@ test('more than three tool lines in a row fold into one that opens', async ({ pa
   await expect(page.getByTestId('tool-line')).toHaveCount(4);
   await expect(page.getByTestId('tool-line').nth(3)).toBeVisible();
 });
+
+test("the Dot's answer is Markdown, never HTML", async ({ page }) => {
+  await applyDot('md-dot');
+  const text = [
+    '# Fares',
+    'The **cheapest** is *TAP* at `€89`, see [the offer](https://example.com/offer) or https://example.org/x.',
+    '',
+    '- one',
+    '- two',
+    '',
+    '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>',
+    '[click](javascript:window.pwned=3)',
+    '',
+    '```sh',
+    'ls -la ~',
+    '```',
+  ].join('\n');
+  await guestSays('md-dot', [{ type: 'message.assistant', data: { text } }]);
+  await page.goto(harness().url + '/dots/default/md-dot/chat');
+  const answer = page.getByTestId('message-assistant');
+  await expect(answer.locator('strong')).toHaveText('cheapest');
+  await expect(answer.locator('em')).toHaveText('TAP');
+  await expect(answer.locator('code').first()).toHaveText('€89');
+  const offer = answer.getByRole('link', { name: 'the offer' });
+  await expect(offer).toHaveAttribute('href', 'https://example.com/offer');
+  await expect(offer).toHaveAttribute('target', '_blank');
+  await expect(offer).toHaveAttribute('rel', 'noopener noreferrer');
+  await expect(answer.getByRole('link', { name: 'https://example.org/x' })).toBeVisible();
+  await expect(answer.locator('li')).toHaveText(['one', 'two']);
+  // Raw HTML is text, and a javascript: link is no link.
+  await expect(answer).toContainText('<img src=x onerror="window.pwned=1"><script>');
+  await expect(answer.locator('img, script')).toHaveCount(0);
+  await expect(answer.getByRole('link', { name: 'click' })).toHaveCount(0);
+  expect(await page.evaluate(() => (window as any).pwned)).toBeUndefined();
+  await expect(answer.locator('pre')).toHaveText('ls -la ~');
+  await expect(answer.getByRole('button', { name: 'Copy' })).toBeVisible();
+});

@@ -3,6 +3,7 @@ import { ApiError, dotPath, getJSON, postJSON } from '../lib/api';
 import { computers, dots, onStreamEvent, onUnpark, useCell } from '../lib/live';
 import { phaseLabel, phaseTone, toneText } from '../lib/format';
 import type { LogEvent, Message } from '../lib/types';
+import { Markdown } from '../lib/markdown';
 
 /** A row of the thread: a message, or a quiet line of a tool the Dot used. */
 type Row =
@@ -261,6 +262,13 @@ function ThreadRow({ row }: { row: Row }) {
     );
   }
   const mine = row.kind === 'pending' || row.role === 'user';
+  if (!mine && row.kind === 'message') {
+    return (
+      <div class="max-w-[85%] self-start rounded-card border border-border bg-surface px-3 py-2" data-testid="message-assistant" data-event-id={row.id}>
+        <Markdown text={row.text} />
+      </div>
+    );
+  }
   return (
     <div
       class={`max-w-[85%] rounded-card px-3 py-2 whitespace-pre-wrap break-words ${
