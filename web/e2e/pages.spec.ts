@@ -160,3 +160,18 @@ test("the Dot's answer is Markdown, never HTML", async ({ page }) => {
   await expect(answer.locator('pre')).toHaveText('ls -la ~');
   await expect(answer.getByRole('button', { name: 'Copy' })).toBeVisible();
 });
+
+test("Home shows what this computer lacks, with the commands, and a Dot's spend today", async ({ page }) => {
+  await applyDot('spend-dot');
+  await guestSays('spend-dot', [{ type: 'message.assistant', data: { text: 'Done.', spent_usd: 0.25 } }]);
+  await page.goto(harness().url + '/');
+  await expect(page.locator('[data-dot="default/spend-dot"]').getByTestId('spent-today')).toHaveText('$0.25');
+  // The harness's host has no QEMU and no key stored.
+  const checklist = page.getByTestId('setup-checklist');
+  await expect(checklist).toBeVisible();
+  await expect(checklist.getByTestId('setup-row').filter({ hasText: 'qemu' }).first()).toContainText('apt-get install');
+  await expect(checklist.getByTestId('setup-row').filter({ hasText: 'OpenRouter key' })).toContainText('invisible-dots secret openrouter');
+  // Live: a new answer's spend is read again for its own Dot.
+  await guestSays('spend-dot', [{ type: 'message.assistant', data: { text: 'Again.', spent_usd: 0.5 } }]);
+  await expect(page.locator('[data-dot="default/spend-dot"]').getByTestId('spent-today')).toHaveText('$0.75');
+});

@@ -173,7 +173,7 @@ export const approvals = new Cell<Collection<Approval>>(empty());
 export const streamState = new Cell<LinkState>('connecting');
 
 // The types the pages follow live; the stream names each message's type.
-const STREAM_TYPES = ['message.user', 'message.assistant', 'tool.called', 'agent.state', 'approval.requested'];
+const STREAM_TYPES = ['message.user', 'message.assistant', 'tool.called', 'agent.state', 'approval.requested', 'task.completed', 'task.failed'];
 const streamListeners = new Set<(e: LogEvent) => void>();
 
 /** Calls fn with every event of the shared stream until the returned stop. */

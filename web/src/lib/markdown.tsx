@@ -46,7 +46,7 @@ function CodeBlock({ code, lang }: { code: string; lang: string }) {
   const [copied, setCopied] = useState(false);
   return (
     <div class="relative my-2">
-      <pre class="overflow-x-auto rounded-card bg-surface-2 p-3 pr-16 font-mono text-sm" data-lang={lang || undefined}>
+      <pre tabIndex={0} class="overflow-x-auto rounded-card bg-surface-2 p-3 pr-16 font-mono text-sm" data-lang={lang || undefined}>
         <code>{code}</code>
       </pre>
       <button

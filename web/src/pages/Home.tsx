@@ -1,5 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
-import { approvals, computers, dots, useCell, waiting } from '../lib/live';
+import { dotPath, getJSON } from '../lib/api';
+import { SetupChecklist } from '../components/SetupChecklist';
+import { approvals, computers, dots, onStreamEvent, useCell, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
 import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
 import { key, type Dot } from '../lib/types';
@@ -56,8 +58,37 @@ export function Home() {
           />
         ))}
       </ul>
+      {/* Under the cards, so its arrival moves none of them. */}
+      {ds.loaded && <SetupChecklist />}
     </div>
   );
+}
+
+const startOfToday = () => {
+  const d = new Date();
+  d.setHours(0, 0, 0, 0);
+  return d.toISOString();
+};
+
+/** What the Dot spent today; read again on its own spending events only. */
+function useSpentToday(ns: string, name: string): number | undefined {
+  const [spent, setSpent] = useState<number>();
+  useEffect(() => {
+    let live = true;
+    const read = () =>
+      void getJSON<{ spent_usd: number }>(`${dotPath(ns, name)}/usage?since=${encodeURIComponent(startOfToday())}`)
+        .then((u) => live && setSpent(u.spent_usd))
+        .catch(() => live && setSpent(undefined));
+    read();
+    const stop = onStreamEvent((e) => {
+      if (e.namespace === ns && e.dot === name && (e.type === 'message.assistant' || e.type === 'task.completed' || e.type === 'task.failed')) read();
+    });
+    return () => {
+      live = false;
+      stop();
+    };
+  }, [ns, name]);
+  return spent;
 }
 
 function Empty() {
@@ -65,7 +96,7 @@ function Empty() {
     <div class="rounded-card border border-dashed border-border bg-surface p-6">
       <h2 class="text-lg font-semibold">No Dots yet</h2>
       <p class="mt-2 text-muted">Declare your first Dot and apply it; it shows here at once.</p>
-      <pre class="mt-3 overflow-x-auto rounded-card bg-surface-2 p-3 font-mono text-sm">
+      <pre tabIndex={0} class="mt-3 overflow-x-auto rounded-card bg-surface-2 p-3 font-mono text-sm">
         export KUBECONFIG=~/.invisible-dots/kubeconfig{'\n'}kubectl apply -f config/samples/dots_v1alpha1_dot.yaml
       </pre>
     </div>
@@ -77,9 +108,10 @@ function DotCard({ dot, computerState, waitingCount, now }: { dot: Dot; computer
   const phase = dot.status?.phase;
   const tone = phaseTone(phase);
   const why = reason(dot);
+  const spent = useSpentToday(namespace, name);
   return (
     <li
-      class="flex h-52 flex-col rounded-card border border-border bg-surface p-4"
+      class="flex h-60 flex-col rounded-card border border-border bg-surface p-4"
       data-testid="dot-card"
       data-dot={`${namespace}/${name}`}
     >
@@ -105,6 +137,8 @@ function DotCard({ dot, computerState, waitingCount, now }: { dot: Dot; computer
       <dl class="mt-2 grid grid-cols-[auto_1fr] gap-x-3 gap-y-1 text-sm">
         <dt class="text-muted">Model</dt>
         <dd class="truncate font-mono text-xs leading-5">{dot.spec.model?.id ?? 'not set'}</dd>
+        <dt class="text-muted">Spent today</dt>
+        <dd class="tabular-nums" data-testid="spent-today">{spent === undefined ? '–' : `$${spent.toFixed(2)}`}</dd>
         <dt class="text-muted">Last activity</dt>
         <dd>{ago(dot.status?.lastActivityTime, now)}</dd>
         <dt class="text-muted">Approvals</dt>

@@ -91,7 +91,7 @@ function ApprovalCard({ approval: a }: { approval: Approval }) {
       {a.spec.arguments !== undefined && (
         <details class="mt-2 text-sm">
           <summary class="cursor-pointer text-muted">Details</summary>
-          <pre class="mt-1 overflow-x-auto rounded-card bg-surface-2 p-2 font-mono text-xs">{JSON.stringify(a.spec.arguments, null, 2)}</pre>
+          <pre tabIndex={0} class="mt-1 overflow-x-auto rounded-card bg-surface-2 p-2 font-mono text-xs">{JSON.stringify(a.spec.arguments, null, 2)}</pre>
         </details>
       )}
       {mode === 'always' && (
