@@ -59,3 +59,15 @@ for (const theme of ['light', 'dark'] as const) {
     await page.screenshot({ path: test.info().outputPath(`chat-${theme}.png`) });
   });
 }
+
+test("a Dot's waiting approval is answerable in its chat, and the tab title counts it", async ({ page }) => {
+  await applyDot('ask-dot');
+  await page.goto(harness().url + '/dots/default/ask-dot/chat');
+  await askApproval('ask-a1', 'ask-dot');
+  const card = page.getByTestId('chat-approvals').locator('[data-card]');
+  await expect(card).toContainText('wants to use');
+  await expect(page).toHaveTitle(/^\(\d+\) Dots$/);
+  await card.getByRole('button', { name: 'Allow once' }).click();
+  await expect(page.getByTestId('chat-approvals')).toHaveCount(0);
+  expect((await getApproval('ask-a1')).spec.decision).toBe('approve');
+});

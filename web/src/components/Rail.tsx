@@ -1,4 +1,4 @@
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { approvals, dots, streamState, useCell, waiting } from '../lib/live';
 import { chatHref, type Route } from '../lib/router';
 import { phaseLabel, phaseTone, toneRing } from '../lib/format';
@@ -13,6 +13,9 @@ export function Rail({ route }: { route: Route }) {
   const stream = useCell(streamState);
   const [theme, setTheme] = useState(currentTheme());
   const inbox = waiting(as.items).length;
+  useEffect(() => {
+    document.title = inbox ? `(${inbox}) Dots` : 'Dots';
+  }, [inbox]);
   const list = [...ds.items.values()].sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
   const navItem = (active: boolean) =>
     `flex items-center gap-2 rounded-card px-2 py-1.5 text-sm whitespace-nowrap hover:bg-surface-2 ${active ? 'bg-surface-2 font-semibold' : ''}`;

@@ -1,6 +1,7 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ApiError, dotPath, getJSON, postJSON } from '../lib/api';
-import { computers, dots, onStreamEvent, onUnpark, useCell } from '../lib/live';
+import { approvals, computers, dots, onStreamEvent, onUnpark, useCell, waiting } from '../lib/live';
+import { ApprovalCard } from './Inbox';
 import { phaseLabel, phaseTone, toneText } from '../lib/format';
 import type { LogEvent, Message } from '../lib/types';
 import { Markdown } from '../lib/markdown';
@@ -26,6 +27,9 @@ function messageRow(m: Message): Row {
 export function Chat({ ns, name }: { ns: string; name: string }) {
   const ds = useCell(dots);
   const cs = useCell(computers);
+  const as = useCell(approvals);
+  // What the Dot waits for: the newest thing in its thread, answerable here.
+  const asks = waiting(as.items).filter((a) => a.metadata.namespace === ns && a.spec.dotName === name && !a.spec.taskName);
   const dot = ds.items.get(`${ns}/${name}`);
   const computer = cs.items.get(`${ns}/${name}`);
   const [rows, setRows] = useState<Map<number, Row>>(new Map());
@@ -104,7 +108,7 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
 
   useLayoutEffect(() => {
     bottom.current?.scrollIntoView({ block: 'end' });
-  }, [thread.length]);
+  }, [thread.length, asks.length]);
 
   useEffect(() => {
     localStorage.setItem(draftKey(ns, name), draft);
@@ -183,6 +187,13 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
             ) : (
               <ThreadRow key={g.id} row={g} />
             ),
+          )}
+          {asks.length > 0 && (
+            <ul class="flex flex-col gap-3" aria-label="Waiting for your answer" data-testid="chat-approvals">
+              {asks.map((a) => (
+                <ApprovalCard key={a.metadata.uid} approval={a} />
+              ))}
+            </ul>
           )}
           <div ref={bottom} />
         </div>

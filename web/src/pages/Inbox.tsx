@@ -49,7 +49,7 @@ export function Inbox() {
   );
 }
 
-function ApprovalCard({ approval: a }: { approval: Approval }) {
+export function ApprovalCard({ approval: a }: { approval: Approval }) {
   const [mode, setMode] = useState<'' | 'deny' | 'always'>('');
   const [note, setNote] = useState('');
   const [error, setError] = useState('');
