@@ -11,7 +11,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 BIN := bin/invisible-dots
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
-.PHONY: all build build-go web test-web run test test-unit test-integration test-e2e test-image dot-agentd test-agentd bench bench-parts manifests generate verify clean
+.PHONY: all build build-go web test-web bench-web run test test-unit test-integration test-e2e test-image dot-agentd test-agentd bench bench-parts manifests generate verify clean
 
 all: build
 
@@ -48,6 +48,10 @@ web/dist/app/index.html: web/node_modules/.package-lock.json $(WEB_SRC)
 # throwaway home, whose host cannot run VMs.
 test-web: build
 	cd web && INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npx playwright test
+
+# The web client's figure: Home's load with 50 Dots (web/e2e/bench.spec.ts).
+bench-web: build
+	cd web && WEB_BENCH=1 INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) npx playwright test e2e/bench.spec.ts
 
 # CRDs and RBAC from the kubebuilder markers: the central controllers' role
 # from controllers/, every host agent's from hostagent/.
@@ -108,7 +112,7 @@ test-agentd:
 	$(GO) test ./guest/protocol/... ./guest/agentd/... ./guest/image/...
 
 clean:
-	rm -rf bin _output
+	rm -rf bin _output web/dist/app
 
 # `make bench` builds the binary and runs the control plane benchmark once
 # (test/bench): cold and warm start to a ready API, create/patch latency for
@@ -124,6 +128,7 @@ BENCH_FLAGS ?= -benchtime=1x -timeout 30m
 bench: build
 	INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/ -run '^$$' -bench . $(BENCH_FLAGS)
 	$(MAKE) bench-parts
+	$(MAKE) bench-web
 
 # The other figures of `make bench`: the host agent's VMs under the test image
 # (tcg on hosts whose host.yaml says so), the Computer reconciler over 100
