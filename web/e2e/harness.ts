@@ -118,7 +118,12 @@ export async function applyDot(name: string, ns = 'default') {
 const GROUP = '/apis/dots.invisible.dev/v1alpha1';
 
 /** Makes an Approval as the control plane does when a guest asks. */
-export async function askApproval(name: string, dotName: string, ns = 'default') {
+export async function askApproval(
+  name: string,
+  dotName: string,
+  ns = 'default',
+  call: { tool: string; permission: string; arguments: unknown } = { tool: 'exec', permission: 'computer.exec', arguments: { command: 'ls -la' } },
+) {
   const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/approvals`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
@@ -126,7 +131,7 @@ export async function askApproval(name: string, dotName: string, ns = 'default')
       apiVersion: 'dots.invisible.dev/v1alpha1',
       kind: 'Approval',
       metadata: { name, namespace: ns },
-      spec: { dotName, tool: 'exec', permission: 'computer.exec', reason: 'list the files', arguments: { command: 'ls -la' } },
+      spec: { dotName, reason: 'list the files', ...call },
     }),
   });
   if (!res.ok) throw new Error(`make Approval ${name}: ${res.status} ${await res.text()}`);

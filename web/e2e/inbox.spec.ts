@@ -4,9 +4,10 @@ import { applyDot, askApproval, getApproval, harness } from './harness';
 test('the Inbox answers approvals with the keyboard and with a note', async ({ page }) => {
   await applyDot('inbox-dot');
   await page.goto(harness().url + '/inbox');
-  await askApproval('inbox-a1', 'inbox-dot');
-  await askApproval('inbox-a2', 'inbox-dot');
-  const cards = page.locator('[data-card]');
+  const write = { tool: 'write_file', permission: 'files.write', arguments: { path: '~/workspace/notes.md' } };
+  await askApproval('inbox-a1', 'inbox-dot', 'default', write);
+  await askApproval('inbox-a2', 'inbox-dot', 'default', write);
+  const cards = page.locator('[data-card]', { hasText: 'inbox-dot' });
   await expect(cards).toHaveCount(2);
   await expect(page.getByTestId('inbox-count')).toHaveText('2');
 
@@ -34,14 +35,28 @@ test('the Inbox answers approvals with the keyboard and with a note', async ({ p
   expect(second.spec).toMatchObject({ decision: 'reject', note: 'not in the home directory' });
 });
 
+test('a command is not allowed by the a key alone: it focuses Allow once', async ({ page }) => {
+  await applyDot('exec-dot');
+  await askApproval('exec-a1', 'exec-dot');
+  await page.goto(harness().url + '/inbox');
+  const card = page.locator('[data-card]', { hasText: 'exec-dot' });
+  await card.focus();
+  await page.keyboard.press('a');
+  await expect(card.getByRole('button', { name: 'Allow once' })).toBeFocused();
+  expect((await getApproval('exec-a1')).spec.decision).toBeUndefined();
+  await page.keyboard.press('Enter');
+  await expect(card).toHaveCount(0);
+  expect((await getApproval('exec-a1')).spec.decision).toBe('approve');
+});
+
 test('Always allow says what it allows, then answers with always', async ({ page }) => {
   await applyDot('always-dot');
   await askApproval('always-a1', 'always-dot');
   await page.goto(harness().url + '/inbox');
-  await page.getByRole('button', { name: 'Always allow…' }).click();
+  await page.locator('[data-card]', { hasText: 'always-dot' }).getByRole('button', { name: 'Always allow…' }).click();
   await expect(page.getByRole('note')).toContainText('will not ask again');
   await page.getByRole('button', { name: 'Always allow computer.exec' }).click();
-  await expect(page.locator('[data-card]')).toHaveCount(0);
+  await expect(page.locator('[data-card]', { hasText: 'always-dot' })).toHaveCount(0);
   const a = await getApproval('always-a1');
   expect(a.spec).toMatchObject({ decision: 'approve', always: true });
 });

@@ -5,6 +5,10 @@ import { chatHref } from '../lib/router';
 import { ago } from '../lib/format';
 import type { Approval } from '../lib/types';
 
+// A command and the deletion of a browser identity are not allowed by a key
+// alone: a moves the focus to Allow once, whose press is the confirmation.
+const DESTRUCTIVE = new Set(['computer.exec', 'browser.identity.delete']);
+
 type Answer = { decision: 'approve' | 'reject'; always?: boolean; note?: string };
 
 const approvalPath = (a: Approval) =>
@@ -27,7 +31,9 @@ export function Inbox() {
       all[Math.max(0, Math.min(all.length - 1, at + (e.key === 'j' ? 1 : -1)))]?.focus();
     } else if ((e.key === 'a' || e.key === 'd') && at >= 0) {
       e.preventDefault();
-      all[at].querySelector<HTMLButtonElement>(e.key === 'a' ? '[data-allow]' : '[data-deny]')?.click();
+      const button = all[at].querySelector<HTMLButtonElement>(e.key === 'a' ? '[data-allow]' : '[data-deny]');
+      if (e.key === 'a' && all[at].dataset.destructive !== undefined) button?.focus();
+      else button?.click();
     }
   }
 
@@ -72,6 +78,7 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
   return (
     <li
       data-card
+      data-destructive={DESTRUCTIVE.has(a.spec.permission) ? '' : undefined}
       tabIndex={0}
       aria-label={`${a.spec.dotName} asks to use ${a.spec.tool}`}
       class="rounded-card border border-border bg-surface p-4 focus:ring-2 focus:ring-accent focus:outline-none"
