@@ -35,3 +35,25 @@ test('a card does not move when live data arrives', async ({ page }) => {
   await expect(card.getByRole('link', { name: /1 waiting/ })).toBeVisible();
   expect(await card.boundingBox()).toEqual(before);
 });
+
+test('the keyboard reaches everything: skip to content, the rail, a card, the chat box', async ({ page }) => {
+  await applyDot('keys-dot');
+  await page.goto(harness().url + '/');
+  await expect(page.locator('[data-dot="default/keys-dot"]')).toBeVisible();
+  await page.keyboard.press('Tab');
+  await expect(page.getByRole('link', { name: 'Skip to content' })).toBeFocused();
+  await page.keyboard.press('Enter');
+  await expect(page.locator('main')).toBeFocused();
+  // From the content, Tab reaches the card's Open chat, and Enter opens it.
+  const open = page.locator('[data-dot="default/keys-dot"]').getByRole('link', { name: 'Open chat' });
+  for (let i = 0; i < 40 && !(await open.evaluate((el) => el === document.activeElement)); i++) await page.keyboard.press('Tab');
+  await expect(open).toBeFocused();
+  await page.keyboard.press('Enter');
+  await expect(page).toHaveURL(/\/dots\/default\/keys-dot\/chat$/);
+  const box = page.getByLabel('Message to keys-dot');
+  for (let i = 0; i < 40 && !(await box.evaluate((el) => el === document.activeElement)); i++) await page.keyboard.press('Tab');
+  await expect(box).toBeFocused();
+  await page.keyboard.type('typed with the keyboard');
+  await page.keyboard.press('Enter');
+  await expect(page.locator('[data-testid=message-user][data-event-id]', { hasText: 'typed with the keyboard' })).toBeVisible();
+});
