@@ -11,18 +11,47 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 BIN := bin/invisible-dots
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
-.PHONY: all build run test test-unit test-integration test-e2e test-image dot-agentd test-agentd bench bench-parts manifests generate verify clean
+.PHONY: all build build-go web test-web bench-web run test test-unit test-integration test-e2e test-image dot-agentd test-agentd bench bench-parts manifests generate verify clean
 
 all: build
 
 # The same binary is the kubectl plugin kubectl-dots (kubectl dots chat NAME):
-# a link of that name next to it; put bin/ on PATH to use it.
-build:
+# a link of that name next to it; put bin/ on PATH to use it. `build` builds
+# the web client first (what is missing of it: npm ci when the lock file is
+# newer than node_modules, the Vite build when a source is newer than it), so
+# the binary embeds it; `build-go` builds the binary alone (it then serves a
+# page that says how to build the client).
+build: web build-go
+
+build-go:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
 	ln -sf invisible-dots bin/kubectl-dots
 
 run: build
 	./$(BIN) server
+
+# The web client (web/README.md): Node's dependencies from the lock file,
+# then the Vite build into web/dist/app, which prints the first load's size.
+# PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD: the browser tests use Debian's Chromium.
+NPM ?= npm
+WEB_SRC := $(shell find web/src web/index.html web/vite.config.ts web/tsconfig.json web/scripts -type f 2>/dev/null)
+web: web/dist/app/index.html
+
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	cd web && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(NPM) ci --no-audit --no-fund
+
+web/dist/app/index.html: web/node_modules/.package-lock.json $(WEB_SRC)
+	cd web && $(NPM) run build
+
+# The browser tests (web/e2e, Playwright's runner in Debian's Chromium at
+# /usr/bin/chromium) against the built binary: a whole server on a
+# throwaway home, whose host cannot run VMs.
+test-web: build
+	cd web && INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npx playwright test
+
+# The web client's figure: Home's load with 50 Dots (web/e2e/bench.spec.ts).
+bench-web: build
+	cd web && WEB_BENCH=1 INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) npx playwright test e2e/bench.spec.ts
 
 # CRDs and RBAC from the kubebuilder markers: the central controllers' role
 # from controllers/, every host agent's from hostagent/.
@@ -47,8 +76,9 @@ verify: manifests generate
 # Every test: unit tests of every package (the guest's and the host agent's
 # include real QEMU boots of the test image under tcg), then the suites that
 # start the real control plane, one package at a time so two API servers and
-# their VMs do not share the two cores.
-test: test-image test-unit test-integration test-e2e
+# their VMs do not share the two cores: the integration suite, the web
+# client's browser tests, the e2e suite.
+test: test-image test-unit test-integration test-web test-e2e
 
 # Packages under test/ are the slow suites below.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/test/')
@@ -99,7 +129,7 @@ test-agentd:
 	$(GO) test ./guest/protocol/... ./guest/agentd/... ./guest/image/...
 
 clean:
-	rm -rf bin _output
+	rm -rf bin _output web/dist/app
 
 # `make bench` builds the binary and runs the control plane benchmark once
 # (test/bench): cold and warm start to a ready API, create/patch latency for
@@ -115,6 +145,7 @@ BENCH_FLAGS ?= -benchtime=1x -timeout 30m
 bench: build
 	INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/ -run '^$$' -bench . $(BENCH_FLAGS)
 	$(MAKE) bench-parts
+	$(MAKE) bench-web
 
 # The other figures of `make bench`: the host agent's VMs under the test image
 # (tcg on hosts whose host.yaml says so), the Computer reconciler over 100

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -15,6 +16,8 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/store"
+	"github.com/invisible-dots/invisible-dots/internal/webui"
+	"github.com/invisible-dots/invisible-dots/web"
 )
 
 // Environment variables the server reads.
@@ -39,8 +42,10 @@ func newServerCommand() *cobra.Command {
 		Long: `server runs everything in one process until Ctrl-C (SIGINT), SIGTERM or SIGHUP:
 a managed PostgreSQL (or DATABASE_URL), the Kubernetes API server on
 INVISIBLE_DOTS_LISTEN (default 127.0.0.1:8787), the CRDs, the central
-controllers, and the host agent of this machine (its Host is --host, by
-default the machine's host name). It writes $INVISIBLE_DOTS_HOME/kubeconfig
+controllers, the host agent of this machine (its Host is --host, by
+default the machine's host name), and the web client on
+INVISIBLE_DOTS_WEB_LISTEN (default http://127.0.0.2:3000; --no-web turns it
+off), which adds the API credential itself. It writes $INVISIBLE_DOTS_HOME/kubeconfig
 for kubectl:
 
   export KUBECONFIG=~/.invisible-dots/kubeconfig
@@ -63,10 +68,10 @@ for kubectl:
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
 
-			if noWeb {
-				log.V(1).Info("the web client is off (--no-web)")
-			} else {
-				log.Info("the web client is not built yet in this version; serving the API only")
+			// Read before anything starts: a malformed setting fails at once.
+			webListen, err := webui.ParseListen(os.Getenv(webui.EnvListen))
+			if err != nil {
+				return err
 			}
 			cp, err := controlplane.Start(ctx, controlplane.Options{
 				Home:               layout,
@@ -86,8 +91,19 @@ for kubectl:
 				cp.Stop(context.WithoutCancel(ctx))
 				log.Info("stopped")
 			}()
+			webURL := ""
+			if noWeb {
+				log.V(1).Info("the web client is off (--no-web)")
+			} else if stopWeb := startWeb(cp, webListen, log); stopWeb != nil {
+				defer stopWeb(context.WithoutCancel(ctx))
+				webURL = "http://" + webListen
+			}
 			if cp.KubeconfigPath != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", cp.KubeconfigPath)
+				if webURL != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Open %s, or use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", webURL, cp.KubeconfigPath)
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", cp.KubeconfigPath)
+				}
 			}
 			if noControllers {
 				log.Info("serving the API alone (--no-controllers): the central controllers and host agents run elsewhere")
@@ -134,6 +150,33 @@ for kubectl:
 	cmd.Flags().StringVar(&hostName, "host", os.Getenv(envHost), "the name of this machine's Host (default: $"+envHost+", else the machine's host name)")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 = events only)")
 	return cmd
+}
+
+// startWeb serves the web client on addr with the control plane's own
+// credential. The client is a companion, not a dependency: when it cannot
+// listen, the server says why and goes on. It returns the stop, or nil.
+func startWeb(cp *controlplane.ControlPlane, addr string, log logr.Logger) func(context.Context) {
+	log = log.WithName("web")
+	files, built := web.App()
+	if !built {
+		log.Info("this binary was built without the web client: the page says so; build it with 'make build'")
+	}
+	h, err := webui.NewHandler(webui.Options{
+		Upstream:     cp.Config,
+		Files:        files,
+		AllowedHosts: webui.ParseAllowedHosts(os.Getenv(webui.EnvAllowedHosts)),
+		Address:      addr,
+		Log:          log,
+	})
+	if err == nil {
+		var srv *webui.Server
+		if srv, err = webui.Start(addr, h, log); err == nil {
+			log.Info("web client ready", "address", "http://"+addr)
+			return srv.Stop
+		}
+	}
+	log.Error(err, "the web client is not served; the API and kubectl work without it")
+	return nil
 }
 
 // apiStoppedOrNever is apiStopped, or a channel that never closes.

@@ -1,0 +1,152 @@
+package webui
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/rest"
+)
+
+func TestParseListen(t *testing.T) {
+	tests := map[string]struct {
+		in, want string
+		wantErr  bool
+	}{
+		"default":      {in: "", want: DefaultListen},
+		"set":          {in: "127.0.0.3:8080", want: "127.0.0.3:8080"},
+		"ipv6":         {in: "[::1]:3000", want: "[::1]:3000"},
+		"no port":      {in: "127.0.0.2", wantErr: true},
+		"port zero":    {in: "127.0.0.2:0", wantErr: true},
+		"port too big": {in: "127.0.0.2:70000", wantErr: true},
+		"no host":      {in: ":3000", wantErr: true},
+		"not a number": {in: "127.0.0.2:web", wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseListen(tc.in)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("ParseListen(%q) = %q, %v; want %q, error %v", tc.in, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+// upstream records what reached the API server.
+type upstream struct {
+	auth, impersonate, cookie string
+	path                      string
+}
+
+func newTestHandler(t *testing.T, up *upstream) http.Handler {
+	t.Helper()
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up.auth, up.impersonate, up.cookie, up.path = r.Header.Get("Authorization"), r.Header.Get("Impersonate-User"), r.Header.Get("Cookie"), r.URL.RequestURI()
+		if r.URL.Path == "/dots/v1/stream" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "id: 7\n\n")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		_, _ = io.WriteString(w, `{"kind":"DotList"}`)
+	}))
+	t.Cleanup(api.Close)
+	h, err := NewHandler(Options{
+		Upstream:     &rest.Config{Host: api.URL, BearerToken: "the-server-token"},
+		Files:        fstest.MapFS{"index.html": {Data: []byte("<p>app</p>")}, "assets/a.js": {Data: []byte("1")}},
+		AllowedHosts: []string{"dots.test"},
+		Log:          logr.Discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestChecks(t *testing.T) {
+	tests := map[string]struct {
+		reason     string
+		method     string
+		path, host string
+		header     map[string]string
+		wantStatus int
+		wantUp     bool
+	}{
+		"page":               {reason: "the app on the default address", path: "/", host: "127.0.0.2:3000", wantStatus: 200},
+		"app address":        {reason: "an address of the app serves index.html", path: "/dots/default/a/chat", host: "localhost:3000", wantStatus: 200},
+		"asset":              {reason: "a built file", path: "/assets/a.js", host: "127.0.0.2:3000", wantStatus: 200},
+		"missing asset":      {reason: "a file that is not there is a 404, not the app", path: "/assets/b.js", host: "127.0.0.2:3000", wantStatus: 404},
+		"rebound host":       {reason: "DNS rebinding: a foreign name pointed at the loopback", path: "/", host: "evil.example:3000", wantStatus: 403},
+		"rebound host api":   {reason: "DNS rebinding on the API", path: "/apis", host: "evil.example:3000", wantStatus: 403},
+		"allowed host":       {reason: "a name the person listed", path: "/apis", host: "dots.test:3000", wantStatus: 200, wantUp: true},
+		"ipv6 loopback":      {reason: "::1 is a loopback name", path: "/api", host: "[::1]:3000", wantStatus: 200, wantUp: true},
+		"same origin":        {reason: "the app's own fetch", path: "/apis/dots.invisible.dev/v1alpha1/dots", host: "127.0.0.2:3000", header: map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://127.0.0.2:3000"}, wantStatus: 200, wantUp: true},
+		"cross site":         {reason: "a foreign page's fetch", path: "/apis", host: "127.0.0.2:3000", header: map[string]string{"Sec-Fetch-Site": "cross-site"}, wantStatus: 403},
+		"same site":          {reason: "another port of the same site is another origin", path: "/apis", host: "127.0.0.2:3000", header: map[string]string{"Sec-Fetch-Site": "same-site"}, wantStatus: 403},
+		"foreign origin":     {reason: "an old browser without Sec-Fetch-Site", method: "POST", path: "/dots/v1/namespaces/default/dots/a/messages", host: "127.0.0.2:3000", header: map[string]string{"Origin": "http://evil.example"}, wantStatus: 403},
+		"no browser headers": {reason: "curl on this machine", path: "/dots/v1/health", host: "127.0.0.2:3000", wantStatus: 200, wantUp: true},
+		"host agent route":   {reason: "the host agents' routes are not the page's", path: "/dots/v1/hostagent/hosts/h/outbox", host: "127.0.0.2:3000", wantStatus: 404},
+		"post to a page":     {reason: "the files are read only", method: "POST", path: "/", host: "127.0.0.2:3000", wantStatus: 405},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var up upstream
+			h := newTestHandler(t, &up)
+			req := httptest.NewRequest(cmpOr(tc.method, "GET"), tc.path, nil)
+			req.Host = tc.host
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tc.wantStatus {
+				t.Errorf("%s: %s %s Host %s: status %d, want %d (%s)", tc.reason, req.Method, tc.path, tc.host, rec.Code, tc.wantStatus, rec.Body)
+			}
+			if reached := up.path != ""; reached != tc.wantUp {
+				t.Errorf("%s: reached the API %v, want %v", tc.reason, reached, tc.wantUp)
+			}
+		})
+	}
+}
+
+func TestProxyAddsTheServersCredential(t *testing.T) {
+	var up upstream
+	h := newTestHandler(t, &up)
+	req := httptest.NewRequest("GET", "/apis/dots.invisible.dev/v1alpha1/dots?watch=1", nil)
+	req.Host = "127.0.0.2:3000"
+	req.Header.Set("Authorization", "Bearer the-browsers-guess")
+	req.Header.Set("Impersonate-User", "someone")
+	req.Header.Set("Cookie", "a=b")
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	got := upstream{auth: up.auth, impersonate: up.impersonate, cookie: up.cookie, path: up.path}
+	want := upstream{auth: "Bearer the-server-token", path: "/apis/dots.invisible.dev/v1alpha1/dots?watch=1"}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(upstream{})); diff != "" {
+		t.Errorf("what reached the API server (-want +got):\n%s", diff)
+	}
+}
+
+func TestStreamIsFlushedAsItComes(t *testing.T) {
+	var up upstream
+	srv := httptest.NewServer(newTestHandler(t, &up))
+	defer srv.Close()
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(srv.URL + "/dots/v1/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// The upstream holds the stream open after its first message: the
+	// line arrives only if the proxy flushed it.
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "id: 7" {
+		t.Fatalf("first line of the stream = %q, %v; want %q", line, err, "id: 7")
+	}
+}

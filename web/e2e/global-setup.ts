@@ -1,0 +1,5 @@
+import { start } from './harness';
+
+export default async function globalSetup() {
+  await start();
+}

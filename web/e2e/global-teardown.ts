@@ -1,0 +1,5 @@
+import { stop } from './harness';
+
+export default async function globalTeardown() {
+  await stop();
+}

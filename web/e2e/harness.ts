@@ -1,0 +1,193 @@
+// Starts the real `invisible-dots server` (the built binary, INVISIBLE_DOTS_BIN)
+// on a throwaway home: the whole server, controllers and host agent included,
+// with a QEMU directory that holds no QEMU, so the host cannot run VMs and an
+// applied Dot's computer waits in PROVISIONING. That is enough for what these
+// tests read: the resources, and the chat's log (a message is logged and
+// queued whether the computer runs or not).
+import { spawn } from 'node:child_process';
+import { request as httpsRequest } from 'node:https';
+import { mkdtempSync, mkdirSync, openSync, rmSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const STATE = join(tmpdir(), 'invisible-dots-web-e2e.json');
+
+export interface Harness {
+  pid: number;
+  home: string;
+  url: string;
+  log: string;
+  api: string;
+  host: string;
+}
+
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, host, () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export async function start(): Promise<Harness> {
+  const bin = process.env.INVISIBLE_DOTS_BIN;
+  if (!bin || !existsSync(bin)) throw new Error('INVISIBLE_DOTS_BIN must name the built binary: run `make test-web`');
+  const home = mkdtempSync(join(tmpdir(), 'dots-web-'));
+  const noQemu = join(home, 'no-qemu');
+  mkdirSync(noQemu);
+  const apiPort = await freePort('127.0.0.1');
+  const webPort = await freePort('127.0.0.2');
+  const url = `http://127.0.0.2:${webPort}`;
+  const log = join(home, 'server.log');
+  const out = openSync(log, 'a');
+  const child = spawn(bin, ['server', '--host', 'web-e2e'], {
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      INVISIBLE_DOTS_HOME: home,
+      INVISIBLE_DOTS_LISTEN: `127.0.0.1:${apiPort}`,
+      INVISIBLE_DOTS_WEB_LISTEN: `127.0.0.2:${webPort}`,
+      INVISIBLE_DOTS_QEMU_DIR: noQemu,
+    },
+    stdio: ['ignore', out, out],
+    detached: false,
+  });
+  const h: Harness = { pid: child.pid!, home, url, log, api: `https://127.0.0.1:${apiPort}`, host: 'web-e2e' };
+  writeFileSync(STATE, JSON.stringify(h));
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`the server exited (${child.exitCode}); its log: ${log}`);
+    try {
+      // Ready once the Dots' kind is served through the web server.
+      const res = await fetch(`${url}/apis/dots.invisible.dev/v1alpha1/dots`);
+      if (res.ok) break;
+    } catch {
+      /* not listening yet */
+    }
+    if (Date.now() > deadline) throw new Error(`the server was not ready in 120 s; its log: ${log}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  child.unref();
+  return h;
+}
+
+export async function stop() {
+  if (!existsSync(STATE)) return;
+  const h = JSON.parse(readFileSync(STATE, 'utf8')) as Harness;
+  try {
+    process.kill(h.pid, 'SIGTERM');
+  } catch {
+    /* already gone */
+  }
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    try {
+      process.kill(h.pid, 0);
+    } catch {
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  if (!process.env.KEEP_HOME) rmSync(h.home, { recursive: true, force: true });
+  rmSync(STATE, { force: true });
+}
+
+export function harness(): Harness {
+  return JSON.parse(readFileSync(STATE, 'utf8')) as Harness;
+}
+
+/** Applies a Dot through the web server, as kubectl would through the API. */
+export async function applyDot(name: string, ns = 'default') {
+  const res = await fetch(`${harness().url}/apis/dots.invisible.dev/v1alpha1/namespaces/${ns}/dots`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({
+      apiVersion: 'dots.invisible.dev/v1alpha1',
+      kind: 'Dot',
+      metadata: { name, namespace: ns },
+      spec: { model: { provider: 'openrouter', id: 'z-ai/glm-5.3-flash' } },
+    }),
+  });
+  if (!res.ok && res.status !== 409) throw new Error(`apply Dot ${name}: ${res.status} ${await res.text()}`);
+}
+
+const GROUP = '/apis/dots.invisible.dev/v1alpha1';
+
+/** Makes an Approval as the control plane does when a guest asks. */
+export async function askApproval(
+  name: string,
+  dotName: string,
+  ns = 'default',
+  call: { tool: string; permission: string; arguments: unknown } = { tool: 'exec', permission: 'computer.exec', arguments: { command: 'ls -la' } },
+) {
+  const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/approvals`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({
+      apiVersion: 'dots.invisible.dev/v1alpha1',
+      kind: 'Approval',
+      metadata: { name, namespace: ns },
+      spec: { dotName, reason: 'list the files', ...call },
+    }),
+  });
+  if (!res.ok) throw new Error(`make Approval ${name}: ${res.status} ${await res.text()}`);
+}
+
+export async function getApproval(name: string, ns = 'default'): Promise<any> {
+  const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/approvals/${name}`);
+  if (!res.ok) throw new Error(`get Approval ${name}: ${res.status}`);
+  return res.json();
+}
+
+/** A call to the API server itself with the admin token, as a host agent would make. */
+function adminCall(method: string, path: string, body: unknown, contentType = 'application/json'): Promise<{ status: number; text: string }> {
+  const h = harness();
+  const token = readFileSync(join(h.home, 'config', 'api.token'), 'utf8').split('\n')[0].trim();
+  const ca = readFileSync(join(h.home, 'pki', 'ca.crt'));
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest(
+      h.api + path,
+      { method, ca, headers: { Authorization: `Bearer ${token}`, 'Content-Type': contentType } },
+      (res) => {
+        let text = '';
+        res.on('data', (c) => (text += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+      },
+    );
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
+const seqs = new Map<string, number>();
+
+/**
+ * Stands in for a Dot's guest: places its Computer on the harness's host (no
+ * VM runs there) and hands the control plane guest events through the host
+ * agents' ingestion route, as the host agent's event pump does.
+ */
+export async function guestSays(dotName: string, events: { type: string; data: unknown }[], ns = 'default') {
+  // The Dot controller makes the Computer a moment after the Dot.
+  let place = { status: 0, text: '' };
+  for (const deadline = Date.now() + 20_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200))) {
+    place = await adminCall('PATCH', `${GROUP}/namespaces/${ns}/computers/${dotName}`, { spec: { nodeName: harness().host } }, 'application/merge-patch+json');
+    if (place.status !== 404) break;
+  }
+  if (place.status !== 200) throw new Error(`place the Computer ${dotName}: ${place.status} ${place.text}`);
+  const dot = await (await fetch(`${harness().url}${GROUP}/namespaces/${ns}/dots/${dotName}`)).json();
+  let seq = seqs.get(dot.metadata.uid) ?? 0;
+  const batch = {
+    dot_uid: dot.metadata.uid,
+    events: events.map((e) => {
+      seq++;
+      return { seq, id: `${dotName}-${seq}`, type: e.type, ts: new Date().toISOString(), data: e.data };
+    }),
+  };
+  seqs.set(dot.metadata.uid, seq);
+  const res = await adminCall('POST', `/dots/v1/hostagent/hosts/${harness().host}/dots/${ns}/${dotName}/events`, batch);
+  if (res.status !== 200) throw new Error(`guest events of ${dotName}: ${res.status} ${res.text}`);
+}

@@ -1,0 +1,59 @@
+import AxeBuilder from '@axe-core/playwright';
+import { expect, test } from '@playwright/test';
+import { applyDot, askApproval, harness } from './harness';
+
+const PAGES = [
+  { name: 'Home', path: '/' },
+  { name: 'Chat', path: '/dots/default/axe-dot/chat' },
+  { name: 'Inbox', path: '/inbox' },
+];
+
+for (const theme of ['light', 'dark'] as const) {
+  for (const p of PAGES) {
+    test(`${p.name} has no serious accessibility violation (${theme})`, async ({ page }) => {
+      await applyDot('axe-dot');
+      await askApproval(`axe-${theme}-${p.name.toLowerCase()}`, 'axe-dot');
+      await page.addInitScript((t) => localStorage.setItem('dots.theme', t), theme);
+      await page.goto(harness().url + p.path);
+      await expect(page.getByTestId('rail-dots').getByRole('link', { name: 'axe-dot' })).toBeVisible();
+      const { violations } = await new AxeBuilder({ page }).analyze();
+      const serious = violations
+        .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+        .map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`);
+      expect(serious).toEqual([]);
+    });
+  }
+}
+
+test('a card does not move when live data arrives', async ({ page }) => {
+  await applyDot('steady-dot');
+  await page.goto(harness().url + '/');
+  const card = page.locator('[data-dot="default/steady-dot"]');
+  await expect(card).toBeVisible();
+  const before = await card.boundingBox();
+  await askApproval('steady-a1', 'steady-dot');
+  await expect(card.getByRole('link', { name: /1 waiting/ })).toBeVisible();
+  expect(await card.boundingBox()).toEqual(before);
+});
+
+test('the keyboard reaches everything: skip to content, the rail, a card, the chat box', async ({ page }) => {
+  await applyDot('keys-dot');
+  await page.goto(harness().url + '/');
+  await expect(page.locator('[data-dot="default/keys-dot"]')).toBeVisible();
+  await page.keyboard.press('Tab');
+  await expect(page.getByRole('link', { name: 'Skip to content' })).toBeFocused();
+  await page.keyboard.press('Enter');
+  await expect(page.locator('main')).toBeFocused();
+  // From the content, Tab reaches the card's Open chat, and Enter opens it.
+  const open = page.locator('[data-dot="default/keys-dot"]').getByRole('link', { name: 'Open chat' });
+  for (let i = 0; i < 40 && !(await open.evaluate((el) => el === document.activeElement)); i++) await page.keyboard.press('Tab');
+  await expect(open).toBeFocused();
+  await page.keyboard.press('Enter');
+  await expect(page).toHaveURL(/\/dots\/default\/keys-dot\/chat$/);
+  const box = page.getByLabel('Message to keys-dot');
+  for (let i = 0; i < 40 && !(await box.evaluate((el) => el === document.activeElement)); i++) await page.keyboard.press('Tab');
+  await expect(box).toBeFocused();
+  await page.keyboard.type('typed with the keyboard');
+  await page.keyboard.press('Enter');
+  await expect(page.locator('[data-testid=message-user][data-event-id]', { hasText: 'typed with the keyboard' })).toBeVisible();
+});

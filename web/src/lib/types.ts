@@ -1,0 +1,77 @@
+// The resources' fields the pages read (api/v1alpha1) and the Dots API's
+// shapes (internal/dotsapi/wire).
+
+export interface Meta {
+  name: string;
+  namespace?: string;
+  uid: string;
+  resourceVersion: string;
+  creationTimestamp?: string;
+}
+
+export interface Condition {
+  type: string;
+  status: 'True' | 'False' | 'Unknown';
+  reason?: string;
+  message?: string;
+}
+
+export interface Dot {
+  metadata: Meta;
+  spec: { model?: { provider?: string; id?: string }; instructions?: string };
+  status?: {
+    phase?: string;
+    agentState?: string;
+    currentTask?: string;
+    pendingApprovals?: number;
+    lastActivityTime?: string;
+    error?: string;
+    conditions?: Condition[];
+  };
+}
+
+export interface Computer {
+  metadata: Meta;
+  spec: { runStrategy?: string; nodeName?: string };
+  status?: { state?: string; stopReason?: string; conditions?: Condition[] };
+}
+
+export interface Approval {
+  metadata: Meta;
+  spec: {
+    dotName: string;
+    taskName?: string;
+    tool: string;
+    permission: string;
+    arguments?: unknown;
+    reason?: string;
+    decision?: 'approve' | 'reject';
+    note?: string;
+    always?: boolean;
+  };
+  status?: { phase?: string; decidedAt?: string };
+}
+
+export interface Message {
+  event_id: number;
+  role: 'user' | 'assistant';
+  text: string;
+  message_id?: string;
+  in_reply_to?: string;
+  spent_usd?: number;
+  created_at: string;
+}
+
+export interface LogEvent {
+  id: number;
+  type: string;
+  source: 'host' | 'guest';
+  data: any;
+  created_at: string;
+  // Set on the stream's events.
+  namespace?: string;
+  dot?: string;
+  dot_uid?: string;
+}
+
+export const key = (m: { namespace?: string; name: string }) => `${m.namespace ?? ''}/${m.name}`;

@@ -1,0 +1,163 @@
+import { useEffect, useState } from 'preact/hooks';
+import { dotPath, getJSON } from '../lib/api';
+import { SetupChecklist } from '../components/SetupChecklist';
+import { approvals, computers, dots, onStreamEvent, useCell, waiting } from '../lib/live';
+import { chatHref } from '../lib/router';
+import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
+import { key, type Dot } from '../lib/types';
+
+/** Re-renders every 30 s so "2 min ago" stays true. */
+function useNow() {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    const t = setInterval(() => setNow(Date.now()), 30_000);
+    return () => clearInterval(t);
+  }, []);
+  return now;
+}
+
+export function Home() {
+  const ds = useCell(dots);
+  const cs = useCell(computers);
+  const as = useCell(approvals);
+  const now = useNow();
+  const [query, setQuery] = useState('');
+  const pending = waiting(as.items);
+  const all = [...ds.items.values()].sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
+  const list = all.filter((d) => key(d.metadata).includes(query.trim().toLowerCase()));
+  return (
+    <div class="mx-auto max-w-6xl p-4 md:p-6">
+      <div class="mb-4 flex flex-wrap items-center gap-3">
+        <h1 class="text-2xl font-semibold">Home</h1>
+        {all.length > 6 && (
+          <input
+            type="search"
+            placeholder="Search Dots"
+            aria-label="Search Dots"
+            value={query}
+            onInput={(e) => setQuery((e.target as HTMLInputElement).value)}
+            class="ml-auto w-full rounded-card border border-border bg-surface px-3 py-1.5 sm:w-64"
+          />
+        )}
+      </div>
+      {ds.error && (
+        <p role="status" class="mb-4 rounded-card border border-danger p-3 text-danger">
+          {ds.error}
+        </p>
+      )}
+      {!ds.loaded && !ds.error && <p class="text-muted">Loading your Dots…</p>}
+      {ds.loaded && all.length === 0 && <Empty />}
+      <ul class="grid grid-cols-1 gap-4 sm:grid-cols-2 xl:grid-cols-3" data-testid="dot-cards">
+        {list.map((d) => (
+          <DotCard
+            key={d.metadata.uid}
+            dot={d}
+            computerState={cs.items.get(key(d.metadata))?.status?.state}
+            waitingCount={pending.filter((a) => a.metadata.namespace === d.metadata.namespace && a.spec.dotName === d.metadata.name).length}
+            now={now}
+          />
+        ))}
+      </ul>
+      {/* Under the cards, so its arrival moves none of them. */}
+      {ds.loaded && <SetupChecklist />}
+    </div>
+  );
+}
+
+const startOfToday = () => {
+  const d = new Date();
+  d.setHours(0, 0, 0, 0);
+  return d.toISOString();
+};
+
+/** What the Dot spent today; read again on its own spending events only. */
+function useSpentToday(ns: string, name: string): number | undefined {
+  const [spent, setSpent] = useState<number>();
+  useEffect(() => {
+    let live = true;
+    const read = () =>
+      void getJSON<{ spent_usd: number }>(`${dotPath(ns, name)}/usage?since=${encodeURIComponent(startOfToday())}`)
+        .then((u) => live && setSpent(u.spent_usd))
+        .catch(() => live && setSpent(undefined));
+    read();
+    const stop = onStreamEvent((e) => {
+      if (e.namespace === ns && e.dot === name && (e.type === 'message.assistant' || e.type === 'task.completed' || e.type === 'task.failed')) read();
+    });
+    return () => {
+      live = false;
+      stop();
+    };
+  }, [ns, name]);
+  return spent;
+}
+
+function Empty() {
+  return (
+    <div class="rounded-card border border-dashed border-border bg-surface p-6">
+      <h2 class="text-lg font-semibold">No Dots yet</h2>
+      <p class="mt-2 text-muted">Declare your first Dot and apply it; it shows here at once.</p>
+      <pre tabIndex={0} class="mt-3 overflow-x-auto rounded-card bg-surface-2 p-3 font-mono text-sm">
+        export KUBECONFIG=~/.invisible-dots/kubeconfig{'\n'}kubectl apply -f config/samples/dots_v1alpha1_dot.yaml
+      </pre>
+    </div>
+  );
+}
+
+function DotCard({ dot, computerState, waitingCount, now }: { dot: Dot; computerState?: string; waitingCount: number; now: number }) {
+  const { namespace = 'default', name } = dot.metadata;
+  const phase = dot.status?.phase;
+  const tone = phaseTone(phase);
+  const why = reason(dot);
+  const spent = useSpentToday(namespace, name);
+  return (
+    <li
+      class="flex h-60 flex-col rounded-card border border-border bg-surface p-4"
+      data-testid="dot-card"
+      data-dot={`${namespace}/${name}`}
+    >
+      <div class="flex items-center gap-3">
+        <span
+          aria-hidden="true"
+          class={`grid size-10 shrink-0 place-items-center rounded-full bg-surface-2 font-semibold uppercase ring-2 ${toneRing[tone]}`}
+        >
+          {name.slice(0, 1)}
+        </span>
+        <div class="min-w-0">
+          <h2 class="truncate font-semibold">{name}</h2>
+          <p class="truncate text-xs text-muted">{namespace}</p>
+        </div>
+        <span class={`ml-auto shrink-0 text-sm font-medium capitalize ${toneText[tone]}`} data-testid="dot-phase">
+          {phaseLabel(phase)}
+        </span>
+      </div>
+      {/* One line each, always there, so live updates never move the card. */}
+      <p class="mt-2 h-5 truncate text-sm text-muted" title={why}>
+        {why || (computerState ? `Computer ${computerState.toLowerCase()}` : ' ')}
+      </p>
+      <dl class="mt-2 grid grid-cols-[auto_1fr] gap-x-3 gap-y-1 text-sm">
+        <dt class="text-muted">Model</dt>
+        <dd class="truncate font-mono text-xs leading-5">{dot.spec.model?.id ?? 'not set'}</dd>
+        <dt class="text-muted">Spent today</dt>
+        <dd class="tabular-nums" data-testid="spent-today">{spent === undefined ? '–' : `$${spent.toFixed(2)}`}</dd>
+        <dt class="text-muted">Last activity</dt>
+        <dd>{ago(dot.status?.lastActivityTime, now)}</dd>
+        <dt class="text-muted">Approvals</dt>
+        <dd>
+          {waitingCount > 0 ? (
+            <a href="/inbox" class="font-medium text-warn underline">
+              {waitingCount} waiting
+            </a>
+          ) : (
+            <span class="text-muted">none waiting</span>
+          )}
+        </dd>
+      </dl>
+      <a
+        href={chatHref(namespace, name)}
+        class="mt-auto self-start rounded-card bg-accent px-3 py-1.5 text-sm font-medium text-accent-fg hover:opacity-90"
+      >
+        Open chat
+      </a>
+    </li>
+  );
+}

@@ -1,0 +1,161 @@
+import { useRef, useState } from 'preact/hooks';
+import { GROUP, mergePatch } from '../lib/api';
+import { approvals, useCell, waiting } from '../lib/live';
+import { chatHref } from '../lib/router';
+import { ago } from '../lib/format';
+import type { Approval } from '../lib/types';
+
+// A command and the deletion of a browser identity are not allowed by a key
+// alone: a moves the focus to Allow once, whose press is the confirmation.
+const DESTRUCTIVE = new Set(['computer.exec', 'browser.identity.delete']);
+
+type Answer = { decision: 'approve' | 'reject'; always?: boolean; note?: string };
+
+const approvalPath = (a: Approval) =>
+  `${GROUP}/namespaces/${encodeURIComponent(a.metadata.namespace ?? 'default')}/approvals/${encodeURIComponent(a.metadata.name)}`;
+
+export function Inbox() {
+  const as = useCell(approvals);
+  const list = waiting(as.items);
+  const cards = useRef<HTMLUListElement>(null);
+
+  // j/k move between the cards, a allows the one in focus once, d opens its
+  // note to deny: only while the focus is in the list (WCAG 2.1.4).
+  function onKey(e: KeyboardEvent) {
+    const t = e.target as HTMLElement;
+    if (t.closest('textarea, input') || e.ctrlKey || e.metaKey || e.altKey) return;
+    const all = [...(cards.current?.querySelectorAll<HTMLElement>('[data-card]') ?? [])];
+    const at = all.findIndex((c) => c.contains(t));
+    if (e.key === 'j' || e.key === 'k') {
+      e.preventDefault();
+      all[Math.max(0, Math.min(all.length - 1, at + (e.key === 'j' ? 1 : -1)))]?.focus();
+    } else if ((e.key === 'a' || e.key === 'd') && at >= 0) {
+      e.preventDefault();
+      const button = all[at].querySelector<HTMLButtonElement>(e.key === 'a' ? '[data-allow]' : '[data-deny]');
+      if (e.key === 'a' && all[at].dataset.destructive !== undefined) button?.focus();
+      else button?.click();
+    }
+  }
+
+  return (
+    <div class="mx-auto max-w-3xl p-4 md:p-6">
+      <h1 class="text-2xl font-semibold">Inbox</h1>
+      <p class="mt-1 text-sm text-muted">
+        What your Dots wait for you to answer. Keys in the list: <kbd>j</kbd>/<kbd>k</kbd> move, <kbd>a</kbd> allows once,{' '}
+        <kbd>d</kbd> denies.
+      </p>
+      {as.error && <p class="mt-3 text-danger">{as.error}</p>}
+      {as.loaded && list.length === 0 && <p class="mt-6 text-muted">Nothing needs you now.</p>}
+      <ul ref={cards} class="mt-4 flex flex-col gap-3" onKeyDown={onKey} data-testid="approvals">
+        {list.map((a) => (
+          <ApprovalCard key={a.metadata.uid} approval={a} />
+        ))}
+      </ul>
+    </div>
+  );
+}
+
+export function ApprovalCard({ approval: a }: { approval: Approval }) {
+  const [mode, setMode] = useState<'' | 'deny' | 'always'>('');
+  const [note, setNote] = useState('');
+  const [error, setError] = useState('');
+  const [busy, setBusy] = useState(false);
+  const ns = a.metadata.namespace ?? 'default';
+
+  async function answer(ans: Answer) {
+    setBusy(true);
+    setError('');
+    try {
+      await mergePatch(approvalPath(a), { spec: { decision: ans.decision, always: ans.always || undefined, note: ans.note || undefined } });
+    } catch (err) {
+      const msg = (err as Error).message;
+      setError(/immutable|already/i.test(msg) ? 'This approval was answered somewhere else.' : `${msg} Try again.`);
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  return (
+    <li
+      data-card
+      data-destructive={DESTRUCTIVE.has(a.spec.permission) ? '' : undefined}
+      tabIndex={0}
+      aria-label={`${a.spec.dotName} asks to use ${a.spec.tool}`}
+      class="rounded-card border border-border bg-surface p-4 focus:ring-2 focus:ring-accent focus:outline-none"
+    >
+      <div class="flex flex-wrap items-baseline gap-x-2">
+        <a href={chatHref(ns, a.spec.dotName)} class="font-semibold underline">
+          {a.spec.dotName}
+        </a>
+        <span class="text-sm text-muted">wants to use</span>
+        <code class="font-mono text-sm">{a.spec.tool}</code>
+        <span class="ml-auto text-xs text-muted">{ago(a.metadata.creationTimestamp)}</span>
+      </div>
+      <p class="mt-1 text-sm">
+        Permission <code class="font-mono">{a.spec.permission}</code>
+        {a.spec.reason ? `: ${a.spec.reason}` : ''}
+      </p>
+      {a.spec.arguments !== undefined && (
+        <details class="mt-2 text-sm">
+          <summary class="cursor-pointer text-muted">Details</summary>
+          <pre tabIndex={0} class="mt-1 overflow-x-auto rounded-card bg-surface-2 p-2 font-mono text-xs">{JSON.stringify(a.spec.arguments, null, 2)}</pre>
+        </details>
+      )}
+      {mode === 'always' && (
+        <p class="mt-3 rounded-card bg-surface-2 p-2 text-sm" role="note">
+          Always allow sets <code class="font-mono">{a.spec.permission}</code> to allow in {a.spec.dotName}'s spec: it will not ask
+          again for anything this permission covers.
+        </p>
+      )}
+      {mode === 'deny' && (
+        <div class="mt-3">
+          <label class="text-sm text-muted" for={`note-${a.metadata.uid}`}>
+            A note for the Dot (optional)
+          </label>
+          <textarea
+            id={`note-${a.metadata.uid}`}
+            class="mt-1 w-full rounded-card border border-border bg-surface px-2 py-1"
+            value={note}
+            autoFocus
+            onInput={(e) => setNote((e.target as HTMLTextAreaElement).value)}
+          />
+        </div>
+      )}
+      <div class="mt-3 flex flex-wrap gap-2">
+        {mode === '' && (
+          <>
+            <button data-allow type="button" disabled={busy} class="rounded-card bg-accent px-3 py-1.5 text-sm text-accent-fg" onClick={() => answer({ decision: 'approve' })}>
+              Allow once
+            </button>
+            <button type="button" disabled={busy} class="rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => setMode('always')}>
+              Always allow…
+            </button>
+            <button data-deny type="button" disabled={busy} class="rounded-card border border-danger px-3 py-1.5 text-sm text-danger" onClick={() => setMode('deny')}>
+              Deny…
+            </button>
+          </>
+        )}
+        {mode === 'always' && (
+          <button type="button" disabled={busy} class="rounded-card bg-accent px-3 py-1.5 text-sm text-accent-fg" onClick={() => answer({ decision: 'approve', always: true })}>
+            Always allow {a.spec.permission}
+          </button>
+        )}
+        {mode === 'deny' && (
+          <button type="button" disabled={busy} class="rounded-card bg-danger px-3 py-1.5 text-sm text-surface" onClick={() => answer({ decision: 'reject', note })}>
+            Deny
+          </button>
+        )}
+        {mode !== '' && (
+          <button type="button" class="rounded-card px-3 py-1.5 text-sm text-muted" onClick={() => setMode('')}>
+            Back
+          </button>
+        )}
+      </div>
+      {error && (
+        <p role="alert" class="mt-2 text-sm text-danger">
+          {error}
+        </p>
+      )}
+    </li>
+  );
+}
