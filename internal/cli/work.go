@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
@@ -272,21 +273,26 @@ func newDecisionCommand(decision dotsv1.ApprovalDecision) *cobra.Command {
 	return cmd
 }
 
-// decide writes a decision; a second one is refused by the API server.
+// decide writes a decision; a second one is refused by the API server. The
+// control plane writes the Approval too (its status), so a write that meets
+// a newer version reads it again and tries once more.
 func decide(ctx context.Context, c *clients, name string, decision dotsv1.ApprovalDecision, always bool, note string, out io.Writer) error {
-	a := &dotsv1.Approval{}
-	if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: name}, a); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("no Approval %s in namespace %s (kubectl get approvals lists them)", name, c.ns)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		a := &dotsv1.Approval{}
+		if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: name}, a); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("no Approval %s in namespace %s (kubectl get approvals lists them)", name, c.ns)
+			}
+			return err
 		}
-		return err
-	}
-	if a.Spec.Decision != "" {
-		return fmt.Errorf("approval %s was already decided: %s", name, a.Spec.Decision)
-	}
-	base := a.DeepCopy()
-	a.Spec.Decision, a.Spec.Always, a.Spec.Note = decision, always, note
-	if err := c.kube.Patch(ctx, a, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if a.Spec.Decision != "" {
+			return fmt.Errorf("approval %s was already decided: %s", name, a.Spec.Decision)
+		}
+		base := a.DeepCopy()
+		a.Spec.Decision, a.Spec.Always, a.Spec.Note = decision, always, note
+		return c.kube.Patch(ctx, a, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "approval %s: %s\n", name, decision)
