@@ -15,8 +15,6 @@
 package pump
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -34,6 +32,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/sse"
 )
 
 // Streamer opens a guest's event stream: *guestclient.Client's Request.
@@ -350,79 +349,28 @@ type message struct {
 // readStream reads the messages of an event stream (text/event-stream, as
 // the engine writes it: "id: SEQ" and "data: JSON" lines, comment lines
 // such as ": keep-alive", a blank line ending each message) into out, until
-// the stream ends or ctx does.
+// the stream ends or ctx does. A message cut by the end of the stream is
+// not handed on: it is read again after the cursor.
 func readStream(ctx context.Context, r io.Reader, out chan<- message) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var m message
-	var data bytes.Buffer
+	sr := sse.NewReader(r, maxEventBytes)
 	for {
-		line, tooLong, err := readLine(br, maxEventBytes)
+		sm, err := sr.Next()
 		if err != nil {
-			// A message cut by the end of the stream is not handed on: it
-			// is read again after the cursor.
 			return err
 		}
-		if tooLong {
+		m := message{id: sm.ID, data: sm.Data}
+		switch {
+		case sm.TooLarge:
 			// Not handed on: the message stands as refused, under its id.
-			m.problem = fmt.Sprintf("the message is larger than %d bytes", maxEventBytes)
-			continue
+			m.data, m.problem = nil, fmt.Sprintf("the message is larger than %d bytes", maxEventBytes)
+		case len(sm.Data) == 0:
+			continue // an id alone, or an empty message: nothing to store
 		}
-		if len(line) == 0 {
-			if data.Len() > 0 || m.problem != "" {
-				if m.problem == "" {
-					m.data = bytes.Clone(data.Bytes())
-				}
-				select {
-				case out <- m:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			m = message{}
-			data.Reset()
-			continue
+		select {
+		case out <- m:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		if line[0] == ':' {
-			continue // a comment: the keep-alive
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "id":
-			m.id = string(value)
-		case "data":
-			if data.Len() > 0 {
-				data.WriteByte('\n')
-			}
-			if data.Len()+len(value) > maxEventBytes {
-				if m.problem == "" {
-					m.problem = fmt.Sprintf("the message is larger than %d bytes", maxEventBytes)
-				}
-				continue
-			}
-			data.Write(value)
-		}
-	}
-}
-
-// readLine reads one line without its end of line. A line longer than max
-// is read to its end and cut at max, and tooLong says so.
-func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(line)+len(chunk) <= max+2 {
-			line = append(line, chunk...)
-		} else {
-			tooLong = true
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
-		return line, tooLong, nil
 	}
 }
 

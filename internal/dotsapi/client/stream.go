@@ -1,8 +1,6 @@
 package client
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/sse"
 )
 
 // StreamOptions choose a live stream of the event log.
@@ -30,7 +29,7 @@ type StreamOptions struct {
 	Retry time.Duration
 }
 
-// The longest line of a stream the client reads: an event's data is one
+// The largest message of a stream the client reads: an event is one data
 // line.
 const maxStreamLine = 64 << 20
 
@@ -126,84 +125,45 @@ func (s *streamReader) once(ctx context.Context) (bool, error) {
 		return false, errorOf(resp.StatusCode, data)
 	}
 	got := false
-	var id, data []byte
-	var hasID bool
-	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	sr := sse.NewReader(resp.Body, maxStreamLine)
 	for {
-		line, err := readLine(br)
+		m, err := sr.Next()
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // the server never ends a stream
+		}
 		if err != nil {
 			return got, fmt.Errorf("GET %s: %w", s.path, err)
 		}
-		if len(line) == 0 {
-			// A blank line ends a message (server-sent events): an id
-			// alone moves the resume point, data is an event.
-			if hasID {
-				n, perr := strconv.ParseInt(string(id), 10, 64)
-				if perr != nil {
-					return got, fmt.Errorf("GET %s: the stream sent id %q, not an event id", s.path, id)
-				}
-				if len(data) > 0 {
-					var e wire.StreamEvent
-					if err := json.Unmarshal(data, &e); err != nil {
-						return got, fmt.Errorf("GET %s: event %d does not read: %w", s.path, n, err)
-					}
-					// An event at or before the cursor was delivered
-					// already (the server does not send one; this keeps
-					// the promise whatever it does).
-					if !s.known || e.ID > s.cursor {
-						select {
-						case s.events <- e:
-						case <-ctx.Done():
-							return got, ctx.Err()
-						}
-					}
-				}
-				if !s.known || n > s.cursor {
-					s.cursor, s.known = n, true
-				}
-				got = true
-			}
-			id, data, hasID = nil, nil, false
+		if m.TooLarge {
+			return got, fmt.Errorf("GET %s: a message of the stream is longer than %d bytes", s.path, maxStreamLine)
+		}
+		if !m.HasID {
 			continue
 		}
-		if line[0] == ':' {
-			continue // a comment: the keep-alive
+		// An id alone moves the resume point; data is an event.
+		n, perr := strconv.ParseInt(m.ID, 10, 64)
+		if perr != nil {
+			return got, fmt.Errorf("GET %s: the stream sent id %q, not an event id", s.path, m.ID)
 		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "id":
-			id, hasID = append(id[:0], value...), true
-		case "data":
-			if data != nil {
-				data = append(data, '\n')
+		if len(m.Data) > 0 {
+			var e wire.StreamEvent
+			if err := json.Unmarshal(m.Data, &e); err != nil {
+				return got, fmt.Errorf("GET %s: event %d does not read: %w", s.path, n, err)
 			}
-			data = append(data, value...)
-		}
-	}
-}
-
-// readLine reads one line of the stream without its line break, LF or CRLF
-// (the server writes LF; a lone CR, which the format also allows, is not
-// read as one).
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		line = append(line, chunk...)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
+			// An event at or before the cursor was delivered already (the
+			// server does not send one; this keeps the promise whatever it
+			// does).
+			if !s.known || e.ID > s.cursor {
+				select {
+				case s.events <- e:
+				case <-ctx.Done():
+					return got, ctx.Err()
+				}
 			}
-			return nil, err
 		}
-		if len(line) > maxStreamLine {
-			return nil, fmt.Errorf("a line of the stream is longer than %d bytes", maxStreamLine)
+		if !s.known || n > s.cursor {
+			s.cursor, s.known = n, true
 		}
+		got = true
 	}
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	return bytes.TrimSuffix(line, []byte("\r")), nil
 }
