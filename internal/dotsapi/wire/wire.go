@@ -19,6 +19,21 @@ import (
 // Prefix is where the Dots API is served, on the API server's own port.
 const Prefix = "/dots/v1/"
 
+// Discovery: where the Dots API is served when the control plane runs
+// against a cluster that is not its own (server --kubeconfig), whose API
+// server does not serve Prefix. The server writes the ConfigMap
+// DiscoveryConfigMap in the system namespace (its HTTPS address and the CA of
+// its certificate: nothing secret) and every authenticated user may read it
+// (config/rbac/dots_api_discovery.yaml). On the embedded API server it does
+// not exist: the API server itself serves the Dots API.
+const (
+	DiscoveryConfigMap = "dots-api"
+	// DiscoveryServerKey is https://host:port.
+	DiscoveryServerKey = "server"
+	// DiscoveryCAKey is the PEM of the CA that signed its certificate.
+	DiscoveryCAKey = "ca.crt"
+)
+
 // HostAgentPrefix is the part of the API for host agents only: their
 // ClusterRole alone gets it as nonResourceURLs.
 const HostAgentPrefix = Prefix + "hostagent/"
