@@ -178,4 +178,16 @@ func TestDotsAPIOnAnotherCluster(t *testing.T) {
 	if _, err := bob.PostMessage(ctx, "family", "fare-watch", "hello"); client.StatusOf(err) != http.StatusForbidden {
 		t.Errorf("the viewer's post: %v; want 403", err)
 	}
+	t.Log("the host agent in the same process works with that credential too")
+	eventually(t, time.Minute, "the host sa-host registered", func() error {
+		_, err := cluster.kubectl("get", "host", "sa-host")
+		return err
+	})
+	for _, line := range strings.Split(sa.logTail(400), "\n") {
+		// Installing the roles is config/default's work, not this
+		// credential's: that refusal is expected and said.
+		if strings.Contains(line, "forbidden") && !strings.Contains(line, "could not install the system namespace and the roles") {
+			t.Errorf("the server met a refusal with config/default's roles: %s", line)
+		}
+	}
 }
