@@ -50,7 +50,9 @@ func (e *DecodeError) Status() int {
 // case included: encoding/json alone would take it, keys.go), anything but
 // white space after the value, a body over limit and a body that cannot be
 // read are each refused with a *DecodeError. Every route reading a JSON body from across the guest
-// boundary decodes with it and answers the error with its own code.
+// boundary decodes with it and answers the error with its own code, and the
+// host reads a guest's answers with it too (a guest is untrusted from the
+// host's side): one helper, so both sides refuse the same things.
 func DecodeJSON(r io.Reader, limit int64, v any) error {
 	body, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {

@@ -559,6 +559,8 @@ func DescribeFailure(what, method, route string, err error, timeout time.Duratio
 			code = "an error code that is not the protocol's"
 		}
 		return fmt.Sprintf("%s (%s %s: status %d, %s)", what, method, path, se.Status, code)
+	case errors.As(err, new(*guestclient.AnswerError)):
+		return fmt.Sprintf("%s (%s %s: the guest's answer is not the protocol's)", what, method, path)
 	case errors.Is(err, guestclient.ErrGuestUnproven):
 		return fmt.Sprintf("%s (%s %s: the listener on the guest port did not prove it holds the Dot's token, so it was sent nothing)", what, method, path)
 	case errors.Is(err, guestclient.ErrGuestNotAnswering):
