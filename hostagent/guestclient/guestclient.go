@@ -49,17 +49,19 @@ var ErrGuestNotAnswering = errors.New("guest not answering")
 //
 // Every new connection is checked against the listener rule (listener.go)
 // before the proof: the port's listening socket must be the pid's. A pid
-// alone is not an identity (the kernel hands it on): StartTicks and BootID,
-// when set (qemu.json's proc_start_ticks and boot id), must match too.
+// alone is not an identity (the kernel hands it on): StartTicks and BootID
+// (qemu.json's proc_start_ticks and boot id) must match too, and a target
+// without them is refused. The host agent builds its targets from the VM's
+// record: the driver for its own calls, guestlink.Reconciler for the READY
+// pushes, the pump and the deliverer.
 type Target struct {
 	Port  int
 	PID   int
 	Token string
 	// StartTicks is the QEMU's start time in clock ticks since boot
-	// (/proc/<pid>/stat field 22); 0 when the caller does not have it.
+	// (/proc/<pid>/stat field 22).
 	StartTicks uint64
-	// BootID is the host's boot id when QEMU was started; "" when the
-	// caller does not have it.
+	// BootID is the host's boot id when QEMU was started.
 	BootID string
 }
 
@@ -93,14 +95,17 @@ func New() *Client {
 	return &Client{ProofTimeout: 10 * time.Second, DialTimeout: 5 * time.Second, pools: map[poolKey]*http.Client{}}
 }
 
-// Forget closes the idle connections of a target (its QEMU stopped).
+// Forget closes the idle connections to the QEMU of t's port and pid (it
+// stopped), whatever token and identity they were proven with: the one who
+// forgets a VM (its kill) need not hold its token.
 func (c *Client) Forget(t Target) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := keyOf(t)
-	if hc, ok := c.pools[k]; ok {
-		hc.CloseIdleConnections()
-		delete(c.pools, k)
+	for k, hc := range c.pools {
+		if k.port == t.Port && k.pid == t.PID {
+			hc.CloseIdleConnections()
+			delete(c.pools, k)
+		}
 	}
 }
 

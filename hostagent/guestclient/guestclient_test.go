@@ -103,7 +103,8 @@ func start(t *testing.T, g *guest) Target {
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	var p int
 	json.Unmarshal([]byte(port), &p)
-	return Target{Port: p, PID: os.Getpid(), Token: token} // the listener is this process's
+	start, boot := self(t)
+	return Target{Port: p, PID: os.Getpid(), Token: token, StartTicks: start, BootID: boot} // the listener is this process's
 }
 
 func TestProvenGuest(t *testing.T) {
@@ -134,9 +135,13 @@ func TestProvenGuest(t *testing.T) {
 		t.Errorf("Agent(health) = %v, %v", agent, err)
 	}
 
-	// Another pid on the same port is another QEMU: proven again.
+	// Another pid on the same port is another QEMU: proven again. Its
+	// stand-in is this process too, which the listener rule rightly
+	// refuses under another pid (TestRelayedProofIsRefused is the rule's):
+	// here it is the pool that is under test.
 	other := tgt
 	other.PID++
+	c.ListenerRule = func(Target) error { return nil }
 	if _, err := c.Health(ctx, other); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +205,8 @@ func TestRawTCPListenerNeverSeesToken(t *testing.T) {
 		got <- string(buf[:n])
 	}()
 	c := New()
-	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token})
+	start, boot := self(t)
+	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token, StartTicks: start, BootID: boot})
 	if !errors.Is(err, ErrGuestUnproven) {
 		t.Fatalf("Health() against a non-HTTP listener = %v, want ErrGuestUnproven", err)
 	}
@@ -240,7 +246,8 @@ func TestClosingListenerIsNotAnswering(t *testing.T) {
 			c.Close()
 		}
 	}()
-	_, err = New().Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token})
+	start, boot := self(t)
+	_, err = New().Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token, StartTicks: start, BootID: boot})
 	if !errors.Is(err, ErrGuestNotAnswering) || errors.Is(err, ErrGuestUnproven) {
 		t.Errorf("Health() against a listener that closes at once = %v, want ErrGuestNotAnswering only", err)
 	}
@@ -277,7 +284,8 @@ func TestSilentListenerIsNotAnswering(t *testing.T) {
 	}()
 	c := New()
 	c.ProofTimeout = 200 * time.Millisecond
-	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token})
+	start, boot := self(t)
+	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token, StartTicks: start, BootID: boot})
 	if !errors.Is(err, ErrGuestNotAnswering) || errors.Is(err, ErrGuestUnproven) {
 		t.Errorf("Health() against a listener that holds the connection silently = %v, want ErrGuestNotAnswering only", err)
 	}
@@ -339,5 +347,25 @@ func TestGuestAnswersAreReadStrictly(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestForget: forgetting a QEMU by its port and pid (what a kill knows)
+// closes the connections proven to it, whatever token and identity they
+// were proven with: the next call proves again.
+func TestForget(t *testing.T) {
+	ctx := context.Background()
+	g := &guest{proofToken: token}
+	tgt := start(t, g)
+	c := New()
+	if _, err := c.Health(ctx, tgt); err != nil {
+		t.Fatal(err)
+	}
+	c.Forget(Target{Port: tgt.Port, PID: tgt.PID})
+	if _, err := c.Health(ctx, tgt); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.proofCount(); got != 2 {
+		t.Errorf("proof asked %d times, want 2: the forgotten connection was used again", got)
 	}
 }
