@@ -46,8 +46,12 @@ func walkKeys(dec *json.Decoder, t reflect.Type) (string, string, error) {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t != nil && (t.Kind() == reflect.Interface || custom(t)) {
-		t = nil
+	if t == nil || t.Kind() == reflect.Interface || custom(t) || !mayHoldFields(t) {
+		// Nothing in this value is a struct's key: it is read over whole,
+		// without a token for each of its parts (an event's data, a list
+		// of strings).
+		var skip json.RawMessage
+		return "", "", dec.Decode(&skip)
 	}
 	tok, err := dec.Token()
 	if err != nil {
@@ -96,6 +100,19 @@ func walkKeys(dec *json.Decoder, t reflect.Type) (string, string, error) {
 		return "", "", err
 	}
 	return "", "", nil
+}
+
+// mayHoldFields says whether a value of t can hold a struct's keys: a
+// struct, or a map, slice, array or pointer of something that can. A
+// struct ends the walk down, so a type that refers to itself does too.
+func mayHoldFields(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Struct:
+		return true
+	case reflect.Map, reflect.Slice, reflect.Array, reflect.Pointer:
+		return mayHoldFields(t.Elem())
+	}
+	return false
 }
 
 // matchFold is the field a key matched in another case ("" when none: a
