@@ -109,9 +109,19 @@ func (s *Servers) Apply(cfg *protocol.RuntimeConfig, secrets map[string]map[stri
 				stop = append(stop, old.srv)
 			}
 			ne := &entry{key: key}
-			if denied {
+			var missing []string
+			for _, n := range e.Secrets {
+				if _, ok := own[n]; !ok {
+					missing = append(missing, n)
+				}
+			}
+			switch {
+			case denied:
 				ne.static = Status{State: protocol.MCPFailed, Error: fmt.Sprintf("not started: its permission %s%s is deny", protocol.MCPPermissionPrefix, name)}
-			} else {
+			case len(missing) > 0:
+				// It waits for the host's push of its secrets (a new key).
+				ne.static = Status{State: protocol.MCPFailed, Error: "not started: " + errNotSet{missing}.Error()}
+			default:
 				values := make([]string, 0, len(own))
 				for _, v := range own {
 					values = append(values, v)
