@@ -156,8 +156,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		// The declared MCP servers run through the same relay as the model's
 		// commands, as dot in its home (ref 8.3).
 		mcps = mcphost.NewServers(mcphost.ServersOptions{
-			Launcher: mcphost.Launcher{RelayPath: cfg.AgentdBin, AgentdSocket: cfg.AgentdSocket, Cwd: home, Path: relayPath},
-			Log:      log, ToolName: tools.MCPToolName, Dial: deps.MCPDial,
+			// A server gets a second after its input ends, then SIGTERM, then
+			// SIGKILL: at most about three seconds of the stop's budget (ref 8.7).
+			Launcher: mcphost.Launcher{RelayPath: cfg.AgentdBin, AgentdSocket: cfg.AgentdSocket, Cwd: home, Path: relayPath,
+				TerminateAfter: time.Second},
+			Log: log, ToolName: tools.MCPToolName, Dial: deps.MCPDial,
 		})
 		defer mcps.Close()
 		toolbox = Toolbox{Runner: runner, MCP: mcps}
@@ -177,6 +180,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	opts := work.Options{Store: st, Model: model, Tools: toolbox, Memory: mem, Log: log, Grace: cfg.Grace}
 	if mcps != nil {
 		opts.MCP = mcps
+		mem.MCPServers = func() []memory.MCPServer { return promptServers(mcps) }
 	}
 	eng = work.New(opts)
 	late.set(eng)
@@ -343,6 +347,23 @@ func installCrashHook(st *store.Store, spec string) {
 	} else {
 		st.AfterCommit = hook
 	}
+}
+
+// promptServers is what the system prompt tells of the declared servers.
+func promptServers(mcps *mcphost.Servers) []memory.MCPServer {
+	instructions := mcps.Instructions()
+	var out []memory.MCPServer
+	for _, st := range mcps.Status() {
+		s := memory.MCPServer{Name: st.Name, Connected: st.State == protocol.MCPConnected, Instructions: instructions[st.Name]}
+		switch {
+		case st.Error != nil:
+			s.Error = *st.Error
+		case !s.Connected:
+			s.Error = "it is still starting"
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // relayPath is PATH of the relay's own environment (ref 8.8); the program's

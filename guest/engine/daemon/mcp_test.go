@@ -134,6 +134,17 @@ func TestMCPServerToolsThroughTheGate(t *testing.T) {
 		t.Errorf("answer = %q, want the server's result back to the model", ans.Text)
 	}
 
+	// The model was offered the tool and told what the server said of itself.
+	reqs := h.or.Requests()
+	first := reqs[0]
+	offered := false
+	for _, tl := range first.Tools {
+		offered = offered || tl.Function.Name == "mcp__probe__echo"
+	}
+	if !offered || !strings.Contains(first.Messages[0].text(), "## probe\nEchoes.") {
+		t.Errorf("the request offers the server's tool: %v; the system prompt tells of the server:\n%s", offered, first.Messages[0].text())
+	}
+
 	// Denied, the server is not started and its tools are not offered.
 	h.configure(mcpConfig(map[string]protocol.Decision{"mcp.probe": protocol.Deny}))
 	got = tools()
