@@ -56,7 +56,7 @@ func buildAgentd(t *testing.T) string {
 
 // startAgentd runs dot-agentd in development mode (work runs as this test's
 // user) and returns its local socket and its log.
-func startAgentd(t *testing.T, bin, home string) (string, *strings.Builder) {
+func startAgentd(t *testing.T, bin, home string) (string, *lockedBuilder) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "mcpr")
 	if err != nil {
@@ -71,7 +71,7 @@ func startAgentd(t *testing.T, bin, home string) (string, *strings.Builder) {
 	}
 	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--socket", socket, "--config", config, "--run-as", "", "--home", home)
 	cmd.Dir = dir
-	logs := &strings.Builder{}
+	logs := &lockedBuilder{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
