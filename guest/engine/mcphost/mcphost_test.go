@@ -61,6 +61,7 @@ type memServer struct {
 	mu       sync.Mutex
 	dials    []time.Time
 	sessions []*sdk.ServerSession
+	servers  []*sdk.Server
 	// failDials makes the first n dials fail, as a program that is not
 	// installed does.
 	failDials int
@@ -92,6 +93,7 @@ func (m *memServer) dial(io.Writer) (sdk.Transport, error) {
 		return nil, err
 	}
 	m.sessions = append(m.sessions, ss)
+	m.servers = append(m.servers, srv)
 	return &sdk.IOTransport{Reader: c1, Writer: c1}, nil
 }
 
@@ -357,5 +359,23 @@ func TestApplyRestartsOnlyWhatChanged(t *testing.T) {
 	s.Ready(ctx)
 	if a, b := dials["a"].dialCount(), dials["b"].dialCount(); a != 1 || b != 2 {
 		t.Errorf("starts: a %d (want 1), b %d (want 2)", a, b)
+	}
+}
+
+func TestToolListChanged(t *testing.T) {
+	mem := &memServer{}
+	srv := StartServer(ServerOptions{Name: "mem", Dial: mem.dial})
+	defer srv.Close()
+	srv.Wait(context.Background())
+	mem.mu.Lock()
+	server := mem.servers[0]
+	mem.mu.Unlock()
+	// A tool the server adds while connected is offered from then on.
+	sdk.AddTool(server, &sdk.Tool{Name: "late", Description: "Came later."}, func(context.Context, *sdk.CallToolRequest, struct{}) (*sdk.CallToolResult, any, error) {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "late"}}}, nil, nil
+	})
+	waitFor(t, "the new tool", func() bool { return len(srv.Status().Tools) == 6 })
+	if got := srv.Call(context.Background(), "late", nil); !got.OK || got.Text != "late" {
+		t.Errorf("the new tool = %+v", got)
 	}
 }

@@ -350,24 +350,21 @@ func (s *Server) start(ctx context.Context) (*sdk.ClientSession, Status, sdk.Tra
 	// hung start; the caller ends the process, which ends the goroutine.
 	done := make(chan started, 1)
 	go func() {
-		client := sdk.NewClient(&sdk.Implementation{Name: "invisible-dots", Version: "1"}, nil)
+		client := sdk.NewClient(&sdk.Implementation{Name: "invisible-dots", Version: "1"}, &sdk.ClientOptions{
+			// A server that says its tools changed is listed again, so the
+			// next turn offers what it serves now.
+			ToolListChangedHandler: func(_ context.Context, req *sdk.ToolListChangedRequest) { go s.relist(req.Session) },
+		})
 		sess, err := client.Connect(connCtx, tr, nil)
 		if err != nil {
 			done <- started{err: fmt.Errorf("it could not be started: %w", err)}
 			return
 		}
-		var tools []Tool
-		for t, err := range sess.Tools(connCtx, nil) {
-			if err != nil {
-				_ = sess.Close()
-				done <- started{err: fmt.Errorf("it did not list its tools: %w", err)}
-				return
-			}
-			schema, err := json.Marshal(t.InputSchema)
-			if err != nil || t.InputSchema == nil {
-				schema = []byte(`{"type":"object"}`)
-			}
-			tools = append(tools, Tool{Name: t.Name, Description: t.Description, InputSchema: schema})
+		tools, err := listTools(connCtx, sess)
+		if err != nil {
+			_ = sess.Close()
+			done <- started{err: err}
+			return
 		}
 		done <- started{sess: sess, tools: tools}
 	}()
@@ -395,6 +392,42 @@ func (s *Server) start(ctx context.Context) (*sdk.ClientSession, Status, sdk.Tra
 		st.Instructions = ir.Instructions
 	}
 	return sess, st, tr, nil
+}
+
+// listTools reads every page of a server's tools.
+func listTools(ctx context.Context, sess *sdk.ClientSession) ([]Tool, error) {
+	var tools []Tool
+	for t, err := range sess.Tools(ctx, nil) {
+		if err != nil {
+			return nil, fmt.Errorf("it did not list its tools: %w", err)
+		}
+		schema, err := json.Marshal(t.InputSchema)
+		if err != nil || t.InputSchema == nil {
+			schema = []byte(`{"type":"object"}`)
+		}
+		tools = append(tools, Tool{Name: t.Name, Description: t.Description, InputSchema: schema})
+	}
+	return tools, nil
+}
+
+// relist reads the tools of a connected server again after it said they
+// changed; a list that fails keeps the tools known.
+func (s *Server) relist(sess *sdk.ClientSession) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.startup)
+	defer cancel()
+	tools, err := listTools(ctx, sess)
+	if err != nil {
+		s.log.Warn("mcp server's tools could not be listed again", "server", s.name, "err", s.mask(err.Error()))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.session != sess || s.st.State != protocol.MCPConnected {
+		return
+	}
+	st := s.st
+	st.Tools = tools
+	s.setLocked(st, false)
 }
 
 // endProcess ends what a start left running: a command's relay, which makes

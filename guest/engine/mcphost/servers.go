@@ -323,7 +323,10 @@ func (s *Servers) Validate(name string, raw json.RawMessage) (map[string]any, er
 func (s *Servers) resolved(e *entry, t Tool) *jsonschema.Resolved {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if rs, ok := e.schema[t.Name]; ok {
+	// Keyed by the schema too: a server that lists its tools again may
+	// change one.
+	key := t.Name + "\x00" + string(t.InputSchema)
+	if rs, ok := e.schema[key]; ok {
 		return rs
 	}
 	var sch jsonschema.Schema
@@ -334,7 +337,7 @@ func (s *Servers) resolved(e *entry, t Tool) *jsonschema.Resolved {
 	if e.schema == nil {
 		e.schema = map[string]*jsonschema.Resolved{}
 	}
-	e.schema[t.Name] = rs
+	e.schema[key] = rs
 	return rs
 }
 
