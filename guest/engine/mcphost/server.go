@@ -79,16 +79,15 @@ type Server struct {
 	secrets []string // values masked in every error and result
 	log     *slog.Logger
 
-	mu       sync.Mutex
-	st       Status
-	retry    bool // failed for a reason that may go: a turn's Ready starts it again
-	session  *sdk.ClientSession
-	stderr   *tail         // the standard error of the current start
-	changed  chan struct{} // closed and replaced at every change of st
-	wake     chan struct{}
-	cancel   context.CancelFunc
-	done     chan struct{}
-	attempts int // starts since the server was last stable (tests read it)
+	mu      sync.Mutex
+	st      Status
+	retry   bool // failed for a reason that may go: a turn's Ready starts it again
+	session *sdk.ClientSession
+	stderr  *tail         // the standard error of the current start
+	changed chan struct{} // closed and replaced at every change of st
+	wake    chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // ServerOptions make a Server.
@@ -205,7 +204,6 @@ func (s *Server) run(ctx context.Context) {
 		if s.st.State != protocol.MCPConnecting {
 			s.setLocked(Status{State: protocol.MCPConnecting}, false)
 		}
-		s.attempts++
 		s.mu.Unlock()
 		sess, st, tr, err := s.start(ctx)
 		if ctx.Err() != nil {
