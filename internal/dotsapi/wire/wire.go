@@ -60,18 +60,23 @@ const (
 	EventApprovalResolved = "approval.resolved"
 	// EventDotCreated and EventDotUpdated: the Dot's spec as of a
 	// generation ({generation}; dot.updated also {permission} when an
-	// "always allow" changed it).
+	// "always allow" changed it, and {name, mcp_server_added, approval_id?,
+	// mcp_event} when the control plane wrote a server the Dot added
+	// itself, mcp_event being the guest's mcp.server.added it answers).
 	EventDotCreated = "dot.created"
 	EventDotUpdated = "dot.updated"
 	// EventComputerState: the Dot's Computer changed state ({state,
 	// stop_reason}).
 	EventComputerState = "computer.state"
+	// EventMCPServerRefused: the control plane did not write a server the
+	// Dot asked to add ({name, reason, mcp_event}, ref 5.4).
+	EventMCPServerRefused = "mcp.server.refused"
 )
 
 // HostEventTypes lists the types the control plane logs itself.
 var HostEventTypes = []string{
 	EventMessageUser, EventGuestRefused, EventTaskCreated, EventTaskCancelled, EventTaskFailed,
-	EventApprovalResolved, EventDotCreated, EventDotUpdated, EventComputerState,
+	EventApprovalResolved, EventDotCreated, EventDotUpdated, EventComputerState, EventMCPServerRefused,
 }
 
 // IsEventType says whether the log can hold events of type t: the host's
