@@ -208,8 +208,14 @@ func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 
 	// Decisions first, each folded into the view as it is stored.
 	decide := func(row *store.Inbound, events ...store.Event) error {
-		stored, err := r.Store.Decide(ctx, row, events...)
-		view.Fold(toLifecycle(stored)...)
+		_, err := r.Store.Decide(ctx, row, events...)
+		// Bring the view up to the log, the decision's own events with it.
+		// Folding only what was stored would move the view past the events
+		// other writers (the guest's pump) committed since the view was
+		// read, and those would never be folded.
+		if _, ferr := r.fold(ctx, id); ferr != nil && err == nil {
+			err = ferr
+		}
 		return err
 	}
 	if err := r.logDot(ctx, dot, id, view, decide); err != nil {
