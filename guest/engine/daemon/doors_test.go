@@ -82,12 +82,7 @@ func TestMCPSecretsAreKeptAndMasked(t *testing.T) {
 	s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		var chat string
-		for p := range h.files.files {
-			if strings.HasPrefix(p, "/home/dot/conversations/chat/") {
-				chat = h.files.Get(p)
-			}
-		}
+		chat := h.files.Under("/home/dot/conversations/chat/")
 		if strings.Contains(chat, "my token is") {
 			if strings.Contains(chat, "mcp-secret-value-42") {
 				t.Errorf("the conversation file shows an MCP secret:\n%s", chat)

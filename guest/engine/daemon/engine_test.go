@@ -82,12 +82,7 @@ func TestChatTurnAnswersOnceAndStatesFollow(t *testing.T) {
 			r.ToolChoice, r.Stream, r.MaxTokens, r.Provider)
 	}
 	// The conversation file of the day is written after the turn.
-	var chatFile string
-	for p := range h.files.files {
-		if strings.HasPrefix(p, "/home/dot/conversations/chat/") {
-			chatFile = h.files.Get(p)
-		}
-	}
+	chatFile := h.files.Under("/home/dot/conversations/chat/")
 	if !strings.Contains(chatFile, "hello") || !strings.Contains(chatFile, "echo: hello") {
 		t.Errorf("conversation file = %q, want the message and the answer", chatFile)
 	}

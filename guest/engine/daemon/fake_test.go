@@ -388,6 +388,21 @@ func (f *fakeFiles) List(_ context.Context, dir string) ([]protocol.ListEntry, e
 	return out, nil
 }
 
+// Under is the content of the last file (in map order: a test looks for a
+// file it knows is the only one) whose path begins with prefix, read under
+// the lock the engine writes with.
+func (f *fakeFiles) Under(prefix string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := ""
+	for p, v := range f.files {
+		if strings.HasPrefix(p, prefix) {
+			out = v
+		}
+	}
+	return out
+}
+
 func (f *fakeFiles) Get(p string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
