@@ -191,3 +191,21 @@ export async function guestSays(dotName: string, events: { type: string; data: u
   const res = await adminCall('POST', `/dots/v1/hostagent/hosts/${harness().host}/dots/${ns}/${dotName}/events`, batch);
   if (res.status !== 200) throw new Error(`guest events of ${dotName}: ${res.status} ${res.text}`);
 }
+
+/** Makes a Task as `invisible-dots task add` does, through the web server. */
+export async function addTask(dotName: string, name: string, spec: { description: string; priority?: number; scheduledAt?: string }, ns = 'default'): Promise<any> {
+  const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/tasks`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ apiVersion: 'dots.invisible.dev/v1alpha1', kind: 'Task', metadata: { name, namespace: ns }, spec: { dotName, ...spec } }),
+  });
+  if (!res.ok) throw new Error(`make Task ${name}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+/** Reads a resource of the group through the web server. */
+export async function getResource(kind: string, name: string, ns = 'default'): Promise<any> {
+  const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/${kind}/${name}`);
+  if (!res.ok) throw new Error(`get ${kind} ${name}: ${res.status}`);
+  return res.json();
+}

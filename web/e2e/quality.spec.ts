@@ -6,6 +6,9 @@ const PAGES = [
   { name: 'Home', path: '/' },
   { name: 'Chat', path: '/dots/default/axe-dot/chat' },
   { name: 'Inbox', path: '/inbox' },
+  { name: 'Tasks', path: '/dots/default/axe-dot/tasks' },
+  { name: 'Computer', path: '/dots/default/axe-dot/computer' },
+  { name: 'Activity', path: '/dots/default/axe-dot/activity' },
 ];
 
 for (const theme of ['light', 'dark'] as const) {
@@ -16,6 +19,7 @@ for (const theme of ['light', 'dark'] as const) {
       await page.addInitScript((t) => localStorage.setItem('dots.theme', t), theme);
       await page.goto(harness().url + p.path);
       await expect(page.getByTestId('rail-dots').getByRole('link', { name: 'axe-dot' })).toBeVisible();
+      await page.screenshot({ path: test.info().outputPath(`${p.name.toLowerCase()}-${theme}.png`), fullPage: true });
       const { violations } = await new AxeBuilder({ page }).analyze();
       const serious = violations
         .filter((v) => v.impact === 'serious' || v.impact === 'critical')

@@ -37,10 +37,18 @@ export function Rail({ route }: { route: Route }) {
           {inbox}
         </span>
       </a>
-      <div class="hidden px-2 pt-3 pb-1 text-xs uppercase tracking-wide text-muted md:block">Your Dots</div>
+      <a href="/settings" class={navItem(route.page === 'settings')} aria-current={route.page === 'settings' ? 'page' : undefined}>
+        Settings
+      </a>
+      <div class="hidden items-center px-2 pt-3 pb-1 text-xs uppercase tracking-wide text-muted md:flex">
+        Your Dots
+        <a href="/new" class="ml-auto rounded-card px-1.5 normal-case tracking-normal text-accent hover:bg-surface-2" aria-current={route.page === 'new' ? 'page' : undefined}>
+          + New Dot
+        </a>
+      </div>
       <ul class="flex gap-1 md:flex-col" data-testid="rail-dots">
         {list.map((d) => {
-          const active = route.page === 'chat' && route.ns === d.metadata.namespace && route.name === d.metadata.name;
+          const active = route.page === 'dot' && route.ns === d.metadata.namespace && route.name === d.metadata.name;
           const tone = phaseTone(d.status?.phase);
           return (
             <li key={d.metadata.uid}>

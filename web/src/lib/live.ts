@@ -3,7 +3,7 @@
 // one EventSource for the whole page.
 import { useEffect, useState } from 'preact/hooks';
 import { GROUP } from './api';
-import type { Approval, Computer, Dot, LogEvent } from './types';
+import type { Approval, Computer, Dot, LogEvent, Task } from './types';
 import { key } from './types';
 
 type Listener = () => void;
@@ -170,10 +170,25 @@ const empty = <T>(): Collection<T> => ({ items: new Map(), loaded: false, state:
 export const dots = new Cell<Collection<Dot>>(empty());
 export const computers = new Cell<Collection<Computer>>(empty());
 export const approvals = new Cell<Collection<Approval>>(empty());
+export const tasks = new Cell<Collection<Task>>(empty());
 export const streamState = new Cell<LinkState>('connecting');
 
 // The types the pages follow live; the stream names each message's type.
-const STREAM_TYPES = ['message.user', 'message.assistant', 'tool.called', 'agent.state', 'approval.requested', 'task.completed', 'task.failed'];
+const STREAM_TYPES = [
+  'message.user',
+  'message.assistant',
+  'tool.called',
+  'agent.state',
+  'approval.requested',
+  'approval.resolved',
+  'task.created',
+  'task.started',
+  'task.progress',
+  'task.completed',
+  'task.failed',
+  'task.cancelled',
+  'computer.state',
+];
 const streamListeners = new Set<(e: LogEvent) => void>();
 
 /** Calls fn with every event of the shared stream until the returned stop. */
@@ -226,6 +241,7 @@ export function startLive() {
   void listWatch(`${GROUP}/dots`, dots);
   void listWatch(`${GROUP}/computers`, computers);
   void listWatch(`${GROUP}/approvals`, approvals);
+  void listWatch(`${GROUP}/tasks`, tasks);
   void openStream();
 }
 

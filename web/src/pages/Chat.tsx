@@ -1,8 +1,7 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ApiError, dotPath, getJSON, postJSON } from '../lib/api';
-import { approvals, computers, dots, onStreamEvent, onUnpark, useCell, waiting } from '../lib/live';
+import { approvals, computers, onStreamEvent, onUnpark, useCell, waiting } from '../lib/live';
 import { ApprovalCard } from './Inbox';
-import { phaseLabel, phaseTone, toneText } from '../lib/format';
 import type { LogEvent, Message } from '../lib/types';
 import { Markdown } from '../lib/markdown';
 
@@ -25,12 +24,10 @@ function messageRow(m: Message): Row {
 }
 
 export function Chat({ ns, name }: { ns: string; name: string }) {
-  const ds = useCell(dots);
   const cs = useCell(computers);
   const as = useCell(approvals);
   // What the Dot waits for: the newest thing in its thread, answerable here.
   const asks = waiting(as.items).filter((a) => a.metadata.namespace === ns && a.spec.dotName === name && !a.spec.taskName);
-  const dot = ds.items.get(`${ns}/${name}`);
   const computer = cs.items.get(`${ns}/${name}`);
   const [rows, setRows] = useState<Map<number, Row>>(new Map());
   const [pending, setPending] = useState<Row[]>([]);
@@ -142,7 +139,6 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
     }
   }
 
-  const phase = dot?.status?.phase;
   const busy = agentState === 'THINKING' || agentState === 'EXECUTING' || agentState === 'PLANNING';
   const status = waking
     ? 'Waking up the computer… the Dot answers once it has started.'
@@ -154,14 +150,6 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
 
   return (
     <div class="flex h-full flex-col">
-      <header class="flex items-center gap-3 border-b border-border bg-surface px-4 py-3">
-        <h1 class="truncate text-lg font-semibold">{name}</h1>
-        <span class="text-xs text-muted">{ns}</span>
-        <span class={`ml-auto text-sm capitalize ${toneText[phaseTone(phase)]}`} data-testid="chat-phase">
-          {phaseLabel(phase)}
-          {computerState ? ` · computer ${computerState.toLowerCase()}` : ''}
-        </span>
-      </header>
       <section aria-label="Conversation" class="min-h-0 flex-1 overflow-y-auto px-4 py-4" data-testid="thread">
         <div class="mx-auto flex max-w-3xl flex-col gap-3">
           {loadError && (

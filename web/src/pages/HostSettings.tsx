@@ -1,0 +1,3 @@
+export function HostSettings() {
+  return <div class="p-6">Settings</div>;
+}
