@@ -176,6 +176,7 @@ func (h *Handler) routes() []route {
 		{"namespaces/{ns}/dots/{name}/usage", map[string]handlerFunc{http.MethodGet: h.usage}},
 		{"health", map[string]handlerFunc{http.MethodGet: h.health}},
 		{"doctor", map[string]handlerFunc{http.MethodGet: h.runDoctor}},
+		{"secrets/openrouter", map[string]handlerFunc{http.MethodPut: h.putOpenRouterKey}},
 	}
 }
 
