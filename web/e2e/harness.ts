@@ -209,3 +209,29 @@ export async function getResource(kind: string, name: string, ns = 'default'): P
   if (!res.ok) throw new Error(`get ${kind} ${name}: ${res.status}`);
   return res.json();
 }
+
+/** Removes the host-wide key a test stored, so the tests after it see none (as the harness began). */
+export async function deleteDefaultKey() {
+  const res = await adminCall('DELETE', '/api/v1/namespaces/invisible-dots-system/secrets/openrouter', {});
+  if (res.status !== 200 && res.status !== 404) throw new Error(`delete the default key: ${res.status} ${res.text}`);
+}
+
+/** Writes a Dot as someone else would (another tab, kubectl): a merge patch of its spec. */
+export async function patchDotSpec(name: string, spec: unknown, ns = 'default') {
+  const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/dots/${name}`, {
+    method: 'PATCH',
+    headers: { 'Content-Type': 'application/merge-patch+json' },
+    body: JSON.stringify({ spec }),
+  });
+  if (!res.ok) throw new Error(`patch Dot ${name}: ${res.status} ${await res.text()}`);
+}
+
+/** Makes a namespace through the web server. */
+export async function makeNamespace(name: string) {
+  const res = await fetch(`${harness().url}/api/v1/namespaces`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name } }),
+  });
+  if (!res.ok && res.status !== 409) throw new Error(`make namespace ${name}: ${res.status} ${await res.text()}`);
+}

@@ -9,17 +9,20 @@ const PAGES = [
   { name: 'Tasks', path: '/dots/default/axe-dot/tasks' },
   { name: 'Computer', path: '/dots/default/axe-dot/computer' },
   { name: 'Activity', path: '/dots/default/axe-dot/activity' },
+  { name: 'Dot settings', path: '/dots/default/axe-dot/settings' },
+  { name: 'Create a Dot', path: '/new' },
+  { name: 'Host settings', path: '/settings' },
 ];
 
 for (const theme of ['light', 'dark'] as const) {
   for (const p of PAGES) {
     test(`${p.name} has no serious accessibility violation (${theme})`, async ({ page }) => {
       await applyDot('axe-dot');
-      await askApproval(`axe-${theme}-${p.name.toLowerCase()}`, 'axe-dot');
+      await askApproval(`axe-${theme}-${p.name.toLowerCase().replace(/ /g, '-')}`, 'axe-dot');
       await page.addInitScript((t) => localStorage.setItem('dots.theme', t), theme);
       await page.goto(harness().url + p.path);
       await expect(page.getByTestId('rail-dots').getByRole('link', { name: 'axe-dot' })).toBeVisible();
-      await page.screenshot({ path: test.info().outputPath(`${p.name.toLowerCase()}-${theme}.png`), fullPage: true });
+      await page.screenshot({ path: test.info().outputPath(`${p.name.toLowerCase().replace(/ /g, '-')}-${theme}.png`), fullPage: true });
       const { violations } = await new AxeBuilder({ page }).analyze();
       const serious = violations
         .filter((v) => v.impact === 'serious' || v.impact === 'critical')

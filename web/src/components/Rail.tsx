@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
-import { approvals, dots, streamState, useCell, waiting } from '../lib/live';
+import { approvals, dots, inView, streamState, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref, type Route } from '../lib/router';
 import { phaseLabel, phaseTone, toneRing } from '../lib/format';
 import { currentTheme, toggleTheme } from '../lib/theme';
@@ -11,12 +11,13 @@ export function Rail({ route }: { route: Route }) {
   const ds = useCell(dots);
   const as = useCell(approvals);
   const stream = useCell(streamState);
+  const chosen = useCell(viewNamespace);
   const [theme, setTheme] = useState(currentTheme());
-  const inbox = waiting(as.items).length;
+  const inbox = waiting(as.items).filter((a) => inView(a.metadata.namespace, chosen)).length;
   useEffect(() => {
     document.title = inbox ? `(${inbox}) Dots` : 'Dots';
   }, [inbox]);
-  const list = [...ds.items.values()].sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
+  const list = [...ds.items.values()].filter((d) => inView(d.metadata.namespace, chosen)).sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
   const navItem = (active: boolean) =>
     `flex items-center gap-2 rounded-card px-2 py-1.5 text-sm whitespace-nowrap hover:bg-surface-2 ${active ? 'bg-surface-2 font-semibold' : ''}`;
   return (

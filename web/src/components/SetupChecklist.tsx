@@ -75,7 +75,7 @@ export function SetupChecklist() {
   );
 }
 
-function Command({ text }: { text: string }) {
+export function Command({ text }: { text: string }) {
   const [copied, setCopied] = useState(false);
   return (
     <div class="mt-1 flex items-start gap-2">

@@ -173,6 +173,16 @@ export const approvals = new Cell<Collection<Approval>>(empty());
 export const tasks = new Cell<Collection<Task>>(empty());
 export const streamState = new Cell<LinkState>('connecting');
 
+// The namespace the person chose to see ('' for all), kept in this browser.
+const NS_KEY = 'dots.namespace';
+export const viewNamespace = new Cell<string>(localStorage.getItem(NS_KEY) ?? '');
+export function setViewNamespace(ns: string) {
+  localStorage.setItem(NS_KEY, ns);
+  viewNamespace.set(ns);
+}
+/** Whether a thing of namespace ns is in the chosen view. */
+export const inView = (ns: string | undefined, chosen: string) => !chosen || (ns ?? 'default') === chosen;
+
 // The types the pages follow live; the stream names each message's type.
 const STREAM_TYPES = [
   'message.user',

@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { dotPath, getJSON } from '../lib/api';
 import { SetupChecklist } from '../components/SetupChecklist';
-import { approvals, computers, dots, onStreamEvent, useCell, waiting } from '../lib/live';
+import { approvals, computers, dots, inView, onStreamEvent, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
 import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
 import { key, type Dot } from '../lib/types';
@@ -21,14 +21,19 @@ export function Home() {
   const cs = useCell(computers);
   const as = useCell(approvals);
   const now = useNow();
+  const chosen = useCell(viewNamespace);
   const [query, setQuery] = useState('');
   const pending = waiting(as.items);
-  const all = [...ds.items.values()].sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
+  const all = [...ds.items.values()].filter((d) => inView(d.metadata.namespace, chosen)).sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
   const list = all.filter((d) => key(d.metadata).includes(query.trim().toLowerCase()));
   return (
     <div class="mx-auto max-w-6xl p-4 md:p-6">
       <div class="mb-4 flex flex-wrap items-center gap-3">
         <h1 class="text-2xl font-semibold">Home</h1>
+        {chosen && <span class="text-sm text-muted">in {chosen}</span>}
+        <a href="/new" class="rounded-card border border-border px-3 py-1.5 text-sm hover:bg-surface-2">
+          Create a Dot
+        </a>
         {all.length > 6 && (
           <input
             type="search"
@@ -95,7 +100,12 @@ function Empty() {
   return (
     <div class="rounded-card border border-dashed border-border bg-surface p-6">
       <h2 class="text-lg font-semibold">No Dots yet</h2>
-      <p class="mt-2 text-muted">Declare your first Dot and apply it; it shows here at once.</p>
+      <p class="mt-2 text-muted">
+        <a href="/new" class="text-accent underline">
+          Create your first Dot
+        </a>
+        , or declare it and apply it; it shows here at once.
+      </p>
       <pre tabIndex={0} class="mt-3 overflow-x-auto rounded-card bg-surface-2 p-3 font-mono text-sm">
         export KUBECONFIG=~/.invisible-dots/kubeconfig{'\n'}kubectl apply -f config/samples/dots_v1alpha1_dot.yaml
       </pre>

@@ -1,6 +1,6 @@
 import { useRef, useState } from 'preact/hooks';
 import { GROUP, mergePatch } from '../lib/api';
-import { approvals, useCell, waiting } from '../lib/live';
+import { approvals, inView, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
 import { ago } from '../lib/format';
 import type { Approval } from '../lib/types';
@@ -16,7 +16,8 @@ const approvalPath = (a: Approval) =>
 
 export function Inbox() {
   const as = useCell(approvals);
-  const list = waiting(as.items);
+  const chosen = useCell(viewNamespace);
+  const list = waiting(as.items).filter((a) => inView(a.metadata.namespace, chosen));
   const cards = useRef<HTMLUListElement>(null);
 
   // j/k move between the cards, a allows the one in focus once, d opens its
