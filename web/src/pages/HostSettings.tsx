@@ -24,7 +24,7 @@ interface Check {
   fix?: string;
 }
 
-const TONE: Record<string, string> = { ok: 'text-ok', warn: 'text-warn' };
+const TONE: Record<string, string> = { ok: 'text-ok', warning: 'text-warn' };
 
 /** The namespaces this person can list; the Dots' own when listing is not allowed. */
 export function useNamespaces(): string[] {
