@@ -1,5 +1,5 @@
 import { expect, test } from '@playwright/test';
-import { applyDot, askApproval, getApproval, harness } from './harness';
+import { applyDot, askApproval, getApproval, guestSays, harness } from './harness';
 
 test('the Inbox answers approvals with the keyboard and with a note', async ({ page }) => {
   await applyDot('inbox-dot');
@@ -85,4 +85,65 @@ test("a Dot's waiting approval is answerable in its chat, and the tab title coun
   await card.getByRole('button', { name: 'Allow once' }).click();
   await expect(page.getByTestId('chat-approvals')).toHaveCount(0);
   expect((await getApproval('ask-a1')).spec.decision).toBe('approve');
+});
+
+test('an approval the Dot asks in the chat is placed where it was asked, then becomes a receipt', async ({ page }) => {
+  await applyDot('placed-dot');
+  await page.goto(harness().url + '/dots/default/placed-dot/chat');
+  const box = page.getByLabel('Message to placed-dot');
+  await box.fill('Clean my tmp folder');
+  await box.press('Enter');
+  await expect(page.locator('[data-testid=message-user][data-event-id]')).toBeVisible();
+  await guestSays('placed-dot', [
+    { type: 'approval.requested', data: { approval_id: 'req-clean-1', tool: 'exec', permission: 'computer.exec', arguments: { command: 'rm -rf ~/tmp' }, reason: 'clean tmp' } },
+  ]);
+  const placed = page.getByTestId('placed-approval');
+  await expect(placed).toContainText('wants to use');
+  await guestSays('placed-dot', [{ type: 'message.assistant', data: { text: 'I wait for your answer.' } }]);
+  await expect(page.getByTestId('message-assistant')).toBeVisible();
+  // In the log's order: the question, the approval, the answer; none below.
+  const order = () => page.locator('[data-testid=thread] [data-testid]:not([data-testid=thread] [data-testid] [data-testid])').evaluateAll((els) => els.map((e) => e.getAttribute('data-testid')));
+  expect(await order()).toEqual(['message-user', 'placed-approval', 'message-assistant']);
+  await expect(page.getByTestId('chat-approvals')).toHaveCount(0);
+  await placed.getByRole('button', { name: 'Allow once' }).click();
+  const receipt = page.getByTestId('approval-receipt');
+  await expect(receipt).toContainText('exec (computer.exec): Allowed once');
+  expect(await order()).toEqual(['message-user', 'approval-receipt', 'message-assistant']);
+  // The same after a reload, read from the log.
+  await page.reload();
+  await expect(receipt).toContainText('Allowed once');
+});
+
+test('the Inbox history lists the answered approvals, filtered from the address, and pages', async ({ page }) => {
+  await applyDot('hist-dot');
+  await applyDot('hist-other');
+  for (let i = 0; i < 52; i++) await askApproval(`hist-a${i}`, 'hist-dot');
+  await askApproval('hist-b1', 'hist-other', 'default', { tool: 'write_file', permission: 'files.write', arguments: { path: '~/x' } });
+  // Answered as the Inbox answers: a decision in the spec.
+  for (const name of [...Array.from({ length: 52 }, (_, i) => `hist-a${i}`), 'hist-b1']) {
+    const res = await fetch(`${harness().url}/apis/dots.invisible.dev/v1alpha1/namespaces/default/approvals/${name}`, {
+      method: 'PATCH',
+      headers: { 'Content-Type': 'application/merge-patch+json' },
+      body: JSON.stringify({ spec: { decision: name === 'hist-b1' ? 'reject' : 'approve', note: name === 'hist-b1' ? 'not there' : undefined } }),
+    });
+    expect(res.ok).toBe(true);
+  }
+  await page.goto(harness().url + '/inbox?tab=history&dot=default%2Fhist-dot');
+  const rows = page.getByTestId('history-row');
+  await expect(rows).toHaveCount(50);
+  await expect(rows.filter({ hasText: 'hist-other' })).toHaveCount(0);
+  await page.getByRole('button', { name: 'Show older answers' }).click();
+  await expect(rows).toHaveCount(52);
+  // The filters are in the address: another permission, another Dot.
+  await page.getByLabel('Dot', { exact: true }).selectOption('default/hist-other');
+  await page.getByLabel('Permission').selectOption('files.write');
+  await expect(page).toHaveURL(/tab=history/);
+  await expect(page).toHaveURL(/permission=files.write/);
+  await expect(rows).toHaveCount(1);
+  await expect(rows.first()).toContainText('denied');
+  await expect(rows.first()).toContainText('note: not there');
+  await page.reload();
+  await expect(rows).toHaveCount(1);
+  await page.getByRole('link', { name: /Needs you/ }).click();
+  await expect(page).toHaveURL(/\/inbox\?dot=default%2Fhist-other&permission=files.write$/);
 });

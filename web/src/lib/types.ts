@@ -75,6 +75,7 @@ export interface Approval {
   metadata: Meta;
   spec: {
     dotName: string;
+    requestID?: string;
     taskName?: string;
     tool: string;
     permission: string;

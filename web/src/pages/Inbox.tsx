@@ -1,7 +1,7 @@
 import { useRef, useState } from 'preact/hooks';
 import { GROUP, mergePatch } from '../lib/api';
 import { approvals, inView, useCell, viewNamespace, waiting } from '../lib/live';
-import { chatHref } from '../lib/router';
+import { chatHref, navigate, useQuery } from '../lib/router';
 import { ago } from '../lib/format';
 import type { Approval } from '../lib/types';
 
@@ -14,10 +14,38 @@ type Answer = { decision: 'approve' | 'reject'; always?: boolean; note?: string 
 const approvalPath = (a: Approval) =>
   `${GROUP}/namespaces/${encodeURIComponent(a.metadata.namespace ?? 'default')}/approvals/${encodeURIComponent(a.metadata.name)}`;
 
+const HISTORY_PAGE = 50;
+
+/** The address holds the Inbox's whole state: ?tab=history, ?dot=, ?permission=. */
+function setQuery(q: URLSearchParams, key: string, value: string) {
+  const next = new URLSearchParams(q);
+  if (value) next.set(key, value);
+  else next.delete(key);
+  const s = next.toString();
+  navigate(`/inbox${s ? `?${s}` : ''}`, true);
+}
+
+const answeredAt = (a: Approval) => a.status?.decidedAt ?? a.metadata.creationTimestamp ?? '';
+
 export function Inbox() {
   const as = useCell(approvals);
   const chosen = useCell(viewNamespace);
-  const list = waiting(as.items).filter((a) => inView(a.metadata.namespace, chosen));
+  const q = useQuery();
+  const tab = q.get('tab') === 'history' ? 'history' : 'waiting';
+  const dotFilter = q.get('dot') ?? '';
+  const permFilter = q.get('permission') ?? '';
+  const [shown, setShown] = useState(HISTORY_PAGE);
+  const filtered = (a: Approval) =>
+    inView(a.metadata.namespace, chosen) &&
+    (!dotFilter || `${a.metadata.namespace}/${a.spec.dotName}` === dotFilter) &&
+    (!permFilter || a.spec.permission === permFilter);
+  const open = waiting(as.items);
+  const list = open.filter(filtered);
+  const history = [...as.items.values()]
+    .filter((a) => !open.includes(a) && filtered(a))
+    .sort((a, b) => answeredAt(b).localeCompare(answeredAt(a)));
+  const everyDot = [...new Set([...as.items.values()].map((a) => `${a.metadata.namespace}/${a.spec.dotName}`))].sort();
+  const everyPermission = [...new Set([...as.items.values()].map((a) => a.spec.permission))].sort();
   const cards = useRef<HTMLUListElement>(null);
 
   // j/k move between the cards, a allows the one in focus once, d opens its
@@ -45,13 +73,88 @@ export function Inbox() {
         What your Dots wait for you to answer. Keys in the list: <kbd>j</kbd>/<kbd>k</kbd> move, <kbd>a</kbd> allows once,{' '}
         <kbd>d</kbd> denies.
       </p>
+      <div class="mt-3 flex flex-wrap items-end gap-3">
+        <nav aria-label="Inbox views" class="flex gap-1">
+          {(['waiting', 'history'] as const).map((t) => (
+            <a
+              key={t}
+              href={`/inbox?${new URLSearchParams({ ...(t === 'history' ? { tab: 'history' } : {}), ...(dotFilter ? { dot: dotFilter } : {}), ...(permFilter ? { permission: permFilter } : {}) })}`}
+              aria-current={tab === t ? 'page' : undefined}
+              class={`rounded-card px-3 py-1.5 text-sm ${tab === t ? 'bg-accent text-accent-fg' : 'border border-border'}`}
+            >
+              {t === 'waiting' ? `Needs you (${list.length})` : 'History'}
+            </a>
+          ))}
+        </nav>
+        <label class="text-sm" for="inbox-dot">
+          Dot
+        </label>
+        <select id="inbox-dot" class="-ml-2 rounded-card border border-border bg-surface px-2 py-1" value={dotFilter} onChange={(e) => setQuery(q, 'dot', (e.target as HTMLSelectElement).value)}>
+            <option value="">every Dot</option>
+            {everyDot.map((d) => (
+              <option key={d} value={d}>
+                {d}
+              </option>
+            ))}
+          </select>
+        <label class="text-sm" for="inbox-permission">
+          Permission
+        </label>
+          <select
+            id="inbox-permission"
+            class="-ml-2 rounded-card border border-border bg-surface px-2 py-1"
+            value={permFilter}
+            onChange={(e) => setQuery(q, 'permission', (e.target as HTMLSelectElement).value)}
+          >
+            <option value="">every permission</option>
+            {everyPermission.map((p) => (
+              <option key={p} value={p}>
+                {p}
+              </option>
+            ))}
+          </select>
+      </div>
       {as.error && <p class="mt-3 text-danger">{as.error}</p>}
-      {as.loaded && list.length === 0 && <p class="mt-6 text-muted">Nothing needs you now.</p>}
-      <ul ref={cards} class="mt-4 flex flex-col gap-3" onKeyDown={onKey} data-testid="approvals">
-        {list.map((a) => (
-          <ApprovalCard key={a.metadata.uid} approval={a} />
-        ))}
-      </ul>
+      {tab === 'waiting' && (
+        <>
+          {as.loaded && list.length === 0 && <p class="mt-6 text-muted">Nothing needs you now.</p>}
+          <ul ref={cards} class="mt-4 flex flex-col gap-3" onKeyDown={onKey} data-testid="approvals">
+            {list.map((a) => (
+              <ApprovalCard key={a.metadata.uid} approval={a} />
+            ))}
+          </ul>
+        </>
+      )}
+      {tab === 'history' && (
+        <>
+          <ul class="mt-4 flex flex-col divide-y divide-border rounded-card border border-border bg-surface" data-testid="approval-history">
+            {history.slice(0, shown).map((a) => (
+              <li key={a.metadata.uid} class="px-3 py-2 text-sm" data-testid="history-row" data-approval={a.metadata.name}>
+                <div class="flex flex-wrap items-baseline gap-x-2">
+                  <a href={chatHref(a.metadata.namespace ?? 'default', a.spec.dotName)} class="font-medium underline">
+                    {a.spec.dotName}
+                  </a>
+                  <code class="font-mono text-xs">{a.spec.tool}</code>
+                  <span class={a.spec.decision === 'reject' ? 'text-danger' : 'text-ok'}>
+                    {a.spec.decision === 'approve' ? (a.spec.always ? 'allowed for good' : 'allowed once') : a.spec.decision === 'reject' ? 'denied' : (a.status?.phase ?? '').toLowerCase()}
+                  </span>
+                  <span class="ml-auto text-xs text-muted">{ago(answeredAt(a))}</span>
+                </div>
+                <p class="text-xs text-muted">
+                  {a.spec.permission}
+                  {a.spec.note ? ` · note: ${a.spec.note}` : ''}
+                </p>
+              </li>
+            ))}
+          </ul>
+          {as.loaded && history.length === 0 && <p class="mt-4 text-muted">Nothing answered yet.</p>}
+          {history.length > shown && (
+            <button type="button" class="mt-3 rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => setShown((n) => n + HISTORY_PAGE)}>
+              Show older answers
+            </button>
+          )}
+        </>
+      )}
     </div>
   );
 }
