@@ -1,6 +1,6 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test } from '@playwright/test';
-import { applyDot, getResource, harness } from './harness';
+import { applyDot, getResource, harness, setComputerState } from './harness';
 
 test('the Computer page stops and starts the computer through its resource, as the command line does', async ({ page }) => {
   await applyDot('power-dot');
@@ -37,4 +37,80 @@ test('the files view says the computer is off rather than failing', async ({ pag
   await expect(page.getByRole('link', { name: 'Files', exact: true })).toHaveAttribute('aria-current', 'page');
   await expect(page.getByTestId('computer-off')).toBeVisible();
   await expect(page.getByRole('button', { name: 'Start the computer' })).toBeVisible();
+});
+
+// A one-pixel PNG.
+const PIXEL = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=', 'base64');
+
+/**
+ * A fake of the Dot's guest at the edge of the test: the browser's requests
+ * to the files and screenshot routes are answered here as those routes answer
+ * (internal/dotsapi: the file's type from wire.FileTypeOf), because the
+ * harness's host runs no VM.
+ */
+async function fakeGuest(page: import('@playwright/test').Page, dot: string) {
+  const base = `**/dots/v1/namespaces/default/dots/${dot}`;
+  const big = 'x'.repeat((1 << 20) + 10);
+  const files: Record<string, { type: string; body: string | Buffer; attachment?: boolean }> = {
+    '/home/dot/notes.md': { type: 'text/plain; charset=utf-8', body: '# Notes\nbuy milk' },
+    '/home/dot/pixel.png': { type: 'image/png', body: PIXEL },
+    '/home/dot/app.bin': { type: 'application/octet-stream', body: Buffer.from([0, 1, 2]), attachment: true },
+    '/home/dot/big.log': { type: 'text/plain; charset=utf-8', body: big },
+    '/home/dot/odd.txt': { type: 'text/plain; charset=utf-8', body: 'a\u0000b' },
+  };
+  await page.route(`${base}/files/list?*`, (route) => {
+    const path = new URL(route.request().url()).searchParams.get('path');
+    const entries =
+      path === '/home/dot'
+        ? [
+            { name: 'workspace', type: 'dir', size: 0 },
+            ...Object.entries(files).map(([p, f]) => ({ name: p.slice('/home/dot/'.length), type: 'file', size: Buffer.byteLength(f.body) })),
+          ]
+        : [{ name: 'plan.txt', type: 'file', size: 4 }];
+    return route.fulfill({ json: { path, entries } });
+  });
+  await page.route(`${base}/files?*`, (route) => {
+    const f = files[new URL(route.request().url()).searchParams.get('path')!];
+    if (!f) return route.fulfill({ status: 404, json: { error: 'not_found', message: 'no such file' } });
+    return route.fulfill({
+      status: 200,
+      headers: { 'Content-Type': f.type, ...(f.attachment ? { 'Content-Disposition': 'attachment' } : {}) },
+      body: f.body,
+    });
+  });
+  await page.route(`${base}/screenshot`, (route) => route.fulfill({ status: 200, headers: { 'Content-Type': 'image/png' }, body: PIXEL }));
+}
+
+test('the files view shows text and pictures, and offers the rest as downloads only', async ({ page }) => {
+  await applyDot('walk-dot');
+  await setComputerState('walk-dot', 'RUNNING');
+  await fakeGuest(page, 'walk-dot');
+  await page.goto(harness().url + '/dots/default/walk-dot/computer');
+  // The screen: the picture, LIVE, and who has control.
+  await expect(page.getByTestId('screen')).toBeVisible();
+  await expect(page.getByText('The Dot has control')).toBeVisible();
+
+  await page.getByRole('link', { name: 'Files', exact: true }).click();
+  const list = page.getByTestId('files-list');
+  await list.getByRole('link', { name: 'notes.md' }).click();
+  await expect(page).toHaveURL(/view=files&path=%2Fhome%2Fdot&file=%2Fhome%2Fdot%2Fnotes\.md/);
+  await expect(page.getByTestId('file-text')).toHaveText('# Notes\nbuy milk');
+  await list.getByRole('link', { name: 'pixel.png' }).click();
+  await expect(page.getByTestId('file-view').getByRole('img', { name: 'pixel.png' })).toBeVisible();
+  for (const [name, why] of [
+    ['app.bin', 'It is not text or a picture.'],
+    ['big.log', 'It is too large to show here.'],
+    ['odd.txt', 'It holds binary data.'],
+  ]) {
+    await list.getByRole('link', { name }).click();
+    await expect(page.getByTestId('file-view')).toContainText(why);
+    await expect(page.getByTestId('file-text')).toHaveCount(0);
+    await expect(page.getByTestId('file-view').getByRole('link', { name: 'Download' })).toHaveAttribute('download', name);
+  }
+  // A folder opens, and its address is the page's.
+  await list.getByRole('link', { name: 'workspace/' }).click();
+  await expect(page.getByTestId('files-path')).toHaveText('/home/dot/workspace');
+  await expect(list.getByRole('link', { name: 'plan.txt' })).toBeVisible();
+  await page.goBack();
+  await expect(page.getByTestId('files-path')).toHaveText('/home/dot');
 });

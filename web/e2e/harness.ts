@@ -235,3 +235,17 @@ export async function makeNamespace(name: string) {
   });
   if (!res.ok && res.status !== 409) throw new Error(`make namespace ${name}: ${res.status} ${await res.text()}`);
 }
+
+/**
+ * Writes a Computer's state as its host agent would. The harness's host runs
+ * no VM, so a page that needs a running computer is shown one this way; the
+ * Computer is left unplaced, so no host agent writes it back.
+ */
+export async function setComputerState(name: string, state: string, ns = 'default') {
+  let res = { status: 0, text: '' };
+  for (const deadline = Date.now() + 20_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200))) {
+    res = await adminCall('PATCH', `${GROUP}/namespaces/${ns}/computers/${name}/status`, { status: { state } }, 'application/merge-patch+json');
+    if (res.status !== 404) break;
+  }
+  if (res.status !== 200) throw new Error(`set the state of Computer ${name}: ${res.status} ${res.text}`);
+}

@@ -22,10 +22,10 @@ export function DotHeader({ ns, name, tab }: { ns: string; name: string; tab: Do
   const why = dot ? reason(dot) : '';
   return (
     <header class="border-b border-border bg-surface px-4 pt-3">
-      <div class="flex items-center gap-3">
-        <h1 class="truncate text-lg font-semibold">{name}</h1>
+      <div class="flex flex-wrap items-baseline gap-x-3">
+        <h1 class="min-w-0 truncate text-lg font-semibold">{name}</h1>
         <span class="text-xs text-muted">{ns}</span>
-        <span class={`ml-auto shrink-0 text-sm capitalize ${toneText[phaseTone(phase)]}`} data-testid="dot-phase">
+        <span class={`ml-auto text-sm capitalize ${toneText[phaseTone(phase)]}`} data-testid="dot-phase">
           {phaseLabel(phase)}
           {computerState ? ` · computer ${computerState.toLowerCase()}` : ''}
         </span>

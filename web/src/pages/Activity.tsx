@@ -144,7 +144,7 @@ export function Activity({ ns, name }: { ns: string; name: string }) {
       <div class="mt-3 flex flex-wrap items-center gap-2">
         <input
           type="search"
-          class={`min-w-0 flex-1 ${input}`}
+          class={`w-full min-w-0 sm:w-auto sm:flex-1 ${input}`}
           placeholder="Search the events read so far"
           aria-label="Search the events read so far"
           aria-describedby="search-note"

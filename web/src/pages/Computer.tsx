@@ -113,7 +113,7 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
               )}
             </div>
           </div>
-          <dl class="mt-3 grid grid-cols-[auto_1fr] gap-x-4 gap-y-1 text-sm">
+          <dl class="mt-3 grid grid-cols-[auto_minmax(0,1fr)] gap-x-4 gap-y-1 text-sm break-words">
             <dt class="text-muted">Why</dt>
             <dd data-testid="computer-why">
               {halted

@@ -293,10 +293,18 @@ function TaskDrawer({ ns, name, id, task, loaded, asks }: { ns: string; name: st
   const close = () => navigate(dotHref(ns, name, 'tasks'));
 
   useEffect(() => {
+    const from = document.activeElement as HTMLElement | null;
     panel.current?.focus();
     const onKey = (e: KeyboardEvent) => e.key === 'Escape' && close();
     addEventListener('keydown', onKey);
-    return () => removeEventListener('keydown', onKey);
+    return () => {
+      removeEventListener('keydown', onKey);
+      // Back where the person was: the task's link, when it is still there.
+      requestAnimationFrame(() => {
+        const link = document.querySelector<HTMLElement>(`[data-task="${CSS.escape(id)}"] a`);
+        (link ?? (from?.isConnected ? from : null))?.focus();
+      });
+    };
   }, [id]);
 
   // The story: every event that names the task, oldest first, then what the
