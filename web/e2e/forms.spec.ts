@@ -1,6 +1,6 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test, type Page } from '@playwright/test';
-import { applyDot, getResource, harness, patchDotSpec } from './harness';
+import { applyDot, getResource, guestSays, harness, patchDotSpec } from './harness';
 
 async function noSeriousViolation(page: Page) {
   const { violations } = await new AxeBuilder({ page }).analyze();
@@ -114,4 +114,36 @@ test('the danger zone deletes the Dot once its name is typed', async ({ page }) 
       return res.status === 404 || !!(await res.json()).metadata?.deletionTimestamp;
     })
     .toBe(true);
+});
+
+test("Always allow changes the Dot's spec, and an edit under way is rebased on it, never undoing it", async ({ page, browser }) => {
+  await applyDot('always-spec-dot');
+  await page.goto(harness().url + '/dots/default/always-spec-dot/settings');
+  await page.getByLabel('Instructions').fill('Plan the week.');
+  await expect(page.getByTestId('review')).toContainText('Plan the week.');
+  // The Dot asks for a permission whose default is ask; in another tab the
+  // person allows it for good.
+  await guestSays('always-spec-dot', [
+    { type: 'approval.requested', data: { approval_id: 'req-auto-1', tool: 'cron', permission: 'automations', arguments: { schedule: '0 9 * * 1' }, reason: 'weekly plan' } },
+  ]);
+  // Another browser context: a tab of the same one would wait for a
+  // connection (HTTP/1.1 allows six per host, and each tab's watches and
+  // stream hold five).
+  const other = await browser.newContext();
+  const inbox = await other.newPage();
+  await inbox.goto(harness().url + '/inbox');
+  const card = inbox.locator('[data-card]', { hasText: 'always-spec-dot' });
+  await card.getByRole('button', { name: 'Always allow…' }).click();
+  await card.getByRole('button', { name: 'Always allow automations' }).click();
+  await expect.poll(async () => (await getResource('dots', 'always-spec-dot')).spec.permissions?.automations).toBe('allow');
+  await other.close();
+
+  await expect(page.getByTestId('conflict')).toBeVisible();
+  await page.getByRole('button', { name: 'Keep my changes on top of theirs' }).click();
+  await expect(page.getByTestId('rebased')).toContainText('permissions.automations');
+  await expect(page.getByLabel('Schedule automations')).toHaveValue('allow');
+  await page.getByRole('button', { name: 'Save 1 change' }).click();
+  await expect(page.getByText('Saved.')).toBeVisible();
+  const d = await getResource('dots', 'always-spec-dot');
+  expect(d.spec).toMatchObject({ instructions: 'Plan the week.', permissions: { automations: 'allow' } });
 });

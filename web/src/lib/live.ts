@@ -244,6 +244,17 @@ async function openStream() {
   });
 }
 
+// The Tasks' watch starts with the first page that shows a Dot's tasks, so
+// Home and the Inbox hold one connection fewer (a browser allows six per host).
+let tasksStarted = false;
+export function useTasks(): Collection<Task> {
+  if (!tasksStarted) {
+    tasksStarted = true;
+    void listWatch(`${GROUP}/tasks`, tasks);
+  }
+  return useCell(tasks);
+}
+
 let started = false;
 export function startLive() {
   if (started) return;
@@ -251,7 +262,6 @@ export function startLive() {
   void listWatch(`${GROUP}/dots`, dots);
   void listWatch(`${GROUP}/computers`, computers);
   void listWatch(`${GROUP}/approvals`, approvals);
-  void listWatch(`${GROUP}/tasks`, tasks);
   void openStream();
 }
 

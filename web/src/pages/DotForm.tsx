@@ -516,27 +516,47 @@ export function DotSettings({ ns, name }: { ns: string; name: string }) {
   }, [ns, name]);
 
   const changes = base ? diff(base.spec, spec) : [];
-  const body = () => ({ ...base, metadata: { ...base!.metadata }, spec, status: undefined });
+  const body = (from = base!) => ({ ...from, metadata: { ...from.metadata }, spec, status: undefined });
   const judged = useJudge(() => (base && changes.length ? { method: 'PUT', path: dotResourcePath(ns, name), body: body() } : null), [
     JSON.stringify(spec),
     base?.metadata.resourceVersion,
   ]);
+  // A 409 is about the resourceVersion, which the Dot's status moves too: only
+  // a change of its config is a conflict for the person. Otherwise the edit
+  // moves on to the newest version by itself.
+  const [stale, setStale] = useState(false);
+  async function newest(): Promise<Dot | undefined> {
+    const latest = await getJSON<Dot>(dotResourcePath(ns, name));
+    if (diff(base!.spec, latest.spec).length) {
+      setStale(true);
+      return undefined;
+    }
+    setBase(latest);
+    return latest;
+  }
+  useEffect(() => {
+    if (judged?.status === 409) void newest();
+  }, [judged]);
   const j = result ?? (changes.length ? judged : undefined);
-  const conflict = j?.status === 409 || (!!live && !!base && live.metadata.resourceVersion !== base.metadata.resourceVersion && diff(base.spec, live.spec).length > 0);
+  const conflict = stale || (!!live && !!base && diff(base.spec, live.spec).length > 0);
   const causes = j && !j.ok && j.status !== 409 ? (j.causes.length ? j.causes : [{ field: '', message: j.message }]) : [];
   const { mine, rest } = split(causes, CONTROLLED);
   const f: FieldProps = { spec, set: (p, v) => (setResult(undefined), setSaved(''), setSpec((s) => setIn(s, p, v))), errorsOf: mine };
 
   async function save() {
     setBusy(true);
-    const r = await sendDot('PUT', dotResourcePath(ns, name), body(), false);
+    let r = await sendDot('PUT', dotResourcePath(ns, name), body(), false);
+    if (r.status === 409) {
+      const latest = await newest();
+      if (latest) r = await sendDot('PUT', dotResourcePath(ns, name), body(latest), false);
+    }
     setBusy(false);
     if (r.ok) {
       begin(r.body as Dot);
       setResult(undefined);
       setRebased(undefined);
       setSaved(`Saved. A running Dot uses it from its next turn; the computer's size applies at its next start.`);
-    } else setResult(r);
+    } else if (r.status !== 409) setResult(r);
   }
 
   async function rebaseOnLatest() {
@@ -546,6 +566,7 @@ export function DotSettings({ ns, name }: { ns: string; name: string }) {
     setSpec(rebase(latest.spec as Spec, changes));
     setRebased(theirs);
     setResult(undefined);
+    setStale(false);
   }
 
   async function remove(typed: string) {

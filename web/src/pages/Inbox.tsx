@@ -73,7 +73,7 @@ export function Inbox() {
         What your Dots wait for you to answer. Keys in the list: <kbd>j</kbd>/<kbd>k</kbd> move, <kbd>a</kbd> allows once,{' '}
         <kbd>d</kbd> denies.
       </p>
-      <div class="mt-3 flex flex-wrap items-end gap-3">
+      <div class="mt-3 flex flex-wrap items-center gap-3">
         <nav aria-label="Inbox views" class="flex gap-1">
           {(['waiting', 'history'] as const).map((t) => (
             <a
@@ -86,10 +86,11 @@ export function Inbox() {
             </a>
           ))}
         </nav>
+        <span class="flex items-center gap-1">
         <label class="text-sm" for="inbox-dot">
           Dot
         </label>
-        <select id="inbox-dot" class="-ml-2 rounded-card border border-border bg-surface px-2 py-1" value={dotFilter} onChange={(e) => setQuery(q, 'dot', (e.target as HTMLSelectElement).value)}>
+        <select id="inbox-dot" class="rounded-card border border-border bg-surface px-2 py-1" value={dotFilter} onChange={(e) => setQuery(q, 'dot', (e.target as HTMLSelectElement).value)}>
             <option value="">every Dot</option>
             {everyDot.map((d) => (
               <option key={d} value={d}>
@@ -97,12 +98,14 @@ export function Inbox() {
               </option>
             ))}
           </select>
+        </span>
+        <span class="flex items-center gap-1">
         <label class="text-sm" for="inbox-permission">
           Permission
         </label>
           <select
             id="inbox-permission"
-            class="-ml-2 rounded-card border border-border bg-surface px-2 py-1"
+            class="rounded-card border border-border bg-surface px-2 py-1"
             value={permFilter}
             onChange={(e) => setQuery(q, 'permission', (e.target as HTMLSelectElement).value)}
           >
@@ -113,6 +116,7 @@ export function Inbox() {
               </option>
             ))}
           </select>
+        </span>
       </div>
       {as.error && <p class="mt-3 text-danger">{as.error}</p>}
       {tab === 'waiting' && (

@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { GROUP, dotPath, getJSON, mergePatch, postJSON } from '../lib/api';
-import { approvals, onStreamEvent, onUnpark, tasks, useCell, waiting } from '../lib/live';
+import { approvals, onStreamEvent, onUnpark, useCell, useTasks, waiting } from '../lib/live';
 import { dotHref, navigate, taskHref } from '../lib/router';
 import { ago } from '../lib/format';
 import { Markdown } from '../lib/markdown';
@@ -43,7 +43,7 @@ function duration(fromIso?: string, now = Date.now()) {
 }
 
 export function Tasks({ ns, name, open }: { ns: string; name: string; open?: string }) {
-  const all = useCell(tasks);
+  const all = useTasks();
   const as = useCell(approvals);
   const [historyFilter, setHistoryFilter] = useState<'' | 'COMPLETED' | 'FAILED' | 'CANCELLED'>('');
   const [shown, setShown] = useState(HISTORY_PAGE);
