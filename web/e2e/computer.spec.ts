@@ -1,6 +1,6 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test } from '@playwright/test';
-import { applyDot, getResource, harness, setComputerState } from './harness';
+import { applyDot, getResource, guestSays, harness, setComputerState } from './harness';
 
 test('the Computer page stops and starts the computer through its resource, as the command line does', async ({ page }) => {
   await applyDot('power-dot');
@@ -113,4 +113,28 @@ test('the files view shows text and pictures, and offers the rest as downloads o
   await expect(list.getByRole('link', { name: 'plan.txt' })).toBeVisible();
   await page.goBack();
   await expect(page.getByTestId('files-path')).toHaveText('/home/dot');
+});
+
+test("a card's power menu on Home stops the computer, asking first, and the card keeps its place", async ({ page }) => {
+  await applyDot('menu-dot');
+  await page.goto(harness().url + '/');
+  const card = page.locator('[data-dot="default/menu-dot"]');
+  const menu = card.getByTestId('power-menu');
+  await expect(menu).toBeVisible();
+  const before = await card.boundingBox();
+  await menu.locator('summary').click();
+  await menu.getByRole('button', { name: 'Stop', exact: true }).click();
+  await menu.getByRole('button', { name: 'Stop the computer' }).click();
+  await expect.poll(async () => (await getResource('computers', 'menu-dot')).spec.runStrategy).toBe('Halted');
+  await expect(menu).toContainText('stopped by a person');
+  expect(await card.boundingBox()).toEqual(before);
+  await menu.getByRole('button', { name: 'Start', exact: true }).click();
+  await expect.poll(async () => (await getResource('computers', 'menu-dot')).spec.runStrategy).toBe('OnDemand');
+});
+
+test("the Computer page says what the Dot's model spent, while the computer is off", async ({ page }) => {
+  await applyDot('spent-dot');
+  await guestSays('spent-dot', [{ type: 'message.assistant', data: { text: 'Done.', spent_usd: 1.5 } }]);
+  await page.goto(harness().url + '/dots/default/spent-dot/computer');
+  await expect(page.getByTestId('computer-spend')).toHaveText('$1.50 today · $1.50 in all');
 });

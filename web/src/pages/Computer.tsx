@@ -161,6 +161,10 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
             </dd>
             <dt class="text-muted">Host</dt>
             <dd>{c.spec.nodeName || 'not placed yet'}</dd>
+            <dt class="text-muted">Model spend</dt>
+            <dd data-testid="computer-spend">
+              <Spend ns={ns} name={name} />
+            </dd>
           </dl>
           <p role="status" class="mt-2 h-5 text-sm text-muted">
             {message}
@@ -189,6 +193,31 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
         )}
       </div>
     </div>
+  );
+}
+
+const startOfToday = () => {
+  const d = new Date();
+  d.setHours(0, 0, 0, 0);
+  return d.toISOString();
+};
+
+/** What the Dot spent on its model today and in all, from the log: readable while the computer is off. */
+function Spend({ ns, name }: { ns: string; name: string }) {
+  const [spent, setSpent] = useState<{ today: number; total: number }>();
+  const [error, setError] = useState('');
+  useEffect(() => {
+    const u = `${dotPath(ns, name)}/usage`;
+    Promise.all([getJSON<{ spent_usd: number }>(`${u}?since=${encodeURIComponent(startOfToday())}`), getJSON<{ spent_usd: number }>(u)])
+      .then(([t, a]) => setSpent({ today: t.spent_usd, total: a.spent_usd }))
+      .catch((e) => setError(`could not be read: ${(e as Error).message}`));
+  }, [ns, name]);
+  if (error) return <span class="text-danger">{error}</span>;
+  if (!spent) return <span class="text-muted">–</span>;
+  return (
+    <span class="tabular-nums">
+      ${spent.today.toFixed(2)} today · ${spent.total.toFixed(2)} in all
+    </span>
   );
 }
 

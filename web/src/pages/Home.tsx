@@ -4,7 +4,9 @@ import { SetupChecklist } from '../components/SetupChecklist';
 import { approvals, computers, dots, inView, onStreamEvent, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
 import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
-import { key, type Dot } from '../lib/types';
+import { key, type Computer, type Dot } from '../lib/types';
+import { power } from './Computer';
+import { btn, Confirm } from '../lib/ui';
 
 /** Re-renders every 30 s so "2 min ago" stays true. */
 function useNow() {
@@ -57,7 +59,7 @@ export function Home() {
           <DotCard
             key={d.metadata.uid}
             dot={d}
-            computerState={cs.items.get(key(d.metadata))?.status?.state}
+            computer={cs.items.get(key(d.metadata))}
             waitingCount={pending.filter((a) => a.metadata.namespace === d.metadata.namespace && a.spec.dotName === d.metadata.name).length}
             now={now}
           />
@@ -113,7 +115,8 @@ function Empty() {
   );
 }
 
-function DotCard({ dot, computerState, waitingCount, now }: { dot: Dot; computerState?: string; waitingCount: number; now: number }) {
+function DotCard({ dot, computer, waitingCount, now }: { dot: Dot; computer?: Computer; waitingCount: number; now: number }) {
+  const computerState = computer?.status?.state;
   const { namespace = 'default', name } = dot.metadata;
   const phase = dot.status?.phase;
   const tone = phaseTone(phase);
@@ -162,12 +165,54 @@ function DotCard({ dot, computerState, waitingCount, now }: { dot: Dot; computer
           )}
         </dd>
       </dl>
-      <a
-        href={chatHref(namespace, name)}
-        class="mt-auto self-start rounded-card bg-accent px-3 py-1.5 text-sm font-medium text-accent-fg hover:opacity-90"
-      >
-        Open chat
-      </a>
+      <div class="mt-auto flex items-center gap-2">
+        <a href={chatHref(namespace, name)} class="rounded-card bg-accent px-3 py-1.5 text-sm font-medium text-accent-fg hover:opacity-90">
+          Open chat
+        </a>
+        {computer && <PowerMenu ns={namespace} name={name} computer={computer} />}
+      </div>
     </li>
+  );
+}
+
+/**
+ * The computer's power, from its card: the Computer page's one action
+ * (written as the command line writes it). It opens over the card, so the
+ * card does not grow; Stop asks first.
+ */
+function PowerMenu({ ns, name, computer }: { ns: string; name: string; computer: Computer }) {
+  const [error, setError] = useState('');
+  const [done, setDone] = useState('');
+  const halted = computer.spec.runStrategy === 'Halted';
+  const running = computer.status?.state === 'RUNNING';
+  const act = (what: 'start' | 'stop' | 'reboot') => async () => {
+    setError('');
+    await power(ns, name, what);
+    setDone(`${what[0].toUpperCase()}${what.slice(1)} asked.`);
+  };
+  return (
+    <details class="relative ml-auto" data-testid="power-menu">
+      <summary class={`${btn.plain} cursor-pointer list-none`} aria-label={`Power of ${name}'s computer`}>
+        Computer ▾
+      </summary>
+      <div class="absolute right-0 bottom-full z-10 mb-1 flex w-64 flex-col gap-2 rounded-card border border-border bg-surface p-3 shadow-lg">
+        <p class="text-xs text-muted">
+          The computer is {(computer.status?.state ?? 'pending').toLowerCase()}
+          {halted ? ', stopped by a person' : ''}.
+        </p>
+        {(!running || halted) && (
+          <button type="button" class={btn.primary} onClick={() => act('start')().catch((e) => setError((e as Error).message))}>
+            Start
+          </button>
+        )}
+        {!halted && <Confirm label="Reboot" question="Reboot? What runs in it stops." yes="Reboot" onYes={act('reboot')} />}
+        {!halted && (
+          <Confirm label="Stop" question="Stop it? Its automations do not run while it is stopped." yes="Stop the computer" danger onYes={act('stop')} />
+        )}
+        <p role="status" class={`min-h-4 text-xs ${error ? 'text-danger' : 'text-muted'}`}>
+          {error || done}
+        </p>
+      </div>
+    </details>
   );
 }
