@@ -1,5 +1,5 @@
 import { expect, test } from '@playwright/test';
-import { applyDot, askApproval, getApproval, guestSays, harness } from './harness';
+import { addTask, applyDot, askApproval, getApproval, getResource, guestSays, harness } from './harness';
 
 test('the Inbox answers approvals with the keyboard and with a note', async ({ page }) => {
   await applyDot('inbox-dot');
@@ -146,4 +146,29 @@ test('the Inbox history lists the answered approvals, filtered from the address,
   await expect(rows).toHaveCount(1);
   await page.getByRole('link', { name: /Needs you/ }).click();
   await expect(page).toHaveURL(/\/inbox\?dot=default%2Fhist-other&permission=files.write$/);
+});
+
+test('a task that failed today needs the person until dismissed', async ({ page }) => {
+  await applyDot('fail-dot');
+  const t = await addTask('fail-dot', 'fail-1', { description: 'Book the flight' });
+  await guestSays('fail-dot', [
+    { type: 'task.started', data: { task_id: t.metadata.uid } },
+    { type: 'task.failed', data: { task_id: t.metadata.uid, error: 'the airline site was down' } },
+  ]);
+  await expect.poll(async () => (await getResource('tasks', 'fail-1')).status?.phase).toBe('FAILED');
+  await page.goto(harness().url + '/inbox?dot=default%2Ffail-dot');
+  const row = page.getByTestId('failed-tasks').locator('[data-task=fail-1]');
+  await expect(row).toContainText('the airline site was down');
+  const count = Number(await page.getByTestId('inbox-count').textContent());
+  expect(count).toBeGreaterThanOrEqual(1);
+  await row.getByRole('link', { name: 'Book the flight' }).click();
+  await expect(page).toHaveURL(/\/dots\/default\/fail-dot\/tasks\/fail-1$/);
+  await expect(page.getByTestId('task-error')).toHaveText('the airline site was down');
+  await page.goBack();
+  await row.getByRole('button', { name: 'Dismiss' }).click();
+  await expect(row).toHaveCount(0);
+  await expect(page.getByTestId('inbox-count')).toHaveText(String(count - 1));
+  // Kept in this browser.
+  await page.reload();
+  await expect(page.getByText('Nothing needs you now.')).toBeVisible();
 });

@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
-import { approvals, dots, inView, streamState, useCell, viewNamespace, waiting } from '../lib/live';
+import { dots, inView, streamState, useCell, viewNamespace } from '../lib/live';
+import { useAttention } from '../lib/attention';
 import { chatHref, type Route } from '../lib/router';
 import { phaseLabel, phaseTone, toneRing } from '../lib/format';
 import { currentTheme, toggleTheme } from '../lib/theme';
@@ -9,11 +10,10 @@ const linkState = { live: 'bg-ok', connecting: 'bg-warn', down: 'bg-danger' } as
 
 export function Rail({ route }: { route: Route }) {
   const ds = useCell(dots);
-  const as = useCell(approvals);
   const stream = useCell(streamState);
   const chosen = useCell(viewNamespace);
   const [theme, setTheme] = useState(currentTheme());
-  const inbox = waiting(as.items).filter((a) => inView(a.metadata.namespace, chosen)).length;
+  const inbox = useAttention().count;
   useEffect(() => {
     document.title = inbox ? `(${inbox}) Dots` : 'Dots';
   }, [inbox]);

@@ -1,7 +1,8 @@
 import { useRef, useState } from 'preact/hooks';
 import { GROUP, mergePatch } from '../lib/api';
 import { approvals, inView, useCell, viewNamespace, waiting } from '../lib/live';
-import { chatHref, navigate, useQuery } from '../lib/router';
+import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
+import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
 import { ago } from '../lib/format';
 import type { Approval } from '../lib/types';
 
@@ -39,6 +40,9 @@ export function Inbox() {
     inView(a.metadata.namespace, chosen) &&
     (!dotFilter || `${a.metadata.namespace}/${a.spec.dotName}` === dotFilter) &&
     (!permFilter || a.spec.permission === permFilter);
+  const attention = useAttention();
+  const troubled = attention.dots.filter((d) => !dotFilter || `${d.metadata.namespace}/${d.metadata.name}` === dotFilter);
+  const failed = attention.tasks.filter((t) => !dotFilter || `${t.metadata.namespace}/${t.spec.dotName}` === dotFilter);
   const open = waiting(as.items);
   const list = open.filter(filtered);
   const history = [...as.items.values()]
@@ -82,7 +86,7 @@ export function Inbox() {
               aria-current={tab === t ? 'page' : undefined}
               class={`rounded-card px-3 py-1.5 text-sm ${tab === t ? 'bg-accent text-accent-fg' : 'border border-border'}`}
             >
-              {t === 'waiting' ? `Needs you (${list.length})` : 'History'}
+              {t === 'waiting' ? `Needs you (${list.length + troubled.length + failed.length})` : 'History'}
             </a>
           ))}
         </nav>
@@ -121,12 +125,54 @@ export function Inbox() {
       {as.error && <p class="mt-3 text-danger">{as.error}</p>}
       {tab === 'waiting' && (
         <>
-          {as.loaded && list.length === 0 && <p class="mt-6 text-muted">Nothing needs you now.</p>}
+          {as.loaded && list.length === 0 && troubled.length === 0 && failed.length === 0 && <p class="mt-6 text-muted">Nothing needs you now.</p>}
           <ul ref={cards} class="mt-4 flex flex-col gap-3" onKeyDown={onKey} data-testid="approvals">
             {list.map((a) => (
               <ApprovalCard key={a.metadata.uid} approval={a} />
             ))}
           </ul>
+          {attention.error && <p class="mt-3 text-sm text-danger">{attention.error}</p>}
+          {troubled.length > 0 && (
+            <section aria-labelledby="troubled-h" class="mt-6">
+              <h2 id="troubled-h" class="font-semibold">
+                Dots in trouble
+              </h2>
+              <ul class="mt-2 flex flex-col gap-2" data-testid="troubled-dots">
+                {troubled.map((d) => (
+                  <li key={d.metadata.uid} class="flex flex-wrap items-center gap-2 rounded-card border border-danger bg-surface p-3 text-sm">
+                    <a class="font-medium underline" href={dotHref(d.metadata.namespace ?? 'default', d.metadata.name, 'settings')}>
+                      {d.metadata.name}
+                    </a>
+                    <span class="min-w-0 flex-1 text-danger">{d.status?.error || 'is in ERROR'}</span>
+                    <button type="button" class="rounded-card px-2 py-1 text-xs text-muted hover:bg-surface-2" onClick={() => dismiss(dotKey(d))}>
+                      Dismiss
+                    </button>
+                  </li>
+                ))}
+              </ul>
+            </section>
+          )}
+          {failed.length > 0 && (
+            <section aria-labelledby="failed-h" class="mt-6">
+              <h2 id="failed-h" class="font-semibold">
+                Tasks that failed in the last 24 hours
+              </h2>
+              <ul class="mt-2 flex flex-col gap-2" data-testid="failed-tasks">
+                {failed.map((t) => (
+                  <li key={t.metadata.uid} class="flex flex-wrap items-center gap-2 rounded-card border border-border bg-surface p-3 text-sm" data-task={t.metadata.name}>
+                    <a class="font-medium underline" href={taskHref(t.metadata.namespace ?? 'default', t.spec.dotName, t.metadata.name)}>
+                      {t.spec.description.split('\n')[0]}
+                    </a>
+                    <span class="text-xs text-muted">{t.spec.dotName}</span>
+                    <span class="min-w-0 flex-1 text-danger">{t.status?.error}</span>
+                    <button type="button" class="rounded-card px-2 py-1 text-xs text-muted hover:bg-surface-2" onClick={() => dismiss(taskKey(t))}>
+                      Dismiss
+                    </button>
+                  </li>
+                ))}
+              </ul>
+            </section>
+          )}
         </>
       )}
       {tab === 'history' && (
