@@ -138,3 +138,23 @@ test("the Computer page says what the Dot's model spent, while the computer is o
   await page.goto(harness().url + '/dots/default/spent-dot/computer');
   await expect(page.getByTestId('computer-spend')).toHaveText('$1.50 today · $1.50 in all');
 });
+
+test('the chat has the computer beside it: the desktop while it runs, its state and Start when not', async ({ page }) => {
+  await applyDot('side-dot');
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.goto(harness().url + '/dots/default/side-dot/chat');
+  const panel = page.getByTestId('computer-panel');
+  await expect(panel.getByRole('button', { name: 'Start' })).toBeVisible();
+  await fakeGuest(page, 'side-dot');
+  await setComputerState('side-dot', 'RUNNING');
+  await expect(panel.getByTestId('screen')).toBeVisible();
+  await expect(panel).toContainText('The Dot has control');
+  // Beside the thread, not above it.
+  const [p, t] = [await panel.boundingBox(), await page.getByTestId('thread').boundingBox()];
+  expect(p!.x).toBeGreaterThan(t!.x + t!.width - 1);
+  // Below 1024 px, a strip above the thread, without the picture.
+  await page.setViewportSize({ width: 800, height: 800 });
+  await expect(panel.getByTestId('screen')).toBeHidden();
+  const [p2, t2] = [await panel.boundingBox(), await page.getByTestId('thread').boundingBox()];
+  expect(p2!.y + p2!.height).toBeLessThanOrEqual(t2!.y + 1);
+});

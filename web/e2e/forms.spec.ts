@@ -12,6 +12,8 @@ async function noSeriousViolation(page: Page) {
 
 test("a Dot is created through the form, and a bound the dry run refuses shows on its control", async ({ page }) => {
   await page.goto(harness().url + '/new');
+  // The preflight: the harness's host has no QEMU.
+  await expect(page.getByTestId('setup-checklist').getByTestId('setup-row').filter({ hasText: 'qemu' }).first()).toBeVisible();
   await page.getByLabel('Name', { exact: true }).fill('formed-dot');
   await page.getByRole('button', { name: /Computer and safety/ }).click();
   const cpu = page.locator('[data-field="spec.computer.cpu"]');

@@ -4,7 +4,7 @@ import { Home } from './pages/Home';
 import { Chat } from './pages/Chat';
 import { Inbox } from './pages/Inbox';
 import { Tasks } from './pages/Tasks';
-import { ComputerPage } from './pages/Computer';
+import { ComputerPage, ComputerPanel } from './pages/Computer';
 import { Activity } from './pages/Activity';
 import { DotSettings, NewDot } from './pages/DotForm';
 import { HostSettings } from './pages/HostSettings';
@@ -16,8 +16,13 @@ function DotPages({ route }: { route: Extract<Route, { page: 'dot' }> }) {
   return (
     <div class="flex h-full flex-col">
       <DotHeader ns={ns} name={name} tab={tab} />
-      <div class={`min-h-0 flex-1 ${tab === 'chat' ? '' : 'overflow-y-auto'}`}>
-        {tab === 'chat' && <Chat key={k} ns={ns} name={name} />}
+      <div class={`min-h-0 flex-1 ${tab === 'chat' ? 'flex flex-col lg:flex-row-reverse' : 'overflow-y-auto'}`}>
+        {tab === 'chat' && <ComputerPanel key={`panel-${k}`} ns={ns} name={name} />}
+        {tab === 'chat' && (
+          <div class="min-h-0 min-w-0 flex-1">
+            <Chat key={k} ns={ns} name={name} />
+          </div>
+        )}
         {tab === 'tasks' && <Tasks key={k} ns={ns} name={name} open={route.task} />}
         {tab === 'computer' && <ComputerPage key={k} ns={ns} name={name} />}
         {tab === 'activity' && <Activity key={k} ns={ns} name={name} />}

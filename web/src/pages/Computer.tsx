@@ -422,3 +422,41 @@ function FileView({ ns, name, path, size }: { ns: string; name: string; path: st
   );
 }
 
+
+/**
+ * The computer beside the chat (from 1024 px; a strip above it below that):
+ * the desktop while it runs, else its state and Start.
+ */
+export function ComputerPanel({ ns, name }: { ns: string; name: string }) {
+  const c = useCell(computers).items.get(`${ns}/${name}`);
+  const state = c?.status?.state;
+  const running = state === 'RUNNING';
+  const [error, setError] = useState('');
+  const start = () => power(ns, name, 'start').catch((e) => setError((e as Error).message));
+  return (
+    <aside aria-label={`${name}'s computer`} class="border-b border-border bg-surface px-4 py-2 lg:w-96 lg:shrink-0 lg:overflow-y-auto lg:border-b-0 lg:border-l lg:py-4" data-testid="computer-panel">
+      <div class="flex items-center gap-2 text-sm">
+        <span class="font-medium">Computer</span>
+        <span class="text-muted">{(state ?? 'not made yet').toLowerCase()}</span>
+        {!running && (
+          <button type="button" class={`ml-auto ${btn.plain}`} onClick={() => void start()}>
+            Start
+          </button>
+        )}
+        <a class={`${running ? 'ml-auto' : ''} text-accent underline`} href={dotHref(ns, name, 'computer')}>
+          Open
+        </a>
+      </div>
+      {error && (
+        <p role="alert" class="text-sm text-danger">
+          {error}
+        </p>
+      )}
+      {running && (
+        <div class="mt-2 hidden lg:block">
+          <Screen ns={ns} name={name} />
+        </div>
+      )}
+    </aside>
+  );
+}

@@ -22,6 +22,7 @@ import {
 } from '../lib/config';
 import type { Dot } from '../lib/types';
 import { Namespaces } from './HostSettings';
+import { SetupChecklist } from '../components/SetupChecklist';
 
 const DEFAULT_MODEL = 'z-ai/glm-5.3-flash';
 
@@ -487,6 +488,8 @@ export function NewDot() {
       <p role="status" class="mt-1 h-5 text-right text-xs text-muted">
         {!name ? 'Name the Dot to have its config checked.' : j?.ok ? 'The API server takes this config.' : ''}
       </p>
+      {/* The preflight: what this host lacks to run the Dot, the same list Home shows. */}
+      <SetupChecklist />
     </form>
   );
 }
