@@ -6,6 +6,7 @@ import { ago } from '../lib/format';
 import { Markdown } from '../lib/markdown';
 import { btn, Confirm, input } from '../lib/ui';
 import { ApprovalCard } from './Inbox';
+import { dispatchOrder } from '../lib/order';
 import type { ActivityEvent, Approval, Task } from '../lib/types';
 
 const HISTORY_PAGE = 20;
@@ -15,18 +16,6 @@ const taskPath = (t: Task) =>
 const phaseOf = (t: Task) => t.status?.phase ?? 'PENDING';
 const isActive = (t: Task) => phaseOf(t) === 'RUNNING' || phaseOf(t) === 'WAITING_APPROVAL';
 const isDone = (t: Task) => ['COMPLETED', 'FAILED', 'CANCELLED'].includes(phaseOf(t));
-
-/**
- * The dispatcher's order (internal/lifecycle.NextTask): the higher priority
- * first, then the older, then by name.
- */
-export function dispatchOrder(a: Task, b: Task): number {
-  return (
-    (b.spec.priority ?? 0) - (a.spec.priority ?? 0) ||
-    Date.parse(a.metadata.creationTimestamp ?? '') - Date.parse(b.metadata.creationTimestamp ?? '') ||
-    (a.metadata.name < b.metadata.name ? -1 : a.metadata.name > b.metadata.name ? 1 : 0)
-  );
-}
 
 const finishedAt = (t: Task) => t.status?.runs?.at(-1)?.finished ?? t.metadata.creationTimestamp ?? '';
 
