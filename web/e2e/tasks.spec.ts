@@ -89,3 +89,21 @@ test('a new task is made from the page and its drawer opens', async ({ page }) =
   expect((await getResource('tasks', made)).spec).toMatchObject({ dotName: 'new-task-dot', description: 'Water the plants', priority: 7 });
   await page.screenshot({ path: test.info().outputPath('tasks.png') });
 });
+
+test("a task's waiting approval is answerable on its card and in its drawer", async ({ page }) => {
+  await applyDot('ask-task-dot');
+  const t = await addTask('ask-task-dot', 'ask-task-1', { description: 'Clean the downloads' });
+  await guestSays('ask-task-dot', [
+    { type: 'task.started', data: { task_id: t.metadata.uid } },
+    { type: 'approval.requested', data: { approval_id: 'req-task-1', task_id: t.metadata.uid, tool: 'exec', permission: 'computer.exec', arguments: { command: 'rm ~/Downloads/*.tmp' }, reason: 'clean up' } },
+  ]);
+  await page.goto(harness().url + '/dots/default/ask-task-dot/tasks');
+  const card = page.locator('[data-task=ask-task-1]');
+  await expect(card.locator('[data-card]')).toContainText('wants to use');
+  await card.getByRole('link', { name: 'Clean the downloads' }).click();
+  const drawer = page.getByTestId('task-drawer');
+  await expect(drawer.locator('[data-card]')).toContainText('wants to use');
+  await drawer.getByRole('button', { name: 'Allow once' }).click();
+  await expect(drawer.locator('[data-card]')).toHaveCount(0);
+  await expect(drawer.getByTestId('task-story')).toContainText('asks to run exec');
+});
