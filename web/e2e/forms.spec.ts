@@ -1,6 +1,6 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test, type Page } from '@playwright/test';
-import { applyDot, getResource, guestSays, harness, patchDotSpec } from './harness';
+import { applyDot, getResource, guestSays, harness, patchDotSpec, setComputerState } from './harness';
 
 async function noSeriousViolation(page: Page) {
   const { violations } = await new AxeBuilder({ page }).analyze();
@@ -148,4 +148,27 @@ test("Always allow changes the Dot's spec, and an edit under way is rebased on i
   await expect(page.getByText('Saved.')).toBeVisible();
   const d = await getResource('dots', 'always-spec-dot');
   expect(d.spec).toMatchObject({ instructions: 'Plan the week.', permissions: { automations: 'allow' } });
+});
+
+test("the permission editor shows each permission's tools from the Dot's own table, or why it cannot", async ({ page }) => {
+  await applyDot('tools-dot');
+  await page.goto(harness().url + '/dots/default/tools-dot/settings');
+  await expect(page.getByTestId('tools-off')).toContainText('start it to see the tools');
+  // A fake of the guest's tool table at the test's edge: the harness runs no VM.
+  await page.route('**/dots/v1/namespaces/default/dots/tools-dot/tools', (route) =>
+    route.fulfill({
+      json: {
+        tools: [
+          { name: 'exec', permission: 'computer.exec', offered: true, description: 'run a command' },
+          { name: 'cron', permission: 'automations', offered: false, description: 'schedule' },
+        ],
+        mcp_servers: [],
+      },
+    }),
+  );
+  await setComputerState('tools-dot', 'RUNNING');
+  await expect(page.getByTestId('tools-computer.exec')).toHaveText('exec');
+  await expect(page.getByTestId('tools-automations')).toContainText('cron (not offered)');
+  await page.getByLabel('Schedule automations').selectOption('allow');
+  await expect(page.getByTestId('tools-automations')).toContainText('the tools show this change once it is saved');
 });

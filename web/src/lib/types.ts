@@ -3,6 +3,7 @@
 
 export interface Meta {
   name: string;
+  generation?: number;
   namespace?: string;
   uid: string;
   resourceVersion: string;

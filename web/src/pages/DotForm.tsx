@@ -1,7 +1,7 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { dump, load } from 'js-yaml';
-import { getJSON, request } from '../lib/api';
-import { dots, useCell } from '../lib/live';
+import { dotPath, getJSON, request } from '../lib/api';
+import { computers, dots, useCell } from '../lib/live';
 import { dotHref, navigate } from '../lib/router';
 import { btn, input } from '../lib/ui';
 import { BOUNDS, PERMISSIONS, type Decision } from '../lib/generated';
@@ -245,8 +245,19 @@ function ComputerFields(f: FieldProps) {
   );
 }
 
-function Permissions(f: FieldProps) {
+interface ToolInfo {
+  name: string;
+  permission: string;
+  offered: boolean;
+}
+
+/** The tools of the Dot's own table, read from its computer: absent for a new Dot. */
+type ToolTable = { tools: ToolInfo[] } | { off: string } | undefined;
+
+function Permissions(f: FieldProps & { table?: ToolTable; saved?: Spec }) {
   const perms: Record<string, Decision> = getIn(f.spec, ['permissions']) ?? {};
+  const savedPerms: Record<string, Decision> = getIn(f.saved ?? {}, ['permissions']) ?? {};
+  const table = f.table;
   const write = (next: Record<string, Decision>) => f.set(['permissions'], normalizePermissions(next));
   const errs = f.errorsOf('spec.permissions');
   return (
@@ -277,6 +288,24 @@ function Permissions(f: FieldProps) {
                 <p class="text-xs text-muted">
                   {p.description} (<code>{p.name}</code>; default {p.default})
                 </p>
+                {table && 'tools' in table && (
+                  <p class="text-xs" data-testid={`tools-${p.name}`}>
+                    {table.tools
+                      .filter((t) => t.permission === p.name)
+                      .map((t, i) => (
+                        <span key={t.name}>
+                          {i > 0 && ', '}
+                          <code class={t.offered ? '' : 'text-muted line-through'} title={t.offered ? 'offered to the model' : 'not offered to the model'}>
+                            {t.name}
+                          </code>
+                          {!t.offered && <span class="sr-only"> (not offered)</span>}
+                        </span>
+                      ))}
+                    {f.saved && (perms[p.name] ?? p.default) !== (savedPerms[p.name] ?? p.default) && (
+                      <span class="text-warn"> · the tools show this change once it is saved</span>
+                    )}
+                  </p>
+                )}
               </td>
               <td class="py-1.5 text-right">
                 <select
@@ -294,6 +323,11 @@ function Permissions(f: FieldProps) {
           ))}
         </tbody>
       </table>
+      {table && 'off' in table && (
+        <p class="text-xs text-muted" data-testid="tools-off">
+          {table.off}
+        </p>
+      )}
       <Problems id="perm-err" causes={errs} />
     </div>
   );
@@ -507,6 +541,18 @@ export function DotSettings({ ns, name }: { ns: string; name: string }) {
   const [saved, setSaved] = useState('');
   const [loadError, setLoadError] = useState('');
   const [rebased, setRebased] = useState<Change[]>();
+  const computer = useCell(computers).items.get(`${ns}/${name}`);
+  const running = computer?.status?.state === 'RUNNING';
+  const [table, setTable] = useState<ToolTable>();
+  useEffect(() => {
+    if (!running) {
+      setTable({ off: "The computer is not running, so its tool table cannot be read: start it to see the tools each permission covers. The permissions can be set meanwhile." });
+      return;
+    }
+    getJSON<{ tools: ToolInfo[] }>(`${dotPath(ns, name)}/tools`)
+      .then((t) => setTable({ tools: t.tools }))
+      .catch((e) => setTable({ off: `The tool table could not be read: ${(e as Error).message}` }));
+  }, [ns, name, running, base?.metadata.generation]);
 
   const begin = (d: Dot) => {
     setBase(d);
@@ -619,7 +665,7 @@ export function DotSettings({ ns, name }: { ns: string; name: string }) {
           <h3 class="mt-5 font-semibold">Model and limits</h3>
           <Brain {...f} />
           <h3 class="mt-5 font-semibold">Permissions</h3>
-          <Permissions {...f} />
+          <Permissions {...f} table={table} saved={base.spec as Spec} />
           <h3 class="mt-5 font-semibold">Computer</h3>
           <ComputerFields {...f} />
         </>
