@@ -172,3 +172,19 @@ test('a task that failed today needs the person until dismissed', async ({ page 
   await page.reload();
   await expect(page.getByText('Nothing needs you now.')).toBeVisible();
 });
+
+test('an approval card shows the call as it reads best, and never a password', async ({ page }) => {
+  await applyDot('args-dot');
+  await askApproval('args-a1', 'args-dot', 'default', {
+    tool: 'browser_identity_create',
+    permission: 'browser.identity.create',
+    arguments: { url: 'https://shop.example/login', proxy: { server: 'http://proxy.example:3128', password: 'hunter2' } },
+  });
+  await page.goto(harness().url + '/inbox?dot=default%2Fargs-dot');
+  const card = page.locator('[data-card]', { hasText: 'args-dot' });
+  await expect(card.getByTestId('call-summary')).toContainText('Address');
+  await expect(card.getByTestId('call-summary')).toContainText('https://shop.example/login');
+  await card.getByText('Details').click();
+  await expect(card).toContainText('proxy.example:3128');
+  await expect(card).not.toContainText('hunter2');
+});

@@ -249,10 +249,11 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
         Permission <code class="font-mono">{a.spec.permission}</code>
         {a.spec.reason ? `: ${a.spec.reason}` : ''}
       </p>
+      <CallSummary args={a.spec.arguments} />
       {a.spec.arguments !== undefined && (
         <details class="mt-2 text-sm">
           <summary class="cursor-pointer text-muted">Details</summary>
-          <pre tabIndex={0} class="mt-1 overflow-x-auto rounded-card bg-surface-2 p-2 font-mono text-xs">{JSON.stringify(a.spec.arguments, null, 2)}</pre>
+          <pre tabIndex={0} class="mt-1 overflow-x-auto rounded-card bg-surface-2 p-2 font-mono text-xs">{JSON.stringify(masked(a.spec.arguments), null, 2)}</pre>
         </details>
       )}
       {mode === 'always' && (
@@ -311,5 +312,39 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
         </p>
       )}
     </li>
+  );
+}
+
+// A password, a token or a secret in a call's arguments (a proxy's, say) is
+// never shown.
+const SECRET = /pass(word)?|secret|token|api[_-]?key|authorization/i;
+function masked(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(masked);
+  if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, SECRET.test(k) ? '••••••' : masked(x)]));
+  return v;
+}
+
+/** The call in the form that reads best: a command, an address, a file, a schedule. */
+function CallSummary({ args }: { args: unknown }) {
+  if (!args || typeof args !== 'object') return null;
+  const a = args as Record<string, unknown>;
+  const str = (k: string) => (typeof a[k] === 'string' ? (a[k] as string) : '');
+  const [label, text] = str('command')
+    ? ['Command', str('command')]
+    : str('url')
+      ? ['Address', str('url')]
+      : str('path')
+        ? ['File', str('path')]
+        : str('schedule')
+          ? ['Schedule', str('schedule')]
+          : ['', ''];
+  if (!label) return null;
+  return (
+    <div class="mt-2 text-sm" data-testid="call-summary">
+      <span class="text-muted">{label}</span>
+      <pre tabIndex={0} class="mt-1 overflow-x-auto rounded-card bg-surface-2 p-2 font-mono text-xs whitespace-pre-wrap break-all">
+        {label === 'Command' ? `$ ${text}` : text}
+      </pre>
+    </div>
   );
 }
