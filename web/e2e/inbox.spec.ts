@@ -82,6 +82,9 @@ test("a Dot's waiting approval is answerable in its chat, and the tab title coun
   const card = page.getByTestId('chat-approvals').locator('[data-card]');
   await expect(card).toContainText('wants to use');
   await expect(page).toHaveTitle(/^\(\d+\) Dots$/);
+  // The favicon reads the same count.
+  const title = await page.title();
+  await expect(page.locator('link[rel=icon]')).toHaveAttribute('data-count', /\d+/.exec(title)![0]);
   await card.getByRole('button', { name: 'Allow once' }).click();
   await expect(page.getByTestId('chat-approvals')).toHaveCount(0);
   expect((await getApproval('ask-a1')).spec.decision).toBe('approve');

@@ -1,6 +1,7 @@
 import { computers, dots, useCell, useTasks } from '../lib/live';
 import { DOT_PAGES, dotHref, type DotPage } from '../lib/router';
 import { phaseLabel, phaseTone, reason, toneText } from '../lib/format';
+import { power } from '../pages/Computer';
 
 const TAB_LABEL: Record<DotPage, string> = {
   chat: 'Chat',
@@ -33,8 +34,17 @@ export function DotHeader({ ns, name, tab }: { ns: string; name: string; tab: Do
       {/* One line always held, so the tabs never move when it fills. */}
       <p class="h-5 truncate text-xs text-muted" title={why || running?.status?.progress}>
         {phase === 'ERROR' && why ? (
-          <span class="text-danger">
+          <span class="text-danger" data-testid="dot-error">
             {why} · <a class="underline" href={dotHref(ns, name, 'settings')}>Open settings</a>
+            {/* One way back: the host reboots only a running computer, and starts one in ERROR. */}
+            {(computerState === 'RUNNING' || computerState === 'ERROR') && (
+              <>
+                {' · '}
+                <button type="button" class="underline" onClick={() => void power(ns, name, computerState === 'RUNNING' ? 'reboot' : 'start')}>
+                  {computerState === 'RUNNING' ? 'Reboot' : 'Start the computer'}
+                </button>
+              </>
+            )}
           </span>
         ) : (
           (running?.status?.progress ?? '')

@@ -16,6 +16,7 @@ export function Rail({ route }: { route: Route }) {
   const inbox = useAttention().count;
   useEffect(() => {
     document.title = inbox ? `(${inbox}) Dots` : 'Dots';
+    setFavicon(inbox);
   }, [inbox]);
   const list = [...ds.items.values()].filter((d) => inView(d.metadata.namespace, chosen)).sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
   const navItem = (active: boolean) =>
@@ -95,4 +96,19 @@ export function Rail({ route }: { route: Route }) {
       </div>
     </nav>
   );
+}
+
+/** The tab's icon: a dot in the accent color, the warning color while something needs the person. */
+function setFavicon(count: number) {
+  let link = document.querySelector<HTMLLinkElement>('link[rel=icon]');
+  if (!link) {
+    link = document.createElement('link');
+    link.rel = 'icon';
+    document.head.append(link);
+  }
+  // The colors are the tokens' (src/tokens.css), read from the page.
+  const fill = getComputedStyle(document.documentElement).getPropertyValue(count ? '--warn' : '--accent').trim() || 'gray';
+  const svg = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="8" cy="8" r="7" fill="${fill}"/></svg>`;
+  link.href = `data:image/svg+xml,${encodeURIComponent(svg)}`;
+  link.dataset.count = String(count);
 }
