@@ -53,7 +53,8 @@ test('the keyboard reaches everything: skip to content, the rail, a card, the ch
   await expect(page.locator('main')).toBeFocused();
   // From the content, Tab reaches the card's Open chat, and Enter opens it.
   const open = page.locator('[data-dot="default/keys-dot"]').getByRole('link', { name: 'Open chat' });
-  for (let i = 0; i < 40 && !(await open.evaluate((el) => el === document.activeElement)); i++) await page.keyboard.press('Tab');
+  // Every Dot of the run has a card before it, each with a few stops.
+  for (let i = 0; i < 400 && !(await open.evaluate((el) => el === document.activeElement)); i++) await page.keyboard.press('Tab');
   await expect(open).toBeFocused();
   await page.keyboard.press('Enter');
   await expect(page).toHaveURL(/\/dots\/default\/keys-dot\/chat$/);

@@ -587,7 +587,9 @@ export function DotSettings({ ns, name }: { ns: string; name: string }) {
     if (judged?.status === 409) void newest();
   }, [judged]);
   const j = result ?? (changes.length ? judged : undefined);
-  const conflict = stale || (!!live && !!base && diff(base.spec, live.spec).length > 0);
+  // The watch tells of a newer config by its generation, which only a change
+  // of the spec moves (a watch that lags behind the edit's base is not one).
+  const conflict = stale || (!!live && !!base && (live.metadata.generation ?? 0) > (base.metadata.generation ?? 0));
   const causes = j && !j.ok && j.status !== 409 ? (j.causes.length ? j.causes : [{ field: '', message: j.message }]) : [];
   const { mine, rest } = split(causes, CONTROLLED);
   const f: FieldProps = { spec, set: (p, v) => (setResult(undefined), setSaved(''), setSpec((s) => setIn(s, p, v))), errorsOf: mine };
