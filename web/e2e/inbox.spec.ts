@@ -191,3 +191,24 @@ test('an approval card shows the call as it reads best, and never a password', a
   await expect(card).toContainText('proxy.example:3128');
   await expect(card).not.toContainText('hunter2');
 });
+
+test('an answered card stays in its place as a receipt until the person leaves the page', async ({ page }) => {
+  await applyDot('receipt-dot');
+  const write = { tool: 'write_file', permission: 'files.write', arguments: { path: '~/a.md' } };
+  await askApproval('receipt-a1', 'receipt-dot', 'default', write);
+  await askApproval('receipt-a2', 'receipt-dot', 'default', write);
+  await page.goto(harness().url + '/inbox?dot=default%2Freceipt-dot');
+  const items = page.getByTestId('approvals').locator(':scope > li');
+  await expect(items).toHaveCount(2);
+  await items.first().getByRole('button', { name: 'Allow once' }).click();
+  // The first place now holds the receipt; the second card has not moved up.
+  await expect(items.first()).toHaveAttribute('data-testid', 'answered-receipt');
+  await expect(items.first()).toContainText('allowed once');
+  await expect(items.nth(1)).toHaveAttribute('data-card');
+  // Away and back, in the app: the receipt is gone, the waiting card stays.
+  await page.getByRole('link', { name: 'Dots', exact: true }).click();
+  await expect(page.getByRole('heading', { name: 'Home' })).toBeVisible();
+  await page.getByRole('link', { name: /^Inbox/ }).click();
+  await expect(page.locator('[data-card]', { hasText: 'receipt-dot' })).toHaveCount(1);
+  await expect(page.getByTestId('answered-receipt')).toHaveCount(0);
+});

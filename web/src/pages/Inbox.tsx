@@ -51,6 +51,13 @@ export function Inbox() {
   const everyDot = [...new Set([...as.items.values()].map((a) => `${a.metadata.namespace}/${a.spec.dotName}`))].sort();
   const everyPermission = [...new Set([...as.items.values()].map((a) => a.spec.permission))].sort();
   const cards = useRef<HTMLUListElement>(null);
+  // An answered card stays in its place, as a receipt, until the person
+  // leaves the page: the list does not jump under the keyboard.
+  const seen = useRef(new Map<string, true>());
+  for (const a of list) seen.current.set(a.metadata.uid, true);
+  const inPlace = [...as.items.values()]
+    .filter((a) => seen.current.has(a.metadata.uid) && filtered(a))
+    .sort((a, b) => (a.metadata.creationTimestamp ?? '').localeCompare(b.metadata.creationTimestamp ?? '') || a.metadata.name.localeCompare(b.metadata.name));
 
   // j/k move between the cards, a allows the one in focus once, d opens its
   // note to deny: only while the focus is in the list (WCAG 2.1.4).
@@ -127,9 +134,16 @@ export function Inbox() {
         <>
           {as.loaded && list.length === 0 && troubled.length === 0 && failed.length === 0 && <p class="mt-6 text-muted">Nothing needs you now.</p>}
           <ul ref={cards} class="mt-4 flex flex-col gap-3" onKeyDown={onKey} data-testid="approvals">
-            {list.map((a) => (
-              <ApprovalCard key={a.metadata.uid} approval={a} />
-            ))}
+            {inPlace.map((a) =>
+              list.includes(a) ? (
+                <ApprovalCard key={a.metadata.uid} approval={a} />
+              ) : (
+                <li key={a.metadata.uid} class="rounded-card border border-dashed border-border px-4 py-2 text-sm text-muted" data-testid="answered-receipt">
+                  {a.spec.dotName}'s <code class="font-mono">{a.spec.tool}</code>:{' '}
+                  {a.spec.decision === 'approve' ? (a.spec.always ? 'allowed for good' : 'allowed once') : a.spec.decision === 'reject' ? 'denied' : 'no longer waiting'}
+                </li>
+              ),
+            )}
           </ul>
           {attention.error && <p class="mt-3 text-sm text-danger">{attention.error}</p>}
           {troubled.length > 0 && (
