@@ -111,6 +111,9 @@ type Deps struct {
 	// kubeconfig. ErrNotChecked (wrapped) when it cannot be asked. Nil
 	// leaves the row out.
 	OpenRouterKey func(ctx context.Context) (bool, error)
+	// WebClientBuilt reports whether this binary embeds the built web
+	// client. Nil leaves the row out.
+	WebClientBuilt func() bool
 }
 
 // ErrNotChecked: the doctor could not ask (no kubeconfig yet, the server does
@@ -144,6 +147,8 @@ func Real(h home.Layout) Deps {
 		PostgresDirs:  postgresDirs,
 		ProbeTimeout:  30 * time.Second,
 		OpenRouterKey: keyStored(h),
+		// The row is the binary's: the doctor answers for the binary it runs in.
+		WebClientBuilt: webClientBuilt,
 	}
 }
 
@@ -271,6 +276,10 @@ func Run(ctx context.Context, d Deps) Report {
 
 	// PostgreSQL.
 	add(postgres(d))
+
+	if d.WebClientBuilt != nil {
+		add(webClient(d))
+	}
 
 	// The OpenRouter key.
 	if d.OpenRouterKey != nil {

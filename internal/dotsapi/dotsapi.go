@@ -167,6 +167,7 @@ func (h *Handler) routes() []route {
 	return []route{
 		{"namespaces/{ns}/dots/{name}/messages", map[string]handlerFunc{http.MethodPost: h.postMessage, http.MethodGet: h.getMessages}},
 		{"namespaces/{ns}/dots/{name}/events", map[string]handlerFunc{http.MethodGet: h.getEvents}},
+		{"namespaces/{ns}/dots/{name}/activity", map[string]handlerFunc{http.MethodGet: h.getActivity}},
 		{"namespaces/{ns}/dots/{name}/stream", map[string]handlerFunc{http.MethodGet: h.streamDot}},
 		{"stream", map[string]handlerFunc{http.MethodGet: h.streamAll}},
 		{"hostagent/hosts/{host}/outbox", map[string]handlerFunc{http.MethodGet: h.waitOutbox}},
@@ -183,6 +184,7 @@ func (h *Handler) routes() []route {
 		{"namespaces/{ns}/dots/{name}/usage", map[string]handlerFunc{http.MethodGet: h.usage}},
 		{"health", map[string]handlerFunc{http.MethodGet: h.health}},
 		{"doctor", map[string]handlerFunc{http.MethodGet: h.runDoctor}},
+		{"secrets/openrouter", map[string]handlerFunc{http.MethodPut: h.putOpenRouterKey}},
 	}
 }
 

@@ -191,3 +191,61 @@ export async function guestSays(dotName: string, events: { type: string; data: u
   const res = await adminCall('POST', `/dots/v1/hostagent/hosts/${harness().host}/dots/${ns}/${dotName}/events`, batch);
   if (res.status !== 200) throw new Error(`guest events of ${dotName}: ${res.status} ${res.text}`);
 }
+
+/** Makes a Task as `invisible-dots task add` does, through the web server. */
+export async function addTask(dotName: string, name: string, spec: { description: string; priority?: number; scheduledAt?: string }, ns = 'default'): Promise<any> {
+  const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/tasks`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ apiVersion: 'dots.invisible.dev/v1alpha1', kind: 'Task', metadata: { name, namespace: ns }, spec: { dotName, ...spec } }),
+  });
+  if (!res.ok) throw new Error(`make Task ${name}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+/** Reads a resource of the group through the web server. */
+export async function getResource(kind: string, name: string, ns = 'default'): Promise<any> {
+  const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/${kind}/${name}`);
+  if (!res.ok) throw new Error(`get ${kind} ${name}: ${res.status}`);
+  return res.json();
+}
+
+/** Removes the host-wide key a test stored, so the tests after it see none (as the harness began). */
+export async function deleteDefaultKey() {
+  const res = await adminCall('DELETE', '/api/v1/namespaces/invisible-dots-system/secrets/openrouter', {});
+  if (res.status !== 200 && res.status !== 404) throw new Error(`delete the default key: ${res.status} ${res.text}`);
+}
+
+/** Writes a Dot as someone else would (another tab, kubectl): a merge patch of its spec. */
+export async function patchDotSpec(name: string, spec: unknown, ns = 'default') {
+  const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/dots/${name}`, {
+    method: 'PATCH',
+    headers: { 'Content-Type': 'application/merge-patch+json' },
+    body: JSON.stringify({ spec }),
+  });
+  if (!res.ok) throw new Error(`patch Dot ${name}: ${res.status} ${await res.text()}`);
+}
+
+/** Makes a namespace through the web server. */
+export async function makeNamespace(name: string) {
+  const res = await fetch(`${harness().url}/api/v1/namespaces`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name } }),
+  });
+  if (!res.ok && res.status !== 409) throw new Error(`make namespace ${name}: ${res.status} ${await res.text()}`);
+}
+
+/**
+ * Writes a Computer's state as its host agent would. The harness's host runs
+ * no VM, so a page that needs a running computer is shown one this way; the
+ * Computer is left unplaced, so no host agent writes it back.
+ */
+export async function setComputerState(name: string, state: string, ns = 'default') {
+  let res = { status: 0, text: '' };
+  for (const deadline = Date.now() + 20_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200))) {
+    res = await adminCall('PATCH', `${GROUP}/namespaces/${ns}/computers/${name}/status`, { status: { state } }, 'application/merge-patch+json');
+    if (res.status !== 404) break;
+  }
+  if (res.status !== 200) throw new Error(`set the state of Computer ${name}: ${res.status} ${res.text}`);
+}

@@ -6,16 +6,23 @@ const PAGES = [
   { name: 'Home', path: '/' },
   { name: 'Chat', path: '/dots/default/axe-dot/chat' },
   { name: 'Inbox', path: '/inbox' },
+  { name: 'Tasks', path: '/dots/default/axe-dot/tasks' },
+  { name: 'Computer', path: '/dots/default/axe-dot/computer' },
+  { name: 'Activity', path: '/dots/default/axe-dot/activity' },
+  { name: 'Dot settings', path: '/dots/default/axe-dot/settings' },
+  { name: 'Create a Dot', path: '/new' },
+  { name: 'Host settings', path: '/settings' },
 ];
 
 for (const theme of ['light', 'dark'] as const) {
   for (const p of PAGES) {
     test(`${p.name} has no serious accessibility violation (${theme})`, async ({ page }) => {
       await applyDot('axe-dot');
-      await askApproval(`axe-${theme}-${p.name.toLowerCase()}`, 'axe-dot');
+      await askApproval(`axe-${theme}-${p.name.toLowerCase().replace(/ /g, '-')}`, 'axe-dot');
       await page.addInitScript((t) => localStorage.setItem('dots.theme', t), theme);
       await page.goto(harness().url + p.path);
       await expect(page.getByTestId('rail-dots').getByRole('link', { name: 'axe-dot' })).toBeVisible();
+      await page.screenshot({ path: test.info().outputPath(`${p.name.toLowerCase().replace(/ /g, '-')}-${theme}.png`), fullPage: true });
       const { violations } = await new AxeBuilder({ page }).analyze();
       const serious = violations
         .filter((v) => v.impact === 'serious' || v.impact === 'critical')
@@ -46,7 +53,8 @@ test('the keyboard reaches everything: skip to content, the rail, a card, the ch
   await expect(page.locator('main')).toBeFocused();
   // From the content, Tab reaches the card's Open chat, and Enter opens it.
   const open = page.locator('[data-dot="default/keys-dot"]').getByRole('link', { name: 'Open chat' });
-  for (let i = 0; i < 40 && !(await open.evaluate((el) => el === document.activeElement)); i++) await page.keyboard.press('Tab');
+  // Every Dot of the run has a card before it, each with a few stops.
+  for (let i = 0; i < 400 && !(await open.evaluate((el) => el === document.activeElement)); i++) await page.keyboard.press('Tab');
   await expect(open).toBeFocused();
   await page.keyboard.press('Enter');
   await expect(page).toHaveURL(/\/dots\/default\/keys-dot\/chat$/);
@@ -56,4 +64,48 @@ test('the keyboard reaches everything: skip to content, the rail, a card, the ch
   await page.keyboard.type('typed with the keyboard');
   await page.keyboard.press('Enter');
   await expect(page.locator('[data-testid=message-user][data-event-id]', { hasText: 'typed with the keyboard' })).toBeVisible();
+});
+
+test('every page fits 375 px without a sideways scroll', async ({ page }) => {
+  await applyDot('axe-dot');
+  await page.setViewportSize({ width: 375, height: 740 });
+  for (const p of PAGES) {
+    await page.goto(harness().url + p.path);
+    await expect(page.getByRole('heading').first()).toBeVisible();
+    // A settled page: the live lists and the dry run have answered.
+    await page.waitForTimeout(500);
+    const overflow = await page.evaluate(() => {
+      const wide = [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1 && getComputedStyle(e).position !== 'fixed');
+      // Inside a box that scrolls sideways by design (the rail, a tab bar, a code block) is fine.
+      return wide.filter((e) => !e.closest('nav, pre, [data-scrolls]')).map((e) => `${e.tagName}.${e.className}`.slice(0, 80));
+    });
+    expect(overflow, p.name).toEqual([]);
+    expect(await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth), p.name).toBeLessThanOrEqual(0);
+    await page.screenshot({ path: test.info().outputPath(`narrow-${p.name.toLowerCase().replace(/ /g, '-')}.png`), fullPage: true });
+  }
+});
+
+test("a task's drawer is reached and left with the keyboard", async ({ page }) => {
+  await applyDot('axe-dot');
+  const res = await fetch(`${harness().url}/apis/dots.invisible.dev/v1alpha1/namespaces/default/tasks`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ apiVersion: 'dots.invisible.dev/v1alpha1', kind: 'Task', metadata: { name: 'keys-task' }, spec: { dotName: 'axe-dot', description: 'Sort the inbox' } }),
+  });
+  expect(res.ok || res.status === 409).toBe(true);
+  await page.goto(harness().url + '/dots/default/axe-dot/tasks');
+  const link = page.getByRole('link', { name: 'Sort the inbox' });
+  await expect(link).toBeVisible();
+  // Past the rail (every Dot of the run is in it) by the skip link.
+  await page.keyboard.press('Tab');
+  await page.keyboard.press('Enter');
+  for (let i = 0; i < 40 && !(await link.evaluate((el) => el === document.activeElement)); i++) await page.keyboard.press('Tab');
+  await expect(link).toBeFocused();
+  await page.keyboard.press('Enter');
+  const drawer = page.getByRole('dialog');
+  await expect(drawer).toBeFocused();
+  await page.keyboard.press('Escape');
+  await expect(drawer).toHaveCount(0);
+  // The focus goes back to where the person was.
+  await expect(link).toBeFocused();
 });

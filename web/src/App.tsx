@@ -1,8 +1,36 @@
 import { Rail } from './components/Rail';
+import { DotHeader } from './components/DotHeader';
 import { Home } from './pages/Home';
 import { Chat } from './pages/Chat';
 import { Inbox } from './pages/Inbox';
-import { onLinkClick, useRoute } from './lib/router';
+import { Tasks } from './pages/Tasks';
+import { ComputerPage, ComputerPanel } from './pages/Computer';
+import { Activity } from './pages/Activity';
+import { DotSettings, NewDot } from './pages/DotForm';
+import { HostSettings } from './pages/HostSettings';
+import { onLinkClick, useRoute, type Route } from './lib/router';
+
+function DotPages({ route }: { route: Extract<Route, { page: 'dot' }> }) {
+  const { ns, name, tab } = route;
+  const k = `${ns}/${name}`;
+  return (
+    <div class="flex h-full flex-col">
+      <DotHeader ns={ns} name={name} tab={tab} />
+      <div class={`min-h-0 flex-1 ${tab === 'chat' ? 'flex flex-col lg:flex-row-reverse' : 'overflow-y-auto'}`}>
+        {tab === 'chat' && <ComputerPanel key={`panel-${k}`} ns={ns} name={name} />}
+        {tab === 'chat' && (
+          <div class="min-h-0 min-w-0 flex-1">
+            <Chat key={k} ns={ns} name={name} />
+          </div>
+        )}
+        {tab === 'tasks' && <Tasks key={k} ns={ns} name={name} open={route.task} />}
+        {tab === 'computer' && <ComputerPage key={k} ns={ns} name={name} />}
+        {tab === 'activity' && <Activity key={k} ns={ns} name={name} />}
+        {tab === 'settings' && <DotSettings key={k} ns={ns} name={name} />}
+      </div>
+    </div>
+  );
+}
 
 export function App() {
   const route = useRoute();
@@ -20,10 +48,16 @@ export function App() {
         Skip to content
       </a>
       <Rail route={route} />
-      <main id="main" tabIndex={-1} class="relative min-h-0 min-w-0 flex-1 overflow-y-auto focus:outline-none">
+      <main
+        id="main"
+        tabIndex={-1}
+        class={`relative min-h-0 min-w-0 flex-1 focus:outline-none ${route.page === 'dot' ? 'overflow-hidden' : 'overflow-y-auto'}`}
+      >
         {route.page === 'home' && <Home />}
         {route.page === 'inbox' && <Inbox />}
-        {route.page === 'chat' && <Chat key={`${route.ns}/${route.name}`} ns={route.ns} name={route.name} />}
+        {route.page === 'new' && <NewDot />}
+        {route.page === 'settings' && <HostSettings />}
+        {route.page === 'dot' && <DotPages route={route} />}
         {route.page === 'missing' && (
           <div class="p-6">
             <h1 class="text-xl font-semibold">No such page</h1>

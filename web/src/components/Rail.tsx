@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
-import { approvals, dots, streamState, useCell, waiting } from '../lib/live';
+import { dots, inView, streamState, useCell, viewNamespace } from '../lib/live';
+import { useAttention } from '../lib/attention';
 import { chatHref, type Route } from '../lib/router';
 import { phaseLabel, phaseTone, toneRing } from '../lib/format';
 import { currentTheme, toggleTheme } from '../lib/theme';
@@ -9,14 +10,15 @@ const linkState = { live: 'bg-ok', connecting: 'bg-warn', down: 'bg-danger' } as
 
 export function Rail({ route }: { route: Route }) {
   const ds = useCell(dots);
-  const as = useCell(approvals);
   const stream = useCell(streamState);
+  const chosen = useCell(viewNamespace);
   const [theme, setTheme] = useState(currentTheme());
-  const inbox = waiting(as.items).length;
+  const inbox = useAttention().count;
   useEffect(() => {
     document.title = inbox ? `(${inbox}) Dots` : 'Dots';
+    setFavicon(inbox);
   }, [inbox]);
-  const list = [...ds.items.values()].sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
+  const list = [...ds.items.values()].filter((d) => inView(d.metadata.namespace, chosen)).sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
   const navItem = (active: boolean) =>
     `flex items-center gap-2 rounded-card px-2 py-1.5 text-sm whitespace-nowrap hover:bg-surface-2 ${active ? 'bg-surface-2 font-semibold' : ''}`;
   return (
@@ -37,10 +39,18 @@ export function Rail({ route }: { route: Route }) {
           {inbox}
         </span>
       </a>
-      <div class="hidden px-2 pt-3 pb-1 text-xs uppercase tracking-wide text-muted md:block">Your Dots</div>
+      <a href="/settings" class={navItem(route.page === 'settings')} aria-current={route.page === 'settings' ? 'page' : undefined}>
+        Settings
+      </a>
+      <div class="hidden items-center px-2 pt-3 pb-1 text-xs uppercase tracking-wide text-muted md:flex">
+        Your Dots
+        <a href="/new" class="ml-auto rounded-card px-1.5 normal-case tracking-normal text-accent hover:bg-surface-2" aria-current={route.page === 'new' ? 'page' : undefined}>
+          + New Dot
+        </a>
+      </div>
       <ul class="flex gap-1 md:flex-col" data-testid="rail-dots">
         {list.map((d) => {
-          const active = route.page === 'chat' && route.ns === d.metadata.namespace && route.name === d.metadata.name;
+          const active = route.page === 'dot' && route.ns === d.metadata.namespace && route.name === d.metadata.name;
           const tone = phaseTone(d.status?.phase);
           return (
             <li key={d.metadata.uid}>
@@ -86,4 +96,19 @@ export function Rail({ route }: { route: Route }) {
       </div>
     </nav>
   );
+}
+
+/** The tab's icon: a dot in the accent color, the warning color while something needs the person. */
+function setFavicon(count: number) {
+  let link = document.querySelector<HTMLLinkElement>('link[rel=icon]');
+  if (!link) {
+    link = document.createElement('link');
+    link.rel = 'icon';
+    document.head.append(link);
+  }
+  // The colors are the tokens' (src/tokens.css), read from the page.
+  const fill = getComputedStyle(document.documentElement).getPropertyValue(count ? '--warn' : '--accent').trim() || 'gray';
+  const svg = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="8" cy="8" r="7" fill="${fill}"/></svg>`;
+  link.href = `data:image/svg+xml,${encodeURIComponent(svg)}`;
+  link.dataset.count = String(count);
 }

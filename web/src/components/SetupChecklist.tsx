@@ -30,7 +30,7 @@ async function readChecks(): Promise<State> {
   let error: string | undefined;
   if (doctor.status === 'fulfilled') {
     // The key is said once, from the health answer below.
-    checks.push(...doctor.value.checks.filter((c) => c.status !== 'ok' && c.status !== 'warn' && !/openrouter|key/i.test(c.name)));
+    checks.push(...doctor.value.checks.filter((c) => c.status !== 'ok' && c.status !== 'warning' && !/openrouter|key/i.test(c.name)));
   } else error = `The host's checks could not be read: ${(doctor.reason as Error).message}`;
   if (health.status === 'fulfilled') {
     if (!health.value.openrouter_configured)
@@ -75,7 +75,7 @@ export function SetupChecklist() {
   );
 }
 
-function Command({ text }: { text: string }) {
+export function Command({ text }: { text: string }) {
   const [copied, setCopied] = useState(false);
   return (
     <div class="mt-1 flex items-start gap-2">

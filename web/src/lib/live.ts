@@ -3,7 +3,7 @@
 // one EventSource for the whole page.
 import { useEffect, useState } from 'preact/hooks';
 import { GROUP } from './api';
-import type { Approval, Computer, Dot, LogEvent } from './types';
+import type { Approval, Computer, Dot, LogEvent, Task } from './types';
 import { key } from './types';
 
 type Listener = () => void;
@@ -170,10 +170,35 @@ const empty = <T>(): Collection<T> => ({ items: new Map(), loaded: false, state:
 export const dots = new Cell<Collection<Dot>>(empty());
 export const computers = new Cell<Collection<Computer>>(empty());
 export const approvals = new Cell<Collection<Approval>>(empty());
+export const tasks = new Cell<Collection<Task>>(empty());
 export const streamState = new Cell<LinkState>('connecting');
 
+// The namespace the person chose to see ('' for all), kept in this browser.
+const NS_KEY = 'dots.namespace';
+export const viewNamespace = new Cell<string>(localStorage.getItem(NS_KEY) ?? '');
+export function setViewNamespace(ns: string) {
+  localStorage.setItem(NS_KEY, ns);
+  viewNamespace.set(ns);
+}
+/** Whether a thing of namespace ns is in the chosen view. */
+export const inView = (ns: string | undefined, chosen: string) => !chosen || (ns ?? 'default') === chosen;
+
 // The types the pages follow live; the stream names each message's type.
-const STREAM_TYPES = ['message.user', 'message.assistant', 'tool.called', 'agent.state', 'approval.requested', 'task.completed', 'task.failed'];
+const STREAM_TYPES = [
+  'message.user',
+  'message.assistant',
+  'tool.called',
+  'agent.state',
+  'approval.requested',
+  'approval.resolved',
+  'task.created',
+  'task.started',
+  'task.progress',
+  'task.completed',
+  'task.failed',
+  'task.cancelled',
+  'computer.state',
+];
 const streamListeners = new Set<(e: LogEvent) => void>();
 
 /** Calls fn with every event of the shared stream until the returned stop. */
@@ -217,6 +242,17 @@ async function openStream() {
   es.addEventListener('message', (m) => {
     if ((m as MessageEvent).lastEventId) lastEventId = (m as MessageEvent).lastEventId;
   });
+}
+
+// The Tasks' watch starts with the first page that shows a Dot's tasks, so
+// Home and the Inbox hold one connection fewer (a browser allows six per host).
+let tasksStarted = false;
+export function useTasks(): Collection<Task> {
+  if (!tasksStarted) {
+    tasksStarted = true;
+    void listWatch(`${GROUP}/tasks`, tasks);
+  }
+  return useCell(tasks);
 }
 
 let started = false;

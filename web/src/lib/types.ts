@@ -3,6 +3,7 @@
 
 export interface Meta {
   name: string;
+  generation?: number;
   namespace?: string;
   uid: string;
   resourceVersion: string;
@@ -31,15 +32,51 @@ export interface Dot {
 }
 
 export interface Computer {
+  metadata: Meta & { annotations?: Record<string, string> };
+  spec: { runStrategy?: string; nodeName?: string; cpu?: number; memory?: string; disk?: string };
+  status?: {
+    state?: string;
+    stopReason?: string;
+    conditions?: Condition[];
+    goldenImage?: string;
+    runtimeImage?: string;
+    nextAutomationTime?: string;
+    startFailure?: { consecutiveFailCount: number; retryAfter?: string; message?: string };
+    system?: { hostname?: string; cpus?: number; memTotalBytes?: number; memAvailableBytes?: number; diskTotalBytes?: number; diskFreeBytes?: number };
+  };
+}
+
+export type TaskPhase = 'PENDING' | 'RUNNING' | 'WAITING_APPROVAL' | 'COMPLETED' | 'FAILED' | 'CANCELLED';
+
+export interface Task {
   metadata: Meta;
-  spec: { runStrategy?: string; nodeName?: string };
-  status?: { state?: string; stopReason?: string; conditions?: Condition[] };
+  spec: { dotName: string; description: string; priority?: number; scheduledAt?: string; cancelRequested?: boolean };
+  status?: {
+    phase?: TaskPhase;
+    runs?: { number: number; started?: string; delivered?: string; finished?: string; outcome?: string }[];
+    summary?: string;
+    error?: string;
+    spentUSD?: number;
+    progress?: string;
+  };
+}
+
+/** An event of the activity route: the event, its words (internal/eventtext) and its family. */
+export interface ActivityEvent extends LogEvent {
+  text: string;
+  family: string;
+}
+
+export interface ActivityFamily {
+  name: string;
+  types: string[];
 }
 
 export interface Approval {
   metadata: Meta;
   spec: {
     dotName: string;
+    requestID?: string;
     taskName?: string;
     tool: string;
     permission: string;
@@ -51,6 +88,7 @@ export interface Approval {
   };
   status?: { phase?: string; decidedAt?: string };
 }
+
 
 export interface Message {
   event_id: number;

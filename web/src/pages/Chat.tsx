@@ -1,22 +1,27 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ApiError, dotPath, getJSON, postJSON } from '../lib/api';
-import { approvals, computers, dots, onStreamEvent, onUnpark, useCell, waiting } from '../lib/live';
+import { approvals, computers, onStreamEvent, onUnpark, useCell, waiting } from '../lib/live';
 import { ApprovalCard } from './Inbox';
-import { phaseLabel, phaseTone, toneText } from '../lib/format';
-import type { LogEvent, Message } from '../lib/types';
+import type { Approval, LogEvent, Message } from '../lib/types';
 import { Markdown } from '../lib/markdown';
 
 /** A row of the thread: a message, or a quiet line of a tool the Dot used. */
 type Row =
   | { kind: 'message'; id: number; role: 'user' | 'assistant'; text: string; at: string }
   | { kind: 'tool'; id: number; tool: string; target?: string; ok: boolean; decision?: string; ms: number }
-  | { kind: 'pending'; id: number; text: string; failed?: string };
+  | { kind: 'pending'; id: number; text: string; failed?: string }
+  | { kind: 'approval'; id: number; requestId: string; tool: string; permission: string };
+
+/** How a person answered an approval, from the log's approval.resolved. */
+type Answer = { decision: string; always: boolean };
 
 const draftKey = (ns: string, name: string) => `dots.draft.${ns}/${name}`;
 
 function toolRow(e: LogEvent): Row | null {
   const d = e.data ?? {};
   if (d.task_id) return null; // a task's steps belong to the task's story
+  if (e.type === 'approval.requested') return { kind: 'approval', id: e.id, requestId: d.approval_id, tool: d.tool, permission: d.permission };
+  if (e.type !== 'tool.called') return null;
   return { kind: 'tool', id: e.id, tool: d.tool, target: d.target, ok: !!d.ok, decision: d.decision, ms: d.duration_ms ?? 0 };
 }
 
@@ -25,14 +30,19 @@ function messageRow(m: Message): Row {
 }
 
 export function Chat({ ns, name }: { ns: string; name: string }) {
-  const ds = useCell(dots);
   const cs = useCell(computers);
   const as = useCell(approvals);
   // What the Dot waits for: the newest thing in its thread, answerable here.
-  const asks = waiting(as.items).filter((a) => a.metadata.namespace === ns && a.spec.dotName === name && !a.spec.taskName);
-  const dot = ds.items.get(`${ns}/${name}`);
+  const mine = [...as.items.values()].filter((a) => a.metadata.namespace === ns && a.spec.dotName === name && !a.spec.taskName);
   const computer = cs.items.get(`${ns}/${name}`);
   const [rows, setRows] = useState<Map<number, Row>>(new Map());
+  const [answers, setAnswers] = useState<Map<string, Answer>>(new Map());
+  const answered = (events: LogEvent[]) =>
+    setAnswers((prev) => {
+      const next = new Map(prev);
+      for (const e of events) if (e.type === 'approval.resolved') next.set(e.data?.approval_id, { decision: e.data?.decision, always: !!e.data?.always });
+      return next;
+    });
   const [pending, setPending] = useState<Row[]>([]);
   const [loadError, setLoadError] = useState('');
   const [loaded, setLoaded] = useState(false);
@@ -56,7 +66,7 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
     const ctl = new AbortController();
     const load = () => Promise.all([
       getJSON<{ messages: Message[] }>(`${base}/messages?order=desc&limit=100`, ctl.signal),
-      getJSON<{ events: LogEvent[] }>(`${base}/events?types=tool.called&order=desc&limit=200`, ctl.signal),
+      getJSON<{ events: LogEvent[] }>(`${base}/events?types=tool.called,approval.requested,approval.resolved&order=desc&limit=200`, ctl.signal),
     ])
       .then(([m, e]) => {
         const oldest = m.messages.length ? m.messages[m.messages.length - 1].event_id : 0;
@@ -64,6 +74,7 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
           ...m.messages.map(messageRow),
           ...e.events.filter((ev) => ev.id > oldest).map(toolRow).filter((r): r is Row => r !== null),
         ]);
+        answered(e.events);
         setLoaded(true);
       })
       .catch((err: unknown) => {
@@ -82,11 +93,15 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
           add([{ kind: 'message', id: ev.id, role: ev.type === 'message.user' ? 'user' : 'assistant', text: ev.data?.text ?? '', at: ev.created_at }]);
           if (ev.type === 'message.assistant') setWaking(false);
           break;
-        case 'tool.called': {
+        case 'tool.called':
+        case 'approval.requested': {
           const r = toolRow(ev);
           if (r) add([r]);
           break;
         }
+        case 'approval.resolved':
+          answered([ev]);
+          break;
         case 'agent.state':
           setAgentState(ev.data?.state ?? '');
           setWaking(false);
@@ -105,6 +120,11 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
     const logged = [...rows.values()].sort((a, b) => a.id - b.id);
     return [...logged, ...pending.filter((p) => !rows.has(p.id))];
   }, [rows, pending]);
+  // An approval the log placed between messages is answered there; the
+  // rest (one made by hand, or asked before the loaded page) below the thread.
+  const placed = new Set(thread.flatMap((r) => (r.kind === 'approval' ? [r.requestId] : [])));
+  const asks = waiting(as.items).filter((a) => mine.includes(a) && !(a.spec.requestID && placed.has(a.spec.requestID)));
+  const approvalOf = (requestId: string) => mine.find((a) => a.spec.requestID === requestId);
 
   useLayoutEffect(() => {
     bottom.current?.scrollIntoView({ block: 'end' });
@@ -142,7 +162,6 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
     }
   }
 
-  const phase = dot?.status?.phase;
   const busy = agentState === 'THINKING' || agentState === 'EXECUTING' || agentState === 'PLANNING';
   const status = waking
     ? 'Waking up the computer… the Dot answers once it has started.'
@@ -154,14 +173,6 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
 
   return (
     <div class="flex h-full flex-col">
-      <header class="flex items-center gap-3 border-b border-border bg-surface px-4 py-3">
-        <h1 class="truncate text-lg font-semibold">{name}</h1>
-        <span class="text-xs text-muted">{ns}</span>
-        <span class={`ml-auto text-sm capitalize ${toneText[phaseTone(phase)]}`} data-testid="chat-phase">
-          {phaseLabel(phase)}
-          {computerState ? ` · computer ${computerState.toLowerCase()}` : ''}
-        </span>
-      </header>
       <section aria-label="Conversation" class="min-h-0 flex-1 overflow-y-auto px-4 py-4" data-testid="thread">
         <div class="mx-auto flex max-w-3xl flex-col gap-3">
           {loadError && (
@@ -180,12 +191,12 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
                 </summary>
                 <div class="mt-1 flex flex-col gap-1">
                   {g.map((r) => (
-                    <ThreadRow key={r.id} row={r} />
+                    <ThreadRow key={r.id} row={r} approvalOf={approvalOf} answers={answers} />
                   ))}
                 </div>
               </details>
             ) : (
-              <ThreadRow key={g.id} row={g} />
+              <ThreadRow key={g.id} row={g} approvalOf={approvalOf} answers={answers} />
             ),
           )}
           {asks.length > 0 && (
@@ -259,7 +270,8 @@ function group(rows: Row[]): (Row | Row[])[] {
   return out;
 }
 
-function ThreadRow({ row }: { row: Row }) {
+function ThreadRow({ row, approvalOf, answers }: { row: Row; approvalOf: (requestId: string) => Approval | undefined; answers: Map<string, Answer> }) {
+  if (row.kind === 'approval') return <ApprovalRow row={row} approval={approvalOf(row.requestId)} answer={answers.get(row.requestId)} />;
   if (row.kind === 'tool') {
     const how = row.decision === 'deny' ? 'denied' : row.ok ? '' : 'failed';
     return (
@@ -295,5 +307,27 @@ function ThreadRow({ row }: { row: Row }) {
         </span>
       )}
     </div>
+  );
+}
+
+/** An approval where it was asked: its card while it waits, then a receipt of the answer. */
+function ApprovalRow({ row, approval, answer }: { row: Extract<Row, { kind: 'approval' }>; approval?: Approval; answer?: Answer }) {
+  if (approval && !approval.spec.decision && (approval.status?.phase ?? 'Pending') === 'Pending' && !answer) {
+    return (
+      <ul class="flex flex-col" aria-label="Waiting for your answer" data-testid="placed-approval" data-event-id={row.id}>
+        <ApprovalCard approval={approval} />
+      </ul>
+    );
+  }
+  const decision = answer?.decision ?? approval?.spec.decision;
+  const always = answer?.always ?? approval?.spec.always;
+  const words = decision === 'approve' ? (always ? 'Allowed for good' : 'Allowed once') : decision === 'reject' ? 'Denied' : 'Asked; no answer yet';
+  const note = approval?.spec.note;
+  return (
+    <p class="px-2 text-xs text-muted" data-testid="approval-receipt" data-event-id={row.id}>
+      <span aria-hidden="true">› </span>
+      {row.tool} ({row.permission}): <span class={decision === 'reject' ? 'text-danger' : decision ? 'text-ok' : ''}>{words}</span>
+      {note ? ` with the note "${note}"` : ''}
+    </p>
   );
 }

@@ -1,10 +1,12 @@
 import { useEffect, useState } from 'preact/hooks';
 import { dotPath, getJSON } from '../lib/api';
 import { SetupChecklist } from '../components/SetupChecklist';
-import { approvals, computers, dots, onStreamEvent, useCell, waiting } from '../lib/live';
+import { approvals, computers, dots, inView, onStreamEvent, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
 import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
-import { key, type Dot } from '../lib/types';
+import { key, type Computer, type Dot } from '../lib/types';
+import { power } from './Computer';
+import { btn, Confirm } from '../lib/ui';
 
 /** Re-renders every 30 s so "2 min ago" stays true. */
 function useNow() {
@@ -21,14 +23,19 @@ export function Home() {
   const cs = useCell(computers);
   const as = useCell(approvals);
   const now = useNow();
+  const chosen = useCell(viewNamespace);
   const [query, setQuery] = useState('');
   const pending = waiting(as.items);
-  const all = [...ds.items.values()].sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
+  const all = [...ds.items.values()].filter((d) => inView(d.metadata.namespace, chosen)).sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
   const list = all.filter((d) => key(d.metadata).includes(query.trim().toLowerCase()));
   return (
     <div class="mx-auto max-w-6xl p-4 md:p-6">
       <div class="mb-4 flex flex-wrap items-center gap-3">
         <h1 class="text-2xl font-semibold">Home</h1>
+        {chosen && <span class="text-sm text-muted">in {chosen}</span>}
+        <a href="/new" class="rounded-card border border-border px-3 py-1.5 text-sm hover:bg-surface-2">
+          Create a Dot
+        </a>
         {all.length > 6 && (
           <input
             type="search"
@@ -52,7 +59,7 @@ export function Home() {
           <DotCard
             key={d.metadata.uid}
             dot={d}
-            computerState={cs.items.get(key(d.metadata))?.status?.state}
+            computer={cs.items.get(key(d.metadata))}
             waitingCount={pending.filter((a) => a.metadata.namespace === d.metadata.namespace && a.spec.dotName === d.metadata.name).length}
             now={now}
           />
@@ -95,7 +102,12 @@ function Empty() {
   return (
     <div class="rounded-card border border-dashed border-border bg-surface p-6">
       <h2 class="text-lg font-semibold">No Dots yet</h2>
-      <p class="mt-2 text-muted">Declare your first Dot and apply it; it shows here at once.</p>
+      <p class="mt-2 text-muted">
+        <a href="/new" class="text-accent underline">
+          Create your first Dot
+        </a>
+        , or declare it and apply it; it shows here at once.
+      </p>
       <pre tabIndex={0} class="mt-3 overflow-x-auto rounded-card bg-surface-2 p-3 font-mono text-sm">
         export KUBECONFIG=~/.invisible-dots/kubeconfig{'\n'}kubectl apply -f config/samples/dots_v1alpha1_dot.yaml
       </pre>
@@ -103,7 +115,8 @@ function Empty() {
   );
 }
 
-function DotCard({ dot, computerState, waitingCount, now }: { dot: Dot; computerState?: string; waitingCount: number; now: number }) {
+function DotCard({ dot, computer, waitingCount, now }: { dot: Dot; computer?: Computer; waitingCount: number; now: number }) {
+  const computerState = computer?.status?.state;
   const { namespace = 'default', name } = dot.metadata;
   const phase = dot.status?.phase;
   const tone = phaseTone(phase);
@@ -152,12 +165,54 @@ function DotCard({ dot, computerState, waitingCount, now }: { dot: Dot; computer
           )}
         </dd>
       </dl>
-      <a
-        href={chatHref(namespace, name)}
-        class="mt-auto self-start rounded-card bg-accent px-3 py-1.5 text-sm font-medium text-accent-fg hover:opacity-90"
-      >
-        Open chat
-      </a>
+      <div class="mt-auto flex items-center gap-2">
+        <a href={chatHref(namespace, name)} class="rounded-card bg-accent px-3 py-1.5 text-sm font-medium text-accent-fg hover:opacity-90">
+          Open chat
+        </a>
+        {computer && <PowerMenu ns={namespace} name={name} computer={computer} />}
+      </div>
     </li>
+  );
+}
+
+/**
+ * The computer's power, from its card: the Computer page's one action
+ * (written as the command line writes it). It opens over the card, so the
+ * card does not grow; Stop asks first.
+ */
+function PowerMenu({ ns, name, computer }: { ns: string; name: string; computer: Computer }) {
+  const [error, setError] = useState('');
+  const [done, setDone] = useState('');
+  const halted = computer.spec.runStrategy === 'Halted';
+  const running = computer.status?.state === 'RUNNING';
+  const act = (what: 'start' | 'stop' | 'reboot') => async () => {
+    setError('');
+    await power(ns, name, what);
+    setDone(`${what[0].toUpperCase()}${what.slice(1)} asked.`);
+  };
+  return (
+    <details class="relative ml-auto" data-testid="power-menu">
+      <summary class={`${btn.plain} cursor-pointer list-none`} aria-label={`Power of ${name}'s computer`}>
+        Computer ▾
+      </summary>
+      <div class="absolute right-0 bottom-full z-10 mb-1 flex w-64 flex-col gap-2 rounded-card border border-border bg-surface p-3 shadow-lg">
+        <p class="text-xs text-muted">
+          The computer is {(computer.status?.state ?? 'pending').toLowerCase()}
+          {halted ? ', stopped by a person' : ''}.
+        </p>
+        {(!running || halted) && (
+          <button type="button" class={btn.primary} onClick={() => act('start')().catch((e) => setError((e as Error).message))}>
+            Start
+          </button>
+        )}
+        {!halted && <Confirm label="Reboot" question="Reboot? What runs in it stops." yes="Reboot" onYes={act('reboot')} />}
+        {!halted && (
+          <Confirm label="Stop" question="Stop it? Its automations do not run while it is stopped." yes="Stop the computer" danger onYes={act('stop')} />
+        )}
+        <p role="status" class={`min-h-4 text-xs ${error ? 'text-danger' : 'text-muted'}`}>
+          {error || done}
+        </p>
+      </div>
+    </details>
   );
 }

@@ -1,7 +1,8 @@
 import { useRef, useState } from 'preact/hooks';
 import { GROUP, mergePatch } from '../lib/api';
-import { approvals, useCell, waiting } from '../lib/live';
-import { chatHref } from '../lib/router';
+import { approvals, inView, useCell, viewNamespace, waiting } from '../lib/live';
+import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
+import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
 import { ago } from '../lib/format';
 import type { Approval } from '../lib/types';
 
@@ -14,10 +15,49 @@ type Answer = { decision: 'approve' | 'reject'; always?: boolean; note?: string 
 const approvalPath = (a: Approval) =>
   `${GROUP}/namespaces/${encodeURIComponent(a.metadata.namespace ?? 'default')}/approvals/${encodeURIComponent(a.metadata.name)}`;
 
+const HISTORY_PAGE = 50;
+
+/** The address holds the Inbox's whole state: ?tab=history, ?dot=, ?permission=. */
+function setQuery(q: URLSearchParams, key: string, value: string) {
+  const next = new URLSearchParams(q);
+  if (value) next.set(key, value);
+  else next.delete(key);
+  const s = next.toString();
+  navigate(`/inbox${s ? `?${s}` : ''}`, true);
+}
+
+const answeredAt = (a: Approval) => a.status?.decidedAt ?? a.metadata.creationTimestamp ?? '';
+
 export function Inbox() {
   const as = useCell(approvals);
-  const list = waiting(as.items);
+  const chosen = useCell(viewNamespace);
+  const q = useQuery();
+  const tab = q.get('tab') === 'history' ? 'history' : 'waiting';
+  const dotFilter = q.get('dot') ?? '';
+  const permFilter = q.get('permission') ?? '';
+  const [shown, setShown] = useState(HISTORY_PAGE);
+  const filtered = (a: Approval) =>
+    inView(a.metadata.namespace, chosen) &&
+    (!dotFilter || `${a.metadata.namespace}/${a.spec.dotName}` === dotFilter) &&
+    (!permFilter || a.spec.permission === permFilter);
+  const attention = useAttention();
+  const troubled = attention.dots.filter((d) => !dotFilter || `${d.metadata.namespace}/${d.metadata.name}` === dotFilter);
+  const failed = attention.tasks.filter((t) => !dotFilter || `${t.metadata.namespace}/${t.spec.dotName}` === dotFilter);
+  const open = waiting(as.items);
+  const list = open.filter(filtered);
+  const history = [...as.items.values()]
+    .filter((a) => !open.includes(a) && filtered(a))
+    .sort((a, b) => answeredAt(b).localeCompare(answeredAt(a)));
+  const everyDot = [...new Set([...as.items.values()].map((a) => `${a.metadata.namespace}/${a.spec.dotName}`))].sort();
+  const everyPermission = [...new Set([...as.items.values()].map((a) => a.spec.permission))].sort();
   const cards = useRef<HTMLUListElement>(null);
+  // An answered card stays in its place, as a receipt, until the person
+  // leaves the page: the list does not jump under the keyboard.
+  const seen = useRef(new Map<string, true>());
+  for (const a of list) seen.current.set(a.metadata.uid, true);
+  const inPlace = [...as.items.values()]
+    .filter((a) => seen.current.has(a.metadata.uid) && filtered(a))
+    .sort((a, b) => (a.metadata.creationTimestamp ?? '').localeCompare(b.metadata.creationTimestamp ?? '') || a.metadata.name.localeCompare(b.metadata.name));
 
   // j/k move between the cards, a allows the one in focus once, d opens its
   // note to deny: only while the focus is in the list (WCAG 2.1.4).
@@ -44,13 +84,141 @@ export function Inbox() {
         What your Dots wait for you to answer. Keys in the list: <kbd>j</kbd>/<kbd>k</kbd> move, <kbd>a</kbd> allows once,{' '}
         <kbd>d</kbd> denies.
       </p>
+      <div class="mt-3 flex flex-wrap items-center gap-3">
+        <nav aria-label="Inbox views" class="flex gap-1">
+          {(['waiting', 'history'] as const).map((t) => (
+            <a
+              key={t}
+              href={`/inbox?${new URLSearchParams({ ...(t === 'history' ? { tab: 'history' } : {}), ...(dotFilter ? { dot: dotFilter } : {}), ...(permFilter ? { permission: permFilter } : {}) })}`}
+              aria-current={tab === t ? 'page' : undefined}
+              class={`rounded-card px-3 py-1.5 text-sm ${tab === t ? 'bg-accent text-accent-fg' : 'border border-border'}`}
+            >
+              {t === 'waiting' ? `Needs you (${list.length + troubled.length + failed.length})` : 'History'}
+            </a>
+          ))}
+        </nav>
+        <span class="flex items-center gap-1">
+        <label class="text-sm" for="inbox-dot">
+          Dot
+        </label>
+        <select id="inbox-dot" class="rounded-card border border-border bg-surface px-2 py-1" value={dotFilter} onChange={(e) => setQuery(q, 'dot', (e.target as HTMLSelectElement).value)}>
+            <option value="">every Dot</option>
+            {everyDot.map((d) => (
+              <option key={d} value={d}>
+                {d}
+              </option>
+            ))}
+          </select>
+        </span>
+        <span class="flex items-center gap-1">
+        <label class="text-sm" for="inbox-permission">
+          Permission
+        </label>
+          <select
+            id="inbox-permission"
+            class="rounded-card border border-border bg-surface px-2 py-1"
+            value={permFilter}
+            onChange={(e) => setQuery(q, 'permission', (e.target as HTMLSelectElement).value)}
+          >
+            <option value="">every permission</option>
+            {everyPermission.map((p) => (
+              <option key={p} value={p}>
+                {p}
+              </option>
+            ))}
+          </select>
+        </span>
+      </div>
       {as.error && <p class="mt-3 text-danger">{as.error}</p>}
-      {as.loaded && list.length === 0 && <p class="mt-6 text-muted">Nothing needs you now.</p>}
-      <ul ref={cards} class="mt-4 flex flex-col gap-3" onKeyDown={onKey} data-testid="approvals">
-        {list.map((a) => (
-          <ApprovalCard key={a.metadata.uid} approval={a} />
-        ))}
-      </ul>
+      {tab === 'waiting' && (
+        <>
+          {as.loaded && list.length === 0 && troubled.length === 0 && failed.length === 0 && <p class="mt-6 text-muted">Nothing needs you now.</p>}
+          <ul ref={cards} class="mt-4 flex flex-col gap-3" onKeyDown={onKey} data-testid="approvals">
+            {inPlace.map((a) =>
+              list.includes(a) ? (
+                <ApprovalCard key={a.metadata.uid} approval={a} />
+              ) : (
+                <li key={a.metadata.uid} class="rounded-card border border-dashed border-border px-4 py-2 text-sm text-muted" data-testid="answered-receipt">
+                  {a.spec.dotName}'s <code class="font-mono">{a.spec.tool}</code>:{' '}
+                  {a.spec.decision === 'approve' ? (a.spec.always ? 'allowed for good' : 'allowed once') : a.spec.decision === 'reject' ? 'denied' : 'no longer waiting'}
+                </li>
+              ),
+            )}
+          </ul>
+          {attention.error && <p class="mt-3 text-sm text-danger">{attention.error}</p>}
+          {troubled.length > 0 && (
+            <section aria-labelledby="troubled-h" class="mt-6">
+              <h2 id="troubled-h" class="font-semibold">
+                Dots in trouble
+              </h2>
+              <ul class="mt-2 flex flex-col gap-2" data-testid="troubled-dots">
+                {troubled.map((d) => (
+                  <li key={d.metadata.uid} class="flex flex-wrap items-center gap-2 rounded-card border border-danger bg-surface p-3 text-sm">
+                    <a class="font-medium underline" href={dotHref(d.metadata.namespace ?? 'default', d.metadata.name, 'settings')}>
+                      {d.metadata.name}
+                    </a>
+                    <span class="min-w-0 flex-1 text-danger">{d.status?.error || 'is in ERROR'}</span>
+                    <button type="button" class="rounded-card px-2 py-1 text-xs text-muted hover:bg-surface-2" onClick={() => dismiss(dotKey(d))}>
+                      Dismiss
+                    </button>
+                  </li>
+                ))}
+              </ul>
+            </section>
+          )}
+          {failed.length > 0 && (
+            <section aria-labelledby="failed-h" class="mt-6">
+              <h2 id="failed-h" class="font-semibold">
+                Tasks that failed in the last 24 hours
+              </h2>
+              <ul class="mt-2 flex flex-col gap-2" data-testid="failed-tasks">
+                {failed.map((t) => (
+                  <li key={t.metadata.uid} class="flex flex-wrap items-center gap-2 rounded-card border border-border bg-surface p-3 text-sm" data-task={t.metadata.name}>
+                    <a class="font-medium underline" href={taskHref(t.metadata.namespace ?? 'default', t.spec.dotName, t.metadata.name)}>
+                      {t.spec.description.split('\n')[0]}
+                    </a>
+                    <span class="text-xs text-muted">{t.spec.dotName}</span>
+                    <span class="min-w-0 flex-1 text-danger">{t.status?.error}</span>
+                    <button type="button" class="rounded-card px-2 py-1 text-xs text-muted hover:bg-surface-2" onClick={() => dismiss(taskKey(t))}>
+                      Dismiss
+                    </button>
+                  </li>
+                ))}
+              </ul>
+            </section>
+          )}
+        </>
+      )}
+      {tab === 'history' && (
+        <>
+          <ul class="mt-4 flex flex-col divide-y divide-border rounded-card border border-border bg-surface" data-testid="approval-history">
+            {history.slice(0, shown).map((a) => (
+              <li key={a.metadata.uid} class="px-3 py-2 text-sm" data-testid="history-row" data-approval={a.metadata.name}>
+                <div class="flex flex-wrap items-baseline gap-x-2">
+                  <a href={chatHref(a.metadata.namespace ?? 'default', a.spec.dotName)} class="font-medium underline">
+                    {a.spec.dotName}
+                  </a>
+                  <code class="font-mono text-xs">{a.spec.tool}</code>
+                  <span class={a.spec.decision === 'reject' ? 'text-danger' : 'text-ok'}>
+                    {a.spec.decision === 'approve' ? (a.spec.always ? 'allowed for good' : 'allowed once') : a.spec.decision === 'reject' ? 'denied' : (a.status?.phase ?? '').toLowerCase()}
+                  </span>
+                  <span class="ml-auto text-xs text-muted">{ago(answeredAt(a))}</span>
+                </div>
+                <p class="text-xs text-muted">
+                  {a.spec.permission}
+                  {a.spec.note ? ` · note: ${a.spec.note}` : ''}
+                </p>
+              </li>
+            ))}
+          </ul>
+          {as.loaded && history.length === 0 && <p class="mt-4 text-muted">Nothing answered yet.</p>}
+          {history.length > shown && (
+            <button type="button" class="mt-3 rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => setShown((n) => n + HISTORY_PAGE)}>
+              Show older answers
+            </button>
+          )}
+        </>
+      )}
     </div>
   );
 }
@@ -95,10 +263,11 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
         Permission <code class="font-mono">{a.spec.permission}</code>
         {a.spec.reason ? `: ${a.spec.reason}` : ''}
       </p>
+      <CallSummary args={a.spec.arguments} />
       {a.spec.arguments !== undefined && (
         <details class="mt-2 text-sm">
           <summary class="cursor-pointer text-muted">Details</summary>
-          <pre tabIndex={0} class="mt-1 overflow-x-auto rounded-card bg-surface-2 p-2 font-mono text-xs">{JSON.stringify(a.spec.arguments, null, 2)}</pre>
+          <pre tabIndex={0} class="mt-1 overflow-x-auto rounded-card bg-surface-2 p-2 font-mono text-xs">{JSON.stringify(masked(a.spec.arguments), null, 2)}</pre>
         </details>
       )}
       {mode === 'always' && (
@@ -157,5 +326,39 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
         </p>
       )}
     </li>
+  );
+}
+
+// A password, a token or a secret in a call's arguments (a proxy's, say) is
+// never shown.
+const SECRET = /pass(word)?|secret|token|api[_-]?key|authorization/i;
+function masked(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(masked);
+  if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, SECRET.test(k) ? '••••••' : masked(x)]));
+  return v;
+}
+
+/** The call in the form that reads best: a command, an address, a file, a schedule. */
+function CallSummary({ args }: { args: unknown }) {
+  if (!args || typeof args !== 'object') return null;
+  const a = args as Record<string, unknown>;
+  const str = (k: string) => (typeof a[k] === 'string' ? (a[k] as string) : '');
+  const [label, text] = str('command')
+    ? ['Command', str('command')]
+    : str('url')
+      ? ['Address', str('url')]
+      : str('path')
+        ? ['File', str('path')]
+        : str('schedule')
+          ? ['Schedule', str('schedule')]
+          : ['', ''];
+  if (!label) return null;
+  return (
+    <div class="mt-2 text-sm" data-testid="call-summary">
+      <span class="text-muted">{label}</span>
+      <pre tabIndex={0} class="mt-1 overflow-x-auto rounded-card bg-surface-2 p-2 font-mono text-xs whitespace-pre-wrap break-all">
+        {label === 'Command' ? `$ ${text}` : text}
+      </pre>
+    </div>
   );
 }

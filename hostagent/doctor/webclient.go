@@ -1,0 +1,25 @@
+package doctor
+
+import "github.com/invisible-dots/invisible-dots/web"
+
+// RowWebClient: the web client is built into this binary.
+const RowWebClient = "web client built"
+
+// webClientBuilt is Deps.WebClientBuilt on the running machine: whether
+// this binary embeds the built client or only the page that says to build it.
+func webClientBuilt() bool {
+	_, built := web.App()
+	return built
+}
+
+// webClient is the row of the web client. A binary without it still runs
+// every Dot: the page it serves says how to build the client, so the row
+// warns rather than fails.
+func webClient(d Deps) Check {
+	if d.WebClientBuilt() {
+		return Check{Name: RowWebClient, Status: OK, Detail: "this binary serves the web client"}
+	}
+	return Check{Name: RowWebClient, Status: Warning,
+		Detail: "this binary was built without the web client; its page says to build it",
+		Fix:    "make build (npm ci and the client's build, then the binary)"}
+}

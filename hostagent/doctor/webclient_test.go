@@ -1,0 +1,33 @@
+package doctor
+
+import (
+	"context"
+	"testing"
+
+	"github.com/invisible-dots/invisible-dots/internal/home"
+)
+
+func TestWebClientRow(t *testing.T) {
+	for _, built := range []bool{true, false} {
+		h := home.Layout{Root: t.TempDir()}
+		d := goodMachine(t).deps(t, h)
+		d.WebClientBuilt = func() bool { return built }
+		rep := Run(context.Background(), d)
+		row, ok := rep.Row(RowWebClient)
+		want := OK
+		if !built {
+			want = Warning
+		}
+		if !ok || row.Status != want {
+			t.Errorf("built %v: row %+v (present %v); want %s", built, row, ok, want)
+		}
+		if !built && row.Fix == "" {
+			t.Errorf("a missing client's row says no fix")
+		}
+	}
+	// Without the dependency the row is left out, as the key's is.
+	d := goodMachine(t).deps(t, home.Layout{Root: t.TempDir()})
+	if _, ok := Run(context.Background(), d).Row(RowWebClient); ok {
+		t.Errorf("the row is there without WebClientBuilt")
+	}
+}

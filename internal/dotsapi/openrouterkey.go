@@ -1,0 +1,64 @@
+package dotsapi
+
+import (
+	"net/http"
+
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/keystore"
+)
+
+// maxKeyBody bounds the body of the key route: a key is short.
+const maxKeyBody = 8 << 10
+
+// SetOpenRouterKey is the body of PUT /dots/v1/secrets/openrouter.
+type SetOpenRouterKey struct {
+	Key string `json:"key"`
+}
+
+// OpenRouterKeyStored answers it: where the key went, never the key.
+type OpenRouterKeyStored struct {
+	Secret  string `json:"secret"`
+	Created bool   `json:"created"`
+}
+
+// putOpenRouterKey stores the host-wide default key as `invisible-dots
+// secret openrouter` does (keystore.StoreDefault, the key rule applied
+// where the key enters), so the web client can set it with a write-only
+// field. The caller must be allowed to update that Secret itself: the route
+// gives nobody a right kubectl would not.
+func (h *Handler) putOpenRouterKey(w http.ResponseWriter, r *http.Request) error {
+	if h.writer == nil {
+		return apiErrorf(http.StatusNotImplemented, wire.CodeNotImplemented, "this server does not store keys")
+	}
+	if len(r.URL.Query()) > 0 {
+		return badRequest("the key route takes no query parameters")
+	}
+	u, err := callerOf(r)
+	if err != nil {
+		return err
+	}
+	if err := h.authorize(r.Context(), authorizer.AttributesRecord{
+		User: u, Verb: "update", Namespace: dotsv1.SystemNamespace, Name: dotsv1.DefaultKeySecretName,
+		ResourceRequest: true, APIVersion: "v1", Resource: "secrets",
+	}); err != nil {
+		return err
+	}
+	var body SetOpenRouterKey
+	if err := decode(w, r, maxKeyBody, &body); err != nil {
+		return err
+	}
+	// CheckKey's errors never hold the key.
+	key, err := keystore.CheckKey([]byte(body.Key))
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	stored, err := keystore.StoreDefault(r.Context(), h.writer, key)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, OpenRouterKeyStored{Secret: stored.Secret.String(), Created: stored.Created})
+	return nil
+}

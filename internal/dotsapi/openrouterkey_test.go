@@ -1,0 +1,65 @@
+package dotsapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+)
+
+func TestPutOpenRouterKey(t *testing.T) {
+	e := newGuestEnv(t, guestEnvOptions{})
+	const path = "/dots/v1/secrets/openrouter"
+	const key = "sk-or-v1-abcdef0123456789"
+	for _, tc := range []struct {
+		reason string
+		who    string
+		body   string
+		want   answer
+	}{
+		{"someone who may not write the Secret", "editor", `{"key":"` + key + `"}`, answer{http.StatusForbidden, wire.CodeForbidden, "may not update secrets"}},
+		{"a key with a space", "admin", `{"key":"sk-or nope-secretvalue"}`, answer{http.StatusBadRequest, wire.CodeInvalidRequest, ""}},
+		{"no key", "admin", `{"key":""}`, answer{http.StatusBadRequest, wire.CodeInvalidRequest, "no key"}},
+		{"an unknown field", "admin", `{"key":"` + key + `","dot":"x"}`, answer{http.StatusBadRequest, wire.CodeInvalidRequest, ""}},
+	} {
+		got, body := e.call(t, tc.who, http.MethodPut, path, "application/json", tc.body)
+		if !got.matches(tc.want) {
+			t.Errorf("%s: got %+v, want %+v", tc.reason, got, tc.want)
+		}
+		if strings.Contains(string(body), "nope-secretvalue") || strings.Contains(string(body), key) {
+			t.Errorf("%s: the answer repeats the key: %s", tc.reason, body)
+		}
+	}
+	sec := &corev1.Secret{}
+	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: dotsv1.SystemNamespace, Name: dotsv1.DefaultKeySecretName}, sec); err == nil {
+		t.Fatalf("a refused request stored a key")
+	}
+
+	got, body := e.call(t, "admin", http.MethodPut, path, "application/json", `{"key":"`+key+`\n"}`)
+	if got.Status != http.StatusOK || strings.Contains(string(body), key) {
+		t.Fatalf("store: %+v %s", got, body)
+	}
+	var out OpenRouterKeyStored
+	if err := json.Unmarshal(body, &out); err != nil || !out.Created || out.Secret != dotsv1.SystemNamespace+"/"+dotsv1.DefaultKeySecretName {
+		t.Errorf("answer %s (%v)", body, err)
+	}
+	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: dotsv1.SystemNamespace, Name: dotsv1.DefaultKeySecretName}, sec); err != nil {
+		t.Fatal(err)
+	}
+	if string(sec.Data[dotsv1.OpenRouterKeySecretKey]) != key {
+		t.Errorf("the Secret holds %d bytes, not the key less its line end", len(sec.Data[dotsv1.OpenRouterKeySecretKey]))
+	}
+	// The health now says a key is stored.
+	_, _, hb := e.get(t, "viewer", wire.Prefix+"health", nil)
+	var health wire.Health
+	if err := json.Unmarshal(hb, &health); err != nil || !health.OpenRouterConfigured {
+		t.Errorf("health after the store: %s", hb)
+	}
+}

@@ -1,0 +1,160 @@
+import AxeBuilder from '@axe-core/playwright';
+import { expect, test } from '@playwright/test';
+import { applyDot, getResource, guestSays, harness, setComputerState } from './harness';
+
+test('the Computer page stops and starts the computer through its resource, as the command line does', async ({ page }) => {
+  await applyDot('power-dot');
+  await page.goto(harness().url + '/dots/default/power-dot/computer');
+  await expect(page.getByTestId('computer-state')).toBeVisible();
+  // The harness's host runs no VM: the screen says so, with Start.
+  await expect(page.getByTestId('computer-off')).toContainText('so there is no screen or files to show');
+
+  await page.getByRole('button', { name: 'Stop', exact: true }).click();
+  await expect(page.getByText('Its automations do not run while it is stopped.')).toBeVisible();
+  await page.getByRole('button', { name: 'Stop the computer' }).click();
+  await expect.poll(async () => (await getResource('computers', 'power-dot')).spec.runStrategy).toBe('Halted');
+  await expect(page.getByTestId('computer-why')).toContainText('Stopped by a person');
+  // A stopped computer offers Start, not Reboot.
+  await expect(page.getByRole('button', { name: 'Reboot' })).toHaveCount(0);
+
+  await page.getByRole('button', { name: 'Start', exact: true }).click();
+  await expect.poll(async () => (await getResource('computers', 'power-dot')).spec.runStrategy).toBe('OnDemand');
+  const c = await getResource('computers', 'power-dot');
+  expect(Date.parse(c.metadata.annotations['dots.invisible.dev/start-requested'])).toBeGreaterThan(Date.now() - 60_000);
+
+  await page.getByRole('button', { name: 'Reboot' }).click();
+  await page.getByRole('button', { name: 'Reboot', exact: true }).last().click();
+  await expect.poll(async () => (await getResource('computers', 'power-dot')).metadata.annotations?.['dots.invisible.dev/reboot-requested']).toBeTruthy();
+  await page.screenshot({ path: test.info().outputPath('computer.png') });
+
+  const { violations } = await new AxeBuilder({ page }).analyze();
+  expect(violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => v.id)).toEqual([]);
+});
+
+test('the files view says the computer is off rather than failing', async ({ page }) => {
+  await applyDot('files-dot');
+  await page.goto(harness().url + '/dots/default/files-dot/computer?view=files');
+  await expect(page.getByRole('link', { name: 'Files', exact: true })).toHaveAttribute('aria-current', 'page');
+  await expect(page.getByTestId('computer-off')).toBeVisible();
+  await expect(page.getByRole('button', { name: 'Start the computer' })).toBeVisible();
+});
+
+// A one-pixel PNG.
+const PIXEL = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=', 'base64');
+
+/**
+ * A fake of the Dot's guest at the edge of the test: the browser's requests
+ * to the files and screenshot routes are answered here as those routes answer
+ * (internal/dotsapi: the file's type from wire.FileTypeOf), because the
+ * harness's host runs no VM.
+ */
+async function fakeGuest(page: import('@playwright/test').Page, dot: string) {
+  const base = `**/dots/v1/namespaces/default/dots/${dot}`;
+  const big = 'x'.repeat((1 << 20) + 10);
+  const files: Record<string, { type: string; body: string | Buffer; attachment?: boolean }> = {
+    '/home/dot/notes.md': { type: 'text/plain; charset=utf-8', body: '# Notes\nbuy milk' },
+    '/home/dot/pixel.png': { type: 'image/png', body: PIXEL },
+    '/home/dot/app.bin': { type: 'application/octet-stream', body: Buffer.from([0, 1, 2]), attachment: true },
+    '/home/dot/big.log': { type: 'text/plain; charset=utf-8', body: big },
+    '/home/dot/odd.txt': { type: 'text/plain; charset=utf-8', body: 'a\u0000b' },
+  };
+  await page.route(`${base}/files/list?*`, (route) => {
+    const path = new URL(route.request().url()).searchParams.get('path');
+    const entries =
+      path === '/home/dot'
+        ? [
+            { name: 'workspace', type: 'dir', size: 0 },
+            ...Object.entries(files).map(([p, f]) => ({ name: p.slice('/home/dot/'.length), type: 'file', size: Buffer.byteLength(f.body) })),
+          ]
+        : [{ name: 'plan.txt', type: 'file', size: 4 }];
+    return route.fulfill({ json: { path, entries } });
+  });
+  await page.route(`${base}/files?*`, (route) => {
+    const f = files[new URL(route.request().url()).searchParams.get('path')!];
+    if (!f) return route.fulfill({ status: 404, json: { error: 'not_found', message: 'no such file' } });
+    return route.fulfill({
+      status: 200,
+      headers: { 'Content-Type': f.type, ...(f.attachment ? { 'Content-Disposition': 'attachment' } : {}) },
+      body: f.body,
+    });
+  });
+  await page.route(`${base}/screenshot`, (route) => route.fulfill({ status: 200, headers: { 'Content-Type': 'image/png' }, body: PIXEL }));
+}
+
+test('the files view shows text and pictures, and offers the rest as downloads only', async ({ page }) => {
+  await applyDot('walk-dot');
+  await setComputerState('walk-dot', 'RUNNING');
+  await fakeGuest(page, 'walk-dot');
+  await page.goto(harness().url + '/dots/default/walk-dot/computer');
+  // The screen: the picture, LIVE, and who has control.
+  await expect(page.getByTestId('screen')).toBeVisible();
+  await expect(page.getByText('The Dot has control')).toBeVisible();
+
+  await page.getByRole('link', { name: 'Files', exact: true }).click();
+  const list = page.getByTestId('files-list');
+  await list.getByRole('link', { name: 'notes.md' }).click();
+  await expect(page).toHaveURL(/view=files&path=%2Fhome%2Fdot&file=%2Fhome%2Fdot%2Fnotes\.md/);
+  await expect(page.getByTestId('file-text')).toHaveText('# Notes\nbuy milk');
+  await list.getByRole('link', { name: 'pixel.png' }).click();
+  await expect(page.getByTestId('file-view').getByRole('img', { name: 'pixel.png' })).toBeVisible();
+  for (const [name, why] of [
+    ['app.bin', 'It is not text or a picture.'],
+    ['big.log', 'It is too large to show here.'],
+    ['odd.txt', 'It holds binary data.'],
+  ]) {
+    await list.getByRole('link', { name }).click();
+    await expect(page.getByTestId('file-view')).toContainText(why);
+    await expect(page.getByTestId('file-text')).toHaveCount(0);
+    await expect(page.getByTestId('file-view').getByRole('link', { name: 'Download' })).toHaveAttribute('download', name);
+  }
+  // A folder opens, and its address is the page's.
+  await list.getByRole('link', { name: 'workspace/' }).click();
+  await expect(page.getByTestId('files-path')).toHaveText('/home/dot/workspace');
+  await expect(list.getByRole('link', { name: 'plan.txt' })).toBeVisible();
+  await page.goBack();
+  await expect(page.getByTestId('files-path')).toHaveText('/home/dot');
+});
+
+test("a card's power menu on Home stops the computer, asking first, and the card keeps its place", async ({ page }) => {
+  await applyDot('menu-dot');
+  await page.goto(harness().url + '/');
+  const card = page.locator('[data-dot="default/menu-dot"]');
+  const menu = card.getByTestId('power-menu');
+  await expect(menu).toBeVisible();
+  const before = await card.boundingBox();
+  await menu.locator('summary').click();
+  await menu.getByRole('button', { name: 'Stop', exact: true }).click();
+  await menu.getByRole('button', { name: 'Stop the computer' }).click();
+  await expect.poll(async () => (await getResource('computers', 'menu-dot')).spec.runStrategy).toBe('Halted');
+  await expect(menu).toContainText('stopped by a person');
+  expect(await card.boundingBox()).toEqual(before);
+  await menu.getByRole('button', { name: 'Start', exact: true }).click();
+  await expect.poll(async () => (await getResource('computers', 'menu-dot')).spec.runStrategy).toBe('OnDemand');
+});
+
+test("the Computer page says what the Dot's model spent, while the computer is off", async ({ page }) => {
+  await applyDot('spent-dot');
+  await guestSays('spent-dot', [{ type: 'message.assistant', data: { text: 'Done.', spent_usd: 1.5 } }]);
+  await page.goto(harness().url + '/dots/default/spent-dot/computer');
+  await expect(page.getByTestId('computer-spend')).toHaveText('$1.50 today · $1.50 in all');
+});
+
+test('the chat has the computer beside it: the desktop while it runs, its state and Start when not', async ({ page }) => {
+  await applyDot('side-dot');
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.goto(harness().url + '/dots/default/side-dot/chat');
+  const panel = page.getByTestId('computer-panel');
+  await expect(panel.getByRole('button', { name: 'Start' })).toBeVisible();
+  await fakeGuest(page, 'side-dot');
+  await setComputerState('side-dot', 'RUNNING');
+  await expect(panel.getByTestId('screen')).toBeVisible();
+  await expect(panel).toContainText('The Dot has control');
+  // Beside the thread, not above it.
+  const [p, t] = [await panel.boundingBox(), await page.getByTestId('thread').boundingBox()];
+  expect(p!.x).toBeGreaterThan(t!.x + t!.width - 1);
+  // Below 1024 px, a strip above the thread, without the picture.
+  await page.setViewportSize({ width: 800, height: 800 });
+  await expect(panel.getByTestId('screen')).toBeHidden();
+  const [p2, t2] = [await panel.boundingBox(), await page.getByTestId('thread').boundingBox()];
+  expect(p2!.y + p2!.height).toBeLessThanOrEqual(t2!.y + 1);
+});

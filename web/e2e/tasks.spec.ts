@@ -1,0 +1,109 @@
+import AxeBuilder from '@axe-core/playwright';
+import { expect, test, type Page } from '@playwright/test';
+import { addTask, applyDot, getResource, guestSays, harness } from './harness';
+
+async function noSeriousViolation(page: Page) {
+  const { violations } = await new AxeBuilder({ page }).analyze();
+  const serious = violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`);
+  expect(serious).toEqual([]);
+}
+
+test("the queue is in the dispatcher's order, and a scheduled task is apart", async ({ page }) => {
+  await applyDot('queue-dot');
+  // The first is dispatched at once and holds the Dot (one task at a time).
+  await addTask('queue-dot', 'q-first', { description: 'first' });
+  await page.goto(harness().url + '/dots/default/queue-dot/tasks');
+  await expect(page.getByTestId('tasks-running').getByTestId('task-card')).toHaveAttribute('data-task', 'q-first');
+  // Made in this order; the dispatcher takes the higher priority first,
+  // then the older (internal/lifecycle.NextTask). Creation times are in
+  // seconds: the old one is made a second before the new one.
+  await addTask('queue-dot', 'q-low', { description: 'low', priority: -5 });
+  await addTask('queue-dot', 'q-old', { description: 'old normal' });
+  await addTask('queue-dot', 'q-high', { description: 'urgent', priority: 50 });
+  await new Promise((r) => setTimeout(r, 1100));
+  await addTask('queue-dot', 'a-new', { description: 'new normal' });
+  const later = new Date(Date.now() + 3 * 86400_000).toISOString().replace(/\.\d+Z$/, 'Z');
+  await addTask('queue-dot', 'q-later', { description: 'in three days', priority: 90, scheduledAt: later });
+  const queue = page.getByTestId('tasks-queue').getByTestId('task-card');
+  await expect(queue).toHaveCount(4);
+  expect(await queue.evaluateAll((els) => els.map((e) => e.getAttribute('data-task')))).toEqual(['q-high', 'q-old', 'a-new', 'q-low']);
+  await expect(page.getByTestId('tasks-scheduled').getByTestId('task-card')).toHaveAttribute('data-task', 'q-later');
+  await noSeriousViolation(page);
+});
+
+test("a task's address opens its drawer with its story, and cancel asks first", async ({ page }) => {
+  await applyDot('story-dot');
+  const t = await addTask('story-dot', 'story-1', { description: 'Find the cheapest fare to Lisbon' });
+  await guestSays('story-dot', [
+    { type: 'task.started', data: { task_id: t.metadata.uid } },
+    { type: 'tool.called', data: { task_id: t.metadata.uid, tool: 'browser_navigate', permission: 'browser.navigate', decision: 'allow', ok: true, duration_ms: 800, target: 'https://fares.example' } },
+    { type: 'task.progress', data: { task_id: t.metadata.uid, text: 'compared three airlines' } },
+    // Another task's step is not this task's story.
+    { type: 'tool.called', data: { task_id: 'another-task', tool: 'exec', permission: 'computer.exec', decision: 'allow', ok: true, duration_ms: 5 } },
+  ]);
+  await page.goto(harness().url + '/dots/default/story-dot/tasks/story-1');
+  const drawer = page.getByTestId('task-drawer');
+  await expect(drawer.getByRole('heading', { name: 'Find the cheapest fare to Lisbon' })).toBeVisible();
+  const story = drawer.getByTestId('task-story').locator('li');
+  // The words of internal/eventtext, through the activity route.
+  await expect(story).toHaveText([/task story-1 given to the Dot \(run 1\)/, /task \w+ started/, /ran browser_navigate https:\/\/fares\.example in 800ms/, /compared three airlines/]);
+  // Live: a new step of the task joins the open story.
+  await guestSays('story-dot', [{ type: 'task.progress', data: { task_id: t.metadata.uid, text: 'booked nothing yet' } }]);
+  await expect(story).toHaveCount(5);
+  await noSeriousViolation(page);
+  // Escape closes the drawer and goes back to the list.
+  await page.keyboard.press('Escape');
+  await expect(page).toHaveURL(/\/dots\/default\/story-dot\/tasks$/);
+  await expect(drawer).toHaveCount(0);
+
+  const card = page.locator('[data-task=story-1]');
+  await card.getByRole('button', { name: 'Cancel' }).click();
+  await expect(card).toContainText('Cancel this task?');
+  expect((await getResource('tasks', 'story-1')).spec.cancelRequested ?? false).toBe(false);
+  await card.getByRole('button', { name: 'Cancel the task' }).click();
+  await expect.poll(async () => (await getResource('tasks', 'story-1')).spec.cancelRequested).toBe(true);
+});
+
+test('a task of another Dot under this address is missing', async ({ page }) => {
+  await applyDot('own-dot');
+  await applyDot('other-dot');
+  await addTask('other-dot', 'not-yours', { description: 'theirs' });
+  await page.goto(harness().url + '/dots/default/own-dot/tasks/not-yours');
+  await expect(page.getByTestId('task-drawer')).toContainText('own-dot has no task not-yours');
+});
+
+test('a new task is made from the page and its drawer opens', async ({ page }) => {
+  await applyDot('new-task-dot');
+  await page.goto(harness().url + '/dots/default/new-task-dot/tasks');
+  await page.getByRole('button', { name: 'New task' }).click();
+  await page.getByLabel('What to do').fill('Water the plants');
+  await page.getByLabel(/Priority/).fill('7');
+  await page.getByRole('button', { name: 'Give it to new-task-dot' }).click();
+  await expect(page).toHaveURL(/\/dots\/default\/new-task-dot\/tasks\/new-task-dot-\w+$/);
+  const drawer = page.getByTestId('task-drawer');
+  await expect(drawer.getByRole('heading', { name: 'Water the plants' })).toBeVisible();
+  await expect(drawer.getByTestId('task-state')).toContainText('priority 7');
+  const made = page.url().split('/').pop()!;
+  expect((await getResource('tasks', made)).spec).toMatchObject({ dotName: 'new-task-dot', description: 'Water the plants', priority: 7 });
+  await page.screenshot({ path: test.info().outputPath('tasks.png') });
+});
+
+test("a task's waiting approval is answerable on its card and in its drawer", async ({ page }) => {
+  await applyDot('ask-task-dot');
+  const t = await addTask('ask-task-dot', 'ask-task-1', { description: 'Clean the downloads' });
+  await guestSays('ask-task-dot', [
+    { type: 'task.started', data: { task_id: t.metadata.uid } },
+    { type: 'approval.requested', data: { approval_id: 'req-task-1', task_id: t.metadata.uid, tool: 'exec', permission: 'computer.exec', arguments: { command: 'rm ~/Downloads/*.tmp' }, reason: 'clean up' } },
+  ]);
+  await page.goto(harness().url + '/dots/default/ask-task-dot/tasks');
+  const card = page.locator('[data-task=ask-task-1]');
+  await expect(card.locator('[data-card]')).toContainText('wants to use');
+  await card.getByRole('link', { name: 'Clean the downloads' }).click();
+  const drawer = page.getByTestId('task-drawer');
+  await expect(drawer.locator('[data-card]')).toContainText('wants to use');
+  await drawer.getByRole('button', { name: 'Allow once' }).click();
+  await expect(drawer.locator('[data-card]')).toHaveCount(0);
+  await expect(drawer.getByTestId('task-story')).toContainText('asks to run exec');
+});

@@ -1,0 +1,67 @@
+import { computers, dots, useCell, useTasks } from '../lib/live';
+import { DOT_PAGES, dotHref, type DotPage } from '../lib/router';
+import { phaseLabel, phaseTone, reason, toneText } from '../lib/format';
+import { power } from '../pages/Computer';
+
+const TAB_LABEL: Record<DotPage, string> = {
+  chat: 'Chat',
+  tasks: 'Tasks',
+  computer: 'Computer',
+  activity: 'Activity',
+  settings: 'Settings',
+};
+
+/** A Dot's name, state and tabs, above each of its pages. */
+export function DotHeader({ ns, name, tab }: { ns: string; name: string; tab: DotPage }) {
+  const dot = useCell(dots).items.get(`${ns}/${name}`);
+  const computer = useCell(computers).items.get(`${ns}/${name}`);
+  const all = useTasks();
+  const phase = dot?.status?.phase;
+  const computerState = computer?.status?.state;
+  // The newest progress line of the running task, under the name.
+  const running = dot?.status?.currentTask ? all.items.get(`${ns}/${dot.status.currentTask}`) : undefined;
+  const why = dot ? reason(dot) : '';
+  return (
+    <header class="border-b border-border bg-surface px-4 pt-3">
+      <div class="flex flex-wrap items-baseline gap-x-3">
+        <h1 class="min-w-0 truncate text-lg font-semibold">{name}</h1>
+        <span class="text-xs text-muted">{ns}</span>
+        <span class={`ml-auto text-sm capitalize ${toneText[phaseTone(phase)]}`} data-testid="dot-phase">
+          {phaseLabel(phase)}
+          {computerState ? ` · computer ${computerState.toLowerCase()}` : ''}
+        </span>
+      </div>
+      {/* One line always held, so the tabs never move when it fills. */}
+      <p class="h-5 truncate text-xs text-muted" title={why || running?.status?.progress}>
+        {phase === 'ERROR' && why ? (
+          <span class="text-danger" data-testid="dot-error">
+            {why} · <a class="underline" href={dotHref(ns, name, 'settings')}>Open settings</a>
+            {/* One way back: the host reboots only a running computer, and starts one in ERROR. */}
+            {(computerState === 'RUNNING' || computerState === 'ERROR') && (
+              <>
+                {' · '}
+                <button type="button" class="underline" onClick={() => void power(ns, name, computerState === 'RUNNING' ? 'reboot' : 'start')}>
+                  {computerState === 'RUNNING' ? 'Reboot' : 'Start the computer'}
+                </button>
+              </>
+            )}
+          </span>
+        ) : (
+          (running?.status?.progress ?? '')
+        )}
+      </p>
+      <nav aria-label={`${name}'s pages`} class="-mb-px flex gap-1 overflow-x-auto">
+        {DOT_PAGES.map((p) => (
+          <a
+            key={p}
+            href={dotHref(ns, name, p)}
+            aria-current={p === tab ? 'page' : undefined}
+            class={`border-b-2 px-3 py-2 text-sm whitespace-nowrap ${p === tab ? 'border-accent font-semibold' : 'border-transparent text-muted hover:text-fg'}`}
+          >
+            {TAB_LABEL[p]}
+          </a>
+        ))}
+      </nav>
+    </header>
+  );
+}

@@ -1,0 +1,67 @@
+// What needs the person, the one count the rail's Inbox badge and the tab's
+// title read: the approvals that wait, the Dots in ERROR, and the tasks that
+// failed in the last 24 hours, less what the person dismissed in this browser.
+import { GROUP, getJSON } from './api';
+import { Cell, approvals, dots, inView, onStreamEvent, onUnpark, useCell, viewNamespace, waiting } from './live';
+import type { Approval, Dot, Task } from './types';
+
+const DAY_MS = 24 * 3600_000;
+const DISMISSED_KEY = 'dots.dismissed';
+
+/** The tasks that failed, read for every Dot at once, and again on task.failed. */
+const failedTasks = new Cell<{ items: Task[]; error?: string }>({ items: [] });
+const dismissed = new Cell<Set<string>>(new Set(JSON.parse(localStorage.getItem(DISMISSED_KEY) ?? '[]')));
+
+export const taskKey = (t: Task) => `task:${t.metadata.uid}`;
+// A Dot's error is dismissed as that error: a new one shows again.
+export const dotKey = (d: Dot) => `dot:${d.metadata.uid}:${d.status?.error ?? ''}`;
+
+export function dismiss(key: string) {
+  const next = new Set(dismissed.get());
+  next.add(key);
+  // Only what can still show is kept, so the list does not grow for ever.
+  localStorage.setItem(DISMISSED_KEY, JSON.stringify([...next].slice(-500)));
+  dismissed.set(next);
+}
+
+const finished = (t: Task) => Date.parse(t.status?.runs?.at(-1)?.finished ?? t.metadata.creationTimestamp ?? '');
+
+async function readFailed() {
+  try {
+    const list = await getJSON<{ items: Task[] }>(`${GROUP}/tasks`);
+    failedTasks.set({ items: list.items.filter((t) => t.status?.phase === 'FAILED') });
+  } catch (e) {
+    failedTasks.set({ ...failedTasks.get(), error: `The failed tasks could not be read: ${(e as Error).message}` });
+  }
+}
+
+let started = false;
+function start() {
+  if (started) return;
+  started = true;
+  void readFailed();
+  onStreamEvent((e) => e.type === 'task.failed' && void readFailed());
+  onUnpark(() => void readFailed());
+}
+
+export interface Attention {
+  approvals: Approval[];
+  dots: Dot[];
+  tasks: Task[];
+  error?: string;
+  count: number;
+}
+
+export function useAttention(): Attention {
+  start();
+  const as = useCell(approvals);
+  const ds = useCell(dots);
+  const fs = useCell(failedTasks);
+  const gone = useCell(dismissed);
+  const chosen = useCell(viewNamespace);
+  const now = Date.now();
+  const a = waiting(as.items).filter((x) => inView(x.metadata.namespace, chosen));
+  const d = [...ds.items.values()].filter((x) => x.status?.phase === 'ERROR' && inView(x.metadata.namespace, chosen) && !gone.has(dotKey(x)));
+  const t = fs.items.filter((x) => now - finished(x) < DAY_MS && inView(x.metadata.namespace, chosen) && !gone.has(taskKey(x)));
+  return { approvals: a, dots: d, tasks: t, error: fs.error, count: a.length + d.length + t.length };
+}

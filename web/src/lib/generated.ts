@@ -1,0 +1,134 @@
+// Written by web/tables_test.go from guest/protocol (Permissions, Bounds); do not edit.
+// UPDATE_WEB_TABLES=1 go test ./web writes it again.
+
+export type Decision = 'allow' | 'ask' | 'deny';
+
+export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision }[] = [
+  {
+    "name": "computer.exec",
+    "label": "Run commands",
+    "description": "Run shell commands on its computer as the dot user",
+    "risk": "high",
+    "default": "allow"
+  },
+  {
+    "name": "computer.screenshot",
+    "label": "See the desktop",
+    "description": "Take screenshots of its whole desktop",
+    "risk": "low",
+    "default": "allow"
+  },
+  {
+    "name": "files.read",
+    "label": "Read files",
+    "description": "Read, list and search files in its home",
+    "risk": "low",
+    "default": "allow"
+  },
+  {
+    "name": "files.write",
+    "label": "Write files",
+    "description": "Create, edit and patch files in its home",
+    "risk": "medium",
+    "default": "allow"
+  },
+  {
+    "name": "automations",
+    "label": "Schedule automations",
+    "description": "Add, list and remove its own scheduled automations",
+    "risk": "medium",
+    "default": "ask"
+  },
+  {
+    "name": "browser.identity.list",
+    "label": "List browser identities",
+    "description": "List its browser identities and their status",
+    "risk": "low",
+    "default": "allow"
+  },
+  {
+    "name": "browser.identity.create",
+    "label": "Create browser identities",
+    "description": "Make a new browser identity",
+    "risk": "low",
+    "default": "allow"
+  },
+  {
+    "name": "browser.identity.delete",
+    "label": "Delete browser identities",
+    "description": "Delete a browser identity with its profile, cookies and logins",
+    "risk": "high",
+    "default": "ask"
+  },
+  {
+    "name": "browser.identity.launch",
+    "label": "Open browsers",
+    "description": "Open the browser of an identity",
+    "risk": "low",
+    "default": "allow"
+  },
+  {
+    "name": "browser.identity.close",
+    "label": "Close browsers",
+    "description": "Close the browser of an identity, keeping its profile",
+    "risk": "low",
+    "default": "allow"
+  },
+  {
+    "name": "browser.navigate",
+    "label": "Browse",
+    "description": "Open http and https pages in a browser",
+    "risk": "medium",
+    "default": "allow"
+  },
+  {
+    "name": "browser.read",
+    "label": "Read pages",
+    "description": "Read the text, HTML and screenshots of open pages",
+    "risk": "low",
+    "default": "allow"
+  },
+  {
+    "name": "browser.act",
+    "label": "Act on pages",
+    "description": "Click, type, choose options and upload files on pages",
+    "risk": "high",
+    "default": "allow"
+  },
+  {
+    "name": "mcp.servers.add",
+    "label": "Add MCP servers",
+    "description": "Add an MCP server to its own configuration",
+    "risk": "high",
+    "default": "ask"
+  }
+];
+
+export const BOUNDS = {
+  "cpu": {
+    "default": 2,
+    "max": 16,
+    "min": 1
+  },
+  "diskGiB": {
+    "default": 40,
+    "max": 1024,
+    "min": 20
+  },
+  "idleTimeoutMin": 15,
+  "maxCostPerTaskUSD": {
+    "default": 1,
+    "max": 100,
+    "min": 0.01
+  },
+  "maxStepsPerTask": {
+    "default": 60,
+    "max": 1000,
+    "min": 1
+  },
+  "memoryGiB": {
+    "default": 4,
+    "max": 64,
+    "min": 2
+  }
+} as const;

@@ -1,0 +1,74 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// generatedTables is the client's copy of the Go tables it shows (the
+// permissions with their words, risk and default, and the config's bounds):
+// written from Go, so the words have one owner. The test fails when the
+// file drifts; UPDATE_WEB_TABLES=1 writes it again.
+const generatedTables = "src/lib/generated.ts"
+
+func tablesSource() ([]byte, error) {
+	type perm struct {
+		Name        string `json:"name"`
+		Label       string `json:"label"`
+		Description string `json:"description"`
+		Risk        string `json:"risk"`
+		Default     string `json:"default"`
+	}
+	perms := make([]perm, 0, len(protocol.Permissions))
+	for _, p := range protocol.Permissions {
+		perms = append(perms, perm{p.Name, p.Label, p.Description, string(p.Risk), string(p.Default)})
+	}
+	b := protocol.Bounds
+	bounds := map[string]any{
+		"cpu":               map[string]int{"min": b.CPU.Min, "max": b.CPU.Max, "default": b.CPU.Default},
+		"memoryGiB":         map[string]int{"min": b.MemoryGiB.Min, "max": b.MemoryGiB.Max, "default": b.MemoryGiB.Default},
+		"diskGiB":           map[string]int{"min": b.DiskGiB.Min, "max": b.DiskGiB.Max, "default": b.DiskGiB.Default},
+		"idleTimeoutMin":    int(b.IdleTimeoutDefault.Minutes()),
+		"maxStepsPerTask":   map[string]int{"min": b.MaxStepsPerTask.Min, "max": b.MaxStepsPerTask.Max, "default": b.MaxStepsPerTask.Default},
+		"maxCostPerTaskUSD": map[string]float64{"min": b.MaxCostPerTaskUSD.Min, "max": b.MaxCostPerTaskUSD.Max, "default": b.MaxCostPerTaskUSD.Default},
+	}
+	pj, err := json.MarshalIndent(perms, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	bj, err := json.MarshalIndent(bounds, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds); do not edit.\n")
+	fmt.Fprintf(&out, "// UPDATE_WEB_TABLES=1 go test ./web writes it again.\n\n")
+	fmt.Fprintf(&out, "export type Decision = 'allow' | 'ask' | 'deny';\n\n")
+	fmt.Fprintf(&out, "export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision }[] = %s;\n\n", pj)
+	fmt.Fprintf(&out, "export const BOUNDS = %s as const;\n", bj)
+	return out.Bytes(), nil
+}
+
+func TestGeneratedTablesAreGoTables(t *testing.T) {
+	want, err := tablesSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("UPDATE_WEB_TABLES") == "1" {
+		if err := os.WriteFile(generatedTables, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(generatedTables)
+	if err != nil {
+		t.Fatalf("%v (UPDATE_WEB_TABLES=1 go test ./web writes it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from guest/protocol's tables: run UPDATE_WEB_TABLES=1 go test ./web", generatedTables)
+	}
+}
