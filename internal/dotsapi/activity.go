@@ -46,7 +46,7 @@ var activityFamilies = []ActivityFamily{
 	{"browser", []string{protocol.EventBrowserIdentityCreated, protocol.EventBrowserIdentityDeleted, protocol.EventBrowserIdentityLaunch, protocol.EventBrowserIdentityClosed}},
 	{"computer", []string{wire.EventComputerState, protocol.EventAgentStarted, protocol.EventAgentState, protocol.EventAutomationNextRun, protocol.EventOutboxReset, wire.EventGuestRefused}},
 	{"memory", []string{protocol.EventMemoryUpdated}},
-	{"config", []string{wire.EventDotCreated, wire.EventDotUpdated, protocol.EventMCPServerAdded}},
+	{"config", []string{wire.EventDotCreated, wire.EventDotUpdated, protocol.EventMCPServerAdded, wire.EventMCPServerRefused}},
 }
 
 func familyOf(typ string) string {
