@@ -73,6 +73,23 @@ func Latest(h home.Layout, kind home.ImageKind) (Image, error) {
 	return all[len(all)-1], nil
 }
 
+// LatestDesktop returns the newest registered golden image that is a full
+// golden image (its manifest says Desktop: `invisible-dots image build`),
+// not the test image. It reads manifests, not the images: Verify is the
+// doctor's.
+func LatestDesktop(h home.Layout) (Image, bool) {
+	all, err := List(h, home.Golden)
+	if err != nil {
+		return Image{}, false
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if m, err := all[i].Manifest(); err == nil && m.Desktop {
+			return all[i], true
+		}
+	}
+	return Image{}, false
+}
+
 // Get returns the image of a kind and version, checking that its file and
 // manifest exist.
 func Get(h home.Layout, kind home.ImageKind, version string) (Image, error) {
