@@ -1,0 +1,131 @@
+package qemu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/images"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+)
+
+// These tests boot the golden image (`invisible-dots image build`, or
+// `make golden-image`) under tcg. Building it takes root and a minute or two,
+// so a test does not build it: it takes the newest golden image with the
+// desktop registered in GOLDEN_IMAGE_HOME, else INVISIBLE_DOTS_HOME (or
+// ~/.invisible-dots), and is skipped, saying so, when there is none.
+
+// goldenDriver returns a tcg driver on a fresh home that shares the golden
+// image and runtime ISO of the home that has them (symlinked: registered
+// images are read-only inputs), and the spec of a Dot on them.
+func goldenDriver(t testing.TB) (*Driver, driver.Spec) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a VM")
+	}
+	if _, err := FindBinaries(os.Getenv); err != nil {
+		t.Skip("QEMU is not installed: " + err.Error())
+	}
+	src, err := goldenSourceHome()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gimg, ok := images.LatestDesktop(src)
+	if !ok {
+		t.Skipf("no golden image with the desktop is registered in %s: build one with make golden-image (or set GOLDEN_IMAGE_HOME to a home that has one)", src.Images())
+	}
+	rimg, err := images.Latest(src, home.Runtime)
+	if err != nil {
+		t.Skipf("no runtime ISO in %s: %v", src.Images(), err)
+	}
+	h := home.Layout{Root: t.TempDir()}
+	if err := h.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	gman, err := gimg.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []string{gimg.File, gimg.ManifestPath, rimg.File, rimg.ManifestPath}
+	if b := gman.Boot; b != nil {
+		files = append(files, filepath.Join(src.Images(), b.Kernel), filepath.Join(src.Images(), b.Initrd))
+	}
+	for _, f := range files {
+		if err := os.Symlink(f, filepath.Join(h.Images(), filepath.Base(f))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := hostconfig.Config{Accelerator: hostconfig.TCG}
+	d, err := New(context.Background(), Options{Home: h, Config: &cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, driver.Spec{
+		ID: home.VMID{Namespace: "default", Name: "golden"}, CPUs: 1, MemoryMiB: 1024,
+		DiskBytes:   int64(protocol.Bounds.DiskGiB.Min) << 30,
+		GoldenImage: gimg.Version, RuntimeImage: rimg.Version, Token: testToken,
+	}
+}
+
+func goldenSourceHome() (home.Layout, error) {
+	if dir := os.Getenv("GOLDEN_IMAGE_HOME"); dir != "" {
+		return home.New(dir)
+	}
+	return home.FromEnv()
+}
+
+// goldenBootTimeout bounds a golden boot under tcg, which runs systemd and
+// the desktop on an emulated processor.
+const goldenBootTimeout = 10 * time.Minute
+
+// TestGoldenImageBootsAnswersAndPowersItselfOff boots a Dot's VM on the
+// golden image as the driver boots every Dot (the image's own kernel and
+// initramfs, the root by label on the Dot's overlay), waits for dot-agentd's
+// health through the proven channel, checks that the root file system grew
+// to the Dot's disk, and stops it through the guest's own poweroff: dot-agentd
+// runs sudo with the rule the seed reader installed, and QEMU exits by
+// itself.
+func TestGoldenImageBootsAnswersAndPowersItselfOff(t *testing.T) {
+	ctx := context.Background()
+	d, spec := goldenDriver(t)
+	vm := d.home.VM(spec.ID)
+	cleanupVM(t, d, spec.ID)
+
+	t0 := time.Now()
+	obs, err := d.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	if _, err := waitHealthy(ctx, d, spec, goldenBootTimeout); err != nil {
+		t.Fatalf("the golden guest never answered GET /v1/health: %v", err)
+	}
+	t.Logf("golden image %s: Start() to health in %s under tcg", spec.GoldenImage, time.Since(t0).Round(100*time.Millisecond))
+
+	target := guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: spec.Token, BootID: obs.Boot.BootID}
+	sys, err := d.guest.System(ctx, target)
+	if err != nil {
+		t.Fatalf("GET /v1/system: %v", err)
+	}
+	// The overlay is DiskBytes; the image's file system is smaller and
+	// x-systemd.growfs grows it at boot. Allow for ext4's own overhead.
+	if min := uint64(spec.DiskBytes) * 9 / 10; sys.DiskTotalBytes < min {
+		t.Errorf("the guest's root holds %d bytes, want at least %d (the Dot's disk is %d): the file system did not grow", sys.DiskTotalBytes, min, spec.DiskBytes)
+	}
+	if sys.Hostname != spec.ID.Name {
+		t.Errorf("hostname = %q, want %q (from the seed's meta-data)", sys.Hostname, spec.ID.Name)
+	}
+
+	res, err := stopVM(ctx, d, spec.ID, spec.Token, imageGrace)
+	if err != nil {
+		t.Fatalf("stopVM() = %v", err)
+	}
+	if !res.WasRunning || res.PoweroffErr != nil || !res.PoweredOff || res.Killed {
+		t.Errorf("stopVM() = %+v; want the guest to power itself off (sudo's rule from the seed)\n%s", res, tail(vm.SerialLog(), 4096))
+	}
+}
