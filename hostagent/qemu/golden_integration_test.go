@@ -1,7 +1,12 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"image/color"
+	"image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -73,6 +78,54 @@ func goldenDriver(t testing.TB) (*Driver, driver.Spec) {
 	}
 }
 
+type screenshot struct {
+	png     []byte
+	colours int
+}
+
+// waitScreenshot asks GET /v1/screenshot until the guest answers a PNG
+// that is not one colour: Xvfb answers at once with a blank screen, and the
+// XFCE session draws on it some seconds later.
+func waitScreenshot(ctx context.Context, d *Driver, target guestclient.Target, timeout time.Duration) (screenshot, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		shot, err := takeScreenshot(ctx, d, target)
+		if (err == nil && shot.colours > 1) || time.Now().After(deadline) {
+			return shot, err
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func takeScreenshot(ctx context.Context, d *Driver, target guestclient.Target) (screenshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	resp, err := d.guest.Request(ctx, target, "GET", protocol.PathScreenshot, nil, nil)
+	if err != nil {
+		return screenshot{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return screenshot{}, err
+	}
+	if resp.StatusCode != 200 {
+		return screenshot{}, fmt.Errorf("status %d: %s", resp.StatusCode, body)
+	}
+	img, err := png.Decode(bytes.NewReader(body))
+	if err != nil {
+		return screenshot{}, fmt.Errorf("not a PNG: %w", err)
+	}
+	seen := map[color.RGBA]bool{}
+	r := img.Bounds()
+	for y := r.Min.Y; y < r.Max.Y; y += 7 {
+		for x := r.Min.X; x < r.Max.X; x += 7 {
+			seen[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)] = true
+		}
+	}
+	return screenshot{png: body, colours: len(seen)}, nil
+}
+
 func goldenSourceHome() (home.Layout, error) {
 	if dir := os.Getenv("GOLDEN_IMAGE_HOME"); dir != "" {
 		return home.New(dir)
@@ -119,6 +172,36 @@ func TestGoldenImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 	}
 	if sys.Hostname != spec.ID.Name {
 		t.Errorf("hostname = %q, want %q (from the seed's meta-data)", sys.Hostname, spec.ID.Name)
+	}
+
+	// The desktop (dot-desktop.service: Xvfb and XFCE) answers a
+	// screenshot that is a PNG with more than one colour.
+	t1 := time.Now()
+	shot, err := waitScreenshot(ctx, d, target, 5*time.Minute)
+	if err != nil {
+		t.Fatalf("GET /v1/screenshot: %v\nserial: %s", err, tail(vm.SerialLog(), 4096))
+	}
+	t.Logf("desktop drawn: screenshot %d bytes, %d colours sampled, %s after health", len(shot.png), shot.colours, time.Since(t1).Round(100*time.Millisecond))
+	if shot.colours < 2 {
+		t.Errorf("the desktop screenshot is one colour: the session drew nothing")
+	}
+
+	// What the model runs runs as dot, which cannot become root and cannot
+	// read dot-agentd's token (ref 4.1, 4.3).
+	for _, c := range []struct{ cmd, want string }{
+		{"id -un", "dot\n"},
+		{"sudo -n true 2>/dev/null && echo root || echo refused", "refused\n"},
+		{"su -c true root </dev/null 2>/dev/null && echo root || echo refused", "refused\n"},
+		{"cat " + protocol.GuestConfigPath + " 2>/dev/null || echo refused", "refused\n"},
+		{"cat /proc/sys/kernel/yama/ptrace_scope", "1\n"},
+	} {
+		var out protocol.ExecResponse
+		if err := d.guest.DoJSON(ctx, target, "POST", protocol.PathExec, protocol.ExecRequest{Command: c.cmd, TimeoutMs: 60000}, &out); err != nil {
+			t.Fatalf("POST /v1/exec %q: %v", c.cmd, err)
+		}
+		if out.Stdout != c.want {
+			t.Errorf("as dot, %q printed %q (stderr %q), want %q", c.cmd, out.Stdout, out.Stderr, c.want)
+		}
 	}
 
 	res, err := stopVM(ctx, d, spec.ID, spec.Token, imageGrace)
