@@ -59,7 +59,8 @@ func (p *progress) line(l string) {
 				p.last = t
 				p.log("      downloading: %d files, %s", p.pkgs, humanBytes(p.bytes))
 			}
-		} else if m := aptFetched.FindStringSubmatch(l); m != nil {
+		} else if m := aptFetched.FindStringSubmatch(l); m != nil && p.fetching {
+			// apt prints its summary twice in some runs: the first counts.
 			p.log("      downloaded %d files, %s in %s", p.pkgs, m[1], m[2])
 			p.pkgs, p.bytes, p.fetching = 0, 0, false
 		}
