@@ -212,3 +212,54 @@ func TestGoldenImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 		t.Errorf("stopVM() = %+v; want the guest to power itself off (sudo's rule from the seed)\n%s", res, tail(vm.SerialLog(), 4096))
 	}
 }
+
+// BenchmarkStartStopGoldenImage boots the golden image under tcg (say so
+// when quoting it) and reports, to set beside BenchmarkStartStopTestImage of
+// the same run (make bench-golden):
+//   - start-to-health-s: Start() until dot-agentd answers GET /v1/health;
+//   - start-to-desktop-s: Start() until a screenshot shows the XFCE session;
+//   - idle-rss-MiB: QEMU's resident memory 10 s after the desktop drew;
+//   - stop-s: the guest's own poweroff until QEMU exited.
+//
+// Run: go test -run '^$' -bench StartStopGoldenImage -benchtime 1x ./hostagent/qemu/
+func BenchmarkStartStopGoldenImage(b *testing.B) {
+	ctx := context.Background()
+	d, spec := goldenDriver(b)
+	cleanupVM(b, d, spec.ID)
+	var health, desktop, stop time.Duration
+	var rss float64
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		obs, err := d.Start(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := waitHealthy(ctx, d, spec, goldenBootTimeout); err != nil {
+			b.Fatal(err)
+		}
+		health += time.Since(t0)
+		target := guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: spec.Token, BootID: obs.Boot.BootID}
+		if _, err := waitScreenshot(ctx, d, target, 5*time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		desktop += time.Since(t0)
+		b.StopTimer()
+		time.Sleep(10 * time.Second)
+		rss += rssMiB(b, obs.PID)
+		b.StartTimer()
+		t1 := time.Now()
+		res, err := stopVM(ctx, d, spec.ID, spec.Token, imageGrace)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !res.PoweredOff {
+			b.Logf("iteration %d: the guest did not power itself off (%+v)", i, res)
+		}
+		stop += time.Since(t1)
+	}
+	n := float64(b.N)
+	b.ReportMetric(health.Seconds()/n, "start-to-health-s")
+	b.ReportMetric(desktop.Seconds()/n, "start-to-desktop-s")
+	b.ReportMetric(rss/n, "idle-rss-MiB")
+	b.ReportMetric(stop.Seconds()/n, "stop-s")
+}
