@@ -421,10 +421,13 @@ func (b *build) mmdebstrap(ctx context.Context, sources []byte) error {
 	}
 	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
 	// Its own process group: a Ctrl-C on the terminal reaches this process,
-	// which then sends mmdebstrap one SIGTERM and waits while it unmounts
-	// what it mounted in the root; a SIGKILL comes only if it hangs.
+	// which then sends the group one SIGTERM: apt and dpkg stop (the root is
+	// thrown away anyway), and mmdebstrap, told alone, would wait for them to
+	// finish the whole install first. mmdebstrap's handler then unmounts what
+	// it mounted in the root; a SIGKILL comes only if it hangs, and
+	// removeTree unmounts whatever that leaves.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = 2 * time.Minute
 	logPath := filepath.Join(b.o.Work, "mmdebstrap.log")
 	logFile, err := os.Create(logPath)

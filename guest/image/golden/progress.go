@@ -31,6 +31,9 @@ var aptGet = regexp.MustCompile(`^Get:\d+ \S+ \S+ (\S+) .*\[([\d.,]+) ([kMG]?B)\
 // aptFetched ends an apt run's downloads: "Fetched 313 MB in 1s (210 MB/s)".
 var aptFetched = regexp.MustCompile(`^Fetched ([\d.,]+ [kMG]?B) in (\S+)`)
 
+// maxLine is the longest line shown on the terminal.
+const maxLine = 240
+
 func (p *progress) line(l string) {
 	l = strings.TrimRight(l, "\r")
 	switch {
@@ -49,6 +52,11 @@ func (p *progress) line(l string) {
 		}
 		p.log("      %s", msg)
 	case strings.HasPrefix(l, "E: ") || strings.HasPrefix(l, "W: "):
+		// A failed dpkg run is named with its whole argument list; the log
+		// file keeps it.
+		if len(l) > maxLine {
+			l = l[:maxLine] + " ... (the rest in the log)"
+		}
 		p.log("      %s", l)
 	default:
 		if m := aptGet.FindStringSubmatch(l); m != nil {
