@@ -222,10 +222,10 @@ const (
 	fixTCG             = "remove 'accelerator: tcg' from %s to use kvm (tcg is for test hosts only)"
 	// The golden row wants a full golden image, which only image build
 	// makes; the runtime ISO is built by either.
-	fixGolden          = "invisible-dots image build"
-	fixRuntime         = "invisible-dots image build (or make test-image)"
-	fixOpenRouterKey   = "invisible-dots secret openrouter"
-	fixStartServer     = "start invisible-dots server, then: invisible-dots secret openrouter"
+	fixGolden        = "invisible-dots image build"
+	fixRuntime       = "invisible-dots image build (or make test-image)"
+	fixOpenRouterKey = "invisible-dots secret openrouter"
+	fixStartServer   = "start invisible-dots server, then: invisible-dots secret openrouter"
 )
 
 // Run checks the host. It never fails: a check that cannot run is a row.
