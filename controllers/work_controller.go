@@ -225,6 +225,9 @@ func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			return ctrl.Result{}, err
 		}
 	}
+	if err := r.recordMCPAdditions(ctx, dot, id, view, approvals.Items, decide); err != nil {
+		return patch.RequeueOnConflict(ctrl.Result{}, err)
+	}
 	d := lifecycle.NextTask(taskFacts(tasks.Items, view), now)
 	if d.Next != "" {
 		if err := r.dispatch(taskNamed(tasks.Items, d.Next), id, view, decide); err != nil {

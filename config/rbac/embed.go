@@ -31,3 +31,10 @@ var PeopleRoles []byte
 //
 //go:embed dots_api_access.yaml
 var DotsAPIAccess []byte
+
+// DotsAPIDiscovery lets every authenticated user read where the Dots API is
+// served against a cluster that is not ours, and the server's own account
+// write it (two Roles and their RoleBindings in the system namespace).
+//
+//go:embed dots_api_discovery.yaml
+var DotsAPIDiscovery []byte

@@ -141,6 +141,10 @@ func TestCallerMistakesAreAnsweredAsSuch(t *testing.T) {
 			reason: "a misspelt option is refused", method: "POST", path: protocol.PathExec,
 			body: `{"command":"true","timout_ms":5}`, wantStatus: 400, wantCode: protocol.ErrInvalidRequest,
 		},
+		"exec with a key in another case": {
+			reason: "keys are matched exactly, as an unknown field is refused", method: "POST", path: protocol.PathExec,
+			body: `{"Command":"true"}`, wantStatus: 400, wantCode: protocol.ErrInvalidRequest,
+		},
 		"exec over the limit": {
 			reason: "a body over its limit is too_large", method: "POST", path: protocol.PathExec,
 			body: `{"command":"` + strings.Repeat("x", 1<<20) + `"}`, wantStatus: 413, wantCode: protocol.ErrTooLarge,

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -78,6 +79,66 @@ func TestRelayRefusals(t *testing.T) {
 			code, err := Relay(t.Context(), o)
 			if err == nil || code != RelayExitUsage {
 				t.Fatalf("relay %s = %d %v, want exit %d and an error", name, code, err, RelayExitUsage)
+			}
+		})
+	}
+}
+
+// TestRelayReadsTheExitFrameStrictly: the exit status is the protocol's
+// ProcExit exactly, or the relay says it could not tell (255 and an error
+// naming the route), never a status read from something else.
+func TestRelayReadsTheExitFrameStrictly(t *testing.T) {
+	tests := map[string]struct {
+		reason   string
+		payload  string
+		wantCode int
+		wantErr  string
+	}{
+		"the protocol's": {reason: "the program's code", payload: `{"exit_code":3}`, wantCode: 3},
+		"with a signal":  {reason: "the optional key", payload: `{"exit_code":143,"signal":15}`, wantCode: 143},
+		"another case":   {reason: "a key in another case", payload: `{"Exit_Code":3}`, wantCode: 255, wantErr: `unknown field "Exit_Code"`},
+		"unknown field":  {reason: "a field the protocol does not have", payload: `{"exit_code":3,"core":true}`, wantCode: 255, wantErr: `unknown field "core"`},
+		"trailing value": {reason: "one JSON value a frame", payload: `{"exit_code":3} {"exit_code":0}`, wantCode: 255, wantErr: "more than one JSON value"},
+		"not json":       {reason: "not JSON", payload: `3`, wantCode: 255, wantErr: "not valid JSON"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "a.sock")
+			ln, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				br := bufio.NewReader(conn)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				fmt.Fprintf(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", protocol.ProcProtocol)
+				protocol.WriteFrame(conn, protocol.FrameExit, []byte(tc.payload))
+				for { // the relay's input, until it hangs up
+					if _, _, err := protocol.ReadFrame(br); err != nil {
+						return
+					}
+				}
+			}()
+			var out strings.Builder
+			code, err := Relay(t.Context(), RelayOptions{Socket: sock, Argv: []string{"true"}, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out})
+			if code != tc.wantCode {
+				t.Errorf("%s: relay = %d, want %d (err %v)", tc.reason, code, tc.wantCode, err)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("%s: relay = %v", tc.reason, err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), protocol.PathProc)):
+				t.Errorf("%s: relay = %v, want an error naming %s and holding %q", tc.reason, err, protocol.PathProc, tc.wantErr)
 			}
 		})
 	}

@@ -105,7 +105,7 @@ func Relay(ctx context.Context, o RelayOptions) (int, error) {
 		var e protocol.ErrorResponse
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		if protocol.DecodeBytes(b, &e) == nil && e.Error != "" {
 			return RelayExitUsage, fmt.Errorf("relay: dot-agentd refused the program (%d %s): %s", resp.StatusCode, e.Error, e.Message)
 		}
 		return RelayExitUsage, fmt.Errorf("relay: dot-agentd answered %s, not 101", resp.Status)
@@ -185,9 +185,12 @@ func Relay(ctx context.Context, o RelayOptions) (int, error) {
 		case protocol.FrameErrOutput:
 			_, _ = o.Stderr.Write(payload)
 		case protocol.FrameExit:
+			// Read strictly (exact keys, one value; the frame's size is
+			// ReadFrame's bound): a status that is not the protocol's is not
+			// passed on as the program's.
 			var x protocol.ProcExit
-			if err := json.Unmarshal(payload, &x); err != nil {
-				return 255, fmt.Errorf("relay: exit frame does not parse: %w", err)
+			if err := protocol.DecodeBytes(payload, &x); err != nil {
+				return 255, fmt.Errorf("relay: the exit frame of POST %s is refused: %w", protocol.PathProc, err)
 			}
 			return x.ExitCode, nil
 		}

@@ -159,6 +159,11 @@ func (c RuntimeConfig) Validate() error {
 	return nil
 }
 
+// ValidateMCPServer applies the rules of ref 7 to one MCP server entry under
+// its name, as a config's validation does (add_mcp_server checks the entry
+// the model asks for with it before the host sees it).
+func ValidateMCPServer(name string, s MCPServerConfig) error { return validateMCPServer(name, s) }
+
 func validateMCPServer(name string, s MCPServerConfig) error {
 	if !mcpServerNameRe.MatchString(name) {
 		return fmt.Errorf("mcp_servers name %q must be 1 to 32 of [a-z0-9-], starting with a letter or a digit", name)

@@ -46,10 +46,13 @@ func (e *DecodeError) Status() int {
 }
 
 // DecodeJSON reads exactly one JSON value of at most limit bytes from r into
-// v: a field v does not have, anything but white space after the value, a
-// body over limit and a body that cannot be read are each refused with a
-// *DecodeError. Every route reading a JSON body from across the guest
-// boundary decodes with it and answers the error with its own code.
+// v: a field v does not have (a key naming one of v's fields in another
+// case included: encoding/json alone would take it, keys.go), anything but
+// white space after the value, a body over limit and a body that cannot be
+// read are each refused with a *DecodeError. Every route reading a JSON body from across the guest
+// boundary decodes with it and answers the error with its own code, and the
+// host reads a guest's answers with it too (a guest is untrusted from the
+// host's side): one helper, so both sides refuse the same things.
 func DecodeJSON(r io.Reader, limit int64, v any) error {
 	body, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
@@ -78,7 +81,7 @@ func DecodeBytes(body []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &DecodeError{Problem: BodyTrailing, msg: "the body holds more than one JSON value"}
 	}
-	return nil
+	return checkKeys(body, v)
 }
 
 // describe says what json found wrong without quoting the value it read.

@@ -129,6 +129,7 @@ func FuzzDecodeJSON(f *testing.F) {
 	f.Add([]byte(`{"command":"ls","cwd":"work","timeout_ms":5000}`))
 	f.Add([]byte(`{"command":"ls"} {"command":"rm"}`))
 	f.Add([]byte(`{"command":"ls","extra":1}`))
+	f.Add([]byte(`{"Command":"ls","CWD":"work"}`))
 	f.Add([]byte(`{"openrouter_api_key":"sk-or-1","mcp_secrets":{"s":{"A":"b"}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var exec ExecRequest
@@ -139,6 +140,18 @@ func FuzzDecodeJSON(f *testing.F) {
 		}
 		if err == nil && len(body) > 1<<10 {
 			t.Fatalf("a body of %d bytes passed the limit", len(body))
+		}
+		if err == nil {
+			// Every key of a body taken is one of the route's, exactly
+			// (encoding/json alone would take one in another case).
+			var keys map[string]json.RawMessage
+			if json.Unmarshal(body, &keys) == nil {
+				for k := range keys {
+					if k != "command" && k != "cwd" && k != "timeout_ms" {
+						t.Fatalf("a body with the key %q passed as an ExecRequest: %q", k, body)
+					}
+				}
+			}
 		}
 		var secrets SecretsRequest
 		if err := DecodeBytes(body, &secrets); err == nil {

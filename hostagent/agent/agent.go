@@ -194,7 +194,10 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Guest:     guest,
 		HostName:  o.HostName,
 		Recorder:  mgr.GetEventRecorder(guestlink.ControllerName),
-		Clock:     o.Clock,
+		// Every target is built from the VM's own record (qemu.json):
+		// its QEMU's start time and boot id reach the listener rule.
+		VMs:   vmRecords(o.Driver),
+		Clock: o.Clock,
 	}
 	// The event pump and the deliverer talk to the control plane through
 	// the Dots API's host routes, with the agent's own credential.
@@ -250,4 +253,13 @@ func machineFacts(o Options) func(ctx context.Context) (heartbeat.Facts, error) 
 		f.Images = imgs
 		return f, nil
 	}
+}
+
+// vmRecords is the driver as the guest link's VMs; nil (not a nil driver in
+// an interface) when the host cannot run VMs.
+func vmRecords(d driver.Driver) guestlink.VMs {
+	if d == nil {
+		return nil
+	}
+	return d
 }

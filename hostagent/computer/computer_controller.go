@@ -214,7 +214,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return r.reconcileNormal(ctx, s)
 }
 
-func vmID(c *dotsv1.Computer) home.VMID {
+// VMID is the VM of a Computer on its host, keyed by namespace and name
+// together (DESIGN 5): the driver's and the guest link's one name for it.
+func VMID(c *dotsv1.Computer) home.VMID {
 	return home.VMID{Namespace: c.Namespace, Name: c.Name}
 }
 
@@ -229,7 +231,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	obs, err := r.Driver.Observe(ctx, vmID(c))
+	obs, err := r.Driver.Observe(ctx, VMID(c))
 	if err != nil {
 		s.observeErr = err
 		return ctrl.Result{}, fmt.Errorf("observe the vm: %w", err)
@@ -281,7 +283,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	if d.StopDone {
 		c.Status.StopDeadline, c.Status.PoweroffTime = nil, nil
 		// Our stop ended: clear what QEMU's record left behind.
-		if k, err := r.Driver.Kill(ctx, vmID(c)); err == nil {
+		if k, err := r.Driver.Kill(ctx, VMID(c)); err == nil {
 			s.kill = k
 		}
 	}
@@ -311,11 +313,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			// The engine saves what it holds (ref 8.7); a guest that does
 			// not answer is powered off all the same.
 			pctx, cancel := context.WithTimeout(ctx, prepareSleepCall)
-			s.prepareErr = r.Driver.PrepareSleep(pctx, vmID(c), token)
+			s.prepareErr = r.Driver.PrepareSleep(pctx, VMID(c), token)
 			cancel()
 		}
 		pctx, cancel := context.WithTimeout(ctx, poweroffCall)
-		s.poweroffErr = r.Driver.Poweroff(pctx, vmID(c), token)
+		s.poweroffErr = r.Driver.Poweroff(pctx, VMID(c), token)
 		cancel()
 		grace := r.StopGrace
 		if grace == 0 {
@@ -327,7 +329,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			// off: it is killed at once.
 			deadline = now
 			s.acted = actKill
-			s.kill, s.actErr = r.Driver.Kill(ctx, vmID(c))
+			s.kill, s.actErr = r.Driver.Kill(ctx, VMID(c))
 		}
 		s.deadline = deadline
 		c.Status.StopDeadline = &metav1.Time{Time: deadline}
@@ -335,7 +337,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.observeAgain(ctx, s)
 	case actKill:
 		s.acted = actKill
-		s.kill, s.actErr = r.Driver.Kill(ctx, vmID(c))
+		s.kill, s.actErr = r.Driver.Kill(ctx, VMID(c))
 		r.observeAgain(ctx, s)
 	}
 
@@ -379,7 +381,7 @@ func (r *Reconciler) dotLeftReady(ctx context.Context, c *dotsv1.Computer) bool 
 
 // observeAgain replaces the observation after an action.
 func (r *Reconciler) observeAgain(ctx context.Context, s *scope) {
-	if o, err := r.Driver.Observe(ctx, vmID(s.computer)); err == nil {
+	if o, err := r.Driver.Observe(ctx, VMID(s.computer)); err == nil {
 		s.obs = o
 	}
 }
@@ -396,7 +398,7 @@ func (r *Reconciler) health(ctx context.Context, c *dotsv1.Computer, token strin
 	}
 	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	h, err := r.Driver.Health(hctx, vmID(c), token)
+	h, err := r.Driver.Health(hctx, VMID(c), token)
 	if err == nil && h.Agentd != protocol.AgentdOK {
 		err = fmt.Errorf("dot-agentd answered health with agentd %q, not %q", h.Agentd, protocol.AgentdOK)
 	}
@@ -452,7 +454,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		s.deleteErr = fmt.Errorf("host %s cannot run VMs (%w), so its agent cannot destroy this one; fix the host and restart its agent, or delete the Host if the machine is gone", r.HostName, r.DriverProblem)
 		return ctrl.Result{}, nil
 	}
-	if err := r.Driver.Destroy(ctx, vmID(c)); err != nil {
+	if err := r.Driver.Destroy(ctx, VMID(c)); err != nil {
 		s.deleteErr = err
 		switch {
 		case errors.Is(err, driver.ErrVMError):
@@ -463,7 +465,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, fmt.Errorf("destroy the vm: %w", err)
 	}
 	r.tokens.Delete(c.UID)
-	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Destroyed", "Destroy", "VM %s and its files removed from host %s", vmID(c), r.HostName)
+	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Destroyed", "Destroy", "VM %s and its files removed from host %s", VMID(c), r.HostName)
 	return ctrl.Result{}, patch.RemoveFinalizer(ctx, r.Client, c, dotsv1.ComputerFinalizer)
 }
 
@@ -486,7 +488,7 @@ func (r *Reconciler) backoffLeft(c *dotsv1.Computer) time.Duration {
 func (r *Reconciler) startSpec(c *dotsv1.Computer, token string) driver.Spec {
 	cpus, mem := specShape(c)
 	return driver.Spec{
-		ID:           vmID(c),
+		ID:           VMID(c),
 		UID:          string(c.UID),
 		CPUs:         cpus,
 		MemoryMiB:    mem,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -150,6 +151,15 @@ type Driver interface {
 	// retried (a security event: something else holds the port); a guest
 	// that is not up yet is guestclient.ErrGuestNotAnswering (ask again).
 	Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
+	// GuestTarget is what the guest client reaches the VM's guest with, from
+	// the VM's record alone: its guest port and its QEMU's pid, start time
+	// and boot id (the listener rule checks all four before every proof),
+	// with token. It reads the record and the host's boot id and probes
+	// nothing, so it is cheap to ask before every push. ErrNotRunning when
+	// there is no record of this boot; an error when the record cannot be
+	// read or does not give the QEMU's start time and boot id: such a guest
+	// is not reached, never proved with less.
+	GuestTarget(ctx context.Context, id home.VMID, token string) (guestclient.Target, error)
 	// Images lists the images registered on this host.
 	Images(ctx context.Context) ([]Image, error)
 }

@@ -49,17 +49,19 @@ var ErrGuestNotAnswering = errors.New("guest not answering")
 //
 // Every new connection is checked against the listener rule (listener.go)
 // before the proof: the port's listening socket must be the pid's. A pid
-// alone is not an identity (the kernel hands it on): StartTicks and BootID,
-// when set (qemu.json's proc_start_ticks and boot id), must match too.
+// alone is not an identity (the kernel hands it on): StartTicks and BootID
+// (qemu.json's proc_start_ticks and boot id) must match too, and a target
+// without them is refused. The host agent builds its targets from the VM's
+// record: the driver for its own calls, guestlink.Reconciler for the READY
+// pushes, the pump and the deliverer.
 type Target struct {
 	Port  int
 	PID   int
 	Token string
 	// StartTicks is the QEMU's start time in clock ticks since boot
-	// (/proc/<pid>/stat field 22); 0 when the caller does not have it.
+	// (/proc/<pid>/stat field 22).
 	StartTicks uint64
-	// BootID is the host's boot id when QEMU was started; "" when the
-	// caller does not have it.
+	// BootID is the host's boot id when QEMU was started.
 	BootID string
 }
 
@@ -93,14 +95,17 @@ func New() *Client {
 	return &Client{ProofTimeout: 10 * time.Second, DialTimeout: 5 * time.Second, pools: map[poolKey]*http.Client{}}
 }
 
-// Forget closes the idle connections of a target (its QEMU stopped).
+// Forget closes the idle connections to the QEMU of t's port and pid (it
+// stopped), whatever token and identity they were proven with: the one who
+// forgets a VM (its kill) need not hold its token.
 func (c *Client) Forget(t Target) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := keyOf(t)
-	if hc, ok := c.pools[k]; ok {
-		hc.CloseIdleConnections()
-		delete(c.pools, k)
+	for k, hc := range c.pools {
+		if k.port == t.Port && k.pid == t.PID {
+			hc.CloseIdleConnections()
+			delete(c.pools, k)
+		}
 	}
 }
 
@@ -198,16 +203,15 @@ func prove(conn net.Conn, addr, token string) (*bufio.Reader, error) {
 		}
 		return nil, fmt.Errorf("%w: %s did not answer GET %s as HTTP: %v", ErrGuestUnproven, addr, protocol.PathProof, err)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	resp.Body.Close()
-	if err != nil {
-		return nil, fmt.Errorf("%w: read the proof from %s: %v", ErrGuestUnproven, addr, err)
-	}
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w: %s answered GET %s with %s", ErrGuestUnproven, addr, protocol.PathProof, resp.Status)
 	}
 	var p protocol.ProofResponse
-	if err := json.Unmarshal(body, &p); err != nil || !protocol.ProofMatches(token, nonce, p.Proof) {
+	if err := protocol.DecodeJSON(resp.Body, maxProofAnswer, &p); err != nil {
+		return nil, fmt.Errorf("%w: the answer of %s to GET %s is refused: %v", ErrGuestUnproven, addr, protocol.PathProof, err)
+	}
+	if !protocol.ProofMatches(token, nonce, p.Proof) {
 		return nil, fmt.Errorf("%w: the listener on %s does not hold this Dot's token (another process may have the port since its QEMU stopped)", ErrGuestUnproven, addr)
 	}
 	if resp.Close {
@@ -301,26 +305,57 @@ func (c *Client) DoJSON(ctx context.Context, t Target, method, pathAndQuery stri
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		se := &StatusError{Method: method, Path: pathAndQuery, Status: resp.StatusCode}
+		// A refusal that is not the protocol's ErrorResponse, exactly, keeps
+		// its status and no code: its words are not the guest's to choose.
 		var er protocol.ErrorResponse
-		if json.Unmarshal(b, &er) == nil {
+		if protocol.DecodeJSON(resp.Body, maxErrorAnswer, &er) == nil {
 			se.Code, se.Message = er.Error, er.Message
 		}
 		return se
 	}
 	if out == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxAnswer))
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("decode guest answer to %s %s: %w", method, pathAndQuery, err)
+	// The whole answer is read (DecodeJSON reads to its end), so the proven
+	// connection goes back to the pool instead of being closed (a new one
+	// would need a new proof).
+	if err := protocol.DecodeJSON(resp.Body, MaxAnswer, out); err != nil {
+		return &AnswerError{Method: method, Path: pathAndQuery, Err: err}
 	}
-	// Read to the end so the proven connection goes back to the pool
-	// instead of being closed (a new one would need a new proof).
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	return nil
 }
+
+// MaxAnswer bounds a guest's JSON answer to one call: the protocol's
+// answers that come through DoJSON (health, system, the engine's state and
+// acceptances) are a few KiB.
+const MaxAnswer = 1 << 20
+
+const (
+	// maxErrorAnswer bounds a guest's refusal (an ErrorResponse).
+	maxErrorAnswer = 64 << 10
+	// maxProofAnswer bounds the answer to the proof (a ProofResponse: 64
+	// hex characters in one field).
+	maxProofAnswer = 4096
+)
+
+// AnswerError is a guest's 2xx answer the client refuses: not one JSON
+// value of the route's shape (a field the protocol does not have, a key in
+// another case, more after the value), or over MaxAnswer. A guest is
+// untrusted from the host's side, so what it says is read as strictly as
+// the guest reads the host. Err is a *protocol.DecodeError; the message
+// never quotes the answer.
+type AnswerError struct {
+	Method, Path string
+	Err          error
+}
+
+func (e *AnswerError) Error() string {
+	return fmt.Sprintf("the guest's answer to %s %s is refused: %v", e.Method, e.Path, e.Err)
+}
+
+func (e *AnswerError) Unwrap() error { return e.Err }
 
 // Health asks GET /v1/health.
 func (c *Client) Health(ctx context.Context, t Target) (protocol.HealthResponse, error) {

@@ -1,9 +1,11 @@
 package guestclient
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
@@ -28,6 +30,12 @@ type guest struct {
 	authSeen   []string
 	proofToken string
 	proofBody  string // when set, answered instead of the proof
+	// proofShape, when set, is a format with one %s for the right proof:
+	// the proof is right, the answer around it is not the protocol's.
+	proofShape string
+	// answer and answerStatus are what GET /v1/agent/answer says.
+	answer       string
+	answerStatus int
 }
 
 func (g *guest) handler() http.Handler {
@@ -38,6 +46,10 @@ func (g *guest) handler() http.Handler {
 		g.mu.Unlock()
 		if g.proofBody != "" {
 			w.Write([]byte(g.proofBody))
+			return
+		}
+		if g.proofShape != "" {
+			fmt.Fprintf(w, g.proofShape, protocol.ComputeProof(g.proofToken, r.URL.Query().Get(protocol.QueryNonce)))
 			return
 		}
 		json.NewEncoder(w).Encode(protocol.ProofResponse{Proof: protocol.ComputeProof(g.proofToken, r.URL.Query().Get(protocol.QueryNonce))})
@@ -72,6 +84,11 @@ func (g *guest) handler() http.Handler {
 		w.WriteHeader(http.StatusForbidden)
 		json.NewEncoder(w).Encode(protocol.ErrorResponse{Error: protocol.ErrOutsideHome, Message: "/etc is outside /home/dot"})
 	})
+	mux.HandleFunc(protocol.PathAgentPrefix+"answer", func(w http.ResponseWriter, r *http.Request) {
+		record(r)
+		w.WriteHeader(cmp.Or(g.answerStatus, http.StatusOK))
+		w.Write([]byte(g.answer))
+	})
 	mux.HandleFunc(protocol.PathAgentPrefix+"health", func(w http.ResponseWriter, r *http.Request) {
 		record(r)
 		w.Write([]byte(`{"status":"ok"}`))
@@ -86,7 +103,8 @@ func start(t *testing.T, g *guest) Target {
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	var p int
 	json.Unmarshal([]byte(port), &p)
-	return Target{Port: p, PID: os.Getpid(), Token: token} // the listener is this process's
+	start, boot := self(t)
+	return Target{Port: p, PID: os.Getpid(), Token: token, StartTicks: start, BootID: boot} // the listener is this process's
 }
 
 func TestProvenGuest(t *testing.T) {
@@ -117,9 +135,13 @@ func TestProvenGuest(t *testing.T) {
 		t.Errorf("Agent(health) = %v, %v", agent, err)
 	}
 
-	// Another pid on the same port is another QEMU: proven again.
+	// Another pid on the same port is another QEMU: proven again. Its
+	// stand-in is this process too, which the listener rule rightly
+	// refuses under another pid (TestRelayedProofIsRefused is the rule's):
+	// here it is the pool that is under test.
 	other := tgt
 	other.PID++
+	c.ListenerRule = func(Target) error { return nil }
 	if _, err := c.Health(ctx, other); err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +159,12 @@ func TestUnprovenListenerNeverSeesToken(t *testing.T) {
 		"not json":     {"a foreign HTTP server answers something else", &guest{proofBody: "<html>hello</html>"}},
 		"empty proof":  {"a listener that answers without a proof", &guest{proofBody: `{"proof":""}`}},
 		"replay proof": {"a fixed proof cannot match a fresh nonce", &guest{proofBody: `{"proof":"` + protocol.ComputeProof(token, "00") + `"}`}},
+		"proof in another case": {"the answer is read strictly: a key in another case is not the protocol's",
+			&guest{proofToken: token, proofShape: `{"Proof":"%s"}`}},
+		"proof with more": {"the answer is read strictly: a field the protocol does not have",
+			&guest{proofToken: token, proofShape: `{"proof":"%s","relayed_by":"x"}`}},
+		"proof over the limit": {"the answer is read strictly: its size is bounded",
+			&guest{proofToken: token, proofShape: `{"proof":"%s"}` + strings.Repeat(" ", 8192)}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -149,7 +177,7 @@ func TestUnprovenListenerNeverSeesToken(t *testing.T) {
 			if strings.Contains(err.Error(), token) {
 				t.Errorf("the error quotes the token: %v", err)
 			}
-			if diff := cmp.Diff([]string(nil), tc.g.authSeen); diff != "" {
+			if diff := gocmp.Diff([]string(nil), tc.g.authSeen); diff != "" {
 				t.Errorf("%s: the listener saw Authorization headers (-want +got):\n%s", tc.reason, diff)
 			}
 		})
@@ -177,7 +205,8 @@ func TestRawTCPListenerNeverSeesToken(t *testing.T) {
 		got <- string(buf[:n])
 	}()
 	c := New()
-	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token})
+	start, boot := self(t)
+	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token, StartTicks: start, BootID: boot})
 	if !errors.Is(err, ErrGuestUnproven) {
 		t.Fatalf("Health() against a non-HTTP listener = %v, want ErrGuestUnproven", err)
 	}
@@ -195,7 +224,7 @@ func TestStatusError(t *testing.T) {
 		t.Fatalf("DoJSON() = %v, want a *StatusError", err)
 	}
 	want := &StatusError{Method: "GET", Path: protocol.PathFiles + "?path=/etc/passwd", Status: 403, Code: protocol.ErrOutsideHome, Message: "/etc is outside /home/dot"}
-	if diff := cmp.Diff(want, se); diff != "" {
+	if diff := gocmp.Diff(want, se); diff != "" {
 		t.Errorf("StatusError mismatch (-want +got):\n%s", diff)
 	}
 }
@@ -217,7 +246,8 @@ func TestClosingListenerIsNotAnswering(t *testing.T) {
 			c.Close()
 		}
 	}()
-	_, err = New().Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token})
+	start, boot := self(t)
+	_, err = New().Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token, StartTicks: start, BootID: boot})
 	if !errors.Is(err, ErrGuestNotAnswering) || errors.Is(err, ErrGuestUnproven) {
 		t.Errorf("Health() against a listener that closes at once = %v, want ErrGuestNotAnswering only", err)
 	}
@@ -254,8 +284,88 @@ func TestSilentListenerIsNotAnswering(t *testing.T) {
 	}()
 	c := New()
 	c.ProofTimeout = 200 * time.Millisecond
-	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token})
+	start, boot := self(t)
+	_, err = c.Health(context.Background(), Target{Port: ln.Addr().(*net.TCPAddr).Port, PID: os.Getpid(), Token: token, StartTicks: start, BootID: boot})
 	if !errors.Is(err, ErrGuestNotAnswering) || errors.Is(err, ErrGuestUnproven) {
 		t.Errorf("Health() against a listener that holds the connection silently = %v, want ErrGuestNotAnswering only", err)
+	}
+}
+
+// TestGuestAnswersAreReadStrictly: a guest is untrusted from the host's
+// side, so its answers are read as strictly as it reads the host's bodies:
+// one JSON value of the route's shape, exact keys, a bounded size. A
+// refusal that is not the protocol's keeps its status and no code.
+func TestGuestAnswersAreReadStrictly(t *testing.T) {
+	route := protocol.PathAgentPrefix + "answer"
+	tests := map[string]struct {
+		reason   string
+		status   int
+		answer   string
+		want     protocol.Health
+		wantErr  string
+		wantCode string
+	}{
+		"the protocol's":   {reason: "an answer of the route's shape", answer: `{"status":"ok","openrouter_configured":true}`, want: protocol.Health{Status: "ok", OpenRouterConfigured: true}},
+		"unknown field":    {reason: "a field the protocol does not have", answer: `{"status":"ok","extra":1}`, wantErr: `unknown field "extra"`},
+		"another case":     {reason: "a key in another case", answer: `{"Status":"ok"}`, wantErr: `unknown field "Status"`},
+		"trailing value":   {reason: "more after the value", answer: `{"status":"ok"} {"status":"starting"}`, wantErr: "more than one JSON value"},
+		"over the limit":   {reason: "a bounded size", answer: `{"status":"ok"}` + strings.Repeat(" ", MaxAnswer), wantErr: "over the"},
+		"not json":         {reason: "not JSON", answer: `<html>`, wantErr: "not valid JSON"},
+		"refusal":          {reason: "the protocol's refusal keeps its code", status: 409, answer: `{"error":"busy","message":"m"}`, wantCode: "busy"},
+		"refusal, case":    {reason: "a refusal in another case is not the protocol's: no code", status: 409, answer: `{"Error":"busy"}`},
+		"refusal, more":    {reason: "a refusal with more is not the protocol's: no code", status: 409, answer: `{"error":"busy"} {"error":"other"}`},
+		"refusal, unknown": {reason: "a refusal with a field the protocol does not have: no code", status: 409, answer: `{"error":"busy","detail":"x"}`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tgt := start(t, &guest{proofToken: token, answer: tc.answer, answerStatus: tc.status})
+			var got protocol.Health
+			err := New().Agent(context.Background(), tgt, http.MethodGet, "answer", nil, &got)
+			switch {
+			case tc.status != 0:
+				var se *StatusError
+				if !errors.As(err, &se) {
+					t.Fatalf("%s: Agent() = %v, want a *StatusError", tc.reason, err)
+				}
+				if se.Code != tc.wantCode {
+					t.Errorf("%s: the refusal's code = %q, want %q", tc.reason, se.Code, tc.wantCode)
+				}
+			case tc.wantErr != "":
+				var ae *AnswerError
+				if !errors.As(err, &ae) {
+					t.Fatalf("%s: Agent() = %v, want an *AnswerError", tc.reason, err)
+				}
+				if !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "GET "+route) {
+					t.Errorf("%s: Agent() = %q, want it to name GET %s and hold %q", tc.reason, err, route, tc.wantErr)
+				}
+			default:
+				if err != nil {
+					t.Fatalf("%s: Agent() = %v", tc.reason, err)
+				}
+				if diff := gocmp.Diff(tc.want, got); diff != "" {
+					t.Errorf("%s: the answer (-want +got):\n%s", tc.reason, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestForget: forgetting a QEMU by its port and pid (what a kill knows)
+// closes the connections proven to it, whatever token and identity they
+// were proven with: the next call proves again.
+func TestForget(t *testing.T) {
+	ctx := context.Background()
+	g := &guest{proofToken: token}
+	tgt := start(t, g)
+	c := New()
+	if _, err := c.Health(ctx, tgt); err != nil {
+		t.Fatal(err)
+	}
+	c.Forget(Target{Port: tgt.Port, PID: tgt.PID})
+	if _, err := c.Health(ctx, tgt); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.proofCount(); got != 2 {
+		t.Errorf("proof asked %d times, want 2: the forgotten connection was used again", got)
 	}
 }

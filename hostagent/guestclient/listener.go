@@ -18,10 +18,12 @@ import (
 // nonce and pass the proof. So before the proof, on the connection just
 // made, the host checks that every socket listening on the port belongs to
 // the process the host started for this VM: the pid on record, alive, of
-// this host's user, and, when the record gives them, with its start time
-// and on the boot the record was written in (the identity the kill rule of
-// ref 3.4 proves in hostagent/qemu). Anything else is ErrGuestUnproven, and
-// the nonce is never sent.
+// this host's user, with its start time and on the boot the record was
+// written in (the identity the kill rule of ref 3.4 proves in
+// hostagent/qemu). A target without its start time or boot id is refused,
+// never proved with less: a pid alone is handed on by the kernel, and
+// after a host restart names any process. Anything else is
+// ErrGuestUnproven, and the nonce is never sent.
 
 // procRoot is where the kernel's process and network tables are read.
 var procRoot = "/proc"
@@ -31,20 +33,21 @@ func checkListener(t Target) error {
 	if t.PID <= 0 {
 		return fmt.Errorf("%w: no QEMU process on record for port %d", ErrGuestUnproven, t.Port)
 	}
-	if t.BootID != "" {
-		b, err := os.ReadFile(procRoot + "/sys/kernel/random/boot_id")
-		if err != nil {
-			return fmt.Errorf("%w: read the host's boot id: %v", ErrGuestUnproven, err)
-		}
-		if strings.TrimSpace(string(b)) != t.BootID {
-			return fmt.Errorf("%w: the record of port %d was written before the host restarted", ErrGuestUnproven, t.Port)
-		}
+	if t.StartTicks == 0 || t.BootID == "" {
+		return fmt.Errorf("%w: the record of port %d does not give the QEMU's start time and boot id, so its listener cannot be proven", ErrGuestUnproven, t.Port)
+	}
+	b, err := os.ReadFile(procRoot + "/sys/kernel/random/boot_id")
+	if err != nil {
+		return fmt.Errorf("%w: read the host's boot id: %v", ErrGuestUnproven, err)
+	}
+	if strings.TrimSpace(string(b)) != t.BootID {
+		return fmt.Errorf("%w: the record of port %d was written before the host restarted", ErrGuestUnproven, t.Port)
 	}
 	start, uid, err := processOf(t.PID)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrGuestUnproven, err)
 	}
-	if t.StartTicks != 0 && start != t.StartTicks {
+	if start != t.StartTicks {
 		return fmt.Errorf("%w: process %d is not the QEMU on record (it started at tick %d, not %d)", ErrGuestUnproven, t.PID, start, t.StartTicks)
 	}
 	if uid != os.Getuid() {

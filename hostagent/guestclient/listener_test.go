@@ -79,11 +79,7 @@ func TestRelayedProofIsRefused(t *testing.T) {
 	g := &guest{proofToken: token}
 	real := start(t, g) // the live guest holding the token, in this process
 	relayPort, relayPID := startRelay(t, real.Port)
-	startTicks, _, err := processOf(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	startTicks, bootID := self(t)
 	tests := map[string]struct {
 		reason string
 		target Target
@@ -91,20 +87,32 @@ func TestRelayedProofIsRefused(t *testing.T) {
 	}{
 		"the real guest": {
 			reason: "the port's listener is the process on record",
-			target: Target{Port: real.Port, PID: os.Getpid(), Token: token, StartTicks: startTicks, BootID: strings.TrimSpace(string(boot))},
+			target: Target{Port: real.Port, PID: os.Getpid(), Token: token, StartTicks: startTicks, BootID: bootID},
 			wantOK: true,
 		},
 		"a relay on the QEMU's port": {
 			reason: "the port on record is held by another process than the QEMU on record",
-			target: Target{Port: relayPort, PID: os.Getpid(), Token: token},
+			target: Target{Port: relayPort, PID: os.Getpid(), Token: token, StartTicks: startTicks, BootID: bootID},
 		},
 		"a relay with the pid recycled": {
 			reason: "the pid on record is alive and holds the port, but started at another time",
-			target: Target{Port: relayPort, PID: relayPID, Token: token, StartTicks: startTicks},
+			target: Target{Port: relayPort, PID: relayPID, Token: token, StartTicks: startTicks, BootID: bootID},
 		},
 		"a record of another boot": {
 			reason: "a record written before the host restarted names no process",
-			target: Target{Port: real.Port, PID: os.Getpid(), Token: token, BootID: "00000000-0000-0000-0000-000000000000"},
+			target: Target{Port: real.Port, PID: os.Getpid(), Token: token, StartTicks: startTicks, BootID: "00000000-0000-0000-0000-000000000000"},
+		},
+		"no start time": {
+			reason: "a target without the QEMU's start time is refused, never proved with the pid alone",
+			target: Target{Port: real.Port, PID: os.Getpid(), Token: token, BootID: bootID},
+		},
+		"no boot id": {
+			reason: "a target without the boot id is refused, never proved without it",
+			target: Target{Port: real.Port, PID: os.Getpid(), Token: token, StartTicks: startTicks},
+		},
+		"neither": {
+			reason: "pid, uid and the socket's owner alone are not the QEMU's identity",
+			target: Target{Port: real.Port, PID: os.Getpid(), Token: token},
 		},
 		"no pid": {
 			reason: "a port without the QEMU on record proves nothing",
@@ -154,4 +162,19 @@ func (g *guest) proofCount() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.proofs
+}
+
+// self is this process's identity as a record gives it: its start time and
+// the host's boot id. The test guests listen in this process.
+func self(t *testing.T) (uint64, string) {
+	t.Helper()
+	start, _, err := processOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start, strings.TrimSpace(string(boot))
 }

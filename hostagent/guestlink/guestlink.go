@@ -59,6 +59,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/computer"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
 
@@ -75,6 +76,12 @@ var writer = patch.Writer{Name: ControllerName, Conditions: []string{
 // *guestclient.Client is the product's.
 type Guest interface {
 	Agent(ctx context.Context, t guestclient.Target, method, sub string, in, out any) error
+}
+
+// VMs reads the records of this host's VMs (qemu.json, DESIGN 5: the truth
+// about a running VM). driver.Driver is the product's.
+type VMs interface {
+	GuestTarget(ctx context.Context, id home.VMID, token string) (guestclient.Target, error)
 }
 
 // How often a Dot is looked at again without a watch event.
@@ -183,6 +190,11 @@ type Reconciler struct {
 	// a push runs.
 	APIReader client.Reader
 	Guest     Guest
+	// VMs gives each guest's port and its QEMU's identity (pid, start time,
+	// boot id) from the VM's record, for the listener rule the guest client
+	// checks before every proof. Nil on a host that cannot run VMs: no
+	// guest is reached.
+	VMs VMs
 	// HostName is the Host this agent runs.
 	HostName string
 	Recorder recorder.EventRecorder
@@ -212,8 +224,10 @@ type Reconciler struct {
 
 // record is what one guest holds, as far as this agent pushed it.
 type record struct {
-	// port and pid name the guest (its QEMU): another one holds nothing.
-	port, pid int
+	// port, pid and startTicks name the guest (its QEMU): another one
+	// holds nothing.
+	port, pid  int
+	startTicks uint64
 	// secrets is the digest of the secrets the guest took; keyPushed says
 	// whether it took any.
 	keyPushed bool
@@ -359,7 +373,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 		return ctrl.Result{}, err
 	}
-	target := guestclient.Target{Port: int(c.Status.GuestPort), PID: int(c.Status.PID), Token: token}
+	target, err := r.target(ctx, c, token)
+	if err != nil {
+		// Refused, never proved with less: nothing is pushed, and the
+		// listeners hear of no guest (the pump and the deliverer stop).
+		r.forget(req.NamespacedName)
+		msg := fmt.Sprintf("the guest of Computer %s is not reached: %v", c.Name, err)
+		for _, cd := range []*cond{&s.key, &s.config, &s.agent} {
+			s.set(cd, metav1.ConditionFalse, dotsv1.ComputerNotReadyReason, msg)
+		}
+		return ctrl.Result{RequeueAfter: retryPoll}, nil
+	}
 	res = r.ready(ctx, s, req.NamespacedName, target)
 	notice = Notice{Key: req.NamespacedName, DotUID: dot.UID, Target: target, Ready: s.agent.status == metav1.ConditionTrue}
 	return res, nil
@@ -369,6 +393,27 @@ func (r *Reconciler) notify(n Notice) {
 	for _, l := range r.Listeners {
 		l.GuestNotice(n)
 	}
+}
+
+// target is the one place a Computer becomes a guest target (the READY
+// pushes here, the pump, the deliverer and the Dots API's proxy all take
+// it from the notice): the port and the QEMU's pid, start time and boot id
+// from the VM's own record, which must name the QEMU the Computer's status
+// reports. A status that names another QEMU is behind the record (the
+// Computer reconciler reports the new one soon) or ahead of it; either way
+// that guest is not pushed to until the two agree.
+func (r *Reconciler) target(ctx context.Context, c *dotsv1.Computer, token string) (guestclient.Target, error) {
+	if r.VMs == nil {
+		return guestclient.Target{}, errors.New("this host agent has no VM driver to read the VM's record from")
+	}
+	t, err := r.VMs.GuestTarget(ctx, computer.VMID(c), token)
+	if err != nil {
+		return guestclient.Target{}, err
+	}
+	if t.PID != int(c.Status.PID) || t.Port != int(c.Status.GuestPort) {
+		return guestclient.Target{}, fmt.Errorf("the VM's record names QEMU pid %d on port %d, the Computer's status pid %d on port %d", t.PID, t.Port, c.Status.PID, c.Status.GuestPort)
+	}
+	return t, nil
 }
 
 // computerNotReady says why a Computer's guest cannot be reached yet, or ""
@@ -559,6 +604,8 @@ func DescribeFailure(what, method, route string, err error, timeout time.Duratio
 			code = "an error code that is not the protocol's"
 		}
 		return fmt.Sprintf("%s (%s %s: status %d, %s)", what, method, path, se.Status, code)
+	case errors.As(err, new(*guestclient.AnswerError)):
+		return fmt.Sprintf("%s (%s %s: the guest's answer is not the protocol's)", what, method, path)
 	case errors.Is(err, guestclient.ErrGuestUnproven):
 		return fmt.Sprintf("%s (%s %s: the listener on the guest port did not prove it holds the Dot's token, so it was sent nothing)", what, method, path)
 	case errors.Is(err, guestclient.ErrGuestNotAnswering):
@@ -596,9 +643,9 @@ func (r *Reconciler) record(key types.NamespacedName, t guestclient.Target) reco
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec, ok := r.pushed[key]
-	if r.stale[key] || !ok || rec.port != t.Port || rec.pid != t.PID {
+	if r.stale[key] || !ok || rec.port != t.Port || rec.pid != t.PID || rec.startTicks != t.StartTicks {
 		delete(r.stale, key)
-		rec = record{port: t.Port, pid: t.PID}
+		rec = record{port: t.Port, pid: t.PID, startTicks: t.StartTicks}
 		r.pushed[key] = rec
 	}
 	return rec

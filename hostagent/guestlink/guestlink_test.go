@@ -28,6 +28,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/computer"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 const (
@@ -146,10 +147,37 @@ func newReconciler(t *testing.T, guest Guest, objs ...client.Object) (*Reconcile
 	t.Helper()
 	c := clientfake.NewClientBuilder().WithScheme(controllers.Scheme).
 		WithStatusSubresource(&dotsv1.Dot{}, &dotsv1.Computer{}).WithObjects(objs...).Build()
-	r := &Reconciler{Client: c, APIReader: c, Guest: guest, HostName: testHost,
+	r := &Reconciler{Client: c, APIReader: c, Guest: guest, VMs: recordsOf(c), HostName: testHost,
 		Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakePassiveClock(testNow)}
 	r.init()
 	return r, c
+}
+
+// testBootID is the boot id the tests' VM records were written in.
+const testBootID = "boot-test"
+
+// testStartTicks is the start time of a test QEMU of pid.
+func testStartTicks(pid int) uint64 { return 500_000 + uint64(pid) }
+
+// records is a test's VM records: what fn says each VM's record gives.
+type records func(ctx context.Context, id home.VMID, token string) (guestclient.Target, error)
+
+func (f records) GuestTarget(ctx context.Context, id home.VMID, token string) (guestclient.Target, error) {
+	return f(ctx, id, token)
+}
+
+// recordsOf is a host whose VM records name the QEMU each Computer's
+// status reports (what a host agent that is up to date has), with its start
+// time and the boot id.
+func recordsOf(c client.Reader) records {
+	return func(ctx context.Context, id home.VMID, token string) (guestclient.Target, error) {
+		comp := &dotsv1.Computer{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: id.Namespace, Name: id.Name}, comp); err != nil {
+			return guestclient.Target{}, err
+		}
+		return guestclient.Target{Port: int(comp.Status.GuestPort), PID: int(comp.Status.PID), Token: token,
+			StartTicks: testStartTicks(int(comp.Status.PID)), BootID: testBootID}, nil
+	}
 }
 
 func reconcileOnce(t *testing.T, r *Reconciler) ctrl.Result {
@@ -583,6 +611,9 @@ func TestDescribeFailure(t *testing.T) {
 		"status": {"a refusal: route, status, code", &guestclient.StatusError{Status: 400, Code: "invalid_secret", Message: "the key sk-1 is bad"},
 			"x (POST /v1/agent/secrets: status 400, invalid_secret)"},
 		"no code": {"a proxy's answer without the protocol's body", &guestclient.StatusError{Status: 502}, "x (POST /v1/agent/secrets: status 502, no error code)"},
+		"answer": {"an answer read strictly and refused: said, without the guest's words",
+			&guestclient.AnswerError{Method: "POST", Path: "/v1/agent/secrets", Err: errors.New(`the body has an unknown field "sk-1"`)},
+			"x (POST /v1/agent/secrets: the guest's answer is not the protocol's)"},
 		"timeout": {"no answer in time", fmt.Errorf("guest: %w", context.DeadlineExceeded), "x (POST /v1/agent/secrets: no answer within 10s)"},
 		"other": {"a transport error's text is not repeated either (a malformed answer can be quoted in it)",
 			errors.New(`malformed HTTP response "sk-1"`), "x (POST /v1/agent/secrets: the request did not complete)"},
@@ -611,7 +642,9 @@ func (l *noticeLog) GuestNotice(n Notice) {
 // TestNotices: after every reconcile the listeners hear whether the Dot has
 // a guest here and whether the READY procedure completed on it.
 func TestNotices(t *testing.T) {
-	target := guestclient.Target{Port: 40000, PID: 1001, Token: testToken}
+	// The target is the VM's record: its QEMU's start time and boot id
+	// reach the listener rule with the pid and the port.
+	target := guestclient.Target{Port: 40000, PID: 1001, Token: testToken, StartTicks: testStartTicks(1001), BootID: testBootID}
 	starting := fake.GuestFns{HealthFn: func(context.Context, guestclient.Target) (protocol.Health, error) {
 		h := fake.ReadyHealth()
 		h.Status = protocol.HealthStarting
@@ -665,5 +698,102 @@ func TestRetryWait(t *testing.T) {
 		if got := retryWait(n); got != d {
 			t.Errorf("retryWait(%d) = %s; want %s", n, got, d)
 		}
+	}
+}
+
+// TestTargetIsTheVMRecord: every guest this agent reaches is built from the
+// VM's own record, with the QEMU's start time and boot id, and a record
+// that cannot be read, or that names another QEMU than the Computer's
+// status, is refused: nothing is pushed and the listeners hear of no
+// guest, never a target proved with less.
+func TestTargetIsTheVMRecord(t *testing.T) {
+	objs := func() []client.Object {
+		return []client.Object{testDot(nil), tokenSecret(), defaultKeySecret(defaultKey), testComputer(true, 1001)}
+	}
+	tests := map[string]struct {
+		reason     string
+		vms        func(c client.Reader) VMs
+		wantTarget guestclient.Target
+		wantCalls  bool
+		wantMsg    string
+	}{
+		"the record": {reason: "port, pid, start time and boot id from the record, with the Computer's token",
+			vms:        func(c client.Reader) VMs { return recordsOf(c) },
+			wantTarget: guestclient.Target{Port: 40000, PID: 1001, Token: testToken, StartTicks: testStartTicks(1001), BootID: testBootID},
+			wantCalls:  true},
+		"unreadable": {reason: "a record that cannot be read is refused",
+			vms: func(client.Reader) VMs {
+				return records(func(context.Context, home.VMID, string) (guestclient.Target, error) {
+					return guestclient.Target{}, errors.New("qemu.json does not parse")
+				})
+			},
+			wantMsg: "qemu.json does not parse"},
+		"without identity": {reason: "a record without the QEMU's start time is refused by the driver, and so here",
+			vms: func(client.Reader) VMs {
+				return records(func(context.Context, home.VMID, string) (guestclient.Target, error) {
+					return guestclient.Target{}, fmt.Errorf("%w: the record of QEMU pid 1001 does not give its start time and boot id", guestclient.ErrGuestUnproven)
+				})
+			},
+			wantMsg: "does not give its start time"},
+		"another QEMU": {reason: "a record naming another QEMU than the status is not pushed to until they agree",
+			vms: func(client.Reader) VMs {
+				return records(func(_ context.Context, _ home.VMID, token string) (guestclient.Target, error) {
+					return guestclient.Target{Port: 40000, PID: 2002, Token: token, StartTicks: testStartTicks(2002), BootID: testBootID}, nil
+				})
+			},
+			wantMsg: "names QEMU pid 2002 on port 40000, the Computer's status pid 1001"},
+		"no driver": {reason: "a host agent without a driver reaches no guest",
+			vms:     func(client.Reader) VMs { return nil },
+			wantMsg: "no VM driver"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var mu sync.Mutex
+			var called []guestclient.Target
+			seen := func(tg guestclient.Target) {
+				mu.Lock()
+				defer mu.Unlock()
+				called = append(called, tg)
+			}
+			guest := fake.GuestFns{
+				SecretsFn: func(_ context.Context, tg guestclient.Target, _ protocol.SecretsRequest) error { seen(tg); return nil },
+				ConfigFn:  func(_ context.Context, tg guestclient.Target, _ protocol.RuntimeConfig) error { seen(tg); return nil },
+				HealthFn: func(_ context.Context, tg guestclient.Target) (protocol.Health, error) {
+					seen(tg)
+					return fake.ReadyHealth(), nil
+				},
+			}
+			r, c := newReconciler(t, guest, objs()...)
+			r.VMs = tc.vms(c)
+			var heard noticeLog
+			r.Listeners = []Listener{&heard}
+			res := reconcileOnce(t, r)
+
+			want := Notice{Key: dotKey}
+			if tc.wantCalls {
+				want = Notice{Key: dotKey, DotUID: "uid-dot", Target: tc.wantTarget, Ready: true}
+			}
+			if diff := cmp.Diff([]Notice{want}, heard.notices); diff != "" {
+				t.Errorf("%s\nnotices -want +got:\n%s", tc.reason, diff)
+			}
+			for _, tg := range called {
+				if tg != tc.wantTarget {
+					t.Errorf("%s: the guest was called with %+v, want %+v", tc.reason, tg, tc.wantTarget)
+				}
+			}
+			if tc.wantCalls != (len(called) > 0) {
+				t.Errorf("%s: %d calls to the guest, want calls: %v", tc.reason, len(called), tc.wantCalls)
+			}
+			if tc.wantMsg == "" {
+				return
+			}
+			if res.RequeueAfter == 0 {
+				t.Errorf("%s: a refused record is not looked at again (result %+v)", tc.reason, res)
+			}
+			agent := meta.FindStatusCondition(getDot(t, c).Status.Conditions, dotsv1.AgentReadyCondition)
+			if agent == nil || agent.Status != metav1.ConditionFalse || agent.Reason != dotsv1.ComputerNotReadyReason || !strings.Contains(agent.Message, tc.wantMsg) {
+				t.Errorf("%s: AgentReady = %+v, want False %s saying %q", tc.reason, agent, dotsv1.ComputerNotReadyReason, tc.wantMsg)
+			}
+		})
 	}
 }

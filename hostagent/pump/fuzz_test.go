@@ -3,6 +3,7 @@ package pump
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"testing"
 	"unicode/utf8"
 
@@ -16,6 +17,7 @@ func FuzzEventStream(f *testing.F) {
 	f.Add([]byte("id: 1\ndata: {\"seq\":1,\"id\":\"e1\",\"type\":\"agent.started\",\"ts\":\"t\",\"data\":{}}\n\n: keep-alive\n\n"))
 	f.Add([]byte("id: 2\ndata: {\"seq\":2,\ndata: \"id\":\"e2\"}\n\nid: x\ndata: nope\n\n"))
 	f.Add([]byte("data: {}\r\n\r\nid: -5\ndata: null\n\n"))
+	f.Add([]byte("id: 3\ndata: {\"Seq\":3,\"id\":\"e3\",\"Type\":\"agent.started\",\"ts\":\"t\",\"data\":{},\"via\":1}\n\n"))
 	f.Add([]byte("id: 9223372036854775807\ndata: {\"seq\":1,\"id\":\"e\",\"type\":\"guest.outbox.reset\",\"ts\":\"t\",\"data\":{\"cursor\":3,\"last_seq\":1}}\n\n"))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		out := make(chan message, 1024)
@@ -42,6 +44,15 @@ func FuzzEventStream(f *testing.F) {
 			}
 			if problem == "" {
 				_, _ = protocol.ParseOutbound(ev)
+				// An event taken has the envelope's keys, exactly.
+				var keys map[string]json.RawMessage
+				if json.Unmarshal(m.data, &keys) == nil {
+					for k := range keys {
+						if k != "seq" && k != "id" && k != "type" && k != "ts" && k != "data" {
+							t.Fatalf("a message with the key %q was taken as an event: %q", k, m.data)
+						}
+					}
+				}
 			}
 		}
 		<-done

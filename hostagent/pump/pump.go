@@ -318,8 +318,12 @@ func eventOf(m message) (protocol.OutboundEvent, string) {
 	problem := m.problem
 	var ev protocol.OutboundEvent
 	if problem == "" {
-		if err := json.Unmarshal(m.data, &ev); err != nil {
-			problem = "the message is not an event in JSON: " + err.Error()
+		// Read as strictly as the guest reads the host's bodies (a guest is
+		// untrusted from here): one JSON value, the envelope's keys exactly.
+		// The size is readStream's bound. The data's own keys are the
+		// schemas' (ParseOutbound), which strip an unknown one (ref 5.3).
+		if err := protocol.DecodeBytes(m.data, &ev); err != nil {
+			problem = "the message is not an event of the protocol: " + err.Error()
 		}
 	}
 	if problem != "" {

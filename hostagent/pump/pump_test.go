@@ -335,6 +335,42 @@ func TestReadStream(t *testing.T) {
 	}
 }
 
+// TestEventOf: a message of the stream is read as strictly as the guest
+// reads the host's bodies: the envelope's keys exactly, nothing after it.
+// One that is not stands for a refused event under its id's seq.
+func TestEventOf(t *testing.T) {
+	const ok = `{"seq":7,"id":"e7","type":"agent.started","ts":"2026-12-01T00:00:00Z","data":{}}`
+	tests := map[string]struct {
+		reason      string
+		data        string
+		wantProblem string
+	}{
+		"the protocol's": {reason: "the envelope as the engine writes it", data: ok},
+		"data keys free": {reason: "the data's keys are the schemas' (they strip an unknown one)", data: `{"seq":7,"id":"e7","type":"agent.started","ts":"t","data":{"Whatever":1}}`},
+		"unknown field":  {reason: "a field the envelope does not have", data: `{"seq":7,"id":"e7","type":"agent.started","ts":"t","data":{},"via":"relay"}`, wantProblem: `unknown field "via"`},
+		"another case":   {reason: "a key in another case", data: `{"seq":7,"id":"e7","Type":"agent.started","ts":"t","data":{}}`, wantProblem: `unknown field "Type"`},
+		"trailing value": {reason: "one JSON value a message", data: ok + ` {"seq":8}`, wantProblem: "more than one JSON value"},
+		"not json":       {reason: "not JSON", data: `nope`, wantProblem: "not valid JSON"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ev, problem := eventOf(message{id: "7", data: []byte(tc.data)})
+			if ev.Seq != 7 {
+				t.Errorf("%s: seq = %d, want the id's 7", tc.reason, ev.Seq)
+			}
+			if tc.wantProblem == "" {
+				if problem != "" {
+					t.Errorf("%s: eventOf(%s) refused it: %s", tc.reason, tc.data, problem)
+				}
+				return
+			}
+			if !strings.Contains(problem, tc.wantProblem) {
+				t.Errorf("%s: eventOf(%s) problem = %q, want it to hold %q", tc.reason, tc.data, problem, tc.wantProblem)
+			}
+		})
+	}
+}
+
 func TestDecide(t *testing.T) {
 	other := guestclient.Target{Port: 40001, PID: 1002, Token: testTarget.Token}
 	run := &running{target: testTarget, uid: testUID}

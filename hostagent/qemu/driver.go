@@ -230,9 +230,51 @@ func (d *Driver) Health(ctx context.Context, id home.VMID, token string) (protoc
 	if obs.State != driver.Running {
 		return protocol.HealthResponse{}, fmt.Errorf("health of %s: %w (state %s)", id, driver.ErrNotRunning, obs.State)
 	}
-	// The record's start time and boot id reach the listener rule with the
-	// pid: a pid alone is not the QEMU's identity.
-	return d.guest.Health(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token, StartTicks: rec.ProcStartTicks, BootID: rec.BootID})
+	t, err := targetOf(*rec, token)
+	if err != nil {
+		return protocol.HealthResponse{}, fmt.Errorf("health of %s: %w", id, err)
+	}
+	return d.guest.Health(ctx, t)
+}
+
+// GuestTarget implements driver.Driver: the record of this boot, read
+// without probing the process or the port (the listener rule does, on
+// every new connection).
+func (d *Driver) GuestTarget(_ context.Context, id home.VMID, token string) (guestclient.Target, error) {
+	if err := id.Validate(); err != nil {
+		return guestclient.Target{}, err
+	}
+	rec, err := readRecord(d.home.VM(id).QEMUJSON())
+	if errors.Is(err, errNoRecord) {
+		return guestclient.Target{}, fmt.Errorf("guest of %s: %w (no qemu.json)", id, driver.ErrNotRunning)
+	}
+	if err != nil {
+		return guestclient.Target{}, fmt.Errorf("guest of %s: the VM's record cannot be read: %w", id, err)
+	}
+	now, err := d.boot()
+	if err != nil {
+		return guestclient.Target{}, fmt.Errorf("guest of %s: %w", id, err)
+	}
+	if !now.SameBoot(rec.Stamp) {
+		return guestclient.Target{}, fmt.Errorf("guest of %s: %w (its record was written before the host restarted)", id, driver.ErrNotRunning)
+	}
+	t, err := targetOf(rec, token)
+	if err != nil {
+		return guestclient.Target{}, fmt.Errorf("guest of %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// targetOf is the one place a VM's record becomes a guest target: the pid
+// with its start time and boot id, since a pid alone is not the QEMU's
+// identity (the kernel hands it on). A record without them (one whose
+// spawn could not read the start time) is refused rather than proved with
+// less.
+func targetOf(rec record, token string) (guestclient.Target, error) {
+	if rec.ProcStartTicks == 0 || rec.BootID == "" {
+		return guestclient.Target{}, fmt.Errorf("%w: the record of QEMU pid %d does not give its start time and boot id", guestclient.ErrGuestUnproven, rec.PID)
+	}
+	return guestclient.Target{Port: rec.GuestPort, PID: rec.PID, Token: token, StartTicks: rec.ProcStartTicks, BootID: rec.BootID}, nil
 }
 
 // validateSpec checks what a start needs before anything is written.
@@ -317,7 +359,7 @@ func (d *Driver) runtimeFor(spec driver.Spec) (string, error) {
 // Poweroff implements driver.Driver (ref 3.4): the guest is asked, and the
 // caller watches for QEMU's exit.
 func (d *Driver) Poweroff(ctx context.Context, id home.VMID, token string) error {
-	obs, err := d.Observe(ctx, id)
+	obs, rec, err := d.observe(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -327,19 +369,27 @@ func (d *Driver) Poweroff(ctx context.Context, id home.VMID, token string) error
 	if token == "" {
 		return fmt.Errorf("poweroff %s: no guest token", id)
 	}
-	return d.guest.Poweroff(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token, BootID: obs.Boot.BootID})
+	t, err := targetOf(*rec, token)
+	if err != nil {
+		return fmt.Errorf("poweroff %s: %w", id, err)
+	}
+	return d.guest.Poweroff(ctx, t)
 }
 
 // PrepareSleep implements driver.Driver.
 func (d *Driver) PrepareSleep(ctx context.Context, id home.VMID, token string) error {
-	obs, err := d.Observe(ctx, id)
+	obs, rec, err := d.observe(ctx, id)
 	if err != nil {
 		return err
 	}
 	if obs.State != driver.Running {
 		return fmt.Errorf("prepare-sleep %s: %w (state %s)", id, driver.ErrNotRunning, obs.State)
 	}
-	return d.guest.Agent(ctx, guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: token, BootID: obs.Boot.BootID}, http.MethodPost, protocol.RoutePrepareSleep, nil, nil)
+	t, err := targetOf(*rec, token)
+	if err != nil {
+		return fmt.Errorf("prepare-sleep %s: %w", id, err)
+	}
+	return d.guest.Agent(ctx, t, http.MethodPost, protocol.RoutePrepareSleep, nil, nil)
 }
 
 // Kill implements driver.Driver: SIGKILL under the kill rule, a short wait,

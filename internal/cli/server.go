@@ -11,9 +11,11 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 	"github.com/invisible-dots/invisible-dots/internal/webui"
@@ -98,6 +100,13 @@ for kubectl:
 				defer stopWeb(context.WithoutCancel(ctx))
 				webURL = "http://" + webListen
 			}
+			if cp.DotsAPI != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready against the cluster of %s. Its Dots API is at %s (the ConfigMap %s/%s says so to every client).\n", kubeconfig, cp.DotsAPI.URL, dotsv1.SystemNamespace, wire.DiscoveryConfigMap)
+				if webURL != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "Open %s.\n", webURL)
+				}
+				fmt.Fprintln(cmd.ErrOrStderr())
+			}
 			if cp.KubeconfigPath != "" {
 				if webURL != "" {
 					fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Open %s, or use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", webURL, cp.KubeconfigPath)
@@ -163,6 +172,7 @@ func startWeb(cp *controlplane.ControlPlane, addr string, log logr.Logger) func(
 	}
 	h, err := webui.NewHandler(webui.Options{
 		Upstream:     cp.Config,
+		DotsAPI:      cp.DotsAPIConfig(),
 		Files:        files,
 		AllowedHosts: webui.ParseAllowedHosts(os.Getenv(webui.EnvAllowedHosts)),
 		Address:      addr,

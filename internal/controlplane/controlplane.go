@@ -20,7 +20,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/invisible-dots/invisible-dots/controllers"
@@ -68,6 +67,9 @@ type ControlPlane struct {
 	DB *postgres.Instance
 	// API is the embedded API server; nil with an external kubeconfig.
 	API *apiserver.Server
+	// DotsAPI serves the Dots API with an external kubeconfig, whose API
+	// server does not; nil on the embedded API server, which serves it.
+	DotsAPI *apiserver.Delegated
 	// KubeconfigPath is the admin kubeconfig written for people and kubectl.
 	KubeconfigPath string
 	// Guests is where the host agent that runs in this process offers the
@@ -120,36 +122,6 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	}
 	log.Info("database ready", "at", cp.DB.Target(), "managed", cp.DB.Managed(), "elapsed", time.Since(started).Round(time.Millisecond))
 
-	if o.ExternalKubeconfig != "" {
-		// The Dots API is served by the embedded API server alone. Against a
-		// real cluster it needs a server of its own that the cluster's
-		// authentication and authorization front (an aggregated APIService, or
-		// a listener with k8s.io/apiserver's delegating authenticator and
-		// authorizer, TokenReview and SubjectAccessReview): a later issue.
-		cp.Config, err = clientcmd.BuildConfigFromFlags("", o.ExternalKubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("read --kubeconfig %s: %w", o.ExternalKubeconfig, err)
-		}
-		cp.Config.QPS, cp.Config.Burst = 100, 200
-		if err := ApplyCRDs(ctx, cp.Config); err != nil {
-			return nil, fmt.Errorf("install the CRDs on the cluster of %s (or apply config/default with kubectl and grant the server's user read access): %w", o.ExternalKubeconfig, err)
-		}
-		if err := InstallSystem(ctx, cp.Config); err != nil {
-			// A controller's credential may rightly lack the right to make
-			// namespaces and ClusterRoles: config/default makes them.
-			log.Error(err, "could not install the system namespace and the host agents' roles; apply config/default with kubectl if they are missing", "kubeconfig", o.ExternalKubeconfig)
-		}
-		return cp, nil
-	}
-
-	token, err := ensureToken(o.Home.APIToken())
-	if err != nil {
-		return nil, err
-	}
-	key, err := ensureMasterKey(o.Home.MasterKey())
-	if err != nil {
-		return nil, err
-	}
 	// The outbox's notifications, for the host agents' long poll: a row
 	// reaches its guest as soon as its transaction commits.
 	changes := store.New(cp.DB.Pool()).NewChanges(store.OutboxChannel, 4096, log.WithName("outbox-changes"))
@@ -176,6 +148,23 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		cancelFeed()
 		<-feedDone
 	}
+	mount := dotsAPIMount(cp.DB, changes, feed, o.Waker, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, guests: cp.Guests})
+
+	if o.ExternalKubeconfig != "" {
+		if err := cp.startExternal(ctx, o, mount); err != nil {
+			return nil, err
+		}
+		return cp, nil
+	}
+
+	token, err := ensureToken(o.Home.APIToken())
+	if err != nil {
+		return nil, err
+	}
+	key, err := ensureMasterKey(o.Home.MasterKey())
+	if err != nil {
+		return nil, err
+	}
 	routeKineLogs(log.WithName("kine"))
 	cp.API, err = apiserver.Start(ctx, apiserver.Options{
 		ListenAddress:  o.ListenAddress,
@@ -188,7 +177,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		Log:            log,
 		RequestTimeout: o.RequestTimeout,
 		Admission:      []apiserver.AdmissionPlugin{{Name: hostrestriction.Name, Plugin: hostrestriction.New(cp.loopbackReader)}},
-		Mounts:         []apiserver.Mount{dotsAPIMount(cp.DB, changes, feed, o.Waker, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, guests: cp.Guests})},
+		Mounts:         []apiserver.Mount{mount},
 	})
 	if err != nil {
 		return nil, err
@@ -291,6 +280,10 @@ func (cp *ControlPlane) Stop(ctx context.Context) {
 	if cp.API != nil {
 		cp.API.Stop()
 		cp.API = nil
+	}
+	if cp.DotsAPI != nil {
+		cp.DotsAPI.Stop()
+		cp.DotsAPI = nil
 	}
 	if cp.DB != nil {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

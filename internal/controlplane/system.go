@@ -18,7 +18,7 @@ import (
 )
 
 // InstallSystem makes what the controllers, host agents and people rely on
-// besides the CRDs: the system namespace (host Leases, the leader Lease,
+// besides the CRDs: kube-system where it is missing, the system namespace (host Leases, the leader Lease,
 // hosts' ServiceAccounts, the default OpenRouter key) and the RBAC of
 // config/rbac that is not the controllers' own: the host agents'
 // ClusterRoles and their Role in the system namespace, the people's roles
@@ -29,11 +29,19 @@ func InstallSystem(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dotsv1.SystemNamespace}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create the namespace %s: %w", dotsv1.SystemNamespace, err)
+	// kube-system too, which every cluster has but the embedded API server
+	// does not make: the API server keeps its identity Lease there, and
+	// config/default binds a Role there.
+	for _, name := range []string{dotsv1.SystemNamespace, metav1.NamespaceSystem} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if _, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{}); err == nil {
+			continue
+		}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create the namespace %s: %w", name, err)
+		}
 	}
-	for _, stream := range [][]byte{rbac.HostAgentRole, rbac.HostAgentSecretsRole, rbac.PeopleRoles, rbac.DotsAPIAccess} {
+	for _, stream := range [][]byte{rbac.HostAgentRole, rbac.HostAgentSecretsRole, rbac.PeopleRoles, rbac.DotsAPIAccess, rbac.DotsAPIDiscovery} {
 		for _, doc := range yamlDocuments(stream) {
 			if err := applyRBAC(ctx, cs, doc); err != nil {
 				return err
@@ -70,6 +78,14 @@ func applyRBAC(ctx context.Context, cs kubernetes.Interface, doc []byte) error {
 		if _, err := cs.RbacV1().Roles(*ac.Namespace).Apply(ctx, &ac, opts); err != nil {
 			return fmt.Errorf("apply the Role %s/%s: %w", *ac.Namespace, *ac.Name, err)
 		}
+	case "RoleBinding":
+		var ac rbacac.RoleBindingApplyConfiguration
+		if err := yaml.Unmarshal(doc, &ac); err != nil {
+			return fmt.Errorf("parse an embedded RoleBinding: %w", err)
+		}
+		if _, err := cs.RbacV1().RoleBindings(*ac.Namespace).Apply(ctx, &ac, opts); err != nil {
+			return fmt.Errorf("apply the RoleBinding %s/%s: %w", *ac.Namespace, *ac.Name, err)
+		}
 	case "ClusterRoleBinding":
 		var ac rbacac.ClusterRoleBindingApplyConfiguration
 		if err := yaml.Unmarshal(doc, &ac); err != nil {
@@ -79,7 +95,7 @@ func applyRBAC(ctx context.Context, cs kubernetes.Interface, doc []byte) error {
 			return fmt.Errorf("apply the ClusterRoleBinding %s: %w", *ac.Name, err)
 		}
 	default:
-		return fmt.Errorf("an embedded RBAC manifest is a %q, not a ClusterRole, Role or ClusterRoleBinding", meta.Kind)
+		return fmt.Errorf("an embedded RBAC manifest is a %q, not a ClusterRole, Role, RoleBinding or ClusterRoleBinding", meta.Kind)
 	}
 	return nil
 }

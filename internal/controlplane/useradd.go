@@ -6,15 +6,20 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 )
 
 // PersonRoles maps the roles a person is given with `user add` to the
@@ -69,6 +74,11 @@ func AddUser(ctx context.Context, admin clientcmdapi.Config, name, namespace, ro
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, time.Time{}, fmt.Errorf("bind %s/%s to %s: %w", namespace, name, clusterRole, err)
 	}
+	// The API server's authorizer learns of a new binding a moment later;
+	// the person's first command must not meet a 403 for it.
+	WaitUntilAllowed(ctx, cs, serviceaccount.MakeUsername(namespace, name), authorizationv1.ResourceAttributes{
+		Namespace: namespace, Verb: "get", Group: dotsv1.GroupVersion.Group, Resource: "dots",
+	})
 	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(ttl / time.Second))},
 	}, metav1.CreateOptions{})
@@ -77,4 +87,17 @@ func AddUser(ctx context.Context, admin clientcmdapi.Config, name, namespace, ro
 	}
 	data, err := tokenKubeconfig(admin, "invisible-dots-"+namespace+"-"+name, tr.Status.Token, namespace)
 	return data, tr.Status.ExpirationTimestamp.Time, err
+}
+
+// WaitUntilAllowed waits, up to 15 s, until the API server's authorizer lets
+// user do what attrs say (a SubjectAccessReview): a binding just made takes
+// effect once the authorizer's informers have it. It gives up quietly: the
+// binding is made, and takes effect however long that takes.
+func WaitUntilAllowed(ctx context.Context, cs kubernetes.Interface, user string, attrs authorizationv1.ResourceAttributes) {
+	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &attrs},
+		}, metav1.CreateOptions{})
+		return err == nil && sar.Status.Allowed, nil
+	})
 }

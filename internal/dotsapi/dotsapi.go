@@ -10,6 +10,14 @@
 //
 // The shapes are in internal/dotsapi/wire; the Go client is
 // internal/dotsapi/client.
+//
+// Against a cluster that is not ours the server runs this handler with the
+// controllers' credential, so their role holds what it reads and writes
+// beyond the controllers' own: Secrets (a Dot's MCP secrets, the default
+// key's presence).
+//
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=dots,verbs=get;list;watch;patch
 package dotsapi
 
 import (

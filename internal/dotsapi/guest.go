@@ -2,7 +2,6 @@ package dotsapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -149,8 +148,12 @@ const maxGuestMessage = 300
 // logged.
 func guestRefusal(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	// A refusal that is not the protocol's ErrorResponse, exactly, keeps
+	// its status and no code or words.
 	var er protocol.ErrorResponse
-	_ = json.Unmarshal(body, &er)
+	if protocol.DecodeBytes(body, &er) != nil {
+		er = protocol.ErrorResponse{}
+	}
 	status := resp.StatusCode
 	if status == http.StatusUnauthorized || status < 400 || status > 599 {
 		return apiErrorf(http.StatusServiceUnavailable, wire.CodeGuestUnavailable, "the guest answered %d: it could not be used", status)
@@ -206,10 +209,30 @@ func decodeAnswer(resp *http.Response, route string, v any) error {
 	if !ok {
 		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's answer to GET %s is larger than %d bytes", route, wire.MaxGuestAnswer)
 	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's answer to GET %s is not what the protocol says", route)
+	// Read as strictly as the guest reads the host's bodies: a guest is
+	// untrusted from here, and a shape the protocol does not have (a key in
+	// another case, a field it does not know, a second value) is not
+	// passed on as if it were.
+	if err := protocol.DecodeBytes(data, v); err != nil {
+		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's answer to GET %s is not what the protocol says%s", route, answerProblem(err))
 	}
 	return nil
+}
+
+// answerProblem says in a few words what is wrong with a guest's answer,
+// never quoting it (a key is the guest's text).
+func answerProblem(err error) string {
+	var de *protocol.DecodeError
+	if !errors.As(err, &de) {
+		return ""
+	}
+	switch de.Problem {
+	case protocol.BodyUnknownField:
+		return " (a field the protocol does not have, or a key in another case)"
+	case protocol.BodyTrailing:
+		return " (more than one JSON value)"
+	}
+	return ""
 }
 
 // dotRef names d on the wire.

@@ -336,6 +336,21 @@ func TestToolsAndSkills(t *testing.T) {
 	})
 	e.run(t, []guestCase{{reason: "an answer that is not the protocol's shape is not passed on", who: "viewer", path: wire.ToolsPath(runningDot.Namespace, runningDot.Name),
 		want: answer{http.StatusBadGateway, wire.CodeGuestError, "not what the protocol says"}, asks: asked(runningDot, "/v1/agent/tools")}})
+	e.guests.serve(runningDot, protocol.AgentRoutePrefix+protocol.RouteTools, func(url.Values) *http.Response {
+		return fakeAnswer(http.StatusOK, `{"Tools":[],"mcp_servers":[]}`)
+	})
+	e.run(t, []guestCase{{reason: "an answer with a key in another case is not the protocol's (read strictly)", who: "viewer", path: wire.ToolsPath(runningDot.Namespace, runningDot.Name),
+		want: answer{http.StatusBadGateway, wire.CodeGuestError, "not what the protocol says (a field the protocol does not have"}, asks: asked(runningDot, "/v1/agent/tools")}})
+	e.guests.serve(runningDot, protocol.AgentRoutePrefix+protocol.RouteTools, func(url.Values) *http.Response {
+		return fakeAnswer(http.StatusOK, `{"tools":[],"mcp_servers":[]} {"tools":[]}`)
+	})
+	e.run(t, []guestCase{{reason: "an answer of two values is not the protocol's (read strictly)", who: "viewer", path: wire.ToolsPath(runningDot.Namespace, runningDot.Name),
+		want: answer{http.StatusBadGateway, wire.CodeGuestError, "not what the protocol says (more than one JSON value)"}, asks: asked(runningDot, "/v1/agent/tools")}})
+	e.guests.serve(runningDot, protocol.AgentRoutePrefix+protocol.RouteSkills, func(url.Values) *http.Response {
+		return fakeAnswer(http.StatusConflict, `{"Error":"busy","message":"m"}`)
+	})
+	e.run(t, []guestCase{{reason: "a refusal that is not the protocol's keeps its status, not its code or words", who: "viewer", path: wire.SkillsPath(runningDot.Namespace, runningDot.Name),
+		want: answer{http.StatusConflict, wire.CodeGuestError, "the guest answered 409 guest_error"}, asks: asked(runningDot, "/v1/agent/skills")}})
 
 	viewer, err := client.New(e.restConfig("viewer"))
 	if err != nil {

@@ -144,13 +144,23 @@ var describers = map[string]func(e wire.Event) (string, error){
 		return fmt.Sprintf("the Dot was made (generation %d)", d.Generation)
 	}),
 	wire.EventDotUpdated: of(func(d struct {
-		Generation int64  `json:"generation"`
-		Permission string `json:"permission"`
+		Generation     int64  `json:"generation"`
+		Permission     string `json:"permission"`
+		MCPServerAdded string `json:"mcp_server_added"`
 	}) string {
+		if d.MCPServerAdded != "" {
+			return fmt.Sprintf("the MCP server %s the Dot asked for was added to its configuration", d.MCPServerAdded)
+		}
 		if d.Permission != "" {
 			return fmt.Sprintf("%s set to allow by an approval (generation %d)", d.Permission, d.Generation)
 		}
 		return fmt.Sprintf("the Dot's configuration changed (generation %d)", d.Generation)
+	}),
+	wire.EventMCPServerRefused: of(func(d struct {
+		Name   string `json:"name"`
+		Reason string `json:"reason"`
+	}) string {
+		return fmt.Sprintf("the MCP server %s the Dot asked for was not added: %s", d.Name, Cut(d.Reason, 200))
 	}),
 	wire.EventComputerState: of(func(d struct {
 		State      string `json:"state"`

@@ -13,11 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -146,6 +148,11 @@ func ClearMCPSecret(ctx context.Context, c client.Client, dotKey types.Namespace
 	})
 }
 
+// dotWriteBackoff spans the seconds in which a Dot just applied is written
+// by its controllers again and again (its status as its computer starts):
+// client-go's DefaultRetry (five tries 10 ms apart) ran out there under load.
+var dotWriteBackoff = wait.Backoff{Steps: 10, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1, Cap: time.Second}
+
 // writeDotSecret changes the data of the Dot's own Secret with change,
 // which reports whether it changed anything, making the Secret (and naming
 // it in spec.secretRef) when create is set and the Dot has none. Then it
@@ -155,7 +162,7 @@ func writeDotSecret(ctx context.Context, c client.Client, dotKey types.Namespace
 	// A Dot just applied is still being written by its controllers: a
 	// conflict reads it again and tries again.
 	var stored Stored
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(dotWriteBackoff, func() error {
 		var err error
 		stored, err = writeDotSecretOnce(ctx, c, dotKey, create, change)
 		return err

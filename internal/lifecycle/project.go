@@ -55,11 +55,20 @@ type View struct {
 	// state (computer.state): what is already logged is not logged again.
 	Generation    int64
 	ComputerState string
+	// MCPAdditions are the guest's mcp.server.added in log order;
+	// MCPAnswered those a host event answered (dot.updated or
+	// mcp.server.refused, naming the event), and MCPApprovalsUsed the
+	// approvals an addition used up (ref 5.4: one approval adds one server
+	// once).
+	MCPAdditions     []MCPAddition
+	MCPAnswered      map[int64]bool
+	MCPApprovalsUsed map[string]bool
 }
 
 // NewView is an empty view.
 func NewView() *View {
-	return &View{Tasks: map[string]*TaskView{}, Approvals: map[string]*ApprovalView{}}
+	return &View{Tasks: map[string]*TaskView{}, Approvals: map[string]*ApprovalView{},
+		MCPAnswered: map[int64]bool{}, MCPApprovalsUsed: map[string]bool{}}
 }
 
 // CurrentTask is the task the Dot works on (RUNNING or WAITING_APPROVAL),
@@ -125,6 +134,9 @@ func (v *View) foldHost(e Event) {
 		Error      string `json:"error"`
 		Generation int64  `json:"generation"`
 		State      string `json:"state"`
+		// MCPEvent is the guest's mcp.server.added a dot.updated or an
+		// mcp.server.refused answers.
+		MCPEvent int64 `json:"mcp_event"`
 	}
 	if json.Unmarshal(e.Data, &d) != nil {
 		return
@@ -132,6 +144,14 @@ func (v *View) foldHost(e Event) {
 	switch e.Type {
 	case wire.EventDotCreated, wire.EventDotUpdated:
 		v.Generation = max(v.Generation, d.Generation)
+		if d.MCPEvent != 0 {
+			v.MCPAnswered[d.MCPEvent] = true
+			if d.ApprovalID != "" {
+				v.MCPApprovalsUsed[d.ApprovalID] = true
+			}
+		}
+	case wire.EventMCPServerRefused:
+		v.MCPAnswered[d.MCPEvent] = true
 	case wire.EventComputerState:
 		v.ComputerState = d.State
 	case wire.EventTaskCreated:
@@ -179,6 +199,8 @@ func guestData(e Event) any {
 		out = &protocol.ApprovalRequested{}
 	case protocol.EventAutomationNextRun:
 		out = &protocol.AutomationNextRun{}
+	case protocol.EventMCPServerAdded:
+		out = &protocol.MCPServerAdded{}
 	default:
 		return nil // nothing of a status comes from it
 	}
@@ -218,6 +240,8 @@ func (v *View) foldGuest(e Event) {
 		if !ended(t.Phase) {
 			t.Phase, t.Error = dotsv1.TaskFailed, ev.Error
 		}
+	case *protocol.MCPServerAdded:
+		v.MCPAdditions = append(v.MCPAdditions, MCPAddition{EventID: e.ID, Arguments: ev.Arguments})
 	case *protocol.ApprovalRequested:
 		if _, ok := v.Approvals[ev.ApprovalID]; !ok {
 			v.Approvals[ev.ApprovalID] = &ApprovalView{Requested: *ev}

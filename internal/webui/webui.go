@@ -79,6 +79,9 @@ func ParseAllowedHosts(s string) []string {
 type Options struct {
 	// Upstream is the API server and the credential the proxy adds.
 	Upstream *rest.Config
+	// DotsAPI is where /dots/v1/ goes when the API server does not serve
+	// it (a cluster that is not ours); nil: Upstream serves it.
+	DotsAPI *rest.Config
 	// Files is the app (index.html at its root).
 	Files fs.FS
 	// AllowedHosts are host names answered besides the loopback ones.
@@ -89,7 +92,7 @@ type Options struct {
 }
 
 type handler struct {
-	proxy        *httputil.ReverseProxy
+	api, dots    *httputil.ReverseProxy
 	files        fs.FS
 	static       http.Handler
 	address      string
@@ -98,49 +101,64 @@ type handler struct {
 
 // NewHandler is the web server's handler.
 func NewHandler(o Options) (http.Handler, error) {
-	target, err := url.Parse(o.Upstream.Host)
-	if err != nil || target.Host == "" {
-		return nil, fmt.Errorf("the API server's address %q is not a URL", o.Upstream.Host)
-	}
-	transport, err := rest.TransportFor(o.Upstream)
+	api, err := newProxy(o.Upstream, "the API server", o.Log)
 	if err != nil {
-		return nil, fmt.Errorf("make the web proxy's transport: %w", err)
+		return nil, err
 	}
-	log := o.Log
+	dots := api
+	if o.DotsAPI != nil {
+		if dots, err = newProxy(o.DotsAPI, "the Dots API", o.Log); err != nil {
+			return nil, err
+		}
+	}
 	h := &handler{
 		files:        o.Files,
 		address:      cmpOr(o.Address, DefaultListen),
 		static:       http.FileServerFS(o.Files),
 		allowedHosts: map[string]bool{},
-		proxy: &httputil.ReverseProxy{
-			Rewrite: func(r *httputil.ProxyRequest) {
-				r.SetURL(target)
-				r.Out.Host = ""
-				// The credential is the transport's alone; nothing the
-				// browser sends may speak for someone else.
-				for k := range r.Out.Header {
-					if k == "Authorization" || k == "Cookie" || strings.HasPrefix(k, "Impersonate-") {
-						r.Out.Header.Del(k)
-					}
-				}
-				r.Out.Header.Del("Origin")
-				r.Out.Header.Del("Referer")
-			},
-			Transport: transport,
-			// Watches and the event streams reach the page as they come.
-			FlushInterval: -1,
-			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-				if r.Context().Err() == nil {
-					log.Error(err, "web proxy: the API server did not answer", "path", r.URL.Path)
-				}
-				writeError(w, http.StatusBadGateway, "api_unreachable", "the API server did not answer: is invisible-dots server still running?")
-			},
-		},
+		api:          api,
+		dots:         dots,
 	}
 	for _, name := range o.AllowedHosts {
 		h.allowedHosts[strings.ToLower(name)] = true
 	}
 	return h, nil
+}
+
+// newProxy forwards to the server cfg names with cfg's credential alone.
+func newProxy(cfg *rest.Config, what string, log logr.Logger) (*httputil.ReverseProxy, error) {
+	target, err := url.Parse(cfg.Host)
+	if err != nil || target.Host == "" {
+		return nil, fmt.Errorf("the address of %s %q is not a URL", what, cfg.Host)
+	}
+	transport, err := rest.TransportFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("make the web proxy's transport to %s: %w", what, err)
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = ""
+			// The credential is the transport's alone; nothing the
+			// browser sends may speak for someone else.
+			for k := range r.Out.Header {
+				if k == "Authorization" || k == "Cookie" || strings.HasPrefix(k, "Impersonate-") {
+					r.Out.Header.Del(k)
+				}
+			}
+			r.Out.Header.Del("Origin")
+			r.Out.Header.Del("Referer")
+		},
+		Transport: transport,
+		// Watches and the event streams reach the page as they come.
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() == nil {
+				log.Error(err, "web proxy: no answer", "from", what, "path", r.URL.Path)
+			}
+			writeError(w, http.StatusBadGateway, "api_unreachable", what+" did not answer: is invisible-dots server still running?")
+		},
+	}, nil
 }
 
 // isAPIPath says whether a path is one the proxy forwards: the Kubernetes
@@ -172,7 +190,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusForbidden, "forbidden", msg)
 			return
 		}
-		h.proxy.ServeHTTP(w, r)
+		if strings.HasPrefix(r.URL.Path, "/dots/v1/") {
+			h.dots.ServeHTTP(w, r)
+		} else {
+			h.api.ServeHTTP(w, r)
+		}
 		return
 	}
 	h.serveFile(w, r)

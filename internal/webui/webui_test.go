@@ -150,3 +150,39 @@ func TestStreamIsFlushedAsItComes(t *testing.T) {
 		t.Fatalf("first line of the stream = %q, %v; want %q", line, err, "id: 7")
 	}
 }
+
+// TestDotsAPIElsewhere: against a cluster that is not ours, the Dots API is
+// served by our own server, not the API server, and the proxy sends its
+// paths there with the same credential.
+func TestDotsAPIElsewhere(t *testing.T) {
+	var api, dots upstream
+	serve := func(up *upstream) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			up.auth, up.path = r.Header.Get("Authorization"), r.URL.RequestURI()
+			_, _ = io.WriteString(w, `{}`)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	apiServer, dotsServer := serve(&api), serve(&dots)
+	h, err := NewHandler(Options{
+		Upstream: &rest.Config{Host: apiServer.URL, BearerToken: "the-server-token"},
+		DotsAPI:  &rest.Config{Host: dotsServer.URL, BearerToken: "the-server-token"},
+		Files:    fstest.MapFS{"index.html": {Data: []byte("<p>app</p>")}},
+		Log:      logr.Discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/apis/dots.invisible.dev/v1alpha1/dots", "/dots/v1/health"} {
+		req := httptest.NewRequest("GET", path, nil)
+		req.Host = "127.0.0.2:3000"
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	if api.path != "/apis/dots.invisible.dev/v1alpha1/dots" || dots.path != "/dots/v1/health" {
+		t.Errorf("the API server got %q and the Dots API %q; want each its own", api.path, dots.path)
+	}
+	if dots.auth != "Bearer the-server-token" {
+		t.Errorf("the Dots API got the credential %q", dots.auth)
+	}
+}

@@ -308,12 +308,25 @@ func doctorRow(t testing.TB, env []string, name string) struct{ Status, Detail, 
 	return struct{ Status, Detail, Fix string }{}
 }
 
-// guestOf is the Dot's guest as its Computer names it now, and a client of
-// the proven channel to it.
+// guestOf is the Dot's guest as the host agent reaches it: the target the
+// QEMU driver builds from the VM's record (port, pid, start time, boot id),
+// which must name the QEMU the Computer reports now, and a client of the
+// proven channel to it.
 func guestOf(t testing.TB, k cvmKubectl, dot string) (guestclient.Target, *guestclient.Client) {
 	t.Helper()
 	c := k.getComputer(dot)
-	return guestclient.Target{Port: int(c.Status.GuestPort), PID: int(c.Status.PID), Token: guestToken(t, k, dot)}, guestclient.New()
+	d, err := qemu.New(context.Background(), qemu.Options{Home: home.Layout{Root: k.s.home}})
+	if err != nil {
+		t.Fatalf("the QEMU driver of the server's home: %v", err)
+	}
+	target, err := d.GuestTarget(context.Background(), home.VMID{Namespace: c.Namespace, Name: c.Name}, guestToken(t, k, dot))
+	if err != nil {
+		t.Fatalf("the guest of %s: %v", dot, err)
+	}
+	if target.PID != int(c.Status.PID) || target.Port != int(c.Status.GuestPort) {
+		t.Fatalf("the VM's record names pid %d port %d, the Computer pid %d port %d", target.PID, target.Port, c.Status.PID, c.Status.GuestPort)
+	}
+	return target, guestclient.New()
 }
 
 // guestToken reads a Computer's guest token from its Secret.

@@ -10,10 +10,12 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -50,6 +52,9 @@ func personWithRole(cs kubernetes.Interface, ns, name, role string) *dotsclient.
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
 	}, metav1.CreateOptions{})
 	Expect(err).NotTo(HaveOccurred())
+	controlplane.WaitUntilAllowed(suiteCtx, cs, serviceaccount.MakeUsername(ns, name), authorizationv1.ResourceAttributes{
+		Namespace: ns, Verb: "get", Group: dotsv1.GroupVersion.Group, Resource: "dots",
+	})
 	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(suiteCtx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))},
 	}, metav1.CreateOptions{})

@@ -27,6 +27,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/agentd/fileclient"
 	"github.com/invisible-dots/invisible-dots/guest/engine/api"
 	"github.com/invisible-dots/invisible-dots/guest/engine/automation"
+	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/memory"
 	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
@@ -101,6 +102,10 @@ type Deps struct {
 	Tools work.Toolbox
 	Files memory.Files
 	Log   *slog.Logger
+	// MCPDial, when set, reaches the declared MCP servers instead of the
+	// relay (a test's in-memory servers); it applies to the product's
+	// toolbox only, when Tools is nil.
+	MCPDial func(name string, entry protocol.MCPServerConfig, secrets map[string]string) mcphost.Dialer
 	// Ready, when set, is called once the API serves.
 	Ready func()
 }
@@ -135,13 +140,30 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 
 	late := &lateKicker{}
 	cron := automation.New(st, late, nil, log)
+	var eng *work.Engine
 	var runner *tools.Runner
+	var mcps *mcphost.Servers
 	toolbox := deps.Tools
 	if toolbox == nil {
 		runner = tools.NewRunner(tools.Env{AgentdSocket: cfg.AgentdSocket, RelayPath: cfg.AgentdBin, Home: home,
-			Workspace: cfg.Workspace, Cron: cron, Term: os.Getenv("TERM")})
+			Workspace: cfg.Workspace, Cron: cron, Term: os.Getenv("TERM"), DeclaredMCPServers: func() []string {
+				if c := eng.Config(); c != nil {
+					return c.ServerNames()
+				}
+				return nil
+			}})
 		defer runner.Close()
-		toolbox = Toolbox{Runner: runner}
+		// The declared MCP servers run through the same relay as the model's
+		// commands, as dot in its home (ref 8.3).
+		mcps = mcphost.NewServers(mcphost.ServersOptions{
+			// A server gets a second after its input ends, then SIGTERM, then
+			// SIGKILL: at most about three seconds of the stop's budget (ref 8.7).
+			Launcher: mcphost.Launcher{RelayPath: cfg.AgentdBin, AgentdSocket: cfg.AgentdSocket, Cwd: home, Path: relayPath,
+				TerminateAfter: time.Second},
+			Log: log, ToolName: tools.MCPToolName, Dial: deps.MCPDial,
+		})
+		defer mcps.Close()
+		toolbox = Toolbox{Runner: runner, MCP: mcps}
 	}
 	model := deps.Model
 	if model == nil {
@@ -153,10 +175,14 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		// dot-agentd must not hold the turn, so each request is bounded.
 		files = fileclient.New(cfg.AgentdSocket, 30*time.Second)
 	}
-	var eng *work.Engine
 	mem := &memory.Memory{Files: files, Home: home, BuiltinSkills: cfg.BuiltinSkills, Log: log,
 		Target: toolbox.Target, Secrets: func() []string { return eng.SecretValues() }}
-	eng = work.New(work.Options{Store: st, Model: model, Tools: toolbox, Memory: mem, Log: log, Grace: cfg.Grace})
+	opts := work.Options{Store: st, Model: model, Tools: toolbox, Memory: mem, Log: log, Grace: cfg.Grace}
+	if mcps != nil {
+		opts.MCP = mcps
+		mem.MCPServers = func() []memory.MCPServer { return promptServers(mcps) }
+	}
+	eng = work.New(opts)
 	late.set(eng)
 	if err := eng.Start(ctx); err != nil {
 		return err
@@ -323,28 +349,74 @@ func installCrashHook(st *store.Store, spec string) {
 	}
 }
 
-// Toolbox adapts the tool table and its runner to the engine.
-type Toolbox struct{ Runner *tools.Runner }
+// promptServers is what the system prompt tells of the declared servers.
+func promptServers(mcps *mcphost.Servers) []memory.MCPServer {
+	instructions := mcps.Instructions()
+	var out []memory.MCPServer
+	for _, st := range mcps.Status() {
+		s := memory.MCPServer{Name: st.Name, Connected: st.State == protocol.MCPConnected, Instructions: instructions[st.Name]}
+		switch {
+		case st.Error != nil:
+			s.Error = *st.Error
+		case !s.Connected:
+			s.Error = "it is still starting"
+		}
+		out = append(out, s)
+	}
+	return out
+}
 
-// Tools is the table in its order.
+// relayPath is PATH of the relay's own environment (ref 8.8); the program's
+// environment is dot's login shell's, built by dot-agentd.
+const relayPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Toolbox adapts the tool table, its runner and the declared MCP servers to
+// the engine: the table's tools in its order, then the connected servers'
+// tools, each under the permission the table gives its name.
+type Toolbox struct {
+	Runner *tools.Runner
+	// MCP runs the declared servers; nil offers none of their tools.
+	MCP *mcphost.Servers
+}
+
+// Tools is the table in its order, then the tools of the connected servers.
 func (t Toolbox) Tools() []work.Tool {
 	out := make([]work.Tool, 0, len(tools.Table))
 	for _, s := range tools.Table {
 		out = append(out, work.Tool{Name: s.Name, Permission: s.Permission, Description: s.Description, Parameters: s.Parameters})
 	}
+	if t.MCP == nil {
+		return out
+	}
+	for _, mt := range t.MCP.Tools() {
+		perm, ok := tools.ToolPermission(mt.Name)
+		if !ok {
+			continue
+		}
+		out = append(out, work.Tool{Name: mt.Name, Permission: perm, Description: mt.Description, Parameters: mt.InputSchema})
+	}
 	return out
 }
 
-// Validate checks a call's arguments against its row's schema.
-func (t Toolbox) Validate(name string, raw json.RawMessage) (map[string]any, error) {
-	s, ok := tools.Lookup(name)
-	if !ok {
-		return nil, fmt.Errorf("there is no tool named %q", name)
-	}
-	return s.Validate(raw)
+func (t Toolbox) isMCP(name string) bool {
+	_, _, ok := tools.SplitMCPToolName(name)
+	return ok && t.MCP != nil
 }
 
-// Target is the tool.called target of a call.
+// Validate checks a call's arguments against its row's schema, or the
+// server's input schema for a server's tool.
+func (t Toolbox) Validate(name string, raw json.RawMessage) (map[string]any, error) {
+	if s, ok := tools.Lookup(name); ok {
+		return s.Validate(raw)
+	}
+	if t.isMCP(name) {
+		return t.MCP.Validate(name, raw)
+	}
+	return nil, fmt.Errorf("there is no tool named %q", name)
+}
+
+// Target is the tool.called target of a call; a server's tool shows none
+// (ref 8.3: what its arguments are is the server's to say).
 func (t Toolbox) Target(name string, args map[string]any) string {
 	s, ok := tools.Lookup(name)
 	if !ok {
@@ -353,17 +425,28 @@ func (t Toolbox) Target(name string, args map[string]any) string {
 	return s.TargetOf(args)
 }
 
-// ApprovalArguments are what an approval may show of a call.
+// ApprovalArguments are what an approval may show of a call; an approval of
+// a server's tool shows all its arguments (ref 8.3).
 func (t Toolbox) ApprovalArguments(name string, args map[string]any) map[string]any {
-	s, ok := tools.Lookup(name)
-	if !ok {
-		return map[string]any{}
+	if s, ok := tools.Lookup(name); ok {
+		return s.ApprovalArguments(args)
 	}
-	return s.ApprovalArguments(args)
+	if t.isMCP(name) {
+		return args
+	}
+	return map[string]any{}
 }
 
 // Run runs an admitted call.
 func (t Toolbox) Run(ctx context.Context, name string, args json.RawMessage) work.ToolResult {
+	if _, ok := tools.Lookup(name); !ok && t.isMCP(name) {
+		r := t.MCP.Call(ctx, name, args)
+		return work.ToolResult{Text: r.Text, OK: r.OK, Interrupted: !r.OK && ctx.Err() != nil}
+	}
 	r := t.Runner.Run(ctx, name, args)
-	return work.ToolResult{Text: r.Text, OK: r.OK, Interrupted: r.Interrupted, TTY: r.TTY}
+	out := work.ToolResult{Text: r.Text, OK: r.OK, Interrupted: r.Interrupted, TTY: r.TTY}
+	for _, ev := range r.Events {
+		out.Events = append(out.Events, work.ToolEvent{Type: ev.Type, Data: ev.Data})
+	}
+	return out
 }

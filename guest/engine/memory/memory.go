@@ -48,10 +48,55 @@ type Memory struct {
 	Target func(name string, args map[string]any) string
 	// Secrets returns the values masked as *** in the files (the key).
 	Secrets func() []string
-	Log     *slog.Logger
+	// MCPServers returns the declared MCP servers the prompt tells of (ref
+	// 8.3: what each said at initialize, or why it is not connected); nil
+	// tells of none.
+	MCPServers func() []MCPServer
+	Log        *slog.Logger
 
 	mu      sync.Mutex
 	written map[string]int64 // session -> newest message id written
+}
+
+// MCPServer is one declared MCP server as the system prompt tells of it.
+type MCPServer struct {
+	Name         string
+	Connected    bool
+	Instructions string // what it said at initialize
+	Error        string // why it is not connected
+}
+
+// mcpInstructionsMax cuts what a server said at initialize, as Claude Code
+// cuts it (ref 8.3): a server's text must not crowd out the Dot's own.
+const mcpInstructionsMax = 2048
+
+func (m *Memory) mcpSection(cfg protocol.RuntimeConfig) string {
+	if m.MCPServers == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, s := range m.MCPServers() {
+		if cfg.Decision(protocol.MCPPermissionPrefix+s.Name) == protocol.Deny {
+			continue
+		}
+		if s.Connected {
+			fmt.Fprintf(&b, "## %s\n", s.Name)
+			if text := strings.TrimSpace(s.Instructions); text != "" {
+				if r := []rune(text); len(r) > mcpInstructionsMax {
+					text = string(r[:mcpInstructionsMax]) + "…"
+				}
+				b.WriteString(text + "\n")
+			}
+			continue
+		}
+		fmt.Fprintf(&b, "## %s (not connected)\nIts tools are not offered now: %s\n", s.Name, s.Error)
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "\n# MCP servers\nThe tools named mcp__<server>__<tool> are those of the MCP servers your configuration declares, " +
+		"run on your computer as you or reached over the network; each use asks the person until they allow its server. " +
+		"What each server said of itself:\n" + b.String()
 }
 
 func (m *Memory) log() *slog.Logger {
@@ -93,6 +138,7 @@ func (m *Memory) SystemPrompt(ctx context.Context, cfg protocol.RuntimeConfig, t
 	}
 	fmt.Fprintf(&b, "\n# Your computer\nCommands run as the user dot with the home %s; your workspace is %s/workspace, "+
 		"where relative paths start. What you install or write stays between conversations.\n", home, home)
+	b.WriteString(m.mcpSection(cfg))
 	b.WriteString(m.memorySection(ctx, now))
 	fmt.Fprintf(&b, "\n# Past conversations\nWhat was said before is in %s/conversations: chat/<day>.md, one file a day of the chat, "+
 		"and tasks/, one file a task. Search there with grep when something said before matters, and before advice or a recommendation for the person.\n", home)

@@ -132,3 +132,30 @@ func TestTranscribeMasksSecretsAndWritesCallsAsLines(t *testing.T) {
 		t.Errorf("task file = %q", got)
 	}
 }
+
+func TestMCPSection(t *testing.T) {
+	long := strings.Repeat("x", 3000)
+	m := &Memory{MCPServers: func() []MCPServer {
+		return []MCPServer{
+			{Name: "time", Connected: true, Instructions: "Tells the time."},
+			{Name: "search", Error: "it could not be started: npx: not found"},
+			{Name: "denied", Connected: true, Instructions: "never shown"},
+			{Name: "long", Connected: true, Instructions: long},
+		}
+	}}
+	cfg := protocol.RuntimeConfig{Permissions: map[string]protocol.Decision{
+		"mcp.time": protocol.Ask, "mcp.search": protocol.Allow, "mcp.denied": protocol.Deny, "mcp.long": protocol.Ask}}
+	got := m.mcpSection(cfg)
+	for _, want := range []string{"## time\nTells the time.\n", "## search (not connected)\nIts tools are not offered now: it could not be started: npx: not found\n",
+		"## long\n" + strings.Repeat("x", mcpInstructionsMax) + "…\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the MCP section lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "denied") {
+		t.Errorf("a denied server is told of:\n%s", got)
+	}
+	if (&Memory{}).mcpSection(cfg) != "" {
+		t.Errorf("a memory without servers tells of some")
+	}
+}

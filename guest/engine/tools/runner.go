@@ -33,6 +33,9 @@ type Env struct {
 	Term string
 	// Cron is where the Dot's automations live (the engine's store).
 	Cron CronStore
+	// DeclaredMCPServers names the MCP servers the config declares now, so
+	// add_mcp_server refuses a name already taken; nil reads as none.
+	DeclaredMCPServers func() []string
 	// Now reads the clock (tests fix it).
 	Now func() time.Time
 }
@@ -48,6 +51,15 @@ type Result struct {
 	Interrupted bool
 	// TTY: the call started a terminal session (tool.called tty).
 	TTY bool
+	// Events are outbound events the call's outcome stands for, committed
+	// in the transaction that stores its result (mcp.server.added).
+	Events []Event
+}
+
+// Event is one outbound event of a call's result.
+type Event struct {
+	Type string
+	Data any
 }
 
 // Runner runs the table's tools. One per engine: it holds the background
@@ -136,6 +148,8 @@ func (r *Runner) run(ctx context.Context, name string, a map[string]any) Result 
 		return r.applyPatch(ctx, a)
 	case "cron":
 		return r.cron(ctx, a)
+	case AddMCPServerTool:
+		return r.addMCPServerCall(ctx, a)
 	}
 	return fail(fmt.Sprintf("The tool %s has no implementation.", name))
 }

@@ -5,9 +5,11 @@
 // The table is the one place that says which tools exist, the permission each
 // exercises, what an approval may show of a call and what a tool.called target
 // names. A tool that is not in the table is neither offered nor allowed.
-// computer_screenshot, the browser identity and page tools, add_mcp_server and
-// the tools of declared MCP servers come in a later issue: they are not rows
-// here yet, so the engine neither offers nor allows them.
+// computer_screenshot and the browser identity and page tools come in a later
+// issue: they are not rows here yet, so the engine neither offers nor allows
+// them. The tools of the MCP servers a Dot declares are not rows either (what
+// they are is each server's to say, at run time), but their permission is
+// decided here, by their name (ToolPermission), so the gate has one table.
 package tools
 
 import (
@@ -287,6 +289,78 @@ var Table = []Spec{
 			return act
 		},
 	},
+	addMCPServer,
+}
+
+// add_mcp_server is the model asking the host to add an MCP server to its own
+// configuration (ref 7, 8.3). The tool does not change the config (the host
+// owns it): it checks the entry by the config's own rules and reports the call
+// as mcp.server.added, on which the host decides again and writes the server.
+var addMCPServer = Spec{
+	Name:       AddMCPServerTool,
+	Permission: "mcp.servers.add",
+	Description: "Ask to add an MCP server to your own configuration, once the program it needs is installed on your computer. " +
+		"Give its `name` (lowercase letters, digits and -, starting with a letter or a digit; its tools are then offered to you as " +
+		"mcp__<name>__<tool>) and either a `command` (run as the dot user in your home) with `args` and `env`, or a `url` " +
+		"(streamable HTTP, or SSE for a URL ending in /sse) with `headers`. `secrets` names the environment variables or headers " +
+		"whose values are secrets: never put a secret's value here; the person sets it. `reason` tells the person why you want it. " +
+		"The host writes the server into your configuration; its tools then ask the person before each use until they allow them.",
+	Parameters: schema(`{
+		"type": "object",
+		"properties": {
+			"name": {"type": "string", "description": "The server's name: [a-z0-9-], 1 to 32, starting with a letter or a digit."},
+			"command": {"type": "string", "description": "The program that runs the server (stdio)."},
+			"args": {"type": "array", "items": {"type": "string"}, "description": "Its arguments."},
+			"env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Environment variables that are not secrets, NAME: value."},
+			"url": {"type": "string", "description": "The server's URL (streamable HTTP, or SSE for a URL ending in /sse)."},
+			"headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "HTTP headers that are not secrets, Name: value."},
+			"secrets": {"type": "array", "items": {"type": "string"}, "description": "Names of the environment variables (command) or headers (url) whose values are secrets the person sets."},
+			"timeout_s": {"type": "integer", "minimum": 1, "maximum": 600, "description": "The longest one call may take, in seconds (default 120)."},
+			"startup_timeout_s": {"type": "integer", "minimum": 1, "maximum": 600, "description": "The longest it may take to start, in seconds (default 60)."},
+			"reason": {"type": "string", "description": "Why you want this server, for the person who decides."}
+		},
+		"required": ["name", "reason"]
+	}`),
+	Target: func(a map[string]any) string { return oneLine(str(a, "name")) },
+}
+
+// AddMCPServerTool is the name of the tool that asks for a new MCP server.
+const AddMCPServerTool = "add_mcp_server"
+
+// MCPToolPrefix starts the name of a declared MCP server's tool as the model
+// sees it, mcp__<server>__<tool> (ref 7, nanobot's naming). A server's name
+// holds no "_", so the server is read back from the name.
+const MCPToolPrefix = "mcp__"
+
+// MCPToolName is the model's name of a server's tool.
+func MCPToolName(server, tool string) string { return MCPToolPrefix + server + "__" + tool }
+
+// SplitMCPToolName reads the server and the server's own tool name back from
+// a model's tool name; ok is false for a name that is not an MCP tool's.
+func SplitMCPToolName(name string) (server, tool string, ok bool) {
+	rest, ok := strings.CutPrefix(name, MCPToolPrefix)
+	if !ok {
+		return "", "", false
+	}
+	server, tool, ok = strings.Cut(rest, "__")
+	if !ok || server == "" || tool == "" || strings.Contains(server, "_") {
+		return "", "", false
+	}
+	return server, tool, true
+}
+
+// ToolPermission is the permission a call of the named tool exercises: the
+// table's row, or mcp.<server> for a declared server's tool (one permission
+// covers all of a server's tools, ref 7). ok is false for any other name,
+// which is neither offered nor allowed.
+func ToolPermission(name string) (string, bool) {
+	if s, ok := Lookup(name); ok {
+		return s.Permission, true
+	}
+	if server, _, ok := SplitMCPToolName(name); ok {
+		return protocol.MCPPermissionPrefix + server, true
+	}
+	return "", false
 }
 
 // Lookup returns the table's row for name.
@@ -364,6 +438,10 @@ type jsonSchema struct {
 	Minimum    *float64              `json:"minimum"`
 	Maximum    *float64              `json:"maximum"`
 	MinItems   *int                  `json:"minItems"`
+	// AdditionalProperties is the schema of the keys Properties does not
+	// name (a map such as add_mcp_server's env); without it such a key is
+	// refused.
+	AdditionalProperties *jsonSchema `json:"additionalProperties"`
 }
 
 func (sch jsonSchema) check(at string, v any) (any, error) {
@@ -390,6 +468,9 @@ func (sch jsonSchema) check(at string, v any) (any, error) {
 		out := make(map[string]any, len(m))
 		for _, k := range keys {
 			ps, known := sch.Properties[k]
+			if !known && sch.AdditionalProperties != nil {
+				ps, known = *sch.AdditionalProperties, true
+			}
 			if !known {
 				return nil, fmt.Errorf("%s is not an argument of this tool", join(at, k))
 			}

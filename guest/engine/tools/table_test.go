@@ -11,7 +11,7 @@ import (
 )
 
 func TestTableRows(t *testing.T) {
-	want := []string{"exec", "exec_session", "list_exec_sessions", "read_file", "list_dir", "find_files", "grep", "write_file", "edit_file", "apply_patch", "cron"}
+	want := []string{"exec", "exec_session", "list_exec_sessions", "read_file", "list_dir", "find_files", "grep", "write_file", "edit_file", "apply_patch", "cron", "add_mcp_server"}
 	var got []string
 	for _, s := range Table {
 		got = append(got, s.Name)
@@ -36,6 +36,7 @@ func TestTableRows(t *testing.T) {
 		"exec": "computer.exec", "exec_session": "computer.exec", "list_exec_sessions": "computer.exec",
 		"read_file": "files.read", "list_dir": "files.read", "find_files": "files.read", "grep": "files.read",
 		"write_file": "files.write", "edit_file": "files.write", "apply_patch": "files.write", "cron": "automations",
+		"add_mcp_server": "mcp.servers.add",
 	}
 	for name, perm := range wantPerm {
 		s, ok := Lookup(name)
@@ -44,7 +45,7 @@ func TestTableRows(t *testing.T) {
 		}
 	}
 	// Not implemented yet, so neither offered nor allowed.
-	for _, name := range []string{"computer_screenshot", "browser_navigate", "browser_identity_create", "add_mcp_server", "mcp__x__y"} {
+	for _, name := range []string{"computer_screenshot", "browser_navigate", "browser_identity_create", "mcp__x__y"} {
 		if _, ok := Lookup(name); ok {
 			t.Errorf("Lookup(%s) found a row; it must not be in the table yet", name)
 		}

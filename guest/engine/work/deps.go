@@ -35,6 +35,32 @@ type ToolResult struct {
 	OK          bool
 	Interrupted bool
 	TTY         bool
+	// Events are outbound events the outcome stands for, committed with the
+	// result (add_mcp_server's mcp.server.added), so a restart neither loses
+	// nor repeats them.
+	Events []ToolEvent
+}
+
+// ToolEvent is one outbound event of a call's result.
+type ToolEvent struct {
+	Type string
+	Data any
+}
+
+// MCPServers runs the MCP servers a Dot's config declares (ref 8.3): their
+// tools come to the engine through the Toolbox, under mcp.<server>, and are
+// decided by the same gate as every other tool.
+type MCPServers interface {
+	// Apply starts, restarts and stops servers to match the config and the
+	// secrets the host pushed; a server whose entry and secrets did not
+	// change is left as it is.
+	Apply(cfg *protocol.RuntimeConfig, secrets map[string]map[string]string)
+	// Ready waits for the servers being started, each for at most its
+	// startup timeout, after starting again those that failed for a reason
+	// that may have gone (a program installed since); ctx bounds the wait.
+	Ready(ctx context.Context)
+	// Status is every declared server by name with its state (GET /tools).
+	Status() []protocol.MCPServerStatus
 }
 
 // Toolbox is the tool table and the tools (guest/engine/tools in the product).

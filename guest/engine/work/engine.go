@@ -18,10 +18,13 @@ import (
 
 // Options configure an Engine.
 type Options struct {
-	Store   *store.Store
-	Model   Model
-	Tools   Toolbox
-	Memory  Memory // nil: a plain system prompt and no conversation files
+	Store  *store.Store
+	Model  Model
+	Tools  Toolbox
+	Memory Memory // nil: a plain system prompt and no conversation files
+	// MCP runs the declared MCP servers; nil runs none, and GET /tools then
+	// reports each declared server failed, saying so.
+	MCP     MCPServers
 	Log     *slog.Logger
 	Now     func() time.Time
 	Grace   time.Duration // a tool's grace on a stop; default 20 s (ref 8.7)
@@ -38,6 +41,7 @@ type Engine struct {
 	model Model
 	tools Toolbox
 	mem   Memory
+	mcp   MCPServers
 	log   *slog.Logger
 	now   func() time.Time
 	grace time.Duration
@@ -68,7 +72,7 @@ const kvConfig = "runtime_config"
 // New returns an engine over opts. Start recovers and starts the work.
 func New(opts Options) *Engine {
 	e := &Engine{
-		st: opts.Store, model: opts.Model, tools: opts.Tools, mem: opts.Memory, log: opts.Log,
+		st: opts.Store, model: opts.Model, tools: opts.Tools, mem: opts.Memory, mcp: opts.MCP, log: opts.Log,
 		now: opts.Now, grace: opts.Grace, cuts: opts.MaxCuts, kick: make(chan struct{}, 1),
 	}
 	if e.log == nil {
@@ -102,6 +106,9 @@ func (e *Engine) Start(ctx context.Context) error {
 			e.cfg, e.cfgRaw = &cfg, raw
 		}
 	}
+	// The servers that need no secret start now; the others when the host
+	// pushes their secrets after agent.started.
+	e.applyMCP()
 	var pending int
 	err := e.st.Write(ctx, "recover", func(tx *store.Tx) error {
 		if _, err := tx.Emit(ctx, protocol.EventAgentStarted, protocol.AgentStarted{}); err != nil {
@@ -448,8 +455,22 @@ func (e *Engine) SetSecrets(req protocol.SecretsRequest) error {
 	}
 	e.sleeping = false
 	e.mu.Unlock()
+	if req.MCPSecrets != nil {
+		e.applyMCP()
+	}
 	e.Kick()
 	return nil
+}
+
+// applyMCP hands the config and the MCP secrets in force to the servers.
+func (e *Engine) applyMCP() {
+	if e.mcp == nil {
+		return
+	}
+	e.mu.Lock()
+	cfg, secrets := e.cfg, cloneSecrets(e.mcpSecrets)
+	e.mu.Unlock()
+	e.mcp.Apply(cfg, secrets)
 }
 
 // PutConfig validates, stores and applies a runtime config. The same config
@@ -477,6 +498,7 @@ func (e *Engine) PutConfig(ctx context.Context, body []byte) error {
 	e.mu.Lock()
 	e.cfg, e.cfgRaw = &cfg, string(canon)
 	e.mu.Unlock()
+	e.applyMCP()
 	e.Kick()
 	return nil
 }
@@ -568,8 +590,10 @@ func (e *Engine) State(ctx context.Context) (protocol.State, error) {
 	return out, err
 }
 
-// ToolsInfo is GET /tools: the table in its order, with what the model is
-// offered now (before the first config, nothing).
+// ToolsInfo is GET /tools: the table in its order, then the tools of the
+// connected MCP servers (the Toolbox lists them after the table's), with what
+// the model is offered now (before the first config, nothing), and every
+// declared server with its state.
 func (e *Engine) ToolsInfo() protocol.Tools {
 	cfg := e.Config()
 	out := protocol.Tools{Tools: []protocol.ToolInfo{}, MCPServers: []protocol.MCPServerStatus{}}
@@ -577,11 +601,13 @@ func (e *Engine) ToolsInfo() protocol.Tools {
 		offered := cfg != nil && cfg.Decision(t.Permission) != protocol.Deny
 		out.Tools = append(out.Tools, protocol.ToolInfo{Name: t.Name, Permission: t.Permission, Offered: offered, Description: t.Description})
 	}
-	if cfg != nil {
-		// MCP servers are not run yet (a later issue): each declared one is
-		// reported failed, with why, so the host shows the truth.
+	if e.mcp != nil {
+		out.MCPServers = append(out.MCPServers, e.mcp.Status()...)
+	} else if cfg != nil {
+		// An engine made without MCP servers (some tests) reports each
+		// declared one failed, with why, so the host shows the truth.
 		for _, name := range cfg.ServerNames() {
-			msg := "this engine does not run MCP servers yet"
+			msg := "this engine runs no MCP servers"
 			out.MCPServers = append(out.MCPServers, protocol.MCPServerStatus{Name: name, State: protocol.MCPFailed, Error: &msg})
 		}
 	}

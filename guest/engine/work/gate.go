@@ -263,6 +263,11 @@ func (e *Engine) execute(t *turn, tool Tool, c Call, msgID int64, decision proto
 		if _, err := tx.Emit(ctx, protocol.EventToolCalled, called); err != nil {
 			return err
 		}
+		for _, ev := range res.Events {
+			if _, err := tx.Emit(ctx, ev.Type, ev.Data); err != nil {
+				return err
+			}
+		}
 		if approvalID != "" {
 			if _, err := tx.Exec(ctx, "UPDATE dots_approvals SET status = 'done' WHERE id = ?", approvalID); err != nil {
 				return fmt.Errorf("end approval %s: %w", approvalID, err)

@@ -196,11 +196,6 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		return outcomeNothing, ""
 	}
 	l := limits{cfg: *cfg, key: key}
-	for _, tool := range e.tools.Tools() {
-		if cfg.Decision(tool.Permission) != protocol.Deny {
-			l.offered = append(l.offered, tool)
-		}
-	}
 	proceed := false
 	if err := e.st.Write(ctx, "turn-open", func(tx *store.Tx) error {
 		var err error
@@ -215,6 +210,16 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 	}
 	if !proceed {
 		return outcomeNothing, ""
+	}
+	if e.mcp != nil {
+		// The turn offers the tools of the servers that could start: it waits
+		// for those being started (ref 8.3), each at most its startup timeout.
+		e.mcp.Ready(ctx)
+	}
+	for _, tool := range e.tools.Tools() {
+		if cfg.Decision(tool.Permission) != protocol.Deny {
+			l.offered = append(l.offered, tool)
+		}
 	}
 	if err := e.transition(ctx, nil); err != nil {
 		e.log.Error("record agent state", "err", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -29,7 +30,9 @@ type DriverFns struct {
 	KillFn         func(ctx context.Context, id home.VMID) (driver.KillResult, error)
 	DestroyFn      func(ctx context.Context, id home.VMID) error
 	HealthFn       func(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
-	ImagesFn       func(ctx context.Context) ([]driver.Image, error)
+	// GuestTargetFn nil: no record, the VM is not running.
+	GuestTargetFn func(ctx context.Context, id home.VMID, token string) (guestclient.Target, error)
+	ImagesFn      func(ctx context.Context) ([]driver.Image, error)
 }
 
 var _ driver.Driver = DriverFns{}
@@ -83,6 +86,14 @@ func (f DriverFns) Health(ctx context.Context, id home.VMID, token string) (prot
 		return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage("null")}, nil
 	}
 	return f.HealthFn(ctx, id, token)
+}
+
+// GuestTarget implements driver.Driver.
+func (f DriverFns) GuestTarget(ctx context.Context, id home.VMID, token string) (guestclient.Target, error) {
+	if f.GuestTargetFn == nil {
+		return guestclient.Target{}, fmt.Errorf("fake: %s: %w", id, driver.ErrNotRunning)
+	}
+	return f.GuestTargetFn(ctx, id, token)
 }
 
 // Images implements driver.Driver; nil has one golden and one runtime image.
@@ -332,6 +343,26 @@ func (h *Host) Health(_ context.Context, id home.VMID, _ string) (protocol.Healt
 	}
 	return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage(`{"status":"ok"}`), UptimeS: 1}, nil
 }
+
+// GuestTarget implements driver.Driver: a running VM's port and pid, its
+// fake start time (StartTicks of the pid) and the host's boot id, as its
+// record would give them.
+func (h *Host) GuestTarget(_ context.Context, id home.VMID, token string) (guestclient.Target, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls["GuestTarget"]++
+	v, ok := h.vms[id]
+	if ok {
+		h.settle(v)
+	}
+	if !ok || v.obs.State != driver.Running || !h.boot.SameBoot(v.obs.Boot) {
+		return guestclient.Target{}, fmt.Errorf("fake host: %s: %w", id, driver.ErrNotRunning)
+	}
+	return guestclient.Target{Port: v.obs.GuestPort, PID: v.obs.PID, Token: token, StartTicks: StartTicks(v.obs.PID), BootID: v.obs.Boot.BootID}, nil
+}
+
+// StartTicks is the start time a fake host's QEMU of pid has.
+func StartTicks(pid int) uint64 { return 1_000_000 + uint64(pid) }
 
 // Crash makes a running VM exit unasked (QEMU killed, guest powered itself
 // off): Observe then reports Stopped with Exited.

@@ -25,22 +25,19 @@ import (
 
 // Client calls the Dots API of one API server.
 type Client struct {
-	base string
-	http *http.Client
+	find *discovery
 }
 
-// New returns a client of the API server cfg names, with cfg's credentials
-// and TLS settings.
+// New returns a client of the Dots API of the cluster cfg names, with cfg's
+// credentials: the API server itself serves it (the embedded one), or, when
+// the control plane runs against a cluster that is not its own, the server
+// the ConfigMap wire.DiscoveryConfigMap names, looked up before the first
+// request.
 func New(cfg *rest.Config) (*Client, error) {
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("make an HTTP client of the API server %s: %w", cfg.Host, err)
+	if cfg == nil || cfg.Host == "" {
+		return nil, errors.New("no API server to reach: the client configuration names none")
 	}
-	base := strings.TrimSuffix(cfg.Host, "/")
-	if !strings.Contains(base, "://") {
-		base = "https://" + base
-	}
-	return &Client{base: base, http: hc}, nil
+	return &Client{find: &discovery{cfg: rest.CopyConfig(cfg)}}, nil
 }
 
 // Error is an error answer of the Dots API (ref 9.6), or of the API server's
@@ -151,21 +148,14 @@ func (c *Client) do(ctx context.Context, method, path, query string, in any, wan
 		}
 		body = bytes.NewReader(b)
 	}
-	u := c.base + path
-	if query != "" {
-		u += "?" + query
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	resp, e, err := c.send(ctx, method, path, query, body, func(req *http.Request) {
+		req.Header.Set("Accept", "application/json")
+		if in != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	})
 	if err != nil {
 		return err
-	}
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	// Answers are small; an error page of a proxy in the way is cut short.
@@ -174,7 +164,7 @@ func (c *Client) do(ctx context.Context, method, path, query string, in any, wan
 		return fmt.Errorf("%s %s: read the answer: %w", method, path, err)
 	}
 	if resp.StatusCode != want {
-		return errorOf(resp.StatusCode, data)
+		return c.failed(e, resp.StatusCode, data)
 	}
 	if out == nil {
 		return nil

@@ -119,17 +119,9 @@ func pathQuery(p string) string {
 
 // get reads an answer that is bytes, not JSON: at most limit of them.
 func (c *Client) get(ctx context.Context, path, query string, limit int64) (*http.Response, []byte, error) {
-	u := c.base + path
-	if query != "" {
-		u += "?" + query
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, e, err := c.send(ctx, http.MethodGet, path, query, nil, nil)
 	if err != nil {
 		return nil, nil, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, nil, fmt.Errorf("GET %s: %w", path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
@@ -137,7 +129,7 @@ func (c *Client) get(ctx context.Context, path, query string, limit int64) (*htt
 		return nil, nil, fmt.Errorf("GET %s: read the answer: %w", path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, nil, errorOf(resp.StatusCode, data)
+		return nil, nil, c.failed(e, resp.StatusCode, data)
 	}
 	if int64(len(data)) > limit {
 		return nil, nil, fmt.Errorf("GET %s: the answer is larger than %d bytes", path, limit)

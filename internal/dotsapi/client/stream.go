@@ -103,26 +103,19 @@ type streamReader struct {
 // does not grow.
 func (s *streamReader) once(ctx context.Context) (bool, error) {
 	q := wire.StreamQuery{Types: s.types}.Values()
-	u := s.c.base + s.path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, e, err := s.c.send(ctx, http.MethodGet, s.path, q.Encode(), nil, func(req *http.Request) {
+		req.Header.Set("Accept", wire.StreamContentType)
+		if s.known {
+			req.Header.Set(wire.LastEventIDHeader, strconv.FormatInt(s.cursor, 10))
+		}
+	})
 	if err != nil {
 		return false, err
-	}
-	req.Header.Set("Accept", wire.StreamContentType)
-	if s.known {
-		req.Header.Set(wire.LastEventIDHeader, strconv.FormatInt(s.cursor, 10))
-	}
-	resp, err := s.c.http.Do(req)
-	if err != nil {
-		return false, fmt.Errorf("GET %s: %w", s.path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return false, errorOf(resp.StatusCode, data)
+		return false, s.c.failed(e, resp.StatusCode, data)
 	}
 	got := false
 	sr := sse.NewReader(resp.Body, maxStreamLine)

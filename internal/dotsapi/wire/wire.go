@@ -19,6 +19,21 @@ import (
 // Prefix is where the Dots API is served, on the API server's own port.
 const Prefix = "/dots/v1/"
 
+// Discovery: where the Dots API is served when the control plane runs
+// against a cluster that is not its own (server --kubeconfig), whose API
+// server does not serve Prefix. The server writes the ConfigMap
+// DiscoveryConfigMap in the system namespace (its HTTPS address and the CA of
+// its certificate: nothing secret) and every authenticated user may read it
+// (config/rbac/dots_api_discovery.yaml). On the embedded API server it does
+// not exist: the API server itself serves the Dots API.
+const (
+	DiscoveryConfigMap = "dots-api"
+	// DiscoveryServerKey is https://host:port.
+	DiscoveryServerKey = "server"
+	// DiscoveryCAKey is the PEM of the CA that signed its certificate.
+	DiscoveryCAKey = "ca.crt"
+)
+
 // HostAgentPrefix is the part of the API for host agents only: their
 // ClusterRole alone gets it as nonResourceURLs.
 const HostAgentPrefix = Prefix + "hostagent/"
@@ -45,18 +60,23 @@ const (
 	EventApprovalResolved = "approval.resolved"
 	// EventDotCreated and EventDotUpdated: the Dot's spec as of a
 	// generation ({generation}; dot.updated also {permission} when an
-	// "always allow" changed it).
+	// "always allow" changed it, and {name, mcp_server_added, approval_id?,
+	// mcp_event} when the control plane wrote a server the Dot added
+	// itself, mcp_event being the guest's mcp.server.added it answers).
 	EventDotCreated = "dot.created"
 	EventDotUpdated = "dot.updated"
 	// EventComputerState: the Dot's Computer changed state ({state,
 	// stop_reason}).
 	EventComputerState = "computer.state"
+	// EventMCPServerRefused: the control plane did not write a server the
+	// Dot asked to add ({name, reason, mcp_event}, ref 5.4).
+	EventMCPServerRefused = "mcp.server.refused"
 )
 
 // HostEventTypes lists the types the control plane logs itself.
 var HostEventTypes = []string{
 	EventMessageUser, EventGuestRefused, EventTaskCreated, EventTaskCancelled, EventTaskFailed,
-	EventApprovalResolved, EventDotCreated, EventDotUpdated, EventComputerState,
+	EventApprovalResolved, EventDotCreated, EventDotUpdated, EventComputerState, EventMCPServerRefused,
 }
 
 // IsEventType says whether the log can hold events of type t: the host's
