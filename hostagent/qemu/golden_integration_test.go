@@ -151,8 +151,7 @@ func TestGoldenImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 	cleanupVM(t, d, spec.ID)
 
 	t0 := time.Now()
-	obs, err := d.Start(ctx, spec)
-	if err != nil {
+	if _, err := d.Start(ctx, spec); err != nil {
 		t.Fatalf("Start() = %v", err)
 	}
 	if _, err := waitHealthy(ctx, d, spec, goldenBootTimeout); err != nil {
@@ -160,7 +159,10 @@ func TestGoldenImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 	}
 	t.Logf("golden image %s: Start() to health in %s under tcg", spec.GoldenImage, time.Since(t0).Round(100*time.Millisecond))
 
-	target := guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: spec.Token, BootID: obs.Boot.BootID}
+	target, err := d.GuestTarget(ctx, spec.ID, spec.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sys, err := d.guest.System(ctx, target)
 	if err != nil {
 		t.Fatalf("GET /v1/system: %v", err)
@@ -242,7 +244,10 @@ func BenchmarkStartStopGoldenImage(b *testing.B) {
 			b.Fatal(err)
 		}
 		health += time.Since(t0)
-		target := guestclient.Target{Port: obs.GuestPort, PID: obs.PID, Token: spec.Token, BootID: obs.Boot.BootID}
+		target, err := d.GuestTarget(ctx, spec.ID, spec.Token)
+		if err != nil {
+			b.Fatal(err)
+		}
 		if _, err := waitScreenshot(ctx, d, target, 5*time.Minute); err != nil {
 			b.Fatal(err)
 		}
