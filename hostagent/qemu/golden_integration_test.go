@@ -147,6 +147,8 @@ const goldenBootTimeout = 10 * time.Minute
 func TestGoldenImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 	ctx := context.Background()
 	d, spec := goldenDriver(t)
+	// Chromium needs more than the 1 GiB of the benchmark's boot.
+	spec.MemoryMiB = 2048
 	vm := d.home.VM(spec.ID)
 	cleanupVM(t, d, spec.ID)
 
@@ -196,9 +198,14 @@ func TestGoldenImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 		{"su -c true root </dev/null 2>/dev/null && echo root || echo refused", "refused\n"},
 		{"cat " + protocol.GuestConfigPath + " 2>/dev/null || echo refused", "refused\n"},
 		{"cat /proc/sys/kernel/yama/ptrace_scope", "1\n"},
+		// The browser and its MCP server run as dot: Debian's Chromium
+		// renders a page headless, and @playwright/mcp starts on Debian's
+		// Node.
+		{"/usr/lib/chromium/chromium --headless=new --disable-gpu --dump-dom 'data:text/html,<p>golden</p>' 2>/dev/null | grep -o '<p>golden</p>'", "<p>golden</p>\n"},
+		{"/usr/local/bin/playwright-mcp --version >/dev/null && echo mcp", "mcp\n"},
 	} {
 		var out protocol.ExecResponse
-		if err := d.guest.DoJSON(ctx, target, "POST", protocol.PathExec, protocol.ExecRequest{Command: c.cmd, TimeoutMs: 60000}, &out); err != nil {
+		if err := d.guest.DoJSON(ctx, target, "POST", protocol.PathExec, protocol.ExecRequest{Command: c.cmd, TimeoutMs: 180000}, &out); err != nil {
 			t.Fatalf("POST /v1/exec %q: %v", c.cmd, err)
 		}
 		if out.Stdout != c.want {
