@@ -198,6 +198,8 @@ func TestGoldenImageBootsAnswersAndPowersItselfOff(t *testing.T) {
 		{"su -c true root </dev/null 2>/dev/null && echo root || echo refused", "refused\n"},
 		{"cat " + protocol.GuestConfigPath + " 2>/dev/null || echo refused", "refused\n"},
 		{"cat /proc/sys/kernel/yama/ptrace_scope", "1\n"},
+		// The seed's host name resolves (sudo looks it up).
+		{"getent hosts \"$(hostname)\" | awk '{print $1}'", "127.0.1.1\n"},
 		// The browser and its MCP server run as dot: Debian's Chromium
 		// renders a page headless, and @playwright/mcp starts on Debian's
 		// Node.
