@@ -41,7 +41,7 @@ Debian 12 packages through this host's apt sources into a directory, provision.s
 users, units and hardening of ref 4.1, mke2fs -d makes its file system and qemu-img the
 qcow2 a Dot's disk sits on. It builds the runtime ISO (dot-agentd, the engine, their units)
 from this checkout too, and registers both in $INVISIBLE_DOTS_HOME/images, where a new
-Computer takes the newest golden image.
+Computer takes the newest golden image of this kind (the test image only where there is none).
 
 It needs root and mmdebstrap, e2fsprogs, qemu-utils and npm. A run whose inputs (the recipe,
 the apt sources and apt's Release files, the npm lock, our binaries) are unchanged since the
