@@ -39,6 +39,11 @@ const (
 	// SeedEngineEnvFile holds the engine's environment the host decides
 	// (EngineEnv.Encode). The guest puts it at EngineEnvPath.
 	SeedEngineEnvFile = "engine.env"
+	// SeedSudoersFile is the sudoers rule of ref 4.1 (dotagentd may power
+	// the guest off), the same rule the user-data writes. The golden image's
+	// own seed reader, which does not run cloud-config, installs it from
+	// here after visudo has checked it.
+	SeedSudoersFile = "sudoers"
 )
 
 // EngineEnvPath is where a guest keeps the engine's environment from the
@@ -201,9 +206,13 @@ type ImageManifest struct {
 	Inputs map[string]string `json:"inputs,omitempty"`
 	// Boot, for a golden image only, asks the host to boot the kernel and
 	// initramfs named here (QEMU -kernel, -initrd, -append) instead of the
-	// disk's own boot loader. The test image has no boot loader; a full
-	// golden image leaves Boot empty.
+	// disk's own boot loader. Neither the test image nor the golden image
+	// has a boot loader: both are booted this way.
 	Boot *DirectBoot `json:"boot,omitempty"`
+	// Desktop says the image is a full golden image (systemd, the desktop,
+	// the browser: `invisible-dots image build`), not the test image; the
+	// doctor's golden image row requires one.
+	Desktop bool `json:"desktop,omitempty"`
 }
 
 // DirectBoot names a kernel and an initramfs beside the image (in images/, or

@@ -11,7 +11,7 @@ import (
 var isoName = regexp.MustCompile(`^[a-z0-9_-]{1,25}(\.[a-z0-9_]{1,4})?$`)
 
 func TestSeedAndRuntimeNamesSurviveISO9660(t *testing.T) {
-	for _, p := range []string{SeedMetaDataFile, SeedUserDataFile, SeedGuestConfigFile, SeedEngineEnvFile, RuntimeAgentdFile, RuntimeEngineFile, RuntimeManifestFile, RuntimeUnitsDir} {
+	for _, p := range []string{SeedMetaDataFile, SeedUserDataFile, SeedGuestConfigFile, SeedEngineEnvFile, SeedSudoersFile, RuntimeAgentdFile, RuntimeEngineFile, RuntimeManifestFile, RuntimeUnitsDir} {
 		for _, n := range strings.Split(p, "/") {
 			if !isoName.MatchString(n) {
 				t.Errorf("name %q of %q would be changed by the ISO writer", n, p)

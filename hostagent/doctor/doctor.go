@@ -225,9 +225,12 @@ const (
 	fixKVMModule       = "enable virtualization (VT-x/AMD-V) in the firmware, then sudo modprobe kvm_intel (or kvm_amd)"
 	fixRecordCPUModel  = "invisible-dots setup (records cpuModel " + hostconfig.CPUModelNoArchCapabilities + " in host.yaml)"
 	fixTCG             = "remove 'accelerator: tcg' from %s to use kvm (tcg is for test hosts only)"
-	fixImages          = "make test-image (test image), or invisible-dots image build"
-	fixOpenRouterKey   = "invisible-dots secret openrouter"
-	fixStartServer     = "start invisible-dots server, then: invisible-dots secret openrouter"
+	// The golden row wants a full golden image, which only image build
+	// makes; the runtime ISO is built by either.
+	fixGolden        = "invisible-dots image build"
+	fixRuntime       = "invisible-dots image build (or make test-image)"
+	fixOpenRouterKey = "invisible-dots secret openrouter"
+	fixStartServer   = "start invisible-dots server, then: invisible-dots secret openrouter"
 )
 
 // Run checks the host. It never fails: a check that cannot run is a row.
@@ -271,8 +274,8 @@ func Run(ctx context.Context, d Deps) Report {
 	add(homeDir(d))
 
 	// Images.
-	add(image(d, home.Golden, RowGolden))
-	add(image(d, home.Runtime, RowRuntime))
+	add(goldenImage(d))
+	add(runtimeImage(d))
 
 	// PostgreSQL.
 	add(postgres(d))
@@ -423,18 +426,39 @@ func homeDir(d Deps) Check {
 	return Check{Name: RowHome, Status: OK, Detail: detail}
 }
 
-func image(d Deps, kind home.ImageKind, row string) Check {
-	img, err := images.Latest(d.Home, kind)
+// goldenImage is the golden image row: a full golden image (the desktop,
+// the browser; its manifest says Desktop) is registered and matches its
+// manifest. The test image is a golden image to the driver, which boots it
+// for the fast tests, but a Dot on it has no desktop: it does not pass.
+func goldenImage(d Deps) Check {
+	img, ok := images.LatestDesktop(d.Home)
+	if !ok {
+		detail := "no golden image with the desktop in " + d.Home.Images()
+		if test, err := images.Latest(d.Home, home.Golden); err == nil {
+			detail += " (" + filepath.Base(test.File) + " is the test image: no desktop, no browser)"
+		}
+		return Check{Name: RowGolden, Status: Missing, Detail: detail, Fix: fixGolden}
+	}
+	return verified(RowGolden, img, fixGolden)
+}
+
+func runtimeImage(d Deps) Check {
+	img, err := images.Latest(d.Home, home.Runtime)
 	if err != nil {
 		st := Failed
 		if errors.Is(err, images.ErrNoImage) {
 			st = Missing
 		}
-		return Check{Name: row, Status: st, Detail: err.Error(), Fix: fixImages}
+		return Check{Name: RowRuntime, Status: st, Detail: err.Error(), Fix: fixRuntime}
 	}
+	return verified(RowRuntime, img, fixRuntime)
+}
+
+// verified re-hashes a registered image against its manifest.
+func verified(row string, img images.Image, fix string) Check {
 	m, err := img.Verify()
 	if err != nil {
-		return Check{Name: row, Status: Failed, Detail: err.Error(), Fix: fixImages}
+		return Check{Name: row, Status: Failed, Detail: err.Error(), Fix: fix}
 	}
 	detail := filepath.Base(img.File) + " matches its manifest"
 	if m.Description != "" {

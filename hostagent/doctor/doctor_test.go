@@ -84,16 +84,28 @@ func goodMachine(t *testing.T) *machine {
 	}
 }
 
+// registerImages registers a full golden image (with the desktop) and a
+// runtime ISO, as image build leaves a home.
 func registerImages(t *testing.T, h home.Layout) {
 	t.Helper()
+	registerImage(t, h, home.Golden, goldenVersion, true)
+	registerImage(t, h, home.Runtime, goldenVersion, false)
+}
+
+const (
+	goldenVersion = "20261130T000000Z-abc"
+	// testVersion is newer: the test image registered after image build.
+	testVersion = "20261201T000000Z-def"
+)
+
+func registerImage(t *testing.T, h home.Layout, kind home.ImageKind, version string, desktop bool) {
+	t.Helper()
 	os.MkdirAll(h.Images(), 0o755)
-	for _, kind := range []home.ImageKind{home.Golden, home.Runtime} {
-		f := h.ImageFile(kind, "20261130T000000Z-abc")
-		os.WriteFile(f, []byte(string(kind)), 0o644)
-		sum, size, _ := artifact.FileSHA256(f)
-		b, _ := json.Marshal(protocol.ImageManifest{Kind: string(kind), Version: "20261130T000000Z-abc", File: filepath.Base(f), SHA256: sum, Size: size})
-		os.WriteFile(h.ImageManifest(kind, "20261130T000000Z-abc"), b, 0o644)
-	}
+	f := h.ImageFile(kind, version)
+	os.WriteFile(f, []byte(string(kind)+version), 0o644)
+	sum, size, _ := artifact.FileSHA256(f)
+	b, _ := json.Marshal(protocol.ImageManifest{Kind: string(kind), Version: version, File: filepath.Base(f), SHA256: sum, Size: size, Desktop: desktop})
+	os.WriteFile(h.ImageManifest(kind, version), b, 0o644)
 }
 
 func statuses(r Report) map[string]Status {
@@ -197,14 +209,31 @@ func TestDoctor(t *testing.T) {
 		"no images": {
 			reason: "a fresh home",
 			setup:  func(t *testing.T, m *machine, h *home.Layout) { os.RemoveAll(h.Images()) },
-			want:   with(map[string]Status{RowGolden: Missing, RowRuntime: Missing}), fixHas: map[string]string{RowGolden: "make test-image"},
+			want:   with(map[string]Status{RowGolden: Missing, RowRuntime: Missing}),
+			fixHas: map[string]string{RowGolden: "invisible-dots image build", RowRuntime: "invisible-dots image build"},
+		},
+		"test image only": {
+			reason: "make test-image registers a golden image without the desktop: a Dot on it has no desktop, so the row is missing",
+			setup: func(t *testing.T, m *machine, h *home.Layout) {
+				os.RemoveAll(h.Images())
+				registerImage(t, *h, home.Golden, testVersion, false)
+				registerImage(t, *h, home.Runtime, testVersion, false)
+			},
+			want: with(map[string]Status{RowGolden: Missing}), fixHas: map[string]string{RowGolden: "invisible-dots image build"},
+		},
+		"test image newer than the golden image": {
+			reason: "the row looks for the newest golden image with the desktop, not the newest golden image",
+			setup: func(t *testing.T, m *machine, h *home.Layout) {
+				registerImage(t, *h, home.Golden, testVersion, false)
+			},
+			want: allOK, ok: true,
 		},
 		"tampered image": {
 			reason: "the golden image changed after it was registered",
 			setup: func(t *testing.T, m *machine, h *home.Layout) {
-				os.WriteFile(h.Golden("20261130T000000Z-abc"), []byte("changed"), 0o644)
+				os.WriteFile(h.Golden(goldenVersion), []byte("changed"), 0o644)
 			},
-			want: with(map[string]Status{RowGolden: Failed}), fixHas: map[string]string{RowGolden: "make test-image"},
+			want: with(map[string]Status{RowGolden: Failed}), fixHas: map[string]string{RowGolden: "invisible-dots image build"},
 		},
 		"no postgres": {
 			reason: "no server binaries",

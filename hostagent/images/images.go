@@ -73,6 +73,35 @@ func Latest(h home.Layout, kind home.ImageKind) (Image, error) {
 	return all[len(all)-1], nil
 }
 
+// LatestDesktop returns the newest registered golden image that is a full
+// golden image (its manifest says Desktop: `invisible-dots image build`),
+// not the test image. It reads manifests, not the images: Verify is the
+// doctor's.
+func LatestDesktop(h home.Layout) (Image, bool) {
+	all, err := List(h, home.Golden)
+	if err != nil {
+		return Image{}, false
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if m, err := all[i].Manifest(); err == nil && m.Desktop {
+			return all[i], true
+		}
+	}
+	return Image{}, false
+}
+
+// DefaultGolden is the golden image a new Computer that names none is made
+// from: the newest full golden image (with the desktop) when there is one,
+// else the newest golden image (the test image, on hosts that only run the
+// tests). A test image registered after `image build` (make test-image into
+// the same home) so does not take a person's new Dots off the desktop.
+func DefaultGolden(h home.Layout) (Image, error) {
+	if img, ok := LatestDesktop(h); ok {
+		return img, nil
+	}
+	return Latest(h, home.Golden)
+}
+
 // Get returns the image of a kind and version, checking that its file and
 // manifest exist.
 func Get(h home.Layout, kind home.ImageKind, version string) (Image, error) {

@@ -160,3 +160,62 @@ func TestRegisterRefusesAFileItsManifestDoesNotDescribe(t *testing.T) {
 		t.Errorf("Get() after a refused registration = %v, want ErrNoImage", err)
 	}
 }
+
+func TestDefaultGolden(t *testing.T) {
+	// register writes no Desktop; desktop() rewrites a manifest with it.
+	desktop := func(t *testing.T, img Image) {
+		m, err := img.Manifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Desktop = true
+		b, _ := json.Marshal(m)
+		if err := os.WriteFile(img.ManifestPath, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := map[string]struct {
+		reason string
+		setup  func(t *testing.T, h home.Layout)
+		want   string // version, or "" for ErrNoImage
+	}{
+		"none": {reason: "a fresh home has nothing to give", setup: func(*testing.T, home.Layout) {}},
+		"test image only": {
+			reason: "a host that only runs the tests boots the test image",
+			setup:  func(t *testing.T, h home.Layout) { register(t, h, home.Golden, "20261130T000000Z-test", "t") },
+			want:   "20261130T000000Z-test",
+		},
+		"test image newer than the golden image": {
+			reason: "make test-image after image build does not take new Dots off the desktop",
+			setup: func(t *testing.T, h home.Layout) {
+				desktop(t, register(t, h, home.Golden, "20261130T000000Z-full", "g"))
+				register(t, h, home.Golden, "20261201T000000Z-test", "t")
+			},
+			want: "20261130T000000Z-full",
+		},
+		"two golden images": {
+			reason: "the newest full golden image wins",
+			setup: func(t *testing.T, h home.Layout) {
+				desktop(t, register(t, h, home.Golden, "20261130T000000Z-old", "o"))
+				desktop(t, register(t, h, home.Golden, "20261201T000000Z-new", "n"))
+			},
+			want: "20261201T000000Z-new",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := home.Layout{Root: t.TempDir()}
+			tc.setup(t, h)
+			img, err := DefaultGolden(h)
+			if tc.want == "" {
+				if !errors.Is(err, ErrNoImage) {
+					t.Errorf("%s: DefaultGolden() = %v, %v; want ErrNoImage", tc.reason, img.Version, err)
+				}
+				return
+			}
+			if err != nil || img.Version != tc.want {
+				t.Errorf("%s: DefaultGolden() = %q, %v; want %q", tc.reason, img.Version, err, tc.want)
+			}
+		})
+	}
+}

@@ -24,14 +24,14 @@ func (d *Driver) ensureDisk(ctx context.Context, vm home.VM, spec driver.Spec) (
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", err
 	}
-	// The spec's version, else the newest registered (Latest says how to
-	// register one when there is none).
+	// The spec's version, else the newest registered, a full golden image
+	// first (Latest says how to register one when there is none).
 	var img images.Image
 	var err error
 	if spec.GoldenImage != "" {
 		img, err = images.Get(d.home, home.Golden, spec.GoldenImage)
 	} else {
-		img, err = images.Latest(d.home, home.Golden)
+		img, err = images.DefaultGolden(d.home)
 	}
 	if err != nil {
 		return "", err

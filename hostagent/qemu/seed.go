@@ -60,6 +60,7 @@ func seedFiles(id home.VMID, cfg protocol.GuestConfig, env protocol.EngineEnv) (
 		protocol.SeedUserDataFile:    userData,
 		protocol.SeedGuestConfigFile: cfgJSON,
 		protocol.SeedEngineEnvFile:   envFile,
+		protocol.SeedSudoersFile:     []byte(sudoersPoweroff),
 	}, instanceID, nil
 }
 

@@ -99,7 +99,7 @@ func TestSeedISOReadBack(t *testing.T) {
 	for n := range files {
 		names = append(names, n)
 	}
-	if diff := cmp.Diff([]string{protocol.SeedEngineEnvFile, protocol.SeedGuestConfigFile, protocol.SeedMetaDataFile, protocol.SeedUserDataFile}, names, sortStrings()); diff != "" {
+	if diff := cmp.Diff([]string{protocol.SeedEngineEnvFile, protocol.SeedGuestConfigFile, protocol.SeedMetaDataFile, protocol.SeedSudoersFile, protocol.SeedUserDataFile}, names, sortStrings()); diff != "" {
 		t.Errorf("seed files mismatch (-want +got):\n%s", diff)
 	}
 	var back protocol.GuestConfig

@@ -102,13 +102,18 @@ func indexOf(s []string, v string) int {
 	return -1
 }
 
-// withImages registers stand-in images so only the rows setup fixes differ.
+// withImages registers stand-in images (a full golden image, with the
+// desktop, and a runtime ISO) so only the rows setup fixes differ.
 func withImages(t *testing.T, h home.Layout) {
 	os.MkdirAll(h.Images(), 0o755)
 	for _, kind := range []home.ImageKind{home.Golden, home.Runtime} {
 		f := h.ImageFile(kind, "v1")
 		os.WriteFile(f, []byte("x"), 0o644)
-		os.WriteFile(h.ImageManifest(kind, "v1"), []byte(`{"kind":"`+string(kind)+`","version":"v1","file":"`+filepath.Base(f)+`","sha256":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881","size":1}`), 0o644)
+		desktop := ""
+		if kind == home.Golden {
+			desktop = `,"desktop":true`
+		}
+		os.WriteFile(h.ImageManifest(kind, "v1"), []byte(`{"kind":"`+string(kind)+`","version":"v1","file":"`+filepath.Base(f)+`","sha256":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881","size":1`+desktop+`}`), 0o644)
 	}
 }
 

@@ -34,6 +34,7 @@ var subcommands = []func() *cobra.Command{
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Approve) },
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Reject) },
 	newSecretCommand,
+	newImageCommand,
 }
 
 // PluginName is the name the binary answers to as a kubectl plugin: kubectl
