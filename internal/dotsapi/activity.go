@@ -7,7 +7,6 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/eventtext"
-	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
 // ActivityEvent is an event of the log with its words for people: the line
@@ -61,18 +60,7 @@ func familyOf(typ string) string {
 // getActivity is getEvents with each event's words: the same query, the
 // same right (dots/events get).
 func (h *Handler) getActivity(w http.ResponseWriter, r *http.Request) error {
-	d, err := h.dotOf(r, "get", eventsSubresource)
-	if err != nil {
-		return err
-	}
-	q, err := parseEventsQuery(r)
-	if err != nil {
-		return err
-	}
-	events, err := h.store.Events(r.Context(), store.EventQuery{
-		DotUID: string(d.UID), Types: q.Types, Tools: q.Tools, TaskID: q.Task,
-		After: q.After, Before: q.Before, Desc: q.Order == wire.OrderDesc, Limit: q.Limit,
-	})
+	events, err := h.eventsPage(r)
 	if err != nil {
 		return err
 	}

@@ -13,21 +13,29 @@ import (
 // dots-viewer both get it.
 const eventsSubresource = "events"
 
-// getEvents reads a page of the Dot's event log (ref 9.6), filtered in the
+// eventsPage is the page of the Dot's event log a request of the events
+// route (or the activity route, which words the same page) asks for: the
+// caller's right to read the log checked, the query read, filtered in the
 // database.
-func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) error {
+func (h *Handler) eventsPage(r *http.Request) ([]store.Event, error) {
 	d, err := h.dotOf(r, "get", eventsSubresource)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	q, err := parseEventsQuery(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	events, err := h.store.Events(r.Context(), store.EventQuery{
+	return h.store.Events(r.Context(), store.EventQuery{
 		DotUID: string(d.UID), Types: q.Types, Tools: q.Tools, TaskID: q.Task,
 		After: q.After, Before: q.Before, Desc: q.Order == wire.OrderDesc, Limit: q.Limit,
 	})
+}
+
+// getEvents reads a page of the Dot's event log (ref 9.6), filtered in the
+// database.
+func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) error {
+	events, err := h.eventsPage(r)
 	if err != nil {
 		return err
 	}

@@ -77,3 +77,33 @@ func ReadManifest(path string) (protocol.ImageManifest, error) {
 	}
 	return m, nil
 }
+
+// CopyFile copies from to to with mode, replacing any file there at once.
+func CopyFile(from, to string, mode os.FileMode) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := WriteFile(to, in, mode); err != nil {
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	return nil
+}
+
+// WriteFile writes r to path with mode, replacing any file there at once:
+// an image's files are never seen half written.
+func WriteFile(path string, r io.Reader, mode os.FileMode) error {
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(mode))
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer f.Cleanup()
+	if _, err := io.Copy(f, r); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -48,8 +48,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/renameio/v2"
-
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
@@ -508,10 +506,10 @@ func (b *build) kernel(context.Context) error {
 	}
 	b.kver = strings.TrimPrefix(filepath.Base(kernels[0]), "vmlinuz-")
 	initrd := filepath.Join(b.root, "boot", "initrd.img-"+b.kver)
-	if err := copyFile(kernels[0], filepath.Join(b.o.Out, KernelFile), 0o444); err != nil {
+	if err := artifact.CopyFile(kernels[0], filepath.Join(b.o.Out, KernelFile), 0o444); err != nil {
 		return err
 	}
-	if err := copyFile(initrd, filepath.Join(b.o.Out, InitrdFile), 0o444); err != nil {
+	if err := artifact.CopyFile(initrd, filepath.Join(b.o.Out, InitrdFile), 0o444); err != nil {
 		return err
 	}
 	b.inputs["kernel"] = b.kver
@@ -630,32 +628,4 @@ func tail(out []byte) string {
 		out = out[len(out)-max:]
 	}
 	return strings.TrimSpace(string(out))
-}
-
-func copyFile(from, to string, mode os.FileMode) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if err := writeFile(to, in, mode); err != nil {
-		return fmt.Errorf("copy %s: %w", from, err)
-	}
-	return nil
-}
-
-// writeFile writes r to p with mode, replacing any file there at once.
-func writeFile(p string, r io.Reader, mode os.FileMode) error {
-	f, err := renameio.NewPendingFile(p, renameio.WithTempDir(filepath.Dir(p)), renameio.WithStaticPermissions(mode))
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	defer f.Cleanup()
-	if _, err := io.Copy(f, r); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := f.CloseAtomicallyReplace(); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	return nil
 }

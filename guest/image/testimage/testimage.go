@@ -21,7 +21,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -29,8 +28,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/google/renameio/v2"
 
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
 	"github.com/invisible-dots/invisible-dots/guest/image/cpio"
@@ -351,10 +348,10 @@ func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.I
 	if err := makeHomeDisk(ctx, busybox, filepath.Join(work, "disk.raw"), disk); err != nil {
 		return protocol.ImageManifest{}, "", err
 	}
-	if err := writeFile(initrdPath, bytes.NewReader(initrd), 0o444); err != nil {
+	if err := artifact.WriteFile(initrdPath, bytes.NewReader(initrd), 0o444); err != nil {
 		return protocol.ImageManifest{}, "", err
 	}
-	if err := copyFile(kernels[0], kernel, 0o444); err != nil {
+	if err := artifact.CopyFile(kernels[0], kernel, 0o444); err != nil {
 		return protocol.ImageManifest{}, "", err
 	}
 	if m.SHA256, m.Size, err = artifact.FileSHA256(disk); err != nil {
@@ -568,34 +565,6 @@ func checkDepends(name string, ko []byte, loaded *bytes.Buffer) error {
 		if dep != "" && !have[strings.ReplaceAll(dep, "-", "_")] {
 			return fmt.Errorf("kernel module %s depends on %s, which the test image does not load before it: fix testimage.Modules", name, dep)
 		}
-	}
-	return nil
-}
-
-func copyFile(from, to string, mode os.FileMode) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if err := writeFile(to, in, mode); err != nil {
-		return fmt.Errorf("copy %s: %w", from, err)
-	}
-	return nil
-}
-
-// writeFile writes r to path with mode, replacing any file there at once.
-func writeFile(path string, r io.Reader, mode os.FileMode) error {
-	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(mode))
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer f.Cleanup()
-	if _, err := io.Copy(f, r); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.CloseAtomicallyReplace(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }
