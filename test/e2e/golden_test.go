@@ -119,6 +119,18 @@ func TestGoldenDotReady(t *testing.T) {
 	for _, c := range []struct{ cmd, want string }{
 		{"cat /proc/1/comm", "systemd\n"},
 		{"pgrep -u dot -x Xvfb >/dev/null && echo desktop", "desktop\n"},
+		// Ref 4's smoke: the model's user (exec runs as dot) reads none of
+		// the engine's memory, the token or the engine's state (each refused
+		// with EACCES, not failing for another reason), and cannot become
+		// root.
+		{deniedAsDot("head -c1 /proc/$(pgrep -o -u dotengine -x dot-engine)/mem"), "refused\n"},
+		{deniedAsDot("cat /proc/$(pgrep -o -u dotengine -x dot-engine)/environ"), "refused\n"},
+		{deniedAsDot("cat " + protocol.GuestConfigPath), "refused\n"},
+		{deniedAsDot("ls /home/dotengine/state"), "refused\n"},
+		{refusedAsDot("sudo -n true"), "refused\n"},
+		{refusedAsDot("su -c true root </dev/null"), "refused\n"},
+		// The engine runs, so the pgrep above found a process to refuse.
+		{"pgrep -u dotengine -x dot-engine >/dev/null && echo engine", "engine\n"},
 	} {
 		var ex protocol.ExecResponse
 		if err := gc.DoJSON(ctx, target, http.MethodPost, protocol.PathExec, protocol.ExecRequest{Command: c.cmd, TimeoutMs: 30000}, &ex); err != nil {
@@ -128,4 +140,18 @@ func TestGoldenDotReady(t *testing.T) {
 			t.Errorf("exec %q printed %q (stderr %q); want %q", c.cmd, ex.Stdout, ex.Stderr, c.want)
 		}
 	}
+}
+
+// refusedAsDot wraps a command the guest's dot user must not be able to run
+// successfully: it prints "refused" when the command fails, and what it read
+// otherwise (which the test then shows).
+func refusedAsDot(cmd string) string {
+	return "if out=$(" + cmd + " 2>/dev/null); then printf 'READ %s' \"$out\" | head -c 200; else echo refused; fi"
+}
+
+// deniedAsDot prints "refused" only when the command fails with the kernel's
+// "Permission denied", so a path that merely does not exist (or a read of an
+// unmapped address of /proc/PID/mem) cannot pass for a refusal.
+func deniedAsDot(cmd string) string {
+	return "if err=$(" + cmd + " 2>&1 >/dev/null); then echo READ; elif printf %s \"$err\" | grep -q 'Permission denied'; then echo refused; else printf 'OTHER %s' \"$err\" | head -c 200; fi"
 }
