@@ -270,15 +270,7 @@ func BenchmarkStartStopGoldenImage(b *testing.B) {
 		}
 		used += float64(sys.MemTotalBytes-sys.MemAvailableBytes) / (1 << 20)
 		b.StartTimer()
-		t1 := time.Now()
-		res, err := stopVM(ctx, d, spec.ID, spec.Token, imageGrace)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if !res.PoweredOff {
-			b.Logf("iteration %d: the guest did not power itself off (%+v)", i, res)
-		}
-		stop += time.Since(t1)
+		stop += benchStop(ctx, b, d, spec, i)
 	}
 	n := float64(b.N)
 	b.ReportMetric(health.Seconds()/n, "start-to-health-s")

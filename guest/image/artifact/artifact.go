@@ -107,3 +107,17 @@ func WriteFile(path string, r io.Reader, mode os.FileMode) error {
 	}
 	return nil
 }
+
+// SparseFile creates (or truncates) path as a sparse file of size bytes: the
+// raw disk a file system is made in before it becomes a qcow2.
+func SparseFile(path string, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

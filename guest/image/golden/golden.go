@@ -521,15 +521,9 @@ func (b *build) kernel(context.Context) error {
 // no mount.
 func (b *build) filesystem(ctx context.Context) error {
 	raw := filepath.Join(b.scratch, "root.ext4")
-	f, err := os.Create(raw)
-	if err != nil {
+	if err := artifact.SparseFile(raw, ImageBytes); err != nil {
 		return err
 	}
-	if err := f.Truncate(ImageBytes); err != nil {
-		f.Close()
-		return err
-	}
-	f.Close()
 	// Lazy inode table init leaves the tables for the guest's kernel to
 	// zero in the background; mke2fs writes them now (a file is not a
 	// device that can discard), so qemu-img skips those zeros.

@@ -375,15 +375,9 @@ func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.I
 // makeHomeDisk makes the golden disk: an ext2 file system labelled HomeLabel
 // (busybox's mke2fs, no root needed) converted to qcow2.
 func makeHomeDisk(ctx context.Context, busybox, raw, out string) error {
-	f, err := os.Create(raw)
-	if err != nil {
+	if err := artifact.SparseFile(raw, HomeDiskBytes); err != nil {
 		return err
 	}
-	if err := f.Truncate(HomeDiskBytes); err != nil {
-		f.Close()
-		return err
-	}
-	f.Close()
 	defer os.Remove(raw)
 	if b, err := exec.CommandContext(ctx, busybox, "mke2fs", "-F", "-L", HomeLabel, "-m", "0", "-b", "4096", "-N", fmt.Sprint(HomeInodes), raw).CombinedOutput(); err != nil {
 		return fmt.Errorf("busybox mke2fs: %w\n%s", err, b)
