@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"image/png"
 	"os"
@@ -41,14 +42,6 @@ func goldenHome(t *testing.T) home.Layout {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gimg, ok := images.LatestDesktop(src)
-	if !ok {
-		t.Skipf("no golden image with the desktop in %s: build one with make golden-image (as root), or set GOLDEN_IMAGE_HOME", src.Images())
-	}
-	rimg, err := images.Latest(src, home.Runtime)
-	if err != nil {
-		t.Skipf("no runtime ISO in %s: %v", src.Images(), err)
-	}
 	h, err := home.New(newHome(t))
 	if err != nil {
 		t.Fatal(err)
@@ -56,18 +49,10 @@ func goldenHome(t *testing.T) home.Layout {
 	if err := h.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	m, err := gimg.Manifest()
-	if err != nil {
+	if _, _, err := images.ShareDesktop(src, h); errors.Is(err, images.ErrNoDesktopImage) {
+		t.Skipf("%v (as root), or set GOLDEN_IMAGE_HOME", err)
+	} else if err != nil {
 		t.Fatal(err)
-	}
-	files := []string{gimg.File, gimg.ManifestPath, rimg.File, rimg.ManifestPath}
-	if b := m.Boot; b != nil {
-		files = append(files, filepath.Join(src.Images(), b.Kernel), filepath.Join(src.Images(), b.Initrd))
-	}
-	for _, f := range files {
-		if err := os.Symlink(f, filepath.Join(h.Images(), filepath.Base(f))); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return h
 }

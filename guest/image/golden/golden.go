@@ -257,15 +257,7 @@ func inputsDigest(sources []byte, lists string) (string, map[string]string, erro
 	fmt.Fprintln(h, builderVersion, Suite, Variant, KernelAppend, ImageBytes, RootLabel, Screen)
 	fmt.Fprintln(h, strings.Join(Packages, " "))
 	recipe := sha256.New()
-	err := fs.WalkDir(recipeFS, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := recipeFS.ReadFile(p)
-		fmt.Fprintf(recipe, "%s %x\n", p, sha256.Sum256(data))
-		return err
-	})
-	if err != nil {
+	if err := artifact.HashFiles(recipe, recipeFS, "."); err != nil {
 		return "", nil, err
 	}
 	inputs["recipe"] = hex.EncodeToString(recipe.Sum(nil))

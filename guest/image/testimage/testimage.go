@@ -290,15 +290,7 @@ func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.I
 		inputs[in.name] = sum
 		fmt.Fprintln(digest, in.name, sum)
 	}
-	err = fs.WalkDir(rootfs, "rootfs", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := rootfs.ReadFile(p)
-		fmt.Fprintf(digest, "%s %x\n", p, sha256.Sum256(data))
-		return err
-	})
-	if err != nil {
+	if err := artifact.HashFiles(digest, rootfs, "rootfs"); err != nil {
 		return protocol.ImageManifest{}, "", err
 	}
 	fmt.Fprintln(digest, strings.Join(Modules, ","))
