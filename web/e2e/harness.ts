@@ -208,6 +208,20 @@ export async function addTask(dotName: string, name: string, spec: { description
   return res.json();
 }
 
+/**
+ * Waits until the Dot's log holds an event of the type, read through the web
+ * server's Dots API: what a guest says about a task comes after the host
+ * gave it the task, so a test that stands in for the guest waits for that.
+ */
+export async function waitForEvent(dotName: string, type: string, ns = 'default') {
+  const url = `${harness().url}/dots/v1/namespaces/${ns}/dots/${dotName}/events?types=${encodeURIComponent(type)}&limit=1`;
+  for (const deadline = Date.now() + 20_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200))) {
+    const res = await fetch(url);
+    if (res.ok && ((await res.json()).events ?? []).length > 0) return;
+  }
+  throw new Error(`no ${type} event of ${dotName} within 20 s`);
+}
+
 /** Reads a resource of the group through the web server. */
 export async function getResource(kind: string, name: string, ns = 'default'): Promise<any> {
   const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/${kind}/${name}`);

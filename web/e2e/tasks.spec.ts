@@ -1,6 +1,6 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test, type Page } from '@playwright/test';
-import { addTask, applyDot, getResource, guestSays, harness } from './harness';
+import { addTask, applyDot, getResource, guestSays, harness, waitForEvent } from './harness';
 
 async function noSeriousViolation(page: Page) {
   const { violations } = await new AxeBuilder({ page }).analyze();
@@ -36,6 +36,8 @@ test("the queue is in the dispatcher's order, and a scheduled task is apart", as
 test("a task's address opens its drawer with its story, and cancel asks first", async ({ page }) => {
   await applyDot('story-dot');
   const t = await addTask('story-dot', 'story-1', { description: 'Find the cheapest fare to Lisbon' });
+  // The guest starts a task only once it was given it.
+  await waitForEvent('story-dot', 'task.created');
   await guestSays('story-dot', [
     { type: 'task.started', data: { task_id: t.metadata.uid } },
     { type: 'tool.called', data: { task_id: t.metadata.uid, tool: 'browser_navigate', permission: 'browser.navigate', decision: 'allow', ok: true, duration_ms: 800, target: 'https://fares.example' } },
