@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"image/png"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,7 +77,8 @@ func TestGoldenDotReady(t *testing.T) {
 		t.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
 	}
 	name := "e2e-golden"
-	w := newWorkIn(t, goldenHome(t), name, goldenModel)
+	site := startLoginSite(t)
+	w := newWorkIn(t, goldenHome(t), name, func(req modelRequest) modelAnswer { return goldenModel(req, site) })
 	k := w.k
 
 	t.Log("doctor's golden image row passes with the full golden image")
@@ -165,6 +170,140 @@ func TestGoldenDotReady(t *testing.T) {
 			w.fail("the log holds the probe's secret:\n%s", out)
 		}
 	})
+
+	t.Run("a browser identity keeps its login across a reboot", func(t *testing.T) {
+		w := w.on(t)
+		login := w.taskOf(w.cli(time.Minute, "task", "add", name, loginTask))
+		if got := w.waitTask(login, 10*time.Minute); got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != "logged in" {
+			w.fail("task %s: phase %s, summary %q; want COMPLETED, %q", login, got.Status.Phase, got.Status.Summary, "logged in")
+		}
+		if n := site.logins.Load(); n != 1 {
+			w.fail("the site saw %d logins; want the task's one", n)
+		}
+		out := w.cli(time.Minute, "logs", name, "--types", "browser.identity.created,browser.identity.launched,browser.identity.closed")
+		for _, want := range []string{"created", "launched", "closed"} {
+			if !strings.Contains(out, want) {
+				w.fail("logs printed %q; want a browser identity %s in it", out, want)
+			}
+		}
+
+		t.Log("the computer reboots; the identity's profile is on its disk")
+		before := k.getComputer(name).Status.PID
+		w.cli(time.Minute, "computer", "reboot", name)
+		k.waitComputer(name, goldenReadyTimeout, func(c *dotsv1.Computer) bool {
+			return c.Status.PID != before && c.Status.State == dotsv1.ComputerRunning
+		})
+		k.waitDot(name, goldenReadyTimeout, readyDot)
+
+		check := w.taskOf(w.cli(time.Minute, "task", "add", name, checkTask))
+		got := w.waitTask(check, 10*time.Minute)
+		if want := "the site says: " + loggedIn; got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != want {
+			w.fail("task %s: phase %s, summary %q; want COMPLETED, %q (the cookie of the first task kept)", check, got.Status.Phase, got.Status.Summary, want)
+		}
+	})
+}
+
+// The login site: a page the test serves on the host's loopback, which a
+// guest reaches as 10.0.2.2. /login sets a lasting cookie; /whoami says
+// whether the browser sent it back.
+const (
+	loginTask = "log in to the e2e site"
+	checkTask = "check the e2e site"
+	loggedIn  = "logged in as e2e"
+	// identityName is the identity the model makes for the site.
+	identityName = "e2e-site"
+)
+
+type loginSite struct {
+	port   int
+	logins atomic.Int32
+}
+
+func startLoginSite(t *testing.T) *loginSite {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &loginSite{port: l.Addr().(*net.TCPAddr).Port}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) {
+		s.logins.Add(1)
+		http.SetCookie(w, &http.Cookie{Name: "session", Value: "e2e", Path: "/", MaxAge: 86400, HttpOnly: true})
+		fmt.Fprint(w, "<!doctype html><title>login</title><p>welcome</p>")
+	})
+	mux.HandleFunc("GET /whoami", func(w http.ResponseWriter, r *http.Request) {
+		if c, err := r.Cookie("session"); err == nil && c.Value == "e2e" {
+			fmt.Fprint(w, "<!doctype html><title>whoami</title><p>"+loggedIn+"</p>")
+			return
+		}
+		fmt.Fprint(w, "<!doctype html><title>whoami</title><p>not logged in</p>")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+	return s
+}
+
+// url is the site's page as the guest reaches it.
+func (s *loginSite) url(page string) string { return fmt.Sprintf("http://10.0.2.2:%d%s", s.port, page) }
+
+var identityIDRE = regexp.MustCompile(`"identity_id": "([^"]+)",\s*"name": "` + identityName + `"|identity (\S+) \(` + identityName + `\)`)
+
+// browserModel is the stand-in's browser work: the login task makes an
+// identity, opens it, visits /login and closes it; the check task finds the
+// identity in the list, opens it, visits /whoami and says what it read.
+// ok is false when the conversation is not a browser task.
+func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
+	var task, id, read string
+	for i := range req.Messages {
+		text := req.text(i)
+		switch {
+		case req.Messages[i].Role == "user" && strings.Contains(text, loginTask):
+			task = loginTask
+		case req.Messages[i].Role == "user" && strings.Contains(text, checkTask):
+			task = checkTask
+		case req.Messages[i].Role == "tool":
+			if m := identityIDRE.FindStringSubmatch(text); m != nil {
+				id = m[1] + m[2]
+			}
+			if strings.Contains(text, loggedIn) {
+				read = loggedIn
+			} else if strings.Contains(text, "not logged in") {
+				read = "not logged in"
+			}
+		}
+	}
+	if task == "" {
+		return modelAnswer{}, false
+	}
+	call := func(tool, args string) (modelAnswer, bool) {
+		return modelAnswer{Calls: [][2]string{{tool, args}}, Cost: answerCost}, true
+	}
+	ident := fmt.Sprintf(`{"identity_id":%q}`, id)
+	page := "/login"
+	if task == checkTask {
+		page = "/whoami"
+	}
+	switch req.lastCall() {
+	case "":
+		if task == loginTask {
+			return call("browser_identity_create", `{"name":"`+identityName+`"}`)
+		}
+		return call("browser_identity_list", `{}`)
+	case "browser_identity_create", "browser_identity_list":
+		return call("browser_identity_launch", ident)
+	case "browser_identity_launch":
+		return call("browser_navigate", fmt.Sprintf(`{"identity_id":%q,"url":%q}`, id, site.url(page)))
+	case "browser_navigate":
+		return call("browser_identity_close", ident)
+	case "browser_identity_close":
+		if task == loginTask {
+			return modelAnswer{Text: "logged in", Cost: answerCost}, true
+		}
+		return modelAnswer{Text: "the site says: " + read, Cost: answerCost}, true
+	}
+	return modelAnswer{Text: "the stand-in did not expect " + req.lastCall(), Cost: answerCost}, true
 }
 
 // The probe: a tiny stdio MCP server (testdata/mcpprobe) the test ships into
@@ -183,9 +322,12 @@ const (
 )
 
 // goldenModel is the stand-in model of the golden Dot: scriptedModel, plus
-// the probe's call (made again once approved) and an answer that repeats
+// the browser tasks (browserModel), the probe's call (made again once approved) and an answer that repeats
 // what the probe said.
-func goldenModel(req modelRequest) modelAnswer {
+func goldenModel(req modelRequest, site *loginSite) modelAnswer {
+	if a, ok := browserModel(req, site); ok {
+		return a
+	}
 	last := len(req.Messages) - 1
 	text := req.text(last)
 	switch {

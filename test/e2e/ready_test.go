@@ -51,7 +51,24 @@ type modelRequest struct {
 		Role       string `json:"role"`
 		Content    any    `json:"content"`
 		ToolCallID string `json:"tool_call_id"`
+		ToolCalls  []struct {
+			Function struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
 	} `json:"messages"`
+}
+
+// lastCall is the name of the newest tool call the model made in the
+// conversation, "" when it made none.
+func (r modelRequest) lastCall() string {
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if c := r.Messages[i].ToolCalls; len(c) > 0 {
+			return c[len(c)-1].Function.Name
+		}
+	}
+	return ""
 }
 
 // text is a message's content when it is a string.
