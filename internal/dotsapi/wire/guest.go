@@ -10,7 +10,8 @@ import (
 )
 
 // The routes of a Dot that read its guest (files, the screen, the engine's
-// tools and skills), its MCP secrets and its spend (ref 9.6).
+// tools, skills and browser identities), its MCP secrets and its spend (ref
+// 9.6).
 
 // Error codes of those routes. The guest's own refusals pass through with
 // their code and status (protocol.ErrOutsideHome, protocol.ErrNotFound,
@@ -48,6 +49,9 @@ const (
 	MaxGuestAnswer = 32 << 20
 	// MaxMCPSecretBody is the largest body of PUT MCPSecretPath.
 	MaxMCPSecretBody = 64 << 10
+	// MaxBrowserIdentityBody is the largest body of POST
+	// BrowserIdentitiesPath: a name and a proxy URL.
+	MaxBrowserIdentityBody = 64 << 10
 )
 
 // DotHome is the one directory the file routes read: the Dot's home.
@@ -72,6 +76,32 @@ func ToolsPath(namespace, dot string) string { return dotPath(namespace, dot) + 
 
 // SkillsPath is the Dot's skills (GET: protocol.Skills).
 func SkillsPath(namespace, dot string) string { return dotPath(namespace, dot) + "/skills" }
+
+// BrowserIdentitiesPath lists the Dot's browser identities (GET:
+// protocol.BrowserIdentities) or creates one (POST
+// protocol.BrowserIdentityCreate: 201 protocol.BrowserIdentity); the
+// engine's routes of ref 5.3 passed through.
+func BrowserIdentitiesPath(namespace, dot string) string {
+	return dotPath(namespace, dot) + "/browser-identities"
+}
+
+// BrowserIdentityPath reads (GET: protocol.BrowserIdentity) or deletes
+// (DELETE: 204) one browser identity of the Dot.
+func BrowserIdentityPath(namespace, dot, id string) string {
+	return BrowserIdentitiesPath(namespace, dot) + "/" + url.PathEscape(id)
+}
+
+// BrowserFramePath is one frame of an open identity's window (GET:
+// image/jpeg).
+func BrowserFramePath(namespace, dot, id string) string {
+	return BrowserIdentityPath(namespace, dot, id) + protocol.BrowserIdentityFrame
+}
+
+// BrowserClosePath closes an identity's browser, its profile kept (POST:
+// 204).
+func BrowserClosePath(namespace, dot, id string) string {
+	return BrowserIdentityPath(namespace, dot, id) + protocol.BrowserIdentityClose
+}
 
 // MCPSecretsPath lists the MCP secrets the Dot's config names (GET:
 // MCPSecrets).
