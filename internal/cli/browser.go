@@ -66,7 +66,7 @@ browser as written, and never shown again.
 			}
 			in := protocol.BrowserIdentityCreate{Name: args[1]}
 			if withProxy {
-				proxy, err := readSecretValue(cmd.InOrStdin(), cmd.ErrOrStderr(), "proxy")
+				proxy, err := readSecretValue(cmd.InOrStdin(), cmd.ErrOrStderr(), "proxy", "invisible-dots browser create DOT NAME --proxy")
 				if err != nil {
 					return err
 				}

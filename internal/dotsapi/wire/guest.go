@@ -45,7 +45,8 @@ const (
 	// CodeFileTooLarge, its reading stopped as soon as it passes the limit.
 	MaxFileBytes = 16 << 20
 	// MaxGuestAnswer bounds any other answer read from a guest (a listing,
-	// a screenshot, the engine's tools and skills).
+	// a screenshot, the engine's tools, skills and browser identities, a
+	// frame).
 	MaxGuestAnswer = 32 << 20
 	// MaxMCPSecretBody is the largest body of PUT MCPSecretPath.
 	MaxMCPSecretBody = 64 << 10
