@@ -82,7 +82,17 @@ verify: manifests generate
 # The golden image is built first when make runs as root (CI does): the
 # recipe test, its boot through the driver and its e2e then run; otherwise
 # they skip, saying so.
-test: test-image test-golden-image test-unit test-integration test-web test-e2e
+# Each stage prints the time it took, so a CI run can be watched and its
+# slow stage named.
+TEST_STAGES = test-image test-golden-image test-unit test-integration test-web test-e2e
+test:
+	@for stage in $(TEST_STAGES); do \
+		start=$$(date +%s); echo "== make $$stage"; \
+		if ! $(MAKE) --no-print-directory $$stage; then \
+			echo "== make $$stage FAILED after $$(( $$(date +%s) - start )) s"; exit 1; \
+		fi; \
+		echo "== make $$stage took $$(( $$(date +%s) - start )) s"; \
+	done
 
 # Packages under test/ are the slow suites below.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/test/')

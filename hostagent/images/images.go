@@ -256,3 +256,43 @@ func (img Image) Verify() (protocol.ImageManifest, error) {
 	}
 	return m, nil
 }
+
+// ErrNoDesktopImage says a home holds no golden image with the desktop, or
+// no runtime ISO beside it.
+var ErrNoDesktopImage = errors.New("no golden image with the desktop and runtime ISO")
+
+// ShareDesktop registers in dst the newest golden image with the desktop of
+// src and src's newest runtime ISO, as symbolic links to their files, their
+// manifests and the golden image's kernel and initramfs: registered images
+// are never modified, so homes may share them. It is how a test boots the
+// image `make golden-image` built once in a fresh home of its own. Without
+// one in src the error wraps ErrNoDesktopImage.
+func ShareDesktop(src, dst home.Layout) (golden, runtime Image, err error) {
+	golden, ok := LatestDesktop(src)
+	if !ok {
+		return Image{}, Image{}, fmt.Errorf("%w in %s: build one with `invisible-dots image build` (make golden-image)", ErrNoDesktopImage, src.Images())
+	}
+	if runtime, err = Latest(src, home.Runtime); err != nil {
+		return Image{}, Image{}, fmt.Errorf("%w in %s: %v", ErrNoDesktopImage, src.Images(), err)
+	}
+	m, err := golden.Manifest()
+	if err != nil {
+		return Image{}, Image{}, err
+	}
+	files := []string{golden.File, golden.ManifestPath, runtime.File, runtime.ManifestPath}
+	if b := m.Boot; b != nil {
+		files = append(files, filepath.Join(src.Images(), b.Kernel), filepath.Join(src.Images(), b.Initrd))
+	}
+	for _, f := range files {
+		if err := os.Symlink(f, filepath.Join(dst.Images(), filepath.Base(f))); err != nil {
+			return Image{}, Image{}, err
+		}
+	}
+	if golden, err = Get(dst, home.Golden, golden.Version); err != nil {
+		return Image{}, Image{}, err
+	}
+	if runtime, err = Get(dst, home.Runtime, runtime.Version); err != nil {
+		return Image{}, Image{}, err
+	}
+	return golden, runtime, nil
+}

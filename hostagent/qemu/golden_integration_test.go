@@ -3,12 +3,12 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image/color"
 	"image/png"
 	"io"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -41,30 +41,16 @@ func goldenDriver(t testing.TB) (*Driver, driver.Spec) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gimg, ok := images.LatestDesktop(src)
-	if !ok {
-		t.Skipf("no golden image with the desktop is registered in %s: build one with make golden-image (or set GOLDEN_IMAGE_HOME to a home that has one)", src.Images())
-	}
-	rimg, err := images.Latest(src, home.Runtime)
-	if err != nil {
-		t.Skipf("no runtime ISO in %s: %v", src.Images(), err)
-	}
 	h := home.Layout{Root: t.TempDir()}
 	if err := h.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	gman, err := gimg.Manifest()
+	gimg, rimg, err := images.ShareDesktop(src, h)
+	if errors.Is(err, images.ErrNoDesktopImage) {
+		t.Skipf("%v (or set GOLDEN_IMAGE_HOME to a home that has one)", err)
+	}
 	if err != nil {
 		t.Fatal(err)
-	}
-	files := []string{gimg.File, gimg.ManifestPath, rimg.File, rimg.ManifestPath}
-	if b := gman.Boot; b != nil {
-		files = append(files, filepath.Join(src.Images(), b.Kernel), filepath.Join(src.Images(), b.Initrd))
-	}
-	for _, f := range files {
-		if err := os.Symlink(f, filepath.Join(h.Images(), filepath.Base(f))); err != nil {
-			t.Fatal(err)
-		}
 	}
 	cfg := hostconfig.Config{Accelerator: hostconfig.TCG}
 	d, err := New(context.Background(), Options{Home: h, Config: &cfg})
@@ -270,15 +256,7 @@ func BenchmarkStartStopGoldenImage(b *testing.B) {
 		}
 		used += float64(sys.MemTotalBytes-sys.MemAvailableBytes) / (1 << 20)
 		b.StartTimer()
-		t1 := time.Now()
-		res, err := stopVM(ctx, d, spec.ID, spec.Token, imageGrace)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if !res.PoweredOff {
-			b.Logf("iteration %d: the guest did not power itself off (%+v)", i, res)
-		}
-		stop += time.Since(t1)
+		stop += benchStop(ctx, b, d, spec, i)
 	}
 	n := float64(b.N)
 	b.ReportMetric(health.Seconds()/n, "start-to-health-s")

@@ -2,16 +2,20 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
-	"net/http"
+	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -38,14 +42,6 @@ func goldenHome(t *testing.T) home.Layout {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gimg, ok := images.LatestDesktop(src)
-	if !ok {
-		t.Skipf("no golden image with the desktop in %s: build one with make golden-image (as root), or set GOLDEN_IMAGE_HOME", src.Images())
-	}
-	rimg, err := images.Latest(src, home.Runtime)
-	if err != nil {
-		t.Skipf("no runtime ISO in %s: %v", src.Images(), err)
-	}
 	h, err := home.New(newHome(t))
 	if err != nil {
 		t.Fatal(err)
@@ -53,18 +49,10 @@ func goldenHome(t *testing.T) home.Layout {
 	if err := h.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	m, err := gimg.Manifest()
-	if err != nil {
+	if _, _, err := images.ShareDesktop(src, h); errors.Is(err, images.ErrNoDesktopImage) {
+		t.Skipf("%v (as root), or set GOLDEN_IMAGE_HOME", err)
+	} else if err != nil {
 		t.Fatal(err)
-	}
-	files := []string{gimg.File, gimg.ManifestPath, rimg.File, rimg.ManifestPath}
-	if b := m.Boot; b != nil {
-		files = append(files, filepath.Join(src.Images(), b.Kernel), filepath.Join(src.Images(), b.Initrd))
-	}
-	for _, f := range files {
-		if err := os.Symlink(f, filepath.Join(h.Images(), filepath.Base(f))); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return h
 }
@@ -73,7 +61,10 @@ func goldenHome(t *testing.T) home.Layout {
 // full one (`invisible-dots image build`): its Computer boots it under tcg
 // (the image's own kernel and initramfs, systemd, the seed read by
 // dots-seed, dot-agentd and the engine started from the runtime ISO's units)
-// and the Dot reaches READY with the key pushed. It reports apply-to-READY.
+// and the Dot reaches READY with the key pushed. It reports apply-to-READY,
+// then checks the computer is the golden image (ref 4's smoke), that its
+// desktop is drawn, and that an MCP server the Dot declares runs there with
+// its secret and is called through an approval.
 func TestGoldenDotReady(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM under QEMU")
@@ -81,26 +72,13 @@ func TestGoldenDotReady(t *testing.T) {
 	if _, err := qemu.FindBinaries(os.Getenv); err != nil {
 		t.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
 	}
-	h := goldenHome(t)
-	stand := startStandIn(t, nil)
-	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG,
-		OpenRouterURL: fmt.Sprintf("http://10.0.2.2:%d/api/v1", stand.port)}); err != nil {
-		t.Fatal(err)
-	}
 	name := "e2e-golden"
-	vm := h.VM(home.VMID{Namespace: "default", Name: name})
-	t.Cleanup(func() { cvmKillRecorded(vm) })
-	srv := startServer(t, h.Root)
-	k := cvmKubectl{t: t, s: srv}
-	homeEnv := []string{"INVISIBLE_DOTS_HOME=" + h.Root}
+	w := newWorkIn(t, goldenHome(t), name, goldenModel)
+	k := w.k
 
 	t.Log("doctor's golden image row passes with the full golden image")
-	if row := doctorRow(t, homeEnv, "golden image"); row.Status != "ok" {
+	if row := doctorRow(t, w.env, "golden image"); row.Status != "ok" {
 		t.Errorf("doctor's golden image row = %+v; want ok", row)
-	}
-	const key = "sk-or-v1-e2e-golden-0123456789abcdef"
-	if out, err := secretOpenRouter(homeEnv, key+"\n"); err != nil {
-		t.Fatalf("secret openrouter: %v\n%s", err, out)
 	}
 
 	t.Log("a Dot on the golden image reaches READY")
@@ -112,20 +90,169 @@ func TestGoldenDotReady(t *testing.T) {
 		t.Errorf("computer state %s; want RUNNING", d.Status.ComputerState)
 	}
 
-	t.Log("the guest is the golden image: systemd is PID 1, the desktop runs as dot")
-	target, gc := guestOf(t, k, name)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for _, c := range []struct{ cmd, want string }{
-		{"cat /proc/1/comm", "systemd\n"},
-		{"pgrep -u dot -x Xvfb >/dev/null && echo desktop", "desktop\n"},
-	} {
-		var ex protocol.ExecResponse
-		if err := gc.DoJSON(ctx, target, http.MethodPost, protocol.PathExec, protocol.ExecRequest{Command: c.cmd, TimeoutMs: 30000}, &ex); err != nil {
-			t.Fatalf("exec %q in the guest: %v", c.cmd, err)
+	t.Run("the computer is the golden image, and dot cannot reach past itself", func(t *testing.T) {
+		w := w.on(t)
+		for _, c := range []struct{ cmd, want string }{
+			{"cat /proc/1/comm", "systemd\n"},
+			{"pgrep -u dot -x Xvfb >/dev/null && echo desktop", "desktop\n"},
+			// Ref 4's smoke: the model's user (exec runs as dot) reads none of
+			// the engine's memory, the token or the engine's state (each refused
+			// with EACCES, not failing for another reason), and cannot become
+			// root.
+			{deniedAsDot("head -c1 /proc/$(pgrep -o -u dotengine -x dot-engine)/mem"), "refused\n"},
+			{deniedAsDot("cat /proc/$(pgrep -o -u dotengine -x dot-engine)/environ"), "refused\n"},
+			{deniedAsDot("cat " + protocol.GuestConfigPath), "refused\n"},
+			{deniedAsDot("ls /home/dotengine/state"), "refused\n"},
+			{refusedAsDot("sudo -n true"), "refused\n"},
+			{refusedAsDot("su -c true root </dev/null"), "refused\n"},
+			// The engine runs, so the pgrep above found a process to refuse.
+			{"pgrep -u dotengine -x dot-engine >/dev/null && echo engine", "engine\n"},
+		} {
+			if got := w.exec(c.cmd); got.Stdout != c.want {
+				w.fail("exec %q printed %q (stderr %q); want %q", c.cmd, got.Stdout, got.Stderr, c.want)
+			}
 		}
-		if ex.Stdout != c.want {
-			t.Errorf("exec %q printed %q (stderr %q); want %q", c.cmd, ex.Stdout, ex.Stderr, c.want)
+	})
+
+	t.Run("the desktop screenshot is a drawn PNG", func(t *testing.T) {
+		w := w.on(t)
+		file := filepath.Join(t.TempDir(), "desktop.png")
+		// The desktop session may still be drawing its panel just after READY.
+		eventually(t, 2*time.Minute, "a drawn desktop", func() error {
+			w.cli(time.Minute, "screenshot", name, "-o", file)
+			return drawn(file)
+		})
+	})
+
+	t.Run("a declared MCP server runs as dot with its secret, through an approval", func(t *testing.T) {
+		w := w.on(t)
+		w.put(probePath, buildProbe(t))
+		if got := w.exec("chmod 0755 " + probePath + " && echo ok"); got.Stdout != "ok\n" {
+			w.fail("chmod of the probe printed %q (stderr %q)", got.Stdout, got.Stderr)
+		}
+		k.apply(smallDot(name, "") + probeServer)
+		w.cliIn(time.Minute, probeSecret, "secret", "mcp", name, "probe", probeSecretEnv)
+		eventually(t, 2*time.Minute, "the probe server connected", func() error {
+			tools, err := w.dots().Tools(context.Background(), "default", name)
+			if err != nil {
+				return err
+			}
+			for _, s := range tools.MCPServers {
+				if s.Name == "probe" && s.State == "connected" {
+					return nil
+				}
+				if s.Name == "probe" {
+					why := ""
+					if s.Error != nil {
+						why = ": " + *s.Error
+					}
+					return fmt.Errorf("probe is %s%s", s.State, why)
+				}
+			}
+			return fmt.Errorf("probe is not among %+v", tools.MCPServers)
+		})
+		task := w.taskOf(w.cli(time.Minute, "task", "add", name, "ask the probe who it is"))
+		approval := w.waitApproval(task, 3*time.Minute)
+		k.run("patch", "approval", approval.Name, "--type", "merge", "-p", `{"spec":{"decision":"approve"}}`)
+		got := w.waitTask(task, 3*time.Minute)
+		sum := sha256.Sum256([]byte(probeSecret))
+		uid := strings.TrimSpace(w.exec("id -u dot").Stdout)
+		want := fmt.Sprintf("probe said: uid=%s home=%s secret_sha256=%s", uid, protocol.DefaultDotHome, hex.EncodeToString(sum[:]))
+		if got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != want {
+			w.fail("task %s: phase %s, summary %q; want COMPLETED, %q", task, got.Status.Phase, got.Status.Summary, want)
+		}
+		if out := w.cli(time.Minute, "logs", name, "--types", "tool.called"); strings.Contains(out, probeSecret) {
+			w.fail("the log holds the probe's secret:\n%s", out)
+		}
+	})
+}
+
+// The probe: a tiny stdio MCP server (testdata/mcpprobe) the test ships into
+// the guest and declares, with one secret.
+const (
+	probePath      = protocol.DefaultDotHome + "/mcp-probe"
+	probeSecretEnv = "E2E_PROBE_TOKEN"
+	probeSecret    = "probe-secret-0123456789"
+	probeServer    = `  mcpServers:
+  - name: probe
+    command: ` + probePath + `
+    secrets: [` + probeSecretEnv + `]
+  permissions:
+    mcp.probe: ask
+`
+)
+
+// goldenModel is the stand-in model of the golden Dot: scriptedModel, plus
+// the probe's call (made again once approved) and an answer that repeats
+// what the probe said.
+func goldenModel(req modelRequest) modelAnswer {
+	last := len(req.Messages) - 1
+	text := req.text(last)
+	switch {
+	case req.Messages[last].Role == "tool" && strings.HasPrefix(text, "uid="):
+		return modelAnswer{Text: "probe said: " + text, Cost: answerCost}
+	case strings.HasPrefix(text, "[Approval] The person approved your call of mcp__probe__whoami"),
+		strings.Contains(text, "ask the probe who it is"):
+		return modelAnswer{Calls: [][2]string{{"mcp__probe__whoami", "{}"}}, Cost: answerCost}
+	}
+	return scriptedModel(req)
+}
+
+// buildProbe builds testdata/mcpprobe for the guest (static, linux/amd64).
+func buildProbe(t *testing.T) []byte {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "mcp-probe")
+	cmd := exec.Command("go", "build", "-o", bin, "./testdata/mcpprobe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the MCP probe: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// drawn says whether the PNG at file is a desktop that is drawn: a real
+// size and more than a handful of colours (a blank or black screen has one).
+func drawn(file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		return fmt.Errorf("not a PNG: %w", err)
+	}
+	b := img.Bounds()
+	if b.Dx() < 640 || b.Dy() < 480 {
+		return fmt.Errorf("the screenshot is %dx%d", b.Dx(), b.Dy())
+	}
+	colours := map[[4]uint32]bool{}
+	for y := b.Min.Y; y < b.Max.Y; y += 7 {
+		for x := b.Min.X; x < b.Max.X; x += 7 {
+			r, g, bl, a := img.At(x, y).RGBA()
+			colours[[4]uint32{r, g, bl, a}] = true
 		}
 	}
+	if len(colours) < 8 {
+		return fmt.Errorf("the screenshot has %d colours: the desktop is not drawn", len(colours))
+	}
+	return nil
+}
+
+// refusedAsDot wraps a command the guest's dot user must not be able to run
+// successfully: it prints "refused" when the command fails, and what it read
+// otherwise (which the test then shows).
+func refusedAsDot(cmd string) string {
+	return "if out=$(" + cmd + " 2>/dev/null); then printf 'READ %s' \"$out\" | head -c 200; else echo refused; fi"
+}
+
+// deniedAsDot prints "refused" only when the command fails with the kernel's
+// "Permission denied", so a path that merely does not exist (or a read of an
+// unmapped address of /proc/PID/mem) cannot pass for a refusal.
+func deniedAsDot(cmd string) string {
+	return "if err=$(" + cmd + " 2>&1 >/dev/null); then echo READ; elif printf %s \"$err\" | grep -q 'Permission denied'; then echo refused; else printf 'OTHER %s' \"$err\" | head -c 200; fi"
 }

@@ -13,7 +13,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,7 +409,12 @@ func TestDotWork(t *testing.T) {
 // stored, and the driver of the work of the Dot dot (not applied yet).
 func newWork(t testing.TB, dot string, model func(modelRequest) modelAnswer) work {
 	t.Helper()
-	h := vmHome(t)
+	return newWorkIn(t, vmHome(t), dot, model)
+}
+
+// newWorkIn is newWork on the home h (the golden image's, for one).
+func newWorkIn(t testing.TB, h home.Layout, dot string, model func(modelRequest) modelAnswer) work {
+	t.Helper()
 	stand := startStandIn(t, model)
 	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG, WakeLead: testWakeLead.String(),
 		OpenRouterURL: fmt.Sprintf("http://10.0.2.2:%d/api/v1", stand.port)}); err != nil {
@@ -627,5 +634,37 @@ func (f *follower) wait(n int, timeout time.Duration) []int64 {
 		if len(ids) >= n || time.Now().After(deadline) {
 			return ids
 		}
+	}
+}
+
+// exec runs a command in the Dot's guest as dot, through dot-agentd's exec
+// route.
+func (w work) exec(command string) protocol.ExecResponse {
+	w.t.Helper()
+	target, gc := guestOf(w.t, w.k, w.dot)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var ex protocol.ExecResponse
+	if err := gc.DoJSON(ctx, target, http.MethodPost, protocol.PathExec, protocol.ExecRequest{Command: command, TimeoutMs: 30000}, &ex); err != nil {
+		w.fail("exec %q in the guest: %v", command, err)
+	}
+	return ex
+}
+
+// put writes a file in the Dot's guest as dot, through dot-agentd's files
+// route.
+func (w work) put(path string, data []byte) {
+	w.t.Helper()
+	target, gc := guestOf(w.t, w.k, w.dot)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := gc.Request(ctx, target, http.MethodPut, protocol.PathFiles+"?"+protocol.QueryPath+"="+url.QueryEscape(path), bytes.NewReader(data), nil)
+	if err != nil {
+		w.fail("put %s in the guest: %v", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		w.fail("put %s in the guest: %s %s", path, resp.Status, body)
 	}
 }

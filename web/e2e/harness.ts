@@ -9,9 +9,13 @@ import { request as httpsRequest } from 'node:https';
 import { mkdtempSync, mkdirSync, openSync, rmSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
-export const STATE = join(tmpdir(), 'invisible-dots-web-e2e.json');
+// The running server's record, read by every worker. It lives beside this
+// checkout's tests, not at a fixed path in /tmp, so two checkouts testing at
+// once (or a run left behind) never stop or read each other's server.
+export const STATE = join(dirname(fileURLToPath(import.meta.url)), '..', 'test-results', '.server.json');
 
 export interface Harness {
   pid: number;
@@ -57,6 +61,7 @@ export async function start(): Promise<Harness> {
     detached: false,
   });
   const h: Harness = { pid: child.pid!, home, url, log, api: `https://127.0.0.1:${apiPort}`, host: 'web-e2e' };
+  mkdirSync(dirname(STATE), { recursive: true });
   writeFileSync(STATE, JSON.stringify(h));
   const deadline = Date.now() + 120_000;
   for (;;) {

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -106,4 +107,35 @@ func WriteFile(path string, r io.Reader, mode os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// SparseFile creates (or truncates) path as a sparse file of size bytes: the
+// raw disk a file system is made in before it becomes a qcow2.
+func SparseFile(path string, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// HashFiles writes a line "PATH SHA256-HEX" to w for every file under root
+// of fsys, in lexical order: the part of an image's version that its
+// embedded recipe files (units, scripts, configuration) decide.
+func HashFiles(w io.Writer, fsys fs.ReadFileFS, root string) error {
+	return fs.WalkDir(fsys, root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fsys.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s %x\n", p, sha256.Sum256(data))
+		return err
+	})
 }

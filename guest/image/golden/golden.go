@@ -257,15 +257,7 @@ func inputsDigest(sources []byte, lists string) (string, map[string]string, erro
 	fmt.Fprintln(h, builderVersion, Suite, Variant, KernelAppend, ImageBytes, RootLabel, Screen)
 	fmt.Fprintln(h, strings.Join(Packages, " "))
 	recipe := sha256.New()
-	err := fs.WalkDir(recipeFS, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := recipeFS.ReadFile(p)
-		fmt.Fprintf(recipe, "%s %x\n", p, sha256.Sum256(data))
-		return err
-	})
-	if err != nil {
+	if err := artifact.HashFiles(recipe, recipeFS, "."); err != nil {
 		return "", nil, err
 	}
 	inputs["recipe"] = hex.EncodeToString(recipe.Sum(nil))
@@ -521,15 +513,9 @@ func (b *build) kernel(context.Context) error {
 // no mount.
 func (b *build) filesystem(ctx context.Context) error {
 	raw := filepath.Join(b.scratch, "root.ext4")
-	f, err := os.Create(raw)
-	if err != nil {
+	if err := artifact.SparseFile(raw, ImageBytes); err != nil {
 		return err
 	}
-	if err := f.Truncate(ImageBytes); err != nil {
-		f.Close()
-		return err
-	}
-	f.Close()
 	// Lazy inode table init leaves the tables for the guest's kernel to
 	// zero in the background; mke2fs writes them now (a file is not a
 	// device that can discard), so qemu-img skips those zeros.

@@ -290,15 +290,7 @@ func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.I
 		inputs[in.name] = sum
 		fmt.Fprintln(digest, in.name, sum)
 	}
-	err = fs.WalkDir(rootfs, "rootfs", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := rootfs.ReadFile(p)
-		fmt.Fprintf(digest, "%s %x\n", p, sha256.Sum256(data))
-		return err
-	})
-	if err != nil {
+	if err := artifact.HashFiles(digest, rootfs, "rootfs"); err != nil {
 		return protocol.ImageManifest{}, "", err
 	}
 	fmt.Fprintln(digest, strings.Join(Modules, ","))
@@ -375,15 +367,9 @@ func (b *builder) golden(ctx context.Context, agentd, launch string) (protocol.I
 // makeHomeDisk makes the golden disk: an ext2 file system labelled HomeLabel
 // (busybox's mke2fs, no root needed) converted to qcow2.
 func makeHomeDisk(ctx context.Context, busybox, raw, out string) error {
-	f, err := os.Create(raw)
-	if err != nil {
+	if err := artifact.SparseFile(raw, HomeDiskBytes); err != nil {
 		return err
 	}
-	if err := f.Truncate(HomeDiskBytes); err != nil {
-		f.Close()
-		return err
-	}
-	f.Close()
 	defer os.Remove(raw)
 	if b, err := exec.CommandContext(ctx, busybox, "mke2fs", "-F", "-L", HomeLabel, "-m", "0", "-b", "4096", "-N", fmt.Sprint(HomeInodes), raw).CombinedOutput(); err != nil {
 		return fmt.Errorf("busybox mke2fs: %w\n%s", err, b)

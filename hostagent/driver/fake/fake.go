@@ -331,12 +331,8 @@ func (h *Host) Health(_ context.Context, id home.VMID, _ string) (protocol.Healt
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls["Health"]++
-	v, ok := h.vms[id]
-	if ok {
-		h.settle(v)
-	}
-	if !ok || v.obs.State != driver.Running || !h.boot.SameBoot(v.obs.Boot) {
-		return protocol.HealthResponse{}, fmt.Errorf("fake host: %s: %w", id, driver.ErrNotRunning)
+	if _, err := h.running(id); err != nil {
+		return protocol.HealthResponse{}, err
 	}
 	if err := h.Unhealthy[id]; err != nil {
 		return protocol.HealthResponse{}, err
@@ -351,14 +347,24 @@ func (h *Host) GuestTarget(_ context.Context, id home.VMID, token string) (guest
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls["GuestTarget"]++
+	v, err := h.running(id)
+	if err != nil {
+		return guestclient.Target{}, err
+	}
+	return guestclient.Target{Port: v.obs.GuestPort, PID: v.obs.PID, Token: token, StartTicks: StartTicks(v.obs.PID), BootID: v.obs.Boot.BootID}, nil
+}
+
+// running is the VM id when it runs in this boot, settled; otherwise an
+// error wrapping driver.ErrNotRunning. The caller holds h.mu.
+func (h *Host) running(id home.VMID) (*vm, error) {
 	v, ok := h.vms[id]
 	if ok {
 		h.settle(v)
 	}
 	if !ok || v.obs.State != driver.Running || !h.boot.SameBoot(v.obs.Boot) {
-		return guestclient.Target{}, fmt.Errorf("fake host: %s: %w", id, driver.ErrNotRunning)
+		return nil, fmt.Errorf("fake host: %s: %w", id, driver.ErrNotRunning)
 	}
-	return guestclient.Target{Port: v.obs.GuestPort, PID: v.obs.PID, Token: token, StartTicks: StartTicks(v.obs.PID), BootID: v.obs.Boot.BootID}, nil
+	return v, nil
 }
 
 // StartTicks is the start time a fake host's QEMU of pid has.
