@@ -268,5 +268,8 @@ type Usage struct {
 
 // SpendEventTypes are the guest's events that end a unit of spend, whose
 // spent_usd the usage sums. task.progress is left out: it is the running
-// total of a task that ends with one of these.
-var SpendEventTypes = []string{protocol.EventTaskCompleted, protocol.EventTaskFailed, protocol.EventMessageAssistant}
+// total of a task that ends with one of these. memory.updated is counted
+// (ref 9.6 names only the three others): a memory pass is model spend like
+// a turn's, on a ledger of its own, reported once by the event that ends it,
+// so a total without it would say the Dot spent less than it did.
+var SpendEventTypes = []string{protocol.EventTaskCompleted, protocol.EventTaskFailed, protocol.EventMessageAssistant, protocol.EventMemoryUpdated}
