@@ -8,10 +8,12 @@ import (
 	"testing"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
 
 // generatedTables is the client's copy of the Go tables it shows (the
-// permissions with their words, risk and default, and the config's bounds):
+// permissions with their words, risk and default, the config's bounds, and
+// the events whose spend the usage route sums):
 // written from Go, so the words have one owner. The test fails when the
 // file drifts; UPDATE_WEB_TABLES=1 writes it again.
 const generatedTables = "src/lib/generated.ts"
@@ -45,12 +47,18 @@ func tablesSource() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	sj, err := json.Marshal(wire.SpendEventTypes)
+	if err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
-	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds); do not edit.\n")
+	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds) and the Dots API (SpendEventTypes); do not edit.\n")
 	fmt.Fprintf(&out, "// UPDATE_WEB_TABLES=1 go test ./web writes it again.\n\n")
 	fmt.Fprintf(&out, "export type Decision = 'allow' | 'ask' | 'deny';\n\n")
 	fmt.Fprintf(&out, "export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision }[] = %s;\n\n", pj)
-	fmt.Fprintf(&out, "export const BOUNDS = %s as const;\n", bj)
+	fmt.Fprintf(&out, "export const BOUNDS = %s as const;\n\n", bj)
+	fmt.Fprintf(&out, "/** The events whose spent_usd the usage route sums: a Dot's spend changes on these only. */\n")
+	fmt.Fprintf(&out, "export const SPEND_EVENT_TYPES: readonly string[] = %s;\n", sj)
 	return out.Bytes(), nil
 }
 

@@ -31,6 +31,7 @@ var subcommands = []func() *cobra.Command{
 	newStatusCommand,
 	newFilesCommand,
 	newScreenshotCommand,
+	newBrowserCommand,
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Approve) },
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Reject) },
 	newSecretCommand,

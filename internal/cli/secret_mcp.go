@@ -72,7 +72,7 @@ once.
 				fmt.Fprintf(out, "cleared %s of MCP server %s of Dot %s/%s\n", name, server, c.ns, dot)
 				return nil
 			}
-			value, err := readSecretValue(cmd.InOrStdin(), cmd.ErrOrStderr(), name)
+			value, err := readSecretValue(cmd.InOrStdin(), cmd.ErrOrStderr(), name, "invisible-dots secret mcp DOT SERVER NAME")
 			if err != nil {
 				return err
 			}
@@ -90,8 +90,8 @@ once.
 
 // readSecretValue reads a secret's value: from a terminal without echo,
 // after a prompt on errOut; from anything else as it comes, less one final
-// line end.
-func readSecretValue(in io.Reader, errOut io.Writer, name string) (string, error) {
+// line end. command is the command line that reads it, for the hint.
+func readSecretValue(in io.Reader, errOut io.Writer, name, command string) (string, error) {
 	var b []byte
 	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		fmt.Fprintf(errOut, "%s (not shown): ", name)
@@ -113,7 +113,7 @@ func readSecretValue(in io.Reader, errOut io.Writer, name string) (string, error
 	}
 	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
 	if len(b) == 0 {
-		return "", errors.New("no value was read: pipe it in, as printf '%s' \"$VALUE\" | invisible-dots secret mcp DOT SERVER NAME")
+		return "", fmt.Errorf("no value was read: pipe it in, as printf '%%s' \"$VALUE\" | %s", command)
 	}
 	return string(b), nil
 }

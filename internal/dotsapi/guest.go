@@ -1,6 +1,8 @@
 package dotsapi
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,23 +97,50 @@ func (h *Handler) localHost() string {
 // answer when it is a 200; any other answer is the guest's refusal, passed
 // through (guestRefusal). The caller closes the body and cancels.
 func (h *Handler) guestGet(ctx context.Context, g dotGuest, pathAndQuery string) (*http.Response, context.CancelFunc, error) {
-	ctx, cancel := context.WithTimeout(ctx, guestCallTimeout)
-	resp, err := h.guests.Do(ctx, g.computer, http.MethodGet, pathAndQuery, nil, nil)
+	return h.guestCall(ctx, g, guestRequest{method: http.MethodGet, path: pathAndQuery, want: http.StatusOK})
+}
+
+// guestRequest is one request to a guest and the status that is its
+// success.
+type guestRequest struct {
+	method, path string
+	// body is sent as application/json when not nil.
+	body []byte
+	want int
+	// timeout bounds the request, guestCallTimeout when 0.
+	timeout time.Duration
+	// secret is a secret the body carries (a browser identity's proxy):
+	// masked as *** in a refusal's words, should a guest repeat it.
+	secret string
+}
+
+// guestCall sends q to dot-agentd of the guest and returns its answer when
+// its status is q.want; any other answer is the guest's refusal, passed
+// through (guestRefusal). The caller closes the body and cancels.
+func (h *Handler) guestCall(ctx context.Context, g dotGuest, q guestRequest) (*http.Response, context.CancelFunc, error) {
+	timeout := cmp.Or(q.timeout, guestCallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	var body io.Reader
+	var header http.Header
+	if q.body != nil {
+		body, header = bytes.NewReader(q.body), http.Header{"Content-Type": {"application/json"}}
+	}
+	resp, err := h.guests.Do(ctx, g.computer, q.method, q.path, body, header)
 	if err != nil {
 		cancel()
-		return nil, nil, h.unreachable(g, pathAndQuery, err)
+		return nil, nil, h.unreachable(g, q.method, q.path, timeout, err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != q.want {
 		defer cancel()
 		defer resp.Body.Close()
-		return nil, nil, guestRefusal(resp)
+		return nil, nil, guestRefusal(resp, q.secret)
 	}
 	return resp, cancel, nil
 }
 
 // unreachable words a request that reached no answer of the guest: by what
 // happened, never the guest's text.
-func (h *Handler) unreachable(g dotGuest, pathAndQuery string, err error) error {
+func (h *Handler) unreachable(g dotGuest, method, pathAndQuery string, timeout time.Duration, err error) error {
 	what := g.computer.String()
 	route, _, _ := strings.Cut(pathAndQuery, "?")
 	var msg string
@@ -123,12 +152,12 @@ func (h *Handler) unreachable(g dotGuest, pathAndQuery string, err error) error 
 	case errors.Is(err, guestclient.ErrGuestNotAnswering):
 		msg = fmt.Sprintf("the guest of Dot %s is not answering yet (it may still be starting)", what)
 	case errors.Is(err, context.DeadlineExceeded):
-		msg = fmt.Sprintf("the guest of Dot %s did not answer GET %s within %s", what, route, guestCallTimeout)
+		msg = fmt.Sprintf("the guest of Dot %s did not answer %s %s within %s", what, method, route, timeout)
 	default:
-		msg = fmt.Sprintf("the request GET %s to the guest of Dot %s did not complete", route, what)
+		msg = fmt.Sprintf("the request %s %s to the guest of Dot %s did not complete", method, route, what)
 		// The guest client's errors name the port and the route, never the
-		// token.
-		h.log.V(1).Info("a guest request failed", "dot", what, "route", route, "err", err.Error())
+		// token or a body.
+		h.log.V(1).Info("a guest request failed", "dot", what, "method", method, "route", route, "err", err.Error())
 	}
 	return apiErrorf(http.StatusServiceUnavailable, wire.CodeGuestUnavailable, "%s", msg)
 }
@@ -145,8 +174,8 @@ const maxGuestMessage = 300
 // 401 is the token the agent sent, not the caller's: it is the guest that
 // could not be used. The guest's message is the Dot's own answer to a
 // person who may read the Dot; it is clipped to printable text and never
-// logged.
-func guestRefusal(resp *http.Response) error {
+// logged. A secret the request carried is masked in them as ***.
+func guestRefusal(resp *http.Response, secret string) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	// A refusal that is not the protocol's ErrorResponse, exactly, keeps
 	// its status and no code or words.
@@ -163,6 +192,9 @@ func guestRefusal(resp *http.Response) error {
 		code = wire.CodeGuestError
 	}
 	msg := fmt.Sprintf("the guest answered %d %s", status, code)
+	if strings.TrimSpace(secret) != "" {
+		er.Message = strings.ReplaceAll(er.Message, secret, "***")
+	}
 	if m := printable(er.Message, maxGuestMessage); m != "" {
 		msg += ": " + m
 	}

@@ -2,6 +2,7 @@ package dotsapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,6 +44,9 @@ type fakeGuests struct {
 	routes map[types.NamespacedName]map[string]fakeRoute
 	// asked is every request, as "namespace/name GET /path?query".
 	asked []string
+	// bodies is the body of every request that had one, with its
+	// Content-Type: "application/json {...}".
+	bodies []string
 }
 
 // fakeRoute answers one request of a fake guest.
@@ -56,7 +60,8 @@ var _ guestproxy.Proxy = (*fakeGuests)(nil)
 
 func (f *fakeGuests) Host() string { return f.host }
 
-// serve makes the guest of computer answer route.
+// serve makes the guest of computer answer route: a GET of its path, or
+// "METHOD /path" for another method.
 func (f *fakeGuests) serve(computer types.NamespacedName, route string, fn fakeRoute) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -66,10 +71,17 @@ func (f *fakeGuests) serve(computer types.NamespacedName, route string, fn fakeR
 	f.routes[computer][route] = fn
 }
 
-func (f *fakeGuests) Do(_ context.Context, computer types.NamespacedName, method, pathAndQuery string, _ io.Reader, _ http.Header) (*http.Response, error) {
+func (f *fakeGuests) Do(_ context.Context, computer types.NamespacedName, method, pathAndQuery string, body io.Reader, header http.Header) (*http.Response, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked = append(f.asked, computer.String()+" "+method+" "+pathAndQuery)
+	if body != nil {
+		data, err := io.ReadAll(body)
+		if err != nil {
+			return nil, err
+		}
+		f.bodies = append(f.bodies, header.Get("Content-Type")+" "+string(data))
+	}
 	routes, ok := f.routes[computer]
 	if !ok {
 		return nil, guestproxy.ErrNoGuest
@@ -78,8 +90,12 @@ func (f *fakeGuests) Do(_ context.Context, computer types.NamespacedName, method
 	if err != nil {
 		return nil, err
 	}
-	fn, ok := routes[u.Path]
-	if !ok || method != http.MethodGet {
+	key := u.Path
+	if method != http.MethodGet {
+		key = method + " " + u.Path
+	}
+	fn, ok := routes[key]
+	if !ok {
 		return fakeAnswer(http.StatusNotFound, `{"error":"not_found","message":"no route"}`), nil
 	}
 	return fn(u.Query()), nil
@@ -94,19 +110,30 @@ func (f *fakeGuests) requests() []string {
 	return out
 }
 
+// sent returns the bodies sent so far and forgets them.
+func (f *fakeGuests) sent() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.bodies
+	f.bodies = nil
+	return out
+}
+
 func fakeAnswer(status int, body string) *http.Response {
 	return &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}
 }
 
 // guestRBAC is rbac with the guest routes' subresources: the editor and the
-// viewer of team-a get them, and only the editor writes MCP secrets.
+// viewer of team-a get them, and only the editor writes MCP secrets and
+// creates, closes and deletes browser identities.
 var guestRBAC = authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-	read := []string{filesSubresource, screenshotSubresource, toolsSubresource, skillsSubresource, usageSubresource, mcpSecretsSubresource}
+	read := []string{filesSubresource, screenshotSubresource, toolsSubresource, skillsSubresource, usageSubresource, mcpSecretsSubresource, browserIdentitiesSubresource}
 	if a.GetNamespace() == "team-a" && a.GetAPIGroup() == dotsv1.GroupVersion.Group && a.GetResource() == "dots" && slices.Contains(read, a.GetSubresource()) {
 		who, verb := a.GetUser().GetName(), a.GetVerb()
 		switch {
 		case (who == "eddie" || who == "vera") && verb == "get",
-			who == "eddie" && a.GetSubresource() == mcpSecretsSubresource && (verb == "update" || verb == "delete"):
+			who == "eddie" && a.GetSubresource() == mcpSecretsSubresource && (verb == "update" || verb == "delete"),
+			who == "eddie" && a.GetSubresource() == browserIdentitiesSubresource && (verb == "create" || verb == "update" || verb == "delete"):
 			return authorizer.DecisionAllow, "", nil
 		}
 	}
@@ -250,13 +277,26 @@ func newGuestEnv(t testing.TB, o guestEnvOptions) *guestEnv {
 // get sends GET path?query as who.
 func (e *guestEnv) get(t *testing.T, who, path string, query url.Values) (answer, *http.Response, []byte) {
 	t.Helper()
+	return e.send(t, http.MethodGet, who, path, query, "")
+}
+
+// send sends method path?query as who, with body as JSON when not "".
+func (e *guestEnv) send(t *testing.T, method, who, path string, query url.Values, body string) (answer, *http.Response, []byte) {
+	t.Helper()
 	u := e.srv.URL + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	req, err := http.NewRequest(http.MethodGet, u, nil)
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, u, rd)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+who)
 	resp, err := e.srv.Client().Do(req)
@@ -313,10 +353,14 @@ func commonGuestRefusals(path func(ns, name string) string, query url.Values) []
 // guestCase is one request to a guest route and its answer.
 type guestCase struct {
 	reason string
+	// method is GET when "".
+	method string
 	who    string
 	path   string
 	query  url.Values
-	want   answer
+	// body is sent as JSON when not "".
+	body string
+	want answer
 	// asks is what the guest must be asked, "" for nothing.
 	asks string
 	// check looks at a success.
@@ -328,9 +372,10 @@ func (e *guestEnv) run(t *testing.T, cases []guestCase) {
 	for _, tc := range cases {
 		t.Run(tc.reason, func(t *testing.T) {
 			e.guests.requests()
-			got, resp, body := e.get(t, tc.who, tc.path, tc.query)
+			method := cmp.Or(tc.method, http.MethodGet)
+			got, resp, body := e.send(t, method, tc.who, tc.path, tc.query, tc.body)
 			if !got.matches(tc.want) {
-				t.Fatalf("GET %s?%s as %s:\ngot  %+v\nwant %+v", tc.path, tc.query.Encode(), tc.who, got, tc.want)
+				t.Fatalf("%s %s?%s as %s:\ngot  %+v\nwant %+v", method, tc.path, tc.query.Encode(), tc.who, got, tc.want)
 			}
 			asked := e.guests.requests()
 			switch {
@@ -339,7 +384,7 @@ func (e *guestEnv) run(t *testing.T, cases []guestCase) {
 			case tc.asks != "" && (len(asked) != 1 || asked[0] != tc.asks):
 				t.Errorf("the guest was asked %q; want %q", asked, tc.asks)
 			}
-			if got.Status == http.StatusOK && tc.check != nil {
+			if got.Status < 300 && tc.check != nil {
 				tc.check(t, resp, body)
 			}
 		})
@@ -347,7 +392,11 @@ func (e *guestEnv) run(t *testing.T, cases []guestCase) {
 }
 
 func asked(k types.NamespacedName, pathAndQuery string) string {
-	return fmt.Sprintf("%s GET %s", k, pathAndQuery)
+	return askedBy(k, http.MethodGet, pathAndQuery)
+}
+
+func askedBy(k types.NamespacedName, method, pathAndQuery string) string {
+	return fmt.Sprintf("%s %s %s", k, method, pathAndQuery)
 }
 
 // jsonUnmarshalStrict decodes one JSON value with no unknown field.

@@ -36,7 +36,7 @@ func TestUsage(t *testing.T) {
 		guest(protocol.EventTaskCompleted, `{"task_id":"t1","summary":"done","spent_usd":0.5}`),
 		// The host's own task.failed (a task given up) reports no spend.
 		host(wire.EventTaskFailed, `{"task_id":"t2","error":"gave up"}`),
-		// Not one of ref 9.6's units of spend.
+		// A memory pass's spend counts like a turn's.
 		guest(protocol.EventMemoryUpdated, `{"conversations":1,"changed":true,"spent_usd":0.1}`),
 		// An answer that spent nothing says so by leaving the key out.
 		guest(protocol.EventMessageAssistant, `{"text":"free"}`),
@@ -62,7 +62,7 @@ func TestUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 0.0125 + 0.5 + 0.25 + 0.00000001; math.Abs(all.SpentUSD-want) > 1e-9 || all.Since != nil || all.Dot.UID != dot.UID {
+	if want := 0.0125 + 0.5 + 0.1 + 0.25 + 0.00000001; math.Abs(all.SpentUSD-want) > 1e-9 || all.Since != nil || all.Dot.UID != dot.UID {
 		t.Errorf("Usage = %+v; want %v since the first event", all, want)
 	}
 	recent, err := viewer.Usage(ctx, runningDot.Namespace, runningDot.Name, wire.UsageQuery{Since: &between})

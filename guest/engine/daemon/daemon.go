@@ -51,6 +51,9 @@ const (
 	// EnvTestGrace is a test hook: the tool's grace on a stop as a Go
 	// duration, instead of ref 8.7's 20 s.
 	EnvTestGrace = "INVISIBLE_DOTS_TEST_GRACE"
+	// EnvTestMemoryQuiet is a test hook: how long no turn runs before a
+	// memory pass, as a Go duration, instead of ref 8.6's 5 minutes.
+	EnvTestMemoryQuiet = "INVISIBLE_DOTS_TEST_MEMORY_QUIET"
 )
 
 // Config is the environment, read once at start.
@@ -67,6 +70,7 @@ type Config struct {
 	BuiltinSkills string
 	CrashAt       string
 	Grace         time.Duration
+	MemoryQuiet   time.Duration
 }
 
 // ConfigFromEnv reads the environment once (ref 8.8).
@@ -85,6 +89,7 @@ func ConfigFromEnv(getenv func(string) string) Config {
 		BuiltinSkills: cmp.Or(getenv(EnvBuiltinSkills), DefaultBuiltinSkills),
 		CrashAt:       getenv(EnvTestCrashAt),
 		Grace:         parseDuration(getenv(EnvTestGrace)),
+		MemoryQuiet:   parseDuration(getenv(EnvTestMemoryQuiet)),
 	}
 }
 
@@ -233,6 +238,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		defer cronDone.Done()
 		_ = cron.Run(cronCtx)
 	}()
+	cronDone.Add(1)
+	go func() {
+		defer cronDone.Done()
+		work.NewMemoryPass(eng, mem, cfg.MemoryQuiet).Run(cronCtx)
+	}()
 	if deps.Ready != nil {
 		deps.Ready()
 	}
@@ -245,8 +255,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			log.Error("api stopped", "err", err)
 		}
 	}
-	// The cron timer ends before the engine does, so no firing falls on a
-	// stopped engine (ref 8.8).
+	// The cron timer and the memory pass end before the engine does, so no
+	// firing falls on a stopped engine (ref 8.8) and a pass is cut (ref 8.6).
 	stopCron()
 	cronDone.Wait()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 25*time.Second)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/fileclient"
 	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
 	"github.com/invisible-dots/invisible-dots/guest/engine/work"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -349,7 +350,8 @@ func (f *fakeFiles) Read(_ context.Context, p string) ([]byte, error) {
 	defer f.mu.Unlock()
 	v, ok := f.files[p]
 	if !ok {
-		return nil, fmt.Errorf("%s does not exist", p)
+		// dot-agentd's answer, so a missing file is told from a failure.
+		return nil, &fileclient.Error{Status: http.StatusNotFound, Code: protocol.ErrNotFound, Path: p}
 	}
 	return []byte(v), nil
 }

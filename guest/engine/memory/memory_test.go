@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/fileclient"
 	"github.com/invisible-dots/invisible-dots/guest/engine/work"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
@@ -32,7 +33,7 @@ func (f *fakeFiles) Read(_ context.Context, p string) ([]byte, error) {
 	}
 	v, ok := f.files[p]
 	if !ok {
-		return nil, fmt.Errorf("%s does not exist", p)
+		return nil, &fileclient.Error{Status: 404, Code: protocol.ErrNotFound, Path: p}
 	}
 	return []byte(v), nil
 }

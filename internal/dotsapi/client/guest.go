@@ -68,6 +68,47 @@ func (c *Client) Skills(ctx context.Context, namespace, dot string) (protocol.Sk
 	return out, err
 }
 
+// BrowserIdentities lists the browser identities of the Dot namespace/name,
+// oldest first.
+func (c *Client) BrowserIdentities(ctx context.Context, namespace, dot string) (protocol.BrowserIdentities, error) {
+	var out protocol.BrowserIdentities
+	err := c.do(ctx, http.MethodGet, wire.BrowserIdentitiesPath(namespace, dot), "", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// CreateBrowserIdentity creates a browser identity of the Dot. Its proxy, when
+// in.Proxy is set, is write-only: no answer says more than hasProxy.
+func (c *Client) CreateBrowserIdentity(ctx context.Context, namespace, dot string, in protocol.BrowserIdentityCreate) (protocol.BrowserIdentity, error) {
+	var out protocol.BrowserIdentity
+	err := c.do(ctx, http.MethodPost, wire.BrowserIdentitiesPath(namespace, dot), "", in, http.StatusCreated, &out)
+	return out, err
+}
+
+// BrowserIdentity reads one browser identity of the Dot.
+func (c *Client) BrowserIdentity(ctx context.Context, namespace, dot, id string) (protocol.BrowserIdentity, error) {
+	var out protocol.BrowserIdentity
+	err := c.do(ctx, http.MethodGet, wire.BrowserIdentityPath(namespace, dot, id), "", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// DeleteBrowserIdentity closes a browser identity of the Dot and removes its
+// profile.
+func (c *Client) DeleteBrowserIdentity(ctx context.Context, namespace, dot, id string) error {
+	return c.do(ctx, http.MethodDelete, wire.BrowserIdentityPath(namespace, dot, id), "", nil, http.StatusNoContent, nil)
+}
+
+// CloseBrowserIdentity closes the browser of an identity of the Dot; its
+// profile stays.
+func (c *Client) CloseBrowserIdentity(ctx context.Context, namespace, dot, id string) error {
+	return c.do(ctx, http.MethodPost, wire.BrowserClosePath(namespace, dot, id), "", nil, http.StatusNoContent, nil)
+}
+
+// BrowserFrame reads one frame of an open identity's window as a JPEG.
+func (c *Client) BrowserFrame(ctx context.Context, namespace, dot, id string) ([]byte, error) {
+	_, data, err := c.get(ctx, wire.BrowserFramePath(namespace, dot, id), "", wire.MaxGuestAnswer)
+	return data, err
+}
+
 // MCPSecrets lists the MCP secrets the Dot namespace/name's config names and
 // whether each is set.
 func (c *Client) MCPSecrets(ctx context.Context, namespace, dot string) (wire.MCPSecrets, error) {

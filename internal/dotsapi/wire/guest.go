@@ -10,7 +10,8 @@ import (
 )
 
 // The routes of a Dot that read its guest (files, the screen, the engine's
-// tools and skills), its MCP secrets and its spend (ref 9.6).
+// tools, skills and browser identities), its MCP secrets and its spend (ref
+// 9.6).
 
 // Error codes of those routes. The guest's own refusals pass through with
 // their code and status (protocol.ErrOutsideHome, protocol.ErrNotFound,
@@ -44,10 +45,14 @@ const (
 	// CodeFileTooLarge, its reading stopped as soon as it passes the limit.
 	MaxFileBytes = 16 << 20
 	// MaxGuestAnswer bounds any other answer read from a guest (a listing,
-	// a screenshot, the engine's tools and skills).
+	// a screenshot, the engine's tools, skills and browser identities, a
+	// frame).
 	MaxGuestAnswer = 32 << 20
 	// MaxMCPSecretBody is the largest body of PUT MCPSecretPath.
 	MaxMCPSecretBody = 64 << 10
+	// MaxBrowserIdentityBody is the largest body of POST
+	// BrowserIdentitiesPath: a name and a proxy URL.
+	MaxBrowserIdentityBody = 64 << 10
 )
 
 // DotHome is the one directory the file routes read: the Dot's home.
@@ -72,6 +77,32 @@ func ToolsPath(namespace, dot string) string { return dotPath(namespace, dot) + 
 
 // SkillsPath is the Dot's skills (GET: protocol.Skills).
 func SkillsPath(namespace, dot string) string { return dotPath(namespace, dot) + "/skills" }
+
+// BrowserIdentitiesPath lists the Dot's browser identities (GET:
+// protocol.BrowserIdentities) or creates one (POST
+// protocol.BrowserIdentityCreate: 201 protocol.BrowserIdentity); the
+// engine's routes of ref 5.3 passed through.
+func BrowserIdentitiesPath(namespace, dot string) string {
+	return dotPath(namespace, dot) + "/browser-identities"
+}
+
+// BrowserIdentityPath reads (GET: protocol.BrowserIdentity) or deletes
+// (DELETE: 204) one browser identity of the Dot.
+func BrowserIdentityPath(namespace, dot, id string) string {
+	return BrowserIdentitiesPath(namespace, dot) + "/" + url.PathEscape(id)
+}
+
+// BrowserFramePath is one frame of an open identity's window (GET:
+// image/jpeg).
+func BrowserFramePath(namespace, dot, id string) string {
+	return BrowserIdentityPath(namespace, dot, id) + protocol.BrowserIdentityFrame
+}
+
+// BrowserClosePath closes an identity's browser, its profile kept (POST:
+// 204).
+func BrowserClosePath(namespace, dot, id string) string {
+	return BrowserIdentityPath(namespace, dot, id) + protocol.BrowserIdentityClose
+}
 
 // MCPSecretsPath lists the MCP secrets the Dot's config names (GET:
 // MCPSecrets).
@@ -237,5 +268,8 @@ type Usage struct {
 
 // SpendEventTypes are the guest's events that end a unit of spend, whose
 // spent_usd the usage sums. task.progress is left out: it is the running
-// total of a task that ends with one of these.
-var SpendEventTypes = []string{protocol.EventTaskCompleted, protocol.EventTaskFailed, protocol.EventMessageAssistant}
+// total of a task that ends with one of these. memory.updated is counted
+// (ref 9.6 names only the three others): a memory pass is model spend like
+// a turn's, on a ledger of its own, reported once by the event that ends it,
+// so a total without it would say the Dot spent less than it did.
+var SpendEventTypes = []string{protocol.EventTaskCompleted, protocol.EventTaskFailed, protocol.EventMessageAssistant, protocol.EventMemoryUpdated}

@@ -1,4 +1,4 @@
-// Written by web/tables_test.go from guest/protocol (Permissions, Bounds); do not edit.
+// Written by web/tables_test.go from guest/protocol (Permissions, Bounds) and the Dots API (SpendEventTypes); do not edit.
 // UPDATE_WEB_TABLES=1 go test ./web writes it again.
 
 export type Decision = 'allow' | 'ask' | 'deny';
@@ -132,3 +132,6 @@ export const BOUNDS = {
     "min": 2
   }
 } as const;
+
+/** The events whose spent_usd the usage route sums: a Dot's spend changes on these only. */
+export const SPEND_EVENT_TYPES: readonly string[] = ["task.completed","task.failed","message.assistant","memory.updated"];

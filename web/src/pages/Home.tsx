@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { dotPath, getJSON } from '../lib/api';
+import { SPEND_EVENT_TYPES } from '../lib/generated';
 import { SetupChecklist } from '../components/SetupChecklist';
 import { approvals, computers, dots, inView, onStreamEvent, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
@@ -88,7 +89,7 @@ function useSpentToday(ns: string, name: string): number | undefined {
         .catch(() => live && setSpent(undefined));
     read();
     const stop = onStreamEvent((e) => {
-      if (e.namespace === ns && e.dot === name && (e.type === 'message.assistant' || e.type === 'task.completed' || e.type === 'task.failed')) read();
+      if (e.namespace === ns && e.dot === name && SPEND_EVENT_TYPES.includes(e.type)) read();
     });
     return () => {
       live = false;
