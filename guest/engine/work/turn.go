@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/invisible-dots/invisible-dots/guest/engine/images"
 	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -34,6 +35,26 @@ type turn struct {
 	mu        sync.Mutex
 	executing bool
 	stopped   bool
+	// images are the newest images the turn's calls answered with (data:
+	// URLs), at most images.PerTurn, oldest first: each request of the turn
+	// shows them; they are never stored (ref 6 "Screenshots").
+	images []string
+}
+
+// addImages keeps the turn's newest images.
+func (t *turn) addImages(urls []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.images = append(t.images, urls...)
+	if over := len(t.images) - images.PerTurn; over > 0 {
+		t.images = append([]string(nil), t.images[over:]...)
+	}
+}
+
+func (t *turn) shownImages() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.images...)
 }
 
 func (t *turn) stop(grace time.Duration) {
