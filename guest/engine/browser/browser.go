@@ -806,3 +806,22 @@ func (m *Manager) IdentityTool(ctx context.Context, name string, args map[string
 	}
 	return Result{Text: fmt.Sprintf("There is no browser identity tool named %q.", name)}
 }
+
+// RelayRemover deletes a directory of the Dot's home as dot, through the same
+// relay that runs the browser (dot-agentd has no delete route): the profile
+// is dot's, written by the browser as dot, and the engine's own user has no
+// right to it.
+func RelayRemover(l mcphost.Launcher) func(ctx context.Context, dir string) error {
+	return func(ctx context.Context, dir string) error {
+		cmd, err := l.RelayCommand(protocol.MCPServerConfig{Command: "rm", Args: []string{"-rf", "--", dir}}, nil)
+		if err != nil {
+			return err
+		}
+		cmd.Stdin = nil
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("rm -rf %s as dot: %v: %s", dir, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+}
