@@ -57,6 +57,7 @@ const (
 	notOpenText     = "identity is not open; call browser_identity_launch first"
 	profileDirName  = "profile"
 	outputDirName   = "output"
+	outputMaxSize   = "67108864"
 	maxSlugLen      = 24
 	idSuffixLen     = 6
 	idSuffixLetters = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -435,6 +436,10 @@ func (m *Manager) serverConfig(id string, proxy sql.NullString) (protocol.MCPSer
 		Args: append([]string{
 			"--user-data-dir", path.Join(dir, profileDirName),
 			"--output-dir", path.Join(dir, outputDirName),
+			// Every screenshot (a frame every few seconds while the owner
+			// watches) and snapshot is also written there: the server evicts
+			// the oldest beyond this size.
+			"--output-max-size", outputMaxSize,
 			"--viewport-size", ViewportSize,
 			"--image-responses", "allow",
 		}, m.o.Args...),

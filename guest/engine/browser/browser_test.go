@@ -255,7 +255,7 @@ func TestLaunchCallCloseAndTheLeastRecentlyUsed(t *testing.T) {
 	// desktop, the proxy only as a named secret.
 	first := r.fake.starts[0]
 	dir := "/home/dot/browsers/" + ids["a"]
-	wantArgs := []string{"--user-data-dir", dir + "/profile", "--output-dir", dir + "/output", "--viewport-size", "1280x720", "--image-responses", "allow"}
+	wantArgs := []string{"--user-data-dir", dir + "/profile", "--output-dir", dir + "/output", "--output-max-size", "67108864", "--viewport-size", "1280x720", "--image-responses", "allow"}
 	if d := cmp.Diff(protocol.MCPServerConfig{Command: "/usr/local/bin/playwright-mcp", Args: wantArgs, Env: map[string]string{"DISPLAY": ":0"},
 		Secrets: []string{EnvProxy}}, first.cfg); d != "" {
 		t.Errorf("the server of a (-want +got):\n%s", d)
