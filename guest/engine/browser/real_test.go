@@ -24,8 +24,8 @@ import (
 )
 
 // EnvPlaywrightMCPDir names a directory where `npm ci` already installed
-// guest/image/golden/npm's lock (node_modules/@playwright/mcp); without it the
-// real test installs it once into the user's cache directory.
+// guest/image/golden/npm's lock (`make playwright-mcp`); without it the real
+// test installs it once into the user's cache directory.
 const EnvPlaywrightMCPDir = "INVISIBLE_DOTS_PLAYWRIGHT_MCP_DIR"
 
 // goldenNPM is the golden image's lock of @playwright/mcp, the one the image
@@ -37,7 +37,9 @@ var goldenNPM = filepath.Join("..", "..", "image", "golden", "npm")
 func installPlaywrightMCP(t *testing.T) string {
 	t.Helper()
 	if dir := os.Getenv(EnvPlaywrightMCPDir); dir != "" {
-		return dir
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", "@playwright", "mcp", "cli.js")); err == nil {
+			return dir
+		}
 	}
 	lock, err := os.ReadFile(filepath.Join(goldenNPM, "package-lock.json"))
 	if err != nil {
