@@ -9,6 +9,7 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"slices"
@@ -92,6 +93,9 @@ func (f *fakeServer) dial(cfg protocol.MCPServerConfig, secrets map[string]strin
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "Took the viewport screenshot"}, &sdk.ImageContent{MIMEType: mime, Data: buf.Bytes()}}}
 		})
 		c1, c2 := net.Pipe()
+		// browser_hover stands for a browser that dies under a call: the
+		// server's end of the connection goes away.
+		tool("browser_hover", func(anyArgs) *sdk.CallToolResult { c2.Close(); return text("unreachable") })
 		if _, err := srv.Connect(context.Background(), &sdk.IOTransport{Reader: c2, Writer: c2}, nil); err != nil {
 			return nil, err
 		}
@@ -131,6 +135,7 @@ func newRig(t *testing.T) *rig {
 		Remove:    func(_ context.Context, dir string) error { r.removed = append(r.removed, dir); return nil },
 		Offered:   func(name string) bool { return name != "browser_run_code_unsafe" && name != "browser_close" },
 		FrameWait: 200 * time.Millisecond,
+		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	t.Cleanup(func() { r.m.CloseAll(context.Background()) })
 	return r
@@ -412,7 +417,7 @@ func TestPageToolsOffered(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if d := cmp.Diff([]string{"browser_navigate", "browser_tabs", "browser_take_screenshot", "browser_wait_for"}, names); d != "" {
+	if d := cmp.Diff([]string{"browser_hover", "browser_navigate", "browser_tabs", "browser_take_screenshot", "browser_wait_for"}, names); d != "" {
 		t.Errorf("offered page tools (-want +got):\n%s", d)
 	}
 	if r.fake.starts[0].cfg.Args[0] != "--isolated" {
@@ -466,5 +471,30 @@ func TestLaunchWithoutABrowser(t *testing.T) {
 	id := r.create(t, "x", nil).ID
 	if _, err := r.m.Launch(context.Background(), id); codeOf(err) != protocol.ErrLaunchFailed || !strings.Contains(err.Error(), protocol.EnvMCPCommand) {
 		t.Errorf("Launch without a server = %v", err)
+	}
+}
+
+func TestABrowserThatDiesIsClosed(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	id := r.create(t, "fragile", nil).ID
+	if _, err := r.m.Launch(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	res := r.m.Call(ctx, "browser_hover", map[string]any{"identity_id": id, "element": "x", "target": "e1"})
+	if res.OK || !strings.Contains(res.Text, "the identity is closed now; call browser_identity_launch to open it again") {
+		t.Errorf("a call whose browser died = %+v", res)
+	}
+	if res := r.m.Call(ctx, "browser_tabs", map[string]any{"identity_id": id, "action": "list"}); res.Text != notOpenText {
+		t.Errorf("the next call = %+v, want not open: a lost browser is never reopened behind the Dot's back", res)
+	}
+	if _, err := r.m.Frame(ctx, id); codeOf(err) != protocol.ErrNotOpen {
+		t.Errorf("frame after the crash = %v, want not_open", err)
+	}
+	if d := cmp.Diff([]string{"created fragile", "launched fragile", "closed fragile"}, r.browserEvents(t)); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
+	if len(r.fake.starts) != 1 {
+		t.Errorf("the server was started %d times, want once (no restart)", len(r.fake.starts))
 	}
 }
