@@ -21,6 +21,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/invisible-dots/invisible-dots/guest/engine/browser"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
@@ -311,4 +312,22 @@ func decodeDataURL(t *testing.T, u string) image.Image {
 		t.Fatal(err)
 	}
 	return img
+}
+
+func TestPageToolApprovalAndTargetHideTheURLsUserinfo(t *testing.T) {
+	tb := Toolbox{Browser: browser.New(browser.Options{})}
+	args := map[string]any{"identity_id": "web-abc123", "url": "https://ann:hunter2@mail.example/inbox?q=1"}
+	shown := tb.ApprovalArguments("browser_navigate", args)
+	if shown["url"] != "https://mail.example/inbox?q=1" || shown["identity_id"] != "web-abc123" {
+		t.Errorf("approval arguments = %v, want the URL without its user and password, its query kept", shown)
+	}
+	if args["url"] != "https://ann:hunter2@mail.example/inbox?q=1" {
+		t.Errorf("the parked call's own URL was changed: %v", args["url"])
+	}
+	if got := tb.Target("browser_navigate", args); got != "web-abc123 https://mail.example/inbox?q=1" {
+		t.Errorf("target = %q", got)
+	}
+	if got := tb.Target("browser_type", map[string]any{"identity_id": "web-abc123", "text": "my password"}); got != "web-abc123" {
+		t.Errorf("browser_type's target = %q, want the identity only, never typed text", got)
+	}
 }
