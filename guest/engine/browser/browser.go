@@ -830,3 +830,20 @@ func RelayRemover(l mcphost.Launcher) func(ctx context.Context, dir string) erro
 		return nil
 	}
 }
+
+// Proxies are the identities' proxies, for masking: a proxy the person gave
+// in a chat passes through the model's call of browser_identity_create, and
+// the conversation files the model and the Files tab read must not keep it.
+func (m *Manager) Proxies(ctx context.Context) []string {
+	rows, err := m.rows(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, r := range rows {
+		if r.proxy.Valid {
+			out = append(out, r.proxy.String)
+		}
+	}
+	return out
+}

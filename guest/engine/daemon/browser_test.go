@@ -265,6 +265,17 @@ func TestBrowserIdentitiesThroughTheEngine(t *testing.T) {
 		return countType(evs, protocol.EventBrowserIdentityCreated) >= 3 && countType(evs, protocol.EventMessageAssistant) >= 5
 	})
 
+	// The conversation file keeps the call without the proxy the model gave.
+	conv := ""
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if conv = h.files.Under("/home/dot/conversations/"); strings.Contains(conv, "Created browser identity") {
+			break
+		}
+	}
+	if strings.Contains(conv, "s3cr3t") || !strings.Contains(conv, "Created browser identity") {
+		t.Errorf("the conversation file holds the proxy, or not the call:\n%s", conv)
+	}
+
 	// The identity with a proxy launches with it as a secret of the server.
 	h.send("m6", protocol.InboundUserMessage, protocol.UserMessage{Text: `run browser_identity_launch {"identity_id":"` + far.ID + `"}`})
 	s.waitFor(t, "the second launch", func(evs []protocol.OutboundEvent) bool {
