@@ -161,9 +161,26 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	// word when the engine ends some other way.
 	defer browsers.CloseAll(context.Background())
 	if cfg.MCPCommand != "" {
+		// The page tools are offered once the server said what they are; a
+		// probe that fails (dot-agentd still starting) is tried again, and
+		// a launch reads them too.
 		go func() {
-			if err := browsers.Probe(ctx); err != nil {
-				log.Warn("the browser's page tools are not offered", "err", err)
+			wait := 2 * time.Second
+			for try := 1; ; try++ {
+				err := browsers.Probe(ctx)
+				if err == nil || ctx.Err() != nil {
+					return
+				}
+				if try == 5 {
+					log.Warn("the browser's page tools are not offered until an identity is launched", "err", err)
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait *= 2
 			}
 		}()
 	}

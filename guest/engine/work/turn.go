@@ -41,6 +41,18 @@ type turn struct {
 	images []string
 }
 
+// offeredTools are the tools the model is offered under cfg: every tool
+// whose permission is not deny.
+func (e *Engine) offeredTools(cfg protocol.RuntimeConfig) []Tool {
+	var out []Tool
+	for _, tool := range e.tools.Tools() {
+		if cfg.Decision(tool.Permission) != protocol.Deny {
+			out = append(out, tool)
+		}
+	}
+	return out
+}
+
 // addImages keeps the turn's newest images.
 func (t *turn) addImages(urls []string) {
 	t.mu.Lock()
@@ -237,11 +249,7 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		// for those being started (ref 8.3), each at most its startup timeout.
 		e.mcp.Ready(ctx)
 	}
-	for _, tool := range e.tools.Tools() {
-		if cfg.Decision(tool.Permission) != protocol.Deny {
-			l.offered = append(l.offered, tool)
-		}
-	}
+	l.offered = e.offeredTools(*cfg)
 	if err := e.transition(ctx, nil); err != nil {
 		e.log.Error("record agent state", "err", err)
 	}
@@ -271,6 +279,10 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		} else if reason != "" {
 			return outcomeFailed, reason
 		}
+		// Read again for every request: a browser launched in this turn
+		// brings the page tools its server serves, which the next request
+		// offers.
+		l.offered = e.offeredTools(l.cfg)
 		req, err := e.buildRequest(ctx, t, l)
 		if err != nil {
 			if out, ok := e.interrupted(t); ok {
