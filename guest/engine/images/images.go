@@ -10,7 +10,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"image"
-	"image/color"
+	"image/draw"
 	"image/jpeg"
 	"image/png"
 	"strings"
@@ -79,23 +79,34 @@ func Fit(mime string, data []byte) (Image, error) {
 
 // scale sizes src down to w x h by averaging the source pixels each target
 // pixel covers (a box filter): for a downscale it keeps text legible, where
-// picking the nearest pixel drops whole strokes.
+// picking the nearest pixel drops whole strokes. It works on RGBA bytes (a
+// screenshot decodes to RGBA or NRGBA, which draw converts at once).
 func scale(src image.Image, w, h int) *image.RGBA {
 	b := src.Bounds()
+	rgba, ok := src.(*image.RGBA)
+	if !ok || rgba.Rect.Min != (image.Point{}) {
+		rgba = image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
+		draw.Draw(rgba, rgba.Rect, src, b.Min, draw.Src)
+	}
 	sw, sh := b.Dx(), b.Dy()
 	dst := image.NewRGBA(image.Rect(0, 0, w, h))
 	for y := 0; y < h; y++ {
 		y0, y1 := y*sh/h, max((y+1)*sh/h, y*sh/h+1)
 		for x := 0; x < w; x++ {
 			x0, x1 := x*sw/w, max((x+1)*sw/w, x*sw/w+1)
-			var r, g, bl, a, n uint64
+			var sum [4]uint32
 			for sy := y0; sy < y1; sy++ {
-				for sx := x0; sx < x1; sx++ {
-					cr, cg, cb, ca := src.At(b.Min.X+sx, b.Min.Y+sy).RGBA()
-					r, g, bl, a, n = r+uint64(cr), g+uint64(cg), bl+uint64(cb), a+uint64(ca), n+1
+				row := rgba.Pix[sy*rgba.Stride+x0*4 : sy*rgba.Stride+x1*4]
+				for i := 0; i < len(row); i += 4 {
+					sum[0] += uint32(row[i])
+					sum[1] += uint32(row[i+1])
+					sum[2] += uint32(row[i+2])
+					sum[3] += uint32(row[i+3])
 				}
 			}
-			dst.SetRGBA(x, y, color.RGBA{R: uint8(r / n >> 8), G: uint8(g / n >> 8), B: uint8(bl / n >> 8), A: uint8(a / n >> 8)})
+			n := uint32((y1 - y0) * (x1 - x0))
+			o := y*dst.Stride + x*4
+			dst.Pix[o], dst.Pix[o+1], dst.Pix[o+2], dst.Pix[o+3] = uint8(sum[0]/n), uint8(sum[1]/n), uint8(sum[2]/n), uint8(sum[3]/n)
 		}
 	}
 	return dst

@@ -72,3 +72,17 @@ func TestAttach(t *testing.T) {
 		t.Errorf("urls = %d, want one PNG data URL", len(urls))
 	}
 }
+
+// BenchmarkFit measures sizing a 2560x1440 desktop down for the model.
+func BenchmarkFit(b *testing.B) {
+	img := image.NewRGBA(image.Rect(0, 0, 2560, 1440))
+	var buf bytes.Buffer
+	png.Encode(&buf, img)
+	data := buf.Bytes()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := Fit("image/png", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
