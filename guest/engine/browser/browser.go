@@ -40,6 +40,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/engine/images"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
+	"github.com/invisible-dots/invisible-dots/guest/engine/tools"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -52,7 +53,6 @@ const (
 	toolClose       = "browser_close"
 	toolTabs        = "browser_tabs"
 	toolScreenshot  = "browser_take_screenshot"
-	identityArg     = "identity_id"
 	closeWait       = 30 * time.Second
 	notOpenText     = "identity is not open; call browser_identity_launch first"
 	profileDirName  = "profile"
@@ -95,8 +95,9 @@ type Options struct {
 	// StartupTimeout bounds a launch; CallTimeout one call (ref 7's MCP
 	// defaults when zero).
 	StartupTimeout, CallTimeout time.Duration
-	// Offered says which of the server's tools the model is offered (the
-	// permission table's, tools.BrowserPageTools).
+	// Offered says which of the server's tools the model is offered; nil is
+	// the permission table's (tools.BrowserPageTools), a test's fake server
+	// may name others.
 	Offered func(tool string) bool
 	// FrameWait is how long a frame waits for the call in flight
 	// (protocol.BrowserFrameWaitSeconds when zero).
@@ -131,7 +132,7 @@ func New(o Options) *Manager {
 		o.FrameWait = protocol.BrowserFrameWaitSeconds * time.Second
 	}
 	if o.Offered == nil {
-		o.Offered = func(string) bool { return true }
+		o.Offered = func(name string) bool { _, ok := tools.BrowserPageTools[name]; return ok }
 	}
 	return &Manager{o: o, open: map[string]*session{}, ops: map[string]*sync.Mutex{}}
 }
@@ -567,7 +568,7 @@ type Result struct {
 // identity is never launched by it (ref 6): the permission to launch decides
 // that alone.
 func (m *Manager) Call(ctx context.Context, tool string, args map[string]any) Result {
-	id, _ := args[identityArg].(string)
+	id, _ := args[tools.BrowserIdentityArg].(string)
 	if m.session(id) == nil {
 		m.reap(ctx)
 	}
@@ -583,7 +584,7 @@ func (m *Manager) Call(ctx context.Context, tool string, args map[string]any) Re
 	}
 	rest := make(map[string]any, len(args))
 	for k, v := range args {
-		if k != identityArg {
+		if k != tools.BrowserIdentityArg {
 			rest[k] = v
 		}
 	}
@@ -599,7 +600,7 @@ func (m *Manager) Call(ctx context.Context, tool string, args map[string]any) Re
 	m.touch(ctx, s)
 	res := s.srv.Call(ctx, tool, raw)
 	<-s.busy
-	if s.srv.Status().State != protocol.MCPConnected && m.detach(id) == s {
+	if (res.Gone || s.srv.Status().State != protocol.MCPConnected) && m.detach(id) == s {
 		// The server went away under the call: the identity is closed, and
 		// the model launches it again if it wants to.
 		m.ended(ctx, s, false)
@@ -637,7 +638,7 @@ func (m *Manager) Frame(ctx context.Context, id string) ([]byte, error) {
 	}
 	res := s.srv.Call(ctx, toolScreenshot, json.RawMessage(`{"type":"jpeg"}`))
 	<-s.busy
-	if s.srv.Status().State != protocol.MCPConnected {
+	if res.Gone || s.srv.Status().State != protocol.MCPConnected {
 		if m.detach(id) == s {
 			m.ended(ctx, s, false)
 		}
@@ -711,10 +712,10 @@ func withIdentity(raw json.RawMessage) (json.RawMessage, error) {
 	if props == nil {
 		props = map[string]any{}
 	}
-	props[identityArg] = map[string]any{"type": "string", "description": "The open browser identity to act on (browser_identity_launch opens one)."}
+	props[tools.BrowserIdentityArg] = map[string]any{"type": "string", "description": "The open browser identity to act on (browser_identity_launch opens one)."}
 	sch["properties"] = props
 	req, _ := sch["required"].([]any)
-	sch["required"] = append([]any{identityArg}, req...)
+	sch["required"] = append([]any{tools.BrowserIdentityArg}, req...)
 	return json.Marshal(sch)
 }
 
@@ -752,7 +753,7 @@ func (m *Manager) Validate(name string, raw json.RawMessage) (map[string]any, er
 // IdentityTool runs one of the table's browser_identity_* tools; the
 // routes and the tools share every path above.
 func (m *Manager) IdentityTool(ctx context.Context, name string, args map[string]any) Result {
-	id, _ := args[identityArg].(string)
+	id, _ := args[tools.BrowserIdentityArg].(string)
 	answer := func(text string, err error) Result {
 		var be *Error
 		switch {

@@ -155,7 +155,6 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	browsers := browser.New(browser.Options{
 		Store: st, Command: cfg.MCPCommand, Home: home, Dial: browserDial, Remove: browser.RelayRemover(launcher), Log: log,
-		Offered: func(name string) bool { _, ok := tools.BrowserPageTools[name]; return ok },
 	})
 	// A stop closes the browsers (work.Options.Browsers); this is the last
 	// word when the engine ends some other way.

@@ -68,6 +68,9 @@ type CallResult struct {
 	// Images are the images the result holds, in its order; Text says
 	// nothing of them, the caller shows them (images.Attach).
 	Images []images.Raw
+	// Gone: the server's connection ended under the call (it crashed or
+	// exited), which the server's state may not show yet.
+	Gone bool
 }
 
 // Server keeps one MCP server connected: it starts it, lists its tools,
@@ -513,7 +516,7 @@ func (s *Server) Call(ctx context.Context, tool string, args json.RawMessage) Ca
 		return CallResult{Text: fmt.Sprintf("The call to %s of the MCP server %s took longer than its timeout_s (%s) and was abandoned. "+
 			"It may have taken effect; check before calling it again.", tool, s.name, s.timeout)}
 	case err != nil && wentAway(err):
-		return CallResult{Text: s.mask(fmt.Sprintf("The MCP server %s went away during the call, so its outcome is unknown and it was not repeated; "+
+		return CallResult{Gone: true, Text: s.mask(fmt.Sprintf("The MCP server %s went away during the call, so its outcome is unknown and it was not repeated; "+
 			"the server is started again. %s", s.name, s.ended(nil, "")))}
 	case err != nil:
 		return CallResult{Text: s.mask(fmt.Sprintf("The MCP server %s failed the call: %v", s.name, err))}
