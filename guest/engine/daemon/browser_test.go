@@ -167,13 +167,13 @@ func TestBrowserIdentitiesThroughTheEngine(t *testing.T) {
 	// The model launches, navigates and looks four times in one response:
 	// its next request shows the newest three, after the last tool message.
 	h.send("m2", protocol.InboundUserMessage, protocol.UserMessage{Text: `run browser_identity_launch {"identity_id":"` + web.ID + `"}`})
-	s.waitFor(t, "the launch", hasType(protocol.EventBrowserIdentityLaunch))
+	// Each message waits for its answer: one sent during a turn would join it.
+	s.waitFor(t, "the launch's answer", func(evs []protocol.OutboundEvent) bool {
+		return countType(evs, protocol.EventBrowserIdentityLaunch) == 1 && countType(evs, protocol.EventMessageAssistant) >= 2
+	})
 	shot := `browser_take_screenshot {"identity_id":"` + web.ID + `"}`
 	h.send("m3", protocol.InboundUserMessage, protocol.UserMessage{Text: "run " + shot + " " + shot + " " + shot + " " + shot})
-	deadline := time.Now().Add(10 * time.Second)
-	for countType(s.Events(), protocol.EventMessageAssistant) < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	s.waitFor(t, "the screenshots' answer", func(evs []protocol.OutboundEvent) bool { return countType(evs, protocol.EventMessageAssistant) >= 3 })
 	reqs := h.or.Requests()
 	after := reqs[len(reqs)-1]
 	msgs := after.Messages
