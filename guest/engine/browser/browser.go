@@ -360,8 +360,11 @@ func (m *Manager) ended(ctx context.Context, s *session, asked bool) {
 		cancel()
 	}
 	s.srv.Close()
-	err := m.o.Store.Write(context.WithoutCancel(ctx), "browser-closed", func(tx *store.Tx) error {
-		_, err := tx.Emit(ctx, protocol.EventBrowserIdentityClosed, protocol.BrowserIdentityEvent{IdentityID: s.id, Name: s.name})
+	// Recorded even when the call that found out was cancelled: the browser
+	// is gone either way.
+	wctx := context.WithoutCancel(ctx)
+	err := m.o.Store.Write(wctx, "browser-closed", func(tx *store.Tx) error {
+		_, err := tx.Emit(wctx, protocol.EventBrowserIdentityClosed, protocol.BrowserIdentityEvent{IdentityID: s.id, Name: s.name})
 		return err
 	})
 	if err != nil {
