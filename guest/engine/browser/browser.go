@@ -112,6 +112,9 @@ type Manager struct {
 	mu    sync.Mutex
 	open  map[string]*session
 	ops   map[string]*sync.Mutex // one launch, close or delete of an identity at a time
+	// launching counts the launches under way, which hold a place among
+	// the open ones (two turns may launch two identities at once).
+	launching int
 	tools []mcphost.Tool         // the server's tools, as it last listed them
 }
 
@@ -486,7 +489,13 @@ func (m *Manager) Launch(ctx context.Context, id string) (string, error) {
 		return "", refuse(protocol.ErrLaunchFailed, "this computer has no browser: the engine was not given its MCP server (%s)", protocol.EnvMCPCommand)
 	}
 	var closed string
-	if victim := m.leastRecentlyUsed(); victim != nil {
+	victim := m.leastRecentlyUsed()
+	defer func() {
+		m.mu.Lock()
+		m.launching--
+		m.mu.Unlock()
+	}()
+	if victim != nil {
 		m.ended(ctx, victim, true)
 		closed = fmt.Sprintf(" %s (%s) was closed to make room: at most %d browsers are open at once.", victim.id, victim.name, protocol.BrowserMaxOpen)
 	}
@@ -525,12 +534,13 @@ func (m *Manager) Launch(ctx context.Context, id string) (string, error) {
 	return fmt.Sprintf("The browser of %s (%s) is open; act on it with the page tools and identity_id %q.%s", id, r.name, id, closed), nil
 }
 
-// leastRecentlyUsed detaches the open session used least recently when no
-// room is left for one more.
+// leastRecentlyUsed takes a place for a launch and detaches the open
+// session used least recently when no room is left for it.
 func (m *Manager) leastRecentlyUsed() *session {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.open) < protocol.BrowserMaxOpen {
+	m.launching++
+	if len(m.open)+m.launching <= protocol.BrowserMaxOpen || len(m.open) == 0 {
 		return nil
 	}
 	var lru *session
