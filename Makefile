@@ -11,7 +11,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 BIN := bin/invisible-dots
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
-.PHONY: all build build-go web test-web bench-web run test test-unit test-integration test-e2e test-image golden-image test-golden-image bench-golden dot-agentd test-agentd bench bench-parts manifests generate verify clean
+.PHONY: all build build-go web playwright-mcp test-web bench-web run test test-unit test-integration test-e2e test-image golden-image test-golden-image bench-golden dot-agentd test-agentd bench bench-parts manifests generate verify clean
 
 all: build
 
@@ -97,9 +97,22 @@ test:
 # Packages under test/ are the slow suites below.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/test/')
 
-test-unit:
-	$(GO) test -count=1 -timeout 30m $(UNIT_PKGS)
+test-unit: playwright-mcp
+	INVISIBLE_DOTS_PLAYWRIGHT_MCP_DIR=$(abspath $(PLAYWRIGHT_MCP_DIR)) $(GO) test -count=1 -timeout 30m $(UNIT_PKGS)
 	$(MAKE) fuzz FUZZTIME=3s
+
+# The golden image's @playwright/mcp, installed from its lock (npm ci, no
+# browser download: it drives Debian's chromium) for the real browser test of
+# guest/engine/browser. Without npm the test installs nothing and skips.
+PLAYWRIGHT_MCP_DIR := _output/playwright-mcp
+PLAYWRIGHT_MCP_LOCK := guest/image/golden/npm/package.json guest/image/golden/npm/package-lock.json
+
+playwright-mcp: $(PLAYWRIGHT_MCP_DIR)/node_modules/.package-lock.json
+
+$(PLAYWRIGHT_MCP_DIR)/node_modules/.package-lock.json: $(PLAYWRIGHT_MCP_LOCK)
+	@command -v npm >/dev/null || { echo "npm is missing: the real browser test will skip"; exit 0; }; \
+	mkdir -p $(PLAYWRIGHT_MCP_DIR) && cp $(PLAYWRIGHT_MCP_LOCK) $(PLAYWRIGHT_MCP_DIR)/ && \
+	cd $(PLAYWRIGHT_MCP_DIR) && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
 
 test-integration:
 	$(GO) test -count=1 -timeout 30m ./test/integration/

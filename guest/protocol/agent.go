@@ -210,7 +210,10 @@ const (
 	ErrBusy          = "busy"
 	ErrCrashed       = "crashed"
 	ErrFrameFailed   = "frame_failed"
-	ErrForbidden     = "forbidden"
+	// ErrLaunchFailed is an answer of the model's browser_identity_launch, never
+	// of a route: no route launches an identity (ref 5.3).
+	ErrLaunchFailed = "launch_failed"
+	ErrForbidden    = "forbidden"
 )
 
 // ErrorStatus is the HTTP status of an error code.

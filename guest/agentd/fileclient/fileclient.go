@@ -1,6 +1,7 @@
 // Package fileclient is the engine's client of the file routes of
 // dot-agentd's local socket (ref 5.2): GET and PUT /v1/files and GET
-// /v1/files/list. They act as dot, so what the engine may read and write (the
+// /v1/files/list, and GET /v1/screenshot (the desktop as a PNG, for
+// computer_screenshot). They act as dot, so what the engine may read and write (the
 // model's file tools, the Dot's notes, skills and conversation files) is the
 // operating system's decision, not the engine's (ref 8.8).
 package fileclient
@@ -74,6 +75,9 @@ func (e *Error) Error() string {
 	if msg == "" {
 		msg = http.StatusText(e.Status)
 	}
+	if e.Path == "" {
+		return "dot-agentd refused: " + msg
+	}
 	return fmt.Sprintf("dot-agentd refused %s: %s", e.Path, msg)
 }
 
@@ -87,7 +91,10 @@ func HasCode(err error, code string) bool {
 // do sends one request about path p. A success is returned with its body
 // open; anything else is an *Error, the context's error, or the socket's.
 func (c *Client) do(ctx context.Context, method, route, p string, body []byte) (*http.Response, error) {
-	u := "http://agentd" + route + "?" + url.Values{protocol.QueryPath: {p}}.Encode()
+	u := "http://agentd" + route
+	if p != "" {
+		u += "?" + url.Values{protocol.QueryPath: {p}}.Encode()
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -155,4 +162,20 @@ func (c *Client) List(ctx context.Context, p string) ([]protocol.ListEntry, erro
 		return nil, fmt.Errorf("read the listing of %s from dot-agentd: %w", p, err)
 	}
 	return lr.Entries, nil
+}
+
+// Screenshot takes the desktop (the display dot-agentd serves) as a PNG.
+// A refusal is an *Error with the route's code (no_display,
+// screenshot_failed) and its Path empty.
+func (c *Client) Screenshot(ctx context.Context) ([]byte, error) {
+	resp, err := c.do(ctx, http.MethodGet, protocol.PathScreenshot, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read the screenshot from dot-agentd: %w", err)
+	}
+	return b, nil
 }

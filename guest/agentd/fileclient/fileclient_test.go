@@ -228,3 +228,25 @@ func TestNoAnswer(t *testing.T) {
 		t.Errorf("Write to a dot-agentd that never answers returned no error despite the timeout")
 	}
 }
+
+func TestScreenshot(t *testing.T) {
+	png := "\x89PNG\r\n\x1a\nfake"
+	var gotPath, gotQuery string
+	socket := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotPath, gotQuery = r.URL.Path, r.URL.RawQuery
+		w.Header().Set("Content-Type", "image/png")
+		io.WriteString(w, png)
+	}))
+	b, err := New(socket, 0).Screenshot(context.Background())
+	if err != nil || string(b) != png || gotPath != protocol.PathScreenshot || gotQuery != "" {
+		t.Fatalf("Screenshot = %q, %v on %s?%s; want the PNG from %s", b, err, gotPath, gotQuery, protocol.PathScreenshot)
+	}
+	socket = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(protocol.ErrorResponse{Error: protocol.ErrNoDisplay, Message: "display :0 is not running"})
+	}))
+	_, err = New(socket, 0).Screenshot(context.Background())
+	if !HasCode(err, protocol.ErrNoDisplay) || err.Error() != "dot-agentd refused: display :0 is not running" {
+		t.Fatalf("Screenshot without a display = %v, want no_display with its message", err)
+	}
+}

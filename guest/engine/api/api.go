@@ -31,6 +31,18 @@ type SkillLister interface {
 	Skills(ctx context.Context) ([]protocol.Skill, error)
 }
 
+// Browsers are the Dot's browser identities (browser.Manager): the routes
+// and the model's tools share them, so their limits hold for both (ref 5.3).
+type Browsers interface {
+	List(ctx context.Context) ([]protocol.BrowserIdentity, error)
+	Get(ctx context.Context, id string) (protocol.BrowserIdentity, error)
+	Create(ctx context.Context, name string, proxy *string) (protocol.BrowserIdentity, error)
+	Delete(ctx context.Context, id string) error
+	Close(ctx context.Context, id string) error
+	Frame(ctx context.Context, id string) ([]byte, error)
+	Counts(ctx context.Context) protocol.BrowserCounts
+}
+
 // Checker is one of the health checks.
 type Checker func(ctx context.Context) protocol.HealthCheck
 
@@ -39,6 +51,7 @@ type Server struct {
 	Engine    *work.Engine
 	Store     *store.Store
 	Skills    SkillLister
+	Browsers  Browsers
 	Checks    []Checker
 	Log       *slog.Logger
 	KeepAlive time.Duration // default 15 s
@@ -80,6 +93,15 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+protocol.RouteTools, s.tools)
 	mux.HandleFunc("GET "+protocol.RouteSkills, s.skills)
 	mux.HandleFunc("POST "+protocol.RoutePrepareSleep, s.prepareSleep)
+	if s.Browsers != nil {
+		idPath := protocol.RouteBrowserIdents + "/{id}"
+		mux.HandleFunc("GET "+protocol.RouteBrowserIdents, s.browserList)
+		mux.HandleFunc("POST "+protocol.RouteBrowserIdents, s.browserCreate)
+		mux.HandleFunc("GET "+idPath, s.browserGet)
+		mux.HandleFunc("DELETE "+idPath, s.browserDelete)
+		mux.HandleFunc("GET "+idPath+protocol.BrowserIdentityFrame, s.browserFrame)
+		mux.HandleFunc("POST "+idPath+protocol.BrowserIdentityClose, s.browserClose)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := door.Allowed(mux, r, "/"); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
@@ -148,8 +170,15 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, protocol.Health{
 		Status: status, State: st.State, OpenRouterConfigured: s.Engine.KeyConfigured(),
-		Browser: protocol.BrowserCounts{}, Checks: checks,
+		Browser: s.browserCounts(r.Context()), Checks: checks,
 	})
+}
+
+func (s *Server) browserCounts(ctx context.Context) protocol.BrowserCounts {
+	if s.Browsers == nil {
+		return protocol.BrowserCounts{}
+	}
+	return s.Browsers.Counts(ctx)
 }
 
 func (s *Server) secrets(w http.ResponseWriter, r *http.Request) {

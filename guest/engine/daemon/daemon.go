@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/user"
 	"path"
@@ -27,6 +29,8 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/agentd/fileclient"
 	"github.com/invisible-dots/invisible-dots/guest/engine/api"
 	"github.com/invisible-dots/invisible-dots/guest/engine/automation"
+	"github.com/invisible-dots/invisible-dots/guest/engine/browser"
+	"github.com/invisible-dots/invisible-dots/guest/engine/images"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/memory"
 	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
@@ -111,6 +115,9 @@ type Deps struct {
 	// relay (a test's in-memory servers); it applies to the product's
 	// toolbox only, when Tools is nil.
 	MCPDial func(name string, entry protocol.MCPServerConfig, secrets map[string]string) mcphost.Dialer
+	// BrowserDial, when set, reaches the browser's MCP server instead of
+	// the relay (a test's fake @playwright/mcp).
+	BrowserDial func(cfg protocol.MCPServerConfig, secrets map[string]string) mcphost.Dialer
 	// Ready, when set, is called once the API serves.
 	Ready func()
 }
@@ -143,6 +150,45 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	home := path.Dir(cfg.Workspace)
 
+	// The browser identities run the image's @playwright/mcp through the
+	// same relay and MCP client as the declared servers (ref 6, 8.3).
+	launcher := mcphost.Launcher{RelayPath: cfg.AgentdBin, AgentdSocket: cfg.AgentdSocket, Cwd: home, Path: relayPath,
+		TerminateAfter: time.Second}
+	browserDial := deps.BrowserDial
+	if browserDial == nil {
+		browserDial = launcher.Dialer
+	}
+	browsers := browser.New(browser.Options{
+		Store: st, Command: cfg.MCPCommand, Home: home, Dial: browserDial, Remove: browser.RelayRemover(launcher), Log: log,
+	})
+	// A stop closes the browsers (work.Options.Browsers); this is the last
+	// word when the engine ends some other way.
+	defer browsers.CloseAll(context.Background())
+	if cfg.MCPCommand != "" {
+		// The page tools are offered once the server said what they are; a
+		// probe that fails (dot-agentd still starting) is tried again, and
+		// a launch reads them too.
+		go func() {
+			wait := 2 * time.Second
+			for try := 1; ; try++ {
+				err := browsers.Probe(ctx)
+				if err == nil || ctx.Err() != nil {
+					return
+				}
+				if try == 5 {
+					log.Warn("the browser's page tools are not offered until an identity is launched", "err", err)
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait *= 2
+			}
+		}()
+	}
+
 	late := &lateKicker{}
 	cron := automation.New(st, late, nil, log)
 	var eng *work.Engine
@@ -163,12 +209,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		mcps = mcphost.NewServers(mcphost.ServersOptions{
 			// A server gets a second after its input ends, then SIGTERM, then
 			// SIGKILL: at most about three seconds of the stop's budget (ref 8.7).
-			Launcher: mcphost.Launcher{RelayPath: cfg.AgentdBin, AgentdSocket: cfg.AgentdSocket, Cwd: home, Path: relayPath,
-				TerminateAfter: time.Second},
-			Log: log, ToolName: tools.MCPToolName, Dial: deps.MCPDial,
+			Launcher: launcher,
+			Log:      log, ToolName: tools.MCPToolName, Dial: deps.MCPDial,
 		})
 		defer mcps.Close()
-		toolbox = Toolbox{Runner: runner, MCP: mcps}
+		toolbox = Toolbox{Runner: runner, MCP: mcps, Browser: browsers}
 	}
 	model := deps.Model
 	if model == nil {
@@ -181,8 +226,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		files = fileclient.New(cfg.AgentdSocket, 30*time.Second)
 	}
 	mem := &memory.Memory{Files: files, Home: home, BuiltinSkills: cfg.BuiltinSkills, Log: log,
-		Target: toolbox.Target, Secrets: func() []string { return eng.SecretValues() }}
-	opts := work.Options{Store: st, Model: model, Tools: toolbox, Memory: mem, Log: log, Grace: cfg.Grace}
+		Target: toolbox.Target, Secrets: func() []string {
+			return append(eng.SecretValues(), browsers.Proxies(context.Background())...)
+		}}
+	opts := work.Options{Store: st, Model: model, Tools: toolbox, Memory: mem, Log: log, Grace: cfg.Grace, Browsers: browsers}
 	if mcps != nil {
 		opts.MCP = mcps
 		mem.MCPServers = func() []memory.MCPServer { return promptServers(mcps) }
@@ -197,7 +244,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	srv := &api.Server{Engine: eng, Store: st, Skills: mem, Log: log, Checks: []api.Checker{
+	srv := &api.Server{Engine: eng, Store: st, Skills: mem, Browsers: browsers, Log: log, Checks: []api.Checker{
 		func(context.Context) protocol.HealthCheck { return protocol.HealthCheck{Name: "database", OK: true} },
 		func(context.Context) protocol.HealthCheck {
 			c := protocol.HealthCheck{Name: "config", OK: eng.Config() != nil}
@@ -387,13 +434,26 @@ type Toolbox struct {
 	Runner *tools.Runner
 	// MCP runs the declared servers; nil offers none of their tools.
 	MCP *mcphost.Servers
+	// Browser runs the identity tools and the page tools; nil offers no
+	// page tool.
+	Browser *browser.Manager
 }
 
-// Tools is the table in its order, then the tools of the connected servers.
+// Tools is the table in its order, then the browser's page tools, then the
+// tools of the connected servers.
 func (t Toolbox) Tools() []work.Tool {
 	out := make([]work.Tool, 0, len(tools.Table))
 	for _, s := range tools.Table {
 		out = append(out, work.Tool{Name: s.Name, Permission: s.Permission, Description: s.Description, Parameters: s.Parameters})
+	}
+	if t.Browser != nil {
+		for _, pt := range t.Browser.Tools() {
+			perm, ok := tools.BrowserPageTools[pt.Name]
+			if !ok {
+				continue
+			}
+			out = append(out, work.Tool{Name: pt.Name, Permission: perm, Description: pt.Description, Parameters: pt.InputSchema})
+		}
 	}
 	if t.MCP == nil {
 		return out
@@ -408,6 +468,11 @@ func (t Toolbox) Tools() []work.Tool {
 	return out
 }
 
+func (t Toolbox) isPage(name string) bool {
+	_, ok := tools.BrowserPageTools[name]
+	return ok && t.Browser != nil
+}
+
 func (t Toolbox) isMCP(name string) bool {
 	_, _, ok := tools.SplitMCPToolName(name)
 	return ok && t.MCP != nil
@@ -419,6 +484,9 @@ func (t Toolbox) Validate(name string, raw json.RawMessage) (map[string]any, err
 	if s, ok := tools.Lookup(name); ok {
 		return s.Validate(raw)
 	}
+	if t.isPage(name) {
+		return t.Browser.Validate(name, raw)
+	}
 	if t.isMCP(name) {
 		return t.MCP.Validate(name, raw)
 	}
@@ -428,6 +496,9 @@ func (t Toolbox) Validate(name string, raw json.RawMessage) (map[string]any, err
 // Target is the tool.called target of a call; a server's tool shows none
 // (ref 8.3: what its arguments are is the server's to say).
 func (t Toolbox) Target(name string, args map[string]any) string {
+	if t.isPage(name) {
+		return pageTarget(args)
+	}
 	s, ok := tools.Lookup(name)
 	if !ok {
 		return ""
@@ -435,11 +506,44 @@ func (t Toolbox) Target(name string, args map[string]any) string {
 	return s.TargetOf(args)
 }
 
+// pageTarget is a page tool's target: the identity, and the page a
+// navigation opens without its user and password; never typed text (ref 6).
+func pageTarget(args map[string]any) string {
+	id, _ := args[tools.BrowserIdentityArg].(string)
+	if u, ok := args["url"].(string); ok {
+		id += " " + withoutUserinfo(u)
+	}
+	target := strings.TrimSpace(id)
+	if protocol.CheckToolTarget(target) != nil {
+		return ""
+	}
+	return target
+}
+
+// withoutUserinfo is a URL without its user and password, which an approval
+// and a target never show (ref 6); the query stays, as the approver has to
+// see where data goes.
+func withoutUserinfo(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	u.User = nil
+	return u.String()
+}
+
 // ApprovalArguments are what an approval may show of a call; an approval of
 // a server's tool shows all its arguments (ref 8.3).
 func (t Toolbox) ApprovalArguments(name string, args map[string]any) map[string]any {
 	if s, ok := tools.Lookup(name); ok {
 		return s.ApprovalArguments(args)
+	}
+	if t.isPage(name) {
+		out := maps.Clone(args)
+		if u, ok := out["url"].(string); ok {
+			out["url"] = withoutUserinfo(u)
+		}
+		return out
 	}
 	if t.isMCP(name) {
 		return args
@@ -449,12 +553,32 @@ func (t Toolbox) ApprovalArguments(name string, args map[string]any) map[string]
 
 // Run runs an admitted call.
 func (t Toolbox) Run(ctx context.Context, name string, args json.RawMessage) work.ToolResult {
-	if _, ok := tools.Lookup(name); !ok && t.isMCP(name) {
-		r := t.MCP.Call(ctx, name, args)
+	if tools.IsBrowserIdentityTool(name) && t.Browser != nil {
+		spec, _ := tools.Lookup(name)
+		a, err := spec.Validate(args)
+		if err != nil {
+			return work.ToolResult{Text: err.Error() + "."}
+		}
+		r := t.Browser.IdentityTool(ctx, name, a)
 		return work.ToolResult{Text: r.Text, OK: r.OK, Interrupted: !r.OK && ctx.Err() != nil}
 	}
+	if t.isPage(name) {
+		a, err := t.Browser.Validate(name, args)
+		if err != nil {
+			return work.ToolResult{Text: err.Error() + "."}
+		}
+		r := t.Browser.Call(ctx, name, a)
+		return work.ToolResult{Text: r.Text, OK: r.OK, Interrupted: !r.OK && ctx.Err() != nil, ImageURLs: r.ImageURLs}
+	}
+	if _, ok := tools.Lookup(name); !ok && t.isMCP(name) {
+		r := t.MCP.Call(ctx, name, args)
+		// A server's images are shown to the model as the browser's are
+		// (ref 8.3).
+		text, urls := images.Attach(r.Text, r.Images)
+		return work.ToolResult{Text: text, OK: r.OK, Interrupted: !r.OK && ctx.Err() != nil, ImageURLs: urls}
+	}
 	r := t.Runner.Run(ctx, name, args)
-	out := work.ToolResult{Text: r.Text, OK: r.OK, Interrupted: r.Interrupted, TTY: r.TTY}
+	out := work.ToolResult{Text: r.Text, OK: r.OK, Interrupted: r.Interrupted, TTY: r.TTY, ImageURLs: r.ImageURLs}
 	for _, ev := range r.Events {
 		out.Events = append(out.Events, work.ToolEvent{Type: ev.Type, Data: ev.Data})
 	}

@@ -499,7 +499,7 @@ func TestRoutesAndErrorCodes(t *testing.T) {
 		"bad config":           {"PUT", "/config", `{"name":"x","model":{"provider":"openrouter","id":"m"},"permissions":{},"limits":{},"goal":"old"}`, 400, `"error":"invalid_config"`},
 		"bad role":             {"PUT", "/config", `{"name":"x","model":{"provider":"openrouter","id":"m"},"models":{"fast":"m"},"permissions":{},"limits":{}}`, 400, `unknown model role \"fast\" (the roles are: summary)`},
 		"bad event":            {"POST", "/events", `{"id":"e1","type":"nope","data":{}}`, 400, `"error":"invalid"`},
-		"no route":             {"GET", "/browser-identities/x/frame", nil, 404, `"error":"not_found"`},
+		"no route":             {"GET", "/no-such-route", nil, 404, `"error":"not_found"`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -78,6 +78,21 @@ func (m fakeMessage) text() string {
 	return ""
 }
 
+// images are the image_url parts of a message's content.
+func (m fakeMessage) images() []string {
+	parts, _ := m.Content.([]any)
+	var out []string
+	for _, p := range parts {
+		pm, _ := p.(map[string]any)
+		if pm["type"] == "image_url" {
+			iu, _ := pm["image_url"].(map[string]any)
+			u, _ := iu["url"].(string)
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
 type fakeTool struct {
 	Function struct {
 		Name string `json:"name"`
@@ -118,7 +133,7 @@ func (f *fakeOpenRouter) Requests() []fakeRequest {
 	return append([]fakeRequest(nil), f.requests...)
 }
 
-var runRe = regexp.MustCompile(`(fake_[a-z]+|cron|write_file|read_file|add_mcp_server|mcp__[a-z0-9-]+__[a-z_]+) (\{[^}]*\})`)
+var runRe = regexp.MustCompile(`(fake_[a-z]+|cron|write_file|read_file|add_mcp_server|computer_screenshot|browser_[a-z_]+|mcp__[a-z0-9-]+__[a-z_]+) (\{[^}]*\})`)
 
 type fakeCall struct{ name, args string }
 
@@ -192,6 +207,11 @@ func firstUser(req fakeRequest) string {
 func script(req fakeRequest) (text string, calls []fakeCall, finish string) {
 	msgs := req.Messages
 	last := msgs[len(msgs)-1]
+	if len(last.images()) > 0 && len(msgs) > 1 {
+		// The turn's images follow its last tool message: the model
+		// answers the tool round.
+		last = msgs[len(msgs)-2]
+	}
 	if strings.Contains(msgs[0].text(), "You write a handoff summary") {
 		return "SUMMARY: the person sent long texts", nil, "stop"
 	}

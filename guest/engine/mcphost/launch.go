@@ -103,6 +103,13 @@ func (l Launcher) RelayCommand(c protocol.MCPServerConfig, secrets map[string]st
 	return cmd, nil
 }
 
+// Dialer is how a server of cfg with the given secrets is reached, for
+// StartServer: the declared servers' way, also used by the browser
+// identities, so both go through one client.
+func (l Launcher) Dialer(c protocol.MCPServerConfig, secrets map[string]string) Dialer {
+	return func(stderr io.Writer) (sdk.Transport, error) { return l.transport(c, secrets, stderr) }
+}
+
 // transport returns the SDK transport of one server. A command's standard
 // error goes to stderr (the engine keeps its tail to say why a server failed).
 func (l Launcher) transport(c protocol.MCPServerConfig, secrets map[string]string, stderr io.Writer) (sdk.Transport, error) {

@@ -14,6 +14,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/invisible-dots/invisible-dots/guest/engine/images"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -64,6 +65,12 @@ type Status struct {
 type CallResult struct {
 	Text string
 	OK   bool
+	// Images are the images the result holds, in its order; Text says
+	// nothing of them, the caller shows them (images.Attach).
+	Images []images.Raw
+	// Gone: the server's connection ended under the call (it crashed or
+	// exited), which the server's state may not show yet.
+	Gone bool
 }
 
 // Server keeps one MCP server connected: it starts it, lists its tools,
@@ -78,6 +85,7 @@ type Server struct {
 	backoff Backoff
 	secrets []string // values masked in every error and result
 	log     *slog.Logger
+	once    bool
 
 	mu      sync.Mutex
 	st      Status
@@ -102,13 +110,18 @@ type ServerOptions struct {
 	// error kept, and in results.
 	Secrets []string
 	Log     *slog.Logger
+	// Once keeps a server that failed to start, or whose connection ended,
+	// failed instead of starting it again: a browser identity's server ends
+	// with its browser, and a browser the server lost is a closed identity,
+	// never reopened behind the Dot's back (ref 5.3).
+	Once bool
 }
 
 // StartServer starts keeping a server connected until Close.
 func StartServer(o ServerOptions) *Server {
 	s := &Server{
 		name: o.Name, dial: o.Dial, startup: o.StartupTimeout, timeout: o.Timeout, backoff: o.Backoff,
-		log: o.Log, changed: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
+		log: o.Log, once: o.Once, changed: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
 		st: Status{State: protocol.MCPConnecting},
 	}
 	for _, v := range o.Secrets {
@@ -222,7 +235,7 @@ func (s *Server) run(ctx context.Context) {
 			failures++
 			s.set(Status{State: protocol.MCPFailed, Error: s.mask(err.Error())}, retry)
 			s.log.Warn("mcp server failed to start", "server", s.name, "err", s.mask(err.Error()))
-			if !retry {
+			if !retry || s.once {
 				// Only a change of its entry or its secrets starts it again,
 				// and that makes a new Server.
 				<-ctx.Done()
@@ -261,6 +274,12 @@ func (s *Server) run(ctx context.Context) {
 		}
 		failures++
 		why := s.ended(werr, note)
+		if s.once {
+			s.set(Status{State: protocol.MCPFailed, Error: s.mask(why)}, false)
+			s.log.Info("mcp server ended", "server", s.name, "err", s.mask(why))
+			<-ctx.Done()
+			return
+		}
 		delay := s.backoff.delay(failures)
 		s.set(Status{State: protocol.MCPFailed, Error: s.mask(fmt.Sprintf("%s; started again in %s", why, delay))}, true)
 		s.log.Warn("mcp server ended; restarting after a backoff", "server", s.name, "after", delay, "err", s.mask(why))
@@ -497,12 +516,13 @@ func (s *Server) Call(ctx context.Context, tool string, args json.RawMessage) Ca
 		return CallResult{Text: fmt.Sprintf("The call to %s of the MCP server %s took longer than its timeout_s (%s) and was abandoned. "+
 			"It may have taken effect; check before calling it again.", tool, s.name, s.timeout)}
 	case err != nil && wentAway(err):
-		return CallResult{Text: s.mask(fmt.Sprintf("The MCP server %s went away during the call, so its outcome is unknown and it was not repeated; "+
+		return CallResult{Gone: true, Text: s.mask(fmt.Sprintf("The MCP server %s went away during the call, so its outcome is unknown and it was not repeated; "+
 			"the server is started again. %s", s.name, s.ended(nil, "")))}
 	case err != nil:
 		return CallResult{Text: s.mask(fmt.Sprintf("The MCP server %s failed the call: %v", s.name, err))}
 	}
-	return CallResult{Text: s.mask(resultText(res)), OK: !res.IsError}
+	text, imgs := resultText(res)
+	return CallResult{Text: s.mask(text), OK: !res.IsError, Images: imgs}
 }
 
 // wentAway reports an error of a call whose connection ended under it (the
@@ -513,15 +533,17 @@ func wentAway(err error) bool {
 }
 
 // resultText is what the model reads of a result: its text blocks as the
-// server wrote them, and a line for every other block.
-func resultText(r *sdk.CallToolResult) string {
+// server wrote them, a line for every other block but an image, and the
+// images apart, which the model is shown (ref 8.3).
+func resultText(r *sdk.CallToolResult) (string, []images.Raw) {
 	var parts []string
+	var imgs []images.Raw
 	for _, c := range r.Content {
 		switch c := c.(type) {
 		case *sdk.TextContent:
 			parts = append(parts, c.Text)
 		case *sdk.ImageContent:
-			parts = append(parts, fmt.Sprintf("[image, %s, not shown]", c.MIMEType))
+			imgs = append(imgs, images.Raw{MIME: c.MIMEType, Data: c.Data})
 		case *sdk.AudioContent:
 			parts = append(parts, fmt.Sprintf("[audio, %s, not shown]", c.MIMEType))
 		case *sdk.ResourceLink:
@@ -534,15 +556,15 @@ func resultText(r *sdk.CallToolResult) string {
 			}
 		}
 	}
-	if len(parts) == 0 && r.StructuredContent != nil {
+	if len(parts) == 0 && len(imgs) == 0 && r.StructuredContent != nil {
 		if b, err := json.Marshal(r.StructuredContent); err == nil {
 			parts = append(parts, string(b))
 		}
 	}
-	if len(parts) == 0 {
-		return "(the tool returned nothing)"
+	if len(parts) == 0 && len(imgs) == 0 {
+		return "(the tool returned nothing)", nil
 	}
-	return strings.Join(parts, "\n")
+	return strings.Join(parts, "\n"), imgs
 }
 
 // mask hides the server's secret values in text that leaves the engine (an

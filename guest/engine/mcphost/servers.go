@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"regexp"
 	"sort"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
@@ -74,7 +72,7 @@ func NewServers(o ServersOptions) *Servers {
 	}
 	if s.dial == nil {
 		s.dial = func(_ string, e protocol.MCPServerConfig, secrets map[string]string) Dialer {
-			return func(stderr io.Writer) (sdk.Transport, error) { return s.launcher.transport(e, secrets, stderr) }
+			return s.launcher.Dialer(e, secrets)
 		}
 	}
 	return s

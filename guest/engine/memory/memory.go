@@ -138,6 +138,7 @@ func (m *Memory) SystemPrompt(ctx context.Context, cfg protocol.RuntimeConfig, t
 	}
 	fmt.Fprintf(&b, "\n# Your computer\nCommands run as the user dot with the home %s; your workspace is %s/workspace, "+
 		"where relative paths start. What you install or write stays between conversations.\n", home, home)
+	b.WriteString(browserSection(tools))
 	b.WriteString(m.mcpSection(cfg))
 	b.WriteString(m.memorySection(ctx, now))
 	fmt.Fprintf(&b, "\n# Past conversations\nWhat was said before is in %s/conversations: chat/<day>.md, one file a day of the chat, "+
@@ -151,6 +152,20 @@ func (m *Memory) SystemPrompt(ctx context.Context, cfg protocol.RuntimeConfig, t
 	}
 	fmt.Fprintf(&b, "\nToday is %s (UTC).\n", now.UTC().Format("Monday 2 January 2006, 15:04"))
 	return b.String()
+}
+
+// browserSection tells how the browser identities work (ref 6) when the model
+// may open one.
+func browserSection(tools []work.Tool) string {
+	for _, t := range tools {
+		if t.Name == "browser_identity_launch" {
+			return "\n# Your browsers\nEach browser identity is a browser profile of its own: its cookies, storage and logins stay " +
+				"between launches. Open one with browser_identity_launch before using the page tools (browser_navigate, browser_snapshot, " +
+				"browser_click, ...), each of which takes the identity_id of an open identity; a page tool never opens one itself. " +
+				"At most 3 are open at once. Read a page with browser_snapshot; a screenshot is shown to you in this turn only.\n"
+		}
+	}
+	return ""
 }
 
 func (m *Memory) memorySection(ctx context.Context, now time.Time) string {

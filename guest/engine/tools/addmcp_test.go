@@ -24,7 +24,9 @@ func TestToolPermission(t *testing.T) {
 		"tool with __": {"the server ends at the first __; the tool may hold more", "mcp__time__a__b", "mcp.time", true},
 		"no tool":      {"a server name alone is no tool", "mcp__time__", "", false},
 		"underscore":   {"a server's name holds no _", "mcp__my_server__x", "", false},
-		"unknown":      {"anything else is neither offered nor allowed", "browser_navigate", "", false},
+		"page tool":    {"a page tool of the browser takes the table's browser permission", "browser_navigate", "browser.navigate", true},
+		"unmapped":     {"a tool of the browser's server with no permission is neither offered nor allowed", "browser_run_code_unsafe", "", false},
+		"unknown":      {"anything else is neither offered nor allowed", "browser_open", "", false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/png"
 	"io"
 	"net"
 	"net/http"
@@ -31,6 +33,12 @@ type fakeAgentd struct {
 }
 
 func (f *fakeAgentd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == protocol.PathScreenshot {
+		// A desktop of 2560x1440, twice what a model is shown.
+		w.Header().Set("Content-Type", "image/png")
+		_ = png.Encode(w, image.NewRGBA(image.Rect(0, 0, 2560, 1440)))
+		return
+	}
 	p := r.URL.Query().Get(protocol.QueryPath)
 	fail := func(status int, code string) {
 		w.Header().Set("Content-Type", "application/json")

@@ -54,6 +54,9 @@ type Result struct {
 	// Events are outbound events the call's outcome stands for, committed
 	// in the transaction that stores its result (mcp.server.added).
 	Events []Event
+	// ImageURLs are the images the model is shown with the result, as data:
+	// URLs, in memory only: Text holds each one's placeholder (ref 6).
+	ImageURLs []string
 }
 
 // Event is one outbound event of a call's result.
@@ -150,6 +153,8 @@ func (r *Runner) run(ctx context.Context, name string, a map[string]any) Result 
 		return r.cron(ctx, a)
 	case AddMCPServerTool:
 		return r.addMCPServerCall(ctx, a)
+	case ComputerScreenshotTool:
+		return r.screenshot(ctx)
 	}
 	return fail(fmt.Sprintf("The tool %s has no implementation.", name))
 }

@@ -5,11 +5,10 @@
 // The table is the one place that says which tools exist, the permission each
 // exercises, what an approval may show of a call and what a tool.called target
 // names. A tool that is not in the table is neither offered nor allowed.
-// computer_screenshot and the browser identity and page tools come in a later
-// issue: they are not rows here yet, so the engine neither offers nor allows
-// them. The tools of the MCP servers a Dot declares are not rows either (what
-// they are is each server's to say, at run time), but their permission is
-// decided here, by their name (ToolPermission), so the gate has one table.
+// The browser's page tools and the tools of the MCP servers a Dot declares are
+// not rows (what they are is each server's to say, at run time), but their
+// permission is decided here, by their name (BrowserPageTools,
+// ToolPermission), so the gate has one table.
 package tools
 
 import (
@@ -36,9 +35,11 @@ type Spec struct {
 	// and as Validate checks them.
 	Parameters json.RawMessage
 	// ApprovalArgs names the arguments an approval.requested may carry; nil
-	// means all of them (every tool of the table so far; the proxy of
-	// browser_identity_create will be the first left out).
+	// means all of them.
 	ApprovalArgs []string
+	// Masked names the arguments an approval.requested shows as "***" (a
+	// secret: browser_identity_create's proxy); the parked call keeps them.
+	Masked []string
 	// Target says what a call acts on, in one line (ref 5.4 tool.called
 	// target): a name or a place, never content. "" means no target.
 	Target func(args map[string]any) string
@@ -290,7 +291,114 @@ var Table = []Spec{
 		},
 	},
 	addMCPServer,
+	{
+		Name:       ComputerScreenshotTool,
+		Permission: "computer.screenshot",
+		Description: "Take a screenshot of your whole desktop (the browsers you opened show on it) and look at it. " +
+			"The image is shown to you in this turn only; take another when you need to see the screen again.",
+		Parameters: schema(`{"type": "object", "properties": {}}`),
+	},
+	{
+		Name:       "browser_identity_list",
+		Permission: "browser.identity.list",
+		Description: "List your browser identities: each is a browser profile of its own (cookies, storage, logins kept across " +
+			"launches), open or available, with whether it has a proxy of its own, and the limits (how many may be open at once, how many may exist).",
+		Parameters: schema(`{"type": "object", "properties": {}}`),
+	},
+	{
+		Name:       "browser_identity_create",
+		Permission: "browser.identity.create",
+		Description: "Make a browser identity, closed: a new browser profile. Give it a `name`. Leave `proxy` out unless the person " +
+			"gave you one for this identity: without it the browser uses your computer's own way out to the internet.",
+		Parameters: schema(`{
+			"type": "object",
+			"properties": {
+				"name": {"type": "string", "description": "A name for the identity (what it is for)."},
+				"proxy": {"type": "string", "description": "Only when the person gave one: the proxy this identity's browser goes through, as they gave it."}
+			},
+			"required": ["name"]
+		}`),
+		Masked: []string{"proxy"},
+		Target: func(a map[string]any) string { return oneLine(str(a, "name")) },
+	},
+	{
+		Name:        "browser_identity_delete",
+		Permission:  "browser.identity.delete",
+		Description: "Delete a browser identity with its profile (cookies, storage, logins), closing its browser first.",
+		Parameters:  identityIDSchema,
+		Target:      identityTarget,
+	},
+	{
+		Name:       "browser_identity_launch",
+		Permission: "browser.identity.launch",
+		Description: "Open the browser of an identity on your desktop, so the page tools (browser_navigate, browser_snapshot, ...) " +
+			"can act on it with its `identity_id`. At most a few are open at once: opening one more closes the one used least recently.",
+		Parameters: identityIDSchema,
+		Target:     identityTarget,
+	},
+	{
+		Name:        "browser_identity_close",
+		Permission:  "browser.identity.close",
+		Description: "Close the browser of an identity, keeping its profile for the next launch.",
+		Parameters:  identityIDSchema,
+		Target:      identityTarget,
+	},
 }
+
+// ComputerScreenshotTool is the tool that shows the model its desktop.
+const ComputerScreenshotTool = "computer_screenshot"
+
+var identityIDSchema = schema(`{
+	"type": "object",
+	"properties": {"identity_id": {"type": "string", "description": "The identity's id, as browser_identity_list gives it."}},
+	"required": ["identity_id"]
+}`)
+
+func identityTarget(a map[string]any) string { return oneLine(str(a, "identity_id")) }
+
+// BrowserPageTools gives each page tool of the browser's MCP server
+// (@playwright/mcp) the permission its calls exercise (ref 8.3). The model is
+// offered the server's own tools, by their own names, each with an added
+// identity_id; a tool of the server that is not here is not offered: that is
+// browser_close (the manager's, through browser_identity_close),
+// browser_install (the image carries its browser), browser_run_code_unsafe
+// (arbitrary code in the server's own process, which would go round every
+// permission below) and any tool a later version of the server adds, until it
+// is given a permission here.
+var BrowserPageTools = map[string]string{
+	// Where the browser goes; a url is refused unless it is http or https.
+	"browser_navigate":      "browser.navigate",
+	"browser_navigate_back": "browser.navigate",
+	"browser_tabs":          "browser.navigate",
+	// What the page shows.
+	"browser_snapshot":         "browser.read",
+	"browser_take_screenshot":  "browser.read",
+	"browser_console_messages": "browser.read",
+	"browser_network_requests": "browser.read",
+	"browser_network_request":  "browser.read",
+	"browser_wait_for":         "browser.read",
+	// What changes the page. browser_evaluate runs a script that can do
+	// anything the page can, so it acts.
+	"browser_click":         "browser.act",
+	"browser_type":          "browser.act",
+	"browser_fill_form":     "browser.act",
+	"browser_select_option": "browser.act",
+	"browser_press_key":     "browser.act",
+	"browser_hover":         "browser.act",
+	"browser_drag":          "browser.act",
+	"browser_drop":          "browser.act",
+	"browser_file_upload":   "browser.act",
+	"browser_handle_dialog": "browser.act",
+	"browser_resize":        "browser.act",
+	"browser_evaluate":      "browser.act",
+}
+
+// BrowserIdentityArg is the argument added to every page tool: the open
+// identity whose browser the call goes to.
+const BrowserIdentityArg = "identity_id"
+
+// IsBrowserIdentityTool reports a tool of the table that manages identities.
+func IsBrowserIdentityTool(name string) bool { return strings.HasPrefix(name, "browser_identity_") }
 
 // add_mcp_server is the model asking the host to add an MCP server to its own
 // configuration (ref 7, 8.3). The tool does not change the config (the host
@@ -357,6 +465,9 @@ func ToolPermission(name string) (string, bool) {
 	if s, ok := Lookup(name); ok {
 		return s.Permission, true
 	}
+	if p, ok := BrowserPageTools[name]; ok {
+		return p, true
+	}
 	if server, _, ok := SplitMCPToolName(name); ok {
 		return protocol.MCPPermissionPrefix + server, true
 	}
@@ -375,16 +486,26 @@ func Lookup(name string) (Spec, bool) {
 
 // ApprovalArguments returns what an approval.requested may carry of args.
 func (s Spec) ApprovalArguments(args map[string]any) map[string]any {
-	if s.ApprovalArgs == nil {
-		return args
-	}
-	out := make(map[string]any, len(s.ApprovalArgs))
-	for _, k := range s.ApprovalArgs {
-		if v, ok := args[k]; ok {
-			out[k] = v
+	out := args
+	if s.ApprovalArgs != nil {
+		out = make(map[string]any, len(s.ApprovalArgs))
+		for _, k := range s.ApprovalArgs {
+			if v, ok := args[k]; ok {
+				out[k] = v
+			}
 		}
 	}
-	return out
+	if len(s.Masked) == 0 {
+		return out
+	}
+	masked := make(map[string]any, len(out))
+	for k, v := range out {
+		masked[k] = v
+		if containsStr(s.Masked, k) && v != nil {
+			masked[k] = "***"
+		}
+	}
+	return masked
 }
 
 // TargetOf returns the tool.called target of a call: the row's Target cut

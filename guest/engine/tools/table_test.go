@@ -11,7 +11,8 @@ import (
 )
 
 func TestTableRows(t *testing.T) {
-	want := []string{"exec", "exec_session", "list_exec_sessions", "read_file", "list_dir", "find_files", "grep", "write_file", "edit_file", "apply_patch", "cron", "add_mcp_server"}
+	want := []string{"exec", "exec_session", "list_exec_sessions", "read_file", "list_dir", "find_files", "grep", "write_file", "edit_file", "apply_patch", "cron", "add_mcp_server",
+		"computer_screenshot", "browser_identity_list", "browser_identity_create", "browser_identity_delete", "browser_identity_launch", "browser_identity_close"}
 	var got []string
 	for _, s := range Table {
 		got = append(got, s.Name)
@@ -22,7 +23,7 @@ func TestTableRows(t *testing.T) {
 		if err := json.Unmarshal(s.Parameters, &sch); err != nil || sch["type"] != "object" {
 			t.Errorf("%s: parameters are not an object schema: %s", s.Name, s.Parameters)
 		}
-		if s.Description == "" || s.Target == nil {
+		if s.Description == "" || (s.Target == nil && !strings.HasSuffix(s.Name, "_list") && s.Name != ComputerScreenshotTool) {
 			t.Errorf("%s has no description or no target function", s.Name)
 		}
 		if s.ApprovalArgs != nil {
@@ -36,7 +37,10 @@ func TestTableRows(t *testing.T) {
 		"exec": "computer.exec", "exec_session": "computer.exec", "list_exec_sessions": "computer.exec",
 		"read_file": "files.read", "list_dir": "files.read", "find_files": "files.read", "grep": "files.read",
 		"write_file": "files.write", "edit_file": "files.write", "apply_patch": "files.write", "cron": "automations",
-		"add_mcp_server": "mcp.servers.add",
+		"add_mcp_server": "mcp.servers.add", "computer_screenshot": "computer.screenshot",
+		"browser_identity_list": "browser.identity.list", "browser_identity_create": "browser.identity.create",
+		"browser_identity_delete": "browser.identity.delete", "browser_identity_launch": "browser.identity.launch",
+		"browser_identity_close": "browser.identity.close",
 	}
 	for name, perm := range wantPerm {
 		s, ok := Lookup(name)
@@ -44,11 +48,43 @@ func TestTableRows(t *testing.T) {
 			t.Errorf("Lookup(%s) = %+v, %v; want permission %s", name, s.Permission, ok, perm)
 		}
 	}
-	// Not implemented yet, so neither offered nor allowed.
-	for _, name := range []string{"computer_screenshot", "browser_navigate", "browser_identity_create", "mcp__x__y"} {
+	// The page tools and the servers' tools are not rows; their permission
+	// still comes from this table.
+	for _, name := range []string{"browser_navigate", "mcp__x__y"} {
 		if _, ok := Lookup(name); ok {
-			t.Errorf("Lookup(%s) found a row; it must not be in the table yet", name)
+			t.Errorf("Lookup(%s) found a row; it is a server's tool", name)
 		}
+	}
+	for name, want := range map[string]string{"browser_navigate": "browser.navigate", "browser_snapshot": "browser.read",
+		"browser_type": "browser.act", "mcp__x__y": "mcp.x"} {
+		if got, ok := ToolPermission(name); !ok || got != want {
+			t.Errorf("ToolPermission(%s) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+	for _, name := range []string{"browser_close", "browser_install", "browser_run_code_unsafe"} {
+		if p, ok := ToolPermission(name); ok {
+			t.Errorf("ToolPermission(%s) = %q; the model is never offered it", name, p)
+		}
+	}
+	for name, perm := range BrowserPageTools {
+		if _, known := protocol.LookupPermission(perm); !known || !strings.HasPrefix(perm, "browser.") {
+			t.Errorf("page tool %s takes permission %q, not a browser permission of the table", name, perm)
+		}
+	}
+}
+
+func TestApprovalMasksTheProxy(t *testing.T) {
+	s, _ := Lookup("browser_identity_create")
+	args := map[string]any{"name": "shop", "proxy": "socks5://user:pw@example.net:1080"}
+	got := s.ApprovalArguments(args)
+	if d := cmp.Diff(map[string]any{"name": "shop", "proxy": "***"}, got); d != "" {
+		t.Errorf("approval arguments (-want +got):\n%s", d)
+	}
+	if args["proxy"] != "socks5://user:pw@example.net:1080" {
+		t.Errorf("the call's own arguments were changed: %v", args)
+	}
+	if got := s.ApprovalArguments(map[string]any{"name": "plain"}); len(got) != 1 {
+		t.Errorf("without a proxy the approval shows %v", got)
 	}
 }
 

@@ -39,6 +39,15 @@ type ToolResult struct {
 	// result (add_mcp_server's mcp.server.added), so a restart neither loses
 	// nor repeats them.
 	Events []ToolEvent
+	// ImageURLs are images the model is shown (data: URLs), held in memory
+	// for the rest of the turn only; Text holds their placeholders (ref 6).
+	ImageURLs []string
+}
+
+// Browsers are the Dot's open browsers, which a stop closes (ref 5.3
+// prepare-sleep, ref 6: on prepare-sleep and on SIGTERM).
+type Browsers interface {
+	CloseAll(ctx context.Context)
 }
 
 // ToolEvent is one outbound event of a call's result.

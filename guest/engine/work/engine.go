@@ -24,11 +24,13 @@ type Options struct {
 	Memory Memory // nil: a plain system prompt and no conversation files
 	// MCP runs the declared MCP servers; nil runs none, and GET /tools then
 	// reports each declared server failed, saying so.
-	MCP     MCPServers
-	Log     *slog.Logger
-	Now     func() time.Time
-	Grace   time.Duration // a tool's grace on a stop; default 20 s (ref 8.7)
-	MaxCuts int           // answers cut at max_tokens before a turn fails; default 3
+	MCP MCPServers
+	// Browsers are closed at every stop, after the turns ended; nil has none.
+	Browsers Browsers
+	Log      *slog.Logger
+	Now      func() time.Time
+	Grace    time.Duration // a tool's grace on a stop; default 20 s (ref 8.7)
+	MaxCuts  int           // answers cut at max_tokens before a turn fails; default 3
 }
 
 // ErrInvalid is an input the engine refuses (a malformed event, config or
@@ -42,6 +44,7 @@ type Engine struct {
 	tools Toolbox
 	mem   Memory
 	mcp   MCPServers
+	brs   Browsers
 	log   *slog.Logger
 	now   func() time.Time
 	grace time.Duration
@@ -72,7 +75,7 @@ const kvConfig = "runtime_config"
 // New returns an engine over opts. Start recovers and starts the work.
 func New(opts Options) *Engine {
 	e := &Engine{
-		st: opts.Store, model: opts.Model, tools: opts.Tools, mem: opts.Memory, mcp: opts.MCP, log: opts.Log,
+		st: opts.Store, model: opts.Model, tools: opts.Tools, mem: opts.Memory, mcp: opts.MCP, brs: opts.Browsers, log: opts.Log,
 		now: opts.Now, grace: opts.Grace, cuts: opts.MaxCuts, kick: make(chan struct{}, 1),
 	}
 	if e.log == nil {
@@ -646,6 +649,11 @@ func (e *Engine) Stop(ctx context.Context, sleep bool) error {
 	if !sleep && e.loop != nil {
 		e.loop()
 		e.wg.Wait()
+	}
+	if e.brs != nil {
+		// No turn runs now, so no call holds a browser: each is asked to
+		// close, so its profile is flushed, and its server ended.
+		e.brs.CloseAll(ctx)
 	}
 	return e.st.Checkpoint(ctx)
 }

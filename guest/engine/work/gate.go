@@ -235,6 +235,7 @@ func (e *Engine) execute(t *turn, tool Tool, c Call, msgID int64, decision proto
 	}
 	res := e.tools.Run(ctx, c.Name, json.RawMessage(c.Arguments))
 	t.setExecuting(false)
+	t.addImages(res.ImageURLs)
 	if out, ok := e.interrupted(t); ok && ctx.Err() != nil {
 		// Cut at the grace or by a cancel: the intent stays and the call is
 		// reported interrupted by the next close of open calls.

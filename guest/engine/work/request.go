@@ -29,13 +29,20 @@ Write under these headings:
 Be factual and complete; do not invent.`
 )
 
+// imageTokens is what one image shown to the model is counted as: a
+// screenshot of at most images.MaxSide costs a model about this much.
+const imageTokens = 1600
+
+// imagesText opens the message that shows the turn's newest images.
+const imagesText = "[The newest images your calls answered with in this turn, oldest first. They are not kept: a later turn sees only their placeholders.]"
+
 // estimateTokens is a cheap measure of a request: about four characters a
 // token, plus a little per message. It errs on the large side for prose,
 // which is the safe side of a window.
 func estimateTokens(msgs []openrouter.Message, tools []openrouter.ToolDef) int {
 	n := 0
 	for _, m := range msgs {
-		n += 4 + len(m.Content)/4
+		n += 4 + len(m.Content)/4 + imageTokens*len(m.ImageURLs)
 		for _, c := range m.ToolCalls {
 			n += 4 + (len(c.Name)+len(c.Arguments))/4
 		}
@@ -144,9 +151,11 @@ func (e *Engine) buildRequest(ctx context.Context, t *turn, l limits) (openroute
 		}
 		msgs = renderMessages(system, th)
 	}
+	shown := t.shownImages()
 	if budget > 0 {
-		fitLatestRound(msgs, defs, budget)
+		fitLatestRound(msgs, defs, budget-imageTokens*len(shown))
 	}
+	msgs = withImages(msgs, shown)
 	return openrouter.Request{
 		Model:        l.cfg.Model.ID,
 		Messages:     msgs,
@@ -154,6 +163,23 @@ func (e *Engine) buildRequest(ctx context.Context, t *turn, l limits) (openroute
 		MaxTokens:    l.model.MaxTokensFor(estimateTokens(msgs, defs)),
 		ProviderOnly: l.model.Providers,
 	}, nil
+}
+
+// withImages adds the turn's newest images in one user message right after
+// the last tool message (ref 6): a tool message cannot carry an image part.
+func withImages(msgs []openrouter.Message, urls []string) []openrouter.Message {
+	if len(urls) == 0 {
+		return msgs
+	}
+	at := len(msgs)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "tool" {
+			at = i + 1
+			break
+		}
+	}
+	m := openrouter.Message{Role: "user", Content: imagesText, ImageURLs: urls}
+	return append(msgs[:at:at], append([]openrouter.Message{m}, msgs[at:]...)...)
 }
 
 // clearOldResults keeps the newest keepResultsTokens of tool results and

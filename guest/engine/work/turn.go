@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/invisible-dots/invisible-dots/guest/engine/images"
 	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -34,6 +35,38 @@ type turn struct {
 	mu        sync.Mutex
 	executing bool
 	stopped   bool
+	// images are the newest images the turn's calls answered with (data:
+	// URLs), at most images.PerTurn, oldest first: each request of the turn
+	// shows them; they are never stored (ref 6 "Screenshots").
+	images []string
+}
+
+// offeredTools are the tools the model is offered under cfg: every tool
+// whose permission is not deny.
+func (e *Engine) offeredTools(cfg protocol.RuntimeConfig) []Tool {
+	var out []Tool
+	for _, tool := range e.tools.Tools() {
+		if cfg.Decision(tool.Permission) != protocol.Deny {
+			out = append(out, tool)
+		}
+	}
+	return out
+}
+
+// addImages keeps the turn's newest images.
+func (t *turn) addImages(urls []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.images = append(t.images, urls...)
+	if over := len(t.images) - images.PerTurn; over > 0 {
+		t.images = append([]string(nil), t.images[over:]...)
+	}
+}
+
+func (t *turn) shownImages() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.images...)
 }
 
 func (t *turn) stop(grace time.Duration) {
@@ -216,11 +249,7 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		// for those being started (ref 8.3), each at most its startup timeout.
 		e.mcp.Ready(ctx)
 	}
-	for _, tool := range e.tools.Tools() {
-		if cfg.Decision(tool.Permission) != protocol.Deny {
-			l.offered = append(l.offered, tool)
-		}
-	}
+	l.offered = e.offeredTools(*cfg)
 	if err := e.transition(ctx, nil); err != nil {
 		e.log.Error("record agent state", "err", err)
 	}
@@ -250,6 +279,10 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		} else if reason != "" {
 			return outcomeFailed, reason
 		}
+		// Read again for every request: a browser launched in this turn
+		// brings the page tools its server serves, which the next request
+		// offers.
+		l.offered = e.offeredTools(l.cfg)
 		req, err := e.buildRequest(ctx, t, l)
 		if err != nil {
 			if out, ok := e.interrupted(t); ok {

@@ -1,0 +1,500 @@
+package browser
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"image"
+	"image/jpeg"
+	"image/png"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
+	"github.com/invisible-dots/invisible-dots/guest/engine/store"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+const secretProxy = "socks5://alice:pa55word@proxy.example:1080"
+
+// fakeServer stands in for @playwright/mcp: an SDK server in memory with a
+// few of its tools, recording how each start was configured and what was
+// called. browser_take_screenshot answers a JPEG (or a PNG when asked for a
+// PNG), browser_wait_for blocks until release is closed.
+type fakeServer struct {
+	mu      sync.Mutex
+	starts  []fakeStart
+	calls   []string
+	release chan struct{}
+	pngOnly bool
+}
+
+type fakeStart struct {
+	cfg     protocol.MCPServerConfig
+	secrets map[string]string
+}
+
+type anyArgs map[string]any
+
+func (f *fakeServer) dial(cfg protocol.MCPServerConfig, secrets map[string]string) mcphost.Dialer {
+	return func(io.Writer) (sdk.Transport, error) {
+		f.mu.Lock()
+		f.starts = append(f.starts, fakeStart{cfg, secrets})
+		f.mu.Unlock()
+		srv := sdk.NewServer(&sdk.Implementation{Name: "fake-playwright", Version: "1"}, nil)
+		tool := func(name string, answer func(anyArgs) *sdk.CallToolResult) {
+			sdk.AddTool(srv, &sdk.Tool{Name: name, Description: name + " of the fake"}, func(_ context.Context, _ *sdk.CallToolRequest, in anyArgs) (*sdk.CallToolResult, any, error) {
+				f.mu.Lock()
+				f.calls = append(f.calls, name)
+				f.mu.Unlock()
+				return answer(in), nil, nil
+			})
+		}
+		text := func(s string) *sdk.CallToolResult {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: s}}}
+		}
+		tool("browser_tabs", func(anyArgs) *sdk.CallToolResult { return text("- 0: (current) [about:blank]") })
+		tool("browser_close", func(anyArgs) *sdk.CallToolResult { return text("closed") })
+		tool("browser_navigate", func(a anyArgs) *sdk.CallToolResult { return text("navigated to " + a["url"].(string)) })
+		tool("browser_run_code_unsafe", func(anyArgs) *sdk.CallToolResult { return text("ran") })
+		tool("browser_wait_for", func(anyArgs) *sdk.CallToolResult {
+			f.mu.Lock()
+			ch := f.release
+			f.mu.Unlock()
+			if ch != nil {
+				<-ch
+			}
+			return text("waited")
+		})
+		tool("browser_take_screenshot", func(a anyArgs) *sdk.CallToolResult {
+			var buf bytes.Buffer
+			img := image.NewRGBA(image.Rect(0, 0, 1280, 720))
+			mime := "image/png"
+			f.mu.Lock()
+			pngOnly := f.pngOnly
+			f.mu.Unlock()
+			if a["type"] == "jpeg" && !pngOnly {
+				jpeg.Encode(&buf, img, nil)
+				mime = "image/jpeg"
+			} else {
+				png.Encode(&buf, img)
+			}
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "Took the viewport screenshot"}, &sdk.ImageContent{MIMEType: mime, Data: buf.Bytes()}}}
+		})
+		c1, c2 := net.Pipe()
+		// browser_hover stands for a browser that dies under a call: the
+		// server's end of the connection goes away.
+		tool("browser_hover", func(anyArgs) *sdk.CallToolResult { c2.Close(); return text("unreachable") })
+		if _, err := srv.Connect(context.Background(), &sdk.IOTransport{Reader: c2, Writer: c2}, nil); err != nil {
+			return nil, err
+		}
+		return &sdk.IOTransport{Reader: c1, Writer: c1}, nil
+	}
+}
+
+func (f *fakeServer) count(tool string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		if c == tool {
+			n++
+		}
+	}
+	return n
+}
+
+type rig struct {
+	m       *Manager
+	st      *store.Store
+	fake    *fakeServer
+	removed []string
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	r := &rig{st: st, fake: &fakeServer{}}
+	r.m = New(Options{
+		Store: st, Command: "/usr/local/bin/playwright-mcp", Home: "/home/dot", Dial: r.fake.dial,
+		Remove:    func(_ context.Context, dir string) error { r.removed = append(r.removed, dir); return nil },
+		Offered:   func(name string) bool { return name != "browser_run_code_unsafe" && name != "browser_close" },
+		FrameWait: 200 * time.Millisecond,
+		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	t.Cleanup(func() { r.m.CloseAll(context.Background()) })
+	return r
+}
+
+func (r *rig) events(t *testing.T) []protocol.OutboundEvent {
+	t.Helper()
+	evs, err := r.st.EventsAfter(context.Background(), 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// browserEvents are the browser.identity.* events as "type id".
+func (r *rig) browserEvents(t *testing.T) []string {
+	var out []string
+	for _, ev := range r.events(t) {
+		if strings.HasPrefix(ev.Type, "browser.identity.") {
+			var d protocol.BrowserIdentityEvent
+			json.Unmarshal(ev.Data, &d)
+			out = append(out, strings.TrimPrefix(ev.Type, "browser.identity.")+" "+d.Name)
+		}
+	}
+	return out
+}
+
+func codeOf(err error) string {
+	var be *Error
+	if errors.As(err, &be) {
+		return be.Code
+	}
+	return ""
+}
+
+func (r *rig) create(t *testing.T, name string, proxy *string) protocol.BrowserIdentity {
+	t.Helper()
+	bi, err := r.m.Create(context.Background(), name, proxy)
+	if err != nil {
+		t.Fatalf("Create(%q) = %v", name, err)
+	}
+	return bi
+}
+
+func TestCreateListAndLimits(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	blank := "  "
+	a := r.create(t, "Shopping & Co!", nil)
+	b := r.create(t, "work", &blank)
+	proxy := secretProxy
+	c := r.create(t, "elsewhere", &proxy)
+	if !strings.HasPrefix(a.ID, "shopping-co-") || len(a.ID) != len("shopping-co-")+idSuffixLen || a.Open || a.HasProxy || a.LastUsedAtMS != nil {
+		t.Errorf("created = %+v, want the name's slug and a short suffix, closed, no proxy", a)
+	}
+	if b.HasProxy || !c.HasProxy {
+		t.Errorf("a blank proxy is none (%v); a string is kept (%v)", b.HasProxy, c.HasProxy)
+	}
+	list, err := r.m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]protocol.BrowserIdentity{a, b, c}, list); d != "" {
+		t.Errorf("List, oldest first (-want +got):\n%s", d)
+	}
+	for name, tc := range map[string]struct {
+		name string
+		code string
+	}{
+		"empty":     {"  ", protocol.ErrInvalid},
+		"too long":  {strings.Repeat("x", protocol.BrowserNameMaxLen+1), protocol.ErrInvalid},
+		"two lines": {"a\nb", protocol.ErrInvalid},
+	} {
+		if _, err := r.m.Create(ctx, tc.name, nil); codeOf(err) != tc.code {
+			t.Errorf("%s: Create = %v, want %s", name, err, tc.code)
+		}
+	}
+	for i := len(list); i < protocol.BrowserMaxIdentities; i++ {
+		r.create(t, "more", nil)
+	}
+	if _, err := r.m.Create(ctx, "one too many", nil); codeOf(err) != protocol.ErrLimit {
+		t.Errorf("the 21st identity: %v, want limit", err)
+	}
+	if _, err := r.m.Get(ctx, "nope"); codeOf(err) != protocol.ErrNotFound {
+		t.Errorf("Get of an unknown id = %v, want not_found", err)
+	}
+	if got := r.m.Counts(ctx); got != (protocol.BrowserCounts{Identities: protocol.BrowserMaxIdentities}) {
+		t.Errorf("Counts = %+v", got)
+	}
+}
+
+func TestLaunchCallCloseAndTheLeastRecentlyUsed(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	proxy := secretProxy
+	ids := map[string]string{}
+	for _, n := range []string{"a", "b", "c", "d"} {
+		var p *string
+		if n == "a" {
+			p = &proxy
+		}
+		ids[n] = r.create(t, n, p).ID
+	}
+	call := func(tool string, args map[string]any) Result { return r.m.Call(ctx, tool, args) }
+
+	if res := call("browser_navigate", map[string]any{"identity_id": ids["a"], "url": "https://example.com"}); res.OK || res.Text != notOpenText {
+		t.Errorf("a page tool before the launch = %+v, want %q", res, notOpenText)
+	}
+	if res := call("browser_navigate", map[string]any{"identity_id": "nope", "url": "https://example.com"}); res.OK || !strings.Contains(res.Text, "no browser identity") {
+		t.Errorf("a page tool on an unknown identity = %+v", res)
+	}
+	if r.fake.count("browser_navigate") != 0 || len(r.fake.starts) != 0 {
+		t.Fatalf("a page tool launched a browser: %d starts", len(r.fake.starts))
+	}
+
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := r.m.Launch(ctx, ids[n]); err != nil {
+			t.Fatalf("Launch(%s) = %v", n, err)
+		}
+	}
+	// How a start is configured: the profile of the identity, headed on the
+	// desktop, the proxy only as a named secret.
+	first := r.fake.starts[0]
+	dir := "/home/dot/browsers/" + ids["a"]
+	wantArgs := []string{"--user-data-dir", dir + "/profile", "--output-dir", dir + "/output", "--output-max-size", "67108864", "--viewport-size", "1280x720", "--image-responses", "allow"}
+	if d := cmp.Diff(protocol.MCPServerConfig{Command: "/usr/local/bin/playwright-mcp", Args: wantArgs, Env: map[string]string{"DISPLAY": ":0"},
+		Secrets: []string{EnvProxy}}, first.cfg); d != "" {
+		t.Errorf("the server of a (-want +got):\n%s", d)
+	}
+	if first.secrets[EnvProxy] != secretProxy || len(r.fake.starts[1].cfg.Secrets) != 0 || len(r.fake.starts[1].secrets) != 0 {
+		t.Errorf("the proxy goes as the secret %s of a only: %v / %v", EnvProxy, first.secrets, r.fake.starts[1].secrets)
+	}
+	if r.fake.count("browser_tabs") != 3 {
+		t.Errorf("each launch opens its window with browser_tabs: %d calls", r.fake.count("browser_tabs"))
+	}
+
+	if res := call("browser_navigate", map[string]any{"identity_id": ids["a"], "url": "https://example.com/"}); !res.OK || res.Text != "navigated to https://example.com/" {
+		t.Errorf("navigate on an open identity = %+v", res)
+	}
+	for _, u := range []string{"file:///etc/passwd", "javascript:alert(1)", "about:config", "data:text/html,x"} {
+		if res := call("browser_navigate", map[string]any{"identity_id": ids["a"], "url": u}); res.OK || !strings.Contains(res.Text, "http:// and https:// pages only") {
+			t.Errorf("navigate to %s = %+v, want refused before the server", u, res)
+		}
+	}
+	if r.fake.count("browser_navigate") != 1 {
+		t.Errorf("the server saw %d navigations, want the one http one", r.fake.count("browser_navigate"))
+	}
+	shot := call("browser_take_screenshot", map[string]any{"identity_id": ids["b"]})
+	if !shot.OK || shot.Text != "Took the viewport screenshot\n[screenshot, 1280x720, not stored]" || len(shot.ImageURLs) != 1 {
+		t.Errorf("a screenshot = %q (%d images), want its placeholder and one image", shot.Text, len(shot.ImageURLs))
+	}
+
+	// a and b were used after c, so launching d closes c.
+	text, err := r.m.Launch(ctx, ids["d"])
+	if err != nil || !strings.Contains(text, ids["c"]+" (c) was closed to make room") {
+		t.Fatalf("Launch(d) = %q, %v; want c closed", text, err)
+	}
+	open := map[string]bool{}
+	list, _ := r.m.List(ctx)
+	for _, bi := range list {
+		open[bi.Name] = bi.Open
+	}
+	if d := cmp.Diff(map[string]bool{"a": true, "b": true, "c": false, "d": true}, open); d != "" {
+		t.Errorf("open after the fourth launch (-want +got):\n%s", d)
+	}
+	if r.fake.count("browser_close") != 1 {
+		t.Errorf("the closed browser was asked to close %d times, want 1", r.fake.count("browser_close"))
+	}
+	if got := r.m.Counts(ctx); got != (protocol.BrowserCounts{Identities: 4, Open: 3}) {
+		t.Errorf("Counts = %+v", got)
+	}
+
+	// A close keeps the profile; a delete removes it, as dot.
+	if err := r.m.Close(ctx, ids["a"]); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.m.Close(ctx, ids["a"]); err != nil {
+		t.Errorf("closing a closed identity = %v, want nothing", err)
+	}
+	if err := r.m.Delete(ctx, ids["b"]); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"/home/dot/browsers/" + ids["b"]}, r.removed); d != "" {
+		t.Errorf("removed (-want +got):\n%s", d)
+	}
+	if err := r.m.Delete(ctx, ids["b"]); codeOf(err) != protocol.ErrNotFound {
+		t.Errorf("deleting again = %v, want not_found", err)
+	}
+	r.m.CloseAll(ctx)
+	if got := r.m.Counts(ctx); got.Open != 0 {
+		t.Errorf("open after CloseAll = %d", got.Open)
+	}
+	want := []string{"created a", "created b", "created c", "created d", "launched a", "launched b", "launched c",
+		"closed c", "launched d", "closed a", "closed b", "deleted b", "closed d"}
+	if d := cmp.Diff(want, r.browserEvents(t)); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
+	// The proxy is nowhere but the server's environment.
+	for _, ev := range r.events(t) {
+		if strings.Contains(string(ev.Data), "pa55word") {
+			t.Errorf("event %s holds the proxy: %s", ev.Type, ev.Data)
+		}
+	}
+	list, _ = r.m.List(ctx)
+	b, _ := json.Marshal(list)
+	if strings.Contains(string(b), "pa55word") || strings.Contains(text, "pa55word") {
+		t.Errorf("the list or a launch says the proxy: %s", b)
+	}
+}
+
+func TestFrame(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	id := r.create(t, "watched", nil).ID
+	if _, err := r.m.Frame(ctx, id); codeOf(err) != protocol.ErrNotOpen {
+		t.Errorf("frame of a closed identity = %v, want not_open", err)
+	}
+	if _, err := r.m.Frame(ctx, "nope"); codeOf(err) != protocol.ErrNotFound {
+		t.Errorf("frame of an unknown identity = %v, want not_found", err)
+	}
+	if _, err := r.m.Launch(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := r.m.Get(ctx, id)
+	frame, err := r.m.Frame(ctx, id)
+	if err != nil || len(frame) < 3 || frame[0] != 0xFF || frame[1] != 0xD8 {
+		t.Fatalf("frame = %d bytes, %v; want a JPEG", len(frame), err)
+	}
+	after, _ := r.m.Get(ctx, id)
+	if *before.LastUsedAtMS != *after.LastUsedAtMS {
+		t.Errorf("a frame moved last_used_at_ms from %d to %d", *before.LastUsedAtMS, *after.LastUsedAtMS)
+	}
+
+	// A call that holds the identity longer than the frame's wait: busy.
+	r.fake.mu.Lock()
+	r.fake.release = make(chan struct{})
+	r.fake.mu.Unlock()
+	done := make(chan Result)
+	go func() { done <- r.m.Call(ctx, "browser_wait_for", map[string]any{"identity_id": id, "time": 10}) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.fake.count("browser_wait_for") == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := r.m.Frame(ctx, id); codeOf(err) != protocol.ErrBusy {
+		t.Errorf("frame while a call holds the identity = %v, want busy", err)
+	}
+	close(r.fake.release)
+	if res := <-done; !res.OK {
+		t.Errorf("the held call = %+v", res)
+	}
+
+	r.fake.mu.Lock()
+	r.fake.pngOnly = true
+	r.fake.mu.Unlock()
+	if _, err := r.m.Frame(ctx, id); codeOf(err) != protocol.ErrFrameFailed {
+		t.Errorf("a frame that is not a JPEG = %v, want frame_failed", err)
+	}
+}
+
+func TestPageToolsOffered(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	if len(r.m.Tools()) != 0 {
+		t.Errorf("tools before the server was read: %v", r.m.Tools())
+	}
+	if err := r.m.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range r.m.Tools() {
+		names = append(names, tl.Name)
+		var sch struct {
+			Properties map[string]any `json:"properties"`
+			Required   []string       `json:"required"`
+		}
+		json.Unmarshal(tl.InputSchema, &sch)
+		if sch.Properties["identity_id"] == nil || !slices.Contains(sch.Required, "identity_id") {
+			t.Errorf("%s: identity_id is not a required argument: %s", tl.Name, tl.InputSchema)
+		}
+	}
+	slices.Sort(names)
+	if d := cmp.Diff([]string{"browser_hover", "browser_navigate", "browser_tabs", "browser_take_screenshot", "browser_wait_for"}, names); d != "" {
+		t.Errorf("offered page tools (-want +got):\n%s", d)
+	}
+	if r.fake.starts[0].cfg.Args[0] != "--isolated" {
+		t.Errorf("the probe keeps its profile in memory: %v", r.fake.starts[0].cfg.Args)
+	}
+	if _, err := r.m.Validate("browser_navigate", json.RawMessage(`{"url":"https://x"}`)); err == nil || !strings.Contains(err.Error(), "identity_id") {
+		t.Errorf("Validate without identity_id = %v", err)
+	}
+	if _, err := r.m.Validate("browser_run_code_unsafe", json.RawMessage(`{"identity_id":"x"}`)); err == nil {
+		t.Errorf("a tool that is not offered validated")
+	}
+	if a, err := r.m.Validate("browser_navigate", json.RawMessage(`{"url":"https://x","identity_id":"i"}`)); err != nil || a["identity_id"] != "i" {
+		t.Errorf("Validate = %v, %v", a, err)
+	}
+}
+
+func TestIdentityTools(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	res := r.m.IdentityTool(ctx, "browser_identity_create", map[string]any{"name": "mail", "proxy": secretProxy})
+	if !res.OK || strings.Contains(res.Text, "pa55word") {
+		t.Fatalf("create = %+v", res)
+	}
+	list := r.m.IdentityTool(ctx, "browser_identity_list", map[string]any{})
+	var got struct {
+		Identities []struct {
+			ID       string `json:"identity_id"`
+			Status   string `json:"status"`
+			HasProxy bool   `json:"has_proxy"`
+		} `json:"identities"`
+		MaxOpen int `json:"max_open"`
+	}
+	if err := json.Unmarshal([]byte(list.Text), &got); err != nil || len(got.Identities) != 1 || got.MaxOpen != 3 ||
+		got.Identities[0].Status != "available" || !got.Identities[0].HasProxy || strings.Contains(list.Text, "pa55word") {
+		t.Fatalf("list = %s (%v)", list.Text, err)
+	}
+	id := got.Identities[0].ID
+	for _, tool := range []string{"browser_identity_launch", "browser_identity_close", "browser_identity_delete"} {
+		if res := r.m.IdentityTool(ctx, tool, map[string]any{"identity_id": id}); !res.OK {
+			t.Errorf("%s = %+v", tool, res)
+		}
+	}
+	if res := r.m.IdentityTool(ctx, "browser_identity_launch", map[string]any{"identity_id": id}); res.OK || !strings.Contains(res.Text, "no browser identity") {
+		t.Errorf("launch of a deleted identity = %+v", res)
+	}
+}
+
+func TestLaunchWithoutABrowser(t *testing.T) {
+	r := newRig(t)
+	r.m.o.Command = ""
+	id := r.create(t, "x", nil).ID
+	if _, err := r.m.Launch(context.Background(), id); codeOf(err) != protocol.ErrLaunchFailed || !strings.Contains(err.Error(), protocol.EnvMCPCommand) {
+		t.Errorf("Launch without a server = %v", err)
+	}
+}
+
+func TestABrowserThatDiesIsClosed(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	id := r.create(t, "fragile", nil).ID
+	if _, err := r.m.Launch(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	res := r.m.Call(ctx, "browser_hover", map[string]any{"identity_id": id, "element": "x", "target": "e1"})
+	if res.OK || !strings.Contains(res.Text, "the identity is closed now; call browser_identity_launch to open it again") {
+		t.Errorf("a call whose browser died = %+v", res)
+	}
+	if res := r.m.Call(ctx, "browser_tabs", map[string]any{"identity_id": id, "action": "list"}); res.Text != notOpenText {
+		t.Errorf("the next call = %+v, want not open: a lost browser is never reopened behind the Dot's back", res)
+	}
+	if _, err := r.m.Frame(ctx, id); codeOf(err) != protocol.ErrNotOpen {
+		t.Errorf("frame after the crash = %v, want not_open", err)
+	}
+	if d := cmp.Diff([]string{"created fragile", "launched fragile", "closed fragile"}, r.browserEvents(t)); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
+	if len(r.fake.starts) != 1 {
+		t.Errorf("the server was started %d times, want once (no restart)", len(r.fake.starts))
+	}
+}

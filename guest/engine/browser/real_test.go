@@ -1,0 +1,248 @@
+package browser
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
+	"github.com/invisible-dots/invisible-dots/guest/engine/store"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// EnvPlaywrightMCPDir names a directory where `npm ci` already installed
+// guest/image/golden/npm's lock (`make playwright-mcp`); without it the real
+// test installs it once into the user's cache directory.
+const EnvPlaywrightMCPDir = "INVISIBLE_DOTS_PLAYWRIGHT_MCP_DIR"
+
+// goldenNPM is the golden image's lock of @playwright/mcp, the one the image
+// installs.
+var goldenNPM = filepath.Join("..", "..", "image", "golden", "npm")
+
+// installPlaywrightMCP returns a directory holding @playwright/mcp installed
+// from the golden image's lock, installing it with `npm ci` when needed.
+func installPlaywrightMCP(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv(EnvPlaywrightMCPDir); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", "@playwright", "mcp", "cli.js")); err == nil {
+			return dir
+		}
+	}
+	lock, err := os.ReadFile(filepath.Join(goldenNPM, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg, err := os.ReadFile(filepath.Join(goldenNPM, "package.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Skipf("no cache directory to install @playwright/mcp into (%v); set %s", err, EnvPlaywrightMCPDir)
+	}
+	sum := sha256.Sum256(append(pkg, lock...))
+	dir := filepath.Join(cache, "invisible-dots", "playwright-mcp-"+hex.EncodeToString(sum[:6]))
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@playwright", "mcp", "cli.js")); err == nil {
+		return dir
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Skipf("npm is needed to install @playwright/mcp for the real browser test (Debian: apt-get install npm), or set %s", EnvPlaywrightMCPDir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"package.json": pkg, "package-lock.json": lock} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci of the golden image's @playwright/mcp in %s: %v\n%s", dir, err, out)
+	}
+	return dir
+}
+
+// buildAgentd builds dot-agentd, whose relay runs the browser.
+func buildAgentd(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is needed to build dot-agentd")
+	}
+	bin := filepath.Join(t.TempDir(), "dot-agentd")
+	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/invisible-dots/invisible-dots/guest/agentd/cmd/dot-agentd")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build dot-agentd: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startAgentd runs dot-agentd in development mode (work runs as this test's
+// user) and returns its local socket.
+func startAgentd(t *testing.T, bin, home string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "brw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "agentd.sock")
+	config := filepath.Join(dir, "config.json")
+	gc, _ := json.Marshal(protocol.GuestConfig{DotID: "test/browser", Token: "test-token-0123456789abcdef"})
+	if err := os.WriteFile(config, gc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--socket", socket, "--config", config, "--run-as", "", "--home", home)
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("unix", socket)
+		if err == nil {
+			c.Close()
+			return socket
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("dot-agentd's socket did not come up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRealPlaywrightMCPKeepsTheProfile runs the golden image's
+// @playwright/mcp on this machine's Chromium, through the real dot-agentd
+// relay: a cookie a page sets in one launch of an identity is sent again by
+// the next launch of the same profile.
+func TestRealPlaywrightMCPKeepsTheProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real browser")
+	}
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("Debian's chromium is needed for the real browser test (apt-get install chromium)")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is needed for the real browser test (apt-get install nodejs)")
+	}
+	pw := installPlaywrightMCP(t)
+	bin := buildAgentd(t)
+	home := t.TempDir()
+	socket := startAgentd(t, bin, home)
+
+	// The golden wrapper (/usr/local/bin/playwright-mcp) with this machine's
+	// paths.
+	wrapper := filepath.Join(t.TempDir(), "playwright-mcp")
+	script := fmt.Sprintf("#!/bin/sh\nexec %s %s --browser chromium --executable-path %s \"$@\"\n",
+		node, filepath.Join(pw, "node_modules", "@playwright", "mcp", "cli.js"), chromium)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// No display here: headless. Chromium refuses its sandbox to root.
+	args := []string{"--headless"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--no-sandbox")
+	}
+
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := "none"
+		if c, err := r.Cookie("visit"); err == nil {
+			got = c.Value
+		}
+		http.SetCookie(w, &http.Cookie{Name: "visit", Value: "remembered", MaxAge: 86400, Path: "/"})
+		fmt.Fprintf(w, "<!doctype html><title>cookie test</title><p>cookie was %s</p>", got)
+	}))
+	defer site.Close()
+
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	l := mcphost.Launcher{RelayPath: bin, AgentdSocket: socket, Cwd: home, Path: os.Getenv("PATH"), TerminateAfter: 2 * time.Second}
+	m := New(Options{
+		Store: st, Command: wrapper, Args: args, Home: home, Dial: l.Dialer, Remove: RelayRemover(l),
+		StartupTimeout: 2 * time.Minute, CallTimeout: time.Minute,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	defer m.CloseAll(context.Background())
+	ctx := context.Background()
+	if err := m.Probe(ctx); err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	var names []string
+	for _, tl := range m.Tools() {
+		names = append(names, tl.Name)
+	}
+	t.Logf("the server's tools: %s", strings.Join(names, " "))
+	bi, err := m.Create(ctx, "cookie keeper", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	visit := func(want string) {
+		t.Helper()
+		start := time.Now()
+		text, err := m.Launch(ctx, bi.ID)
+		if err != nil {
+			t.Fatalf("Launch: %v", err)
+		}
+		t.Logf("launch took %s: %s", time.Since(start).Round(time.Millisecond), text)
+		if res := m.Call(ctx, "browser_navigate", map[string]any{"identity_id": bi.ID, "url": site.URL}); !res.OK {
+			t.Fatalf("browser_navigate = %s", res.Text)
+		}
+		// After a navigation the server writes the page's snapshot to a
+		// file of its output directory; browser_snapshot answers it inline.
+		res := m.Call(ctx, "browser_snapshot", map[string]any{"identity_id": bi.ID})
+		if !res.OK || !strings.Contains(res.Text, "cookie was "+want) {
+			t.Fatalf("browser_snapshot = ok %v:\n%s\nwant the page to say the cookie was %s", res.OK, res.Text, want)
+		}
+		shot := m.Call(ctx, "browser_take_screenshot", map[string]any{"identity_id": bi.ID})
+		if !shot.OK || len(shot.ImageURLs) != 1 || !strings.Contains(shot.Text, "[screenshot, 1280x720, not stored]") {
+			t.Errorf("browser_take_screenshot = ok %v, %d images:\n%s", shot.OK, len(shot.ImageURLs), shot.Text)
+		}
+		frame, err := m.Frame(ctx, bi.ID)
+		if err != nil || len(frame) < 3 || frame[0] != 0xFF || frame[1] != 0xD8 {
+			t.Errorf("Frame = %d bytes, %v; want a JPEG", len(frame), err)
+		}
+		start = time.Now()
+		if err := m.Close(ctx, bi.ID); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		t.Logf("close took %s", time.Since(start).Round(time.Millisecond))
+	}
+	visit("none")
+	if _, err := os.Stat(filepath.Join(home, "browsers", bi.ID, "profile")); err != nil {
+		t.Fatalf("the profile is not under the identity's directory: %v", err)
+	}
+	visit("remembered")
+	out, _ := os.ReadDir(filepath.Join(home, "browsers", bi.ID, "output"))
+	t.Logf("the server's output directory holds %d files", len(out))
+	if err := m.Delete(ctx, bi.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(home, "browsers", bi.ID)); !os.IsNotExist(err) {
+		t.Errorf("the identity's directory is still there after its delete: %v", err)
+	}
+}
