@@ -252,7 +252,8 @@ var identityIDRE = regexp.MustCompile(`"identity_id": "([^"]+)",\s*"name": "` + 
 
 // browserModel is the stand-in's browser work: the login task makes an
 // identity, opens it, visits /login and closes it; the check task finds the
-// identity in the list, opens it, visits /whoami and says what it read.
+// identity in the list, opens it, visits /whoami, reads the page and says
+// what it read.
 // ok is false when the conversation is not a browser task.
 func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 	var task, id, read string
@@ -296,6 +297,10 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 	case "browser_identity_launch":
 		return call("browser_navigate", fmt.Sprintf(`{"identity_id":%q,"url":%q}`, id, site.url(page)))
 	case "browser_navigate":
+		// @playwright/mcp answers a navigation with a link to the page's
+		// snapshot; browser_snapshot answers it inline.
+		return call("browser_snapshot", ident)
+	case "browser_snapshot":
 		return call("browser_identity_close", ident)
 	case "browser_identity_close":
 		if task == loginTask {
