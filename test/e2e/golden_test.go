@@ -181,9 +181,9 @@ func TestGoldenDotReady(t *testing.T) {
 			w.fail("the site saw %d logins; want the task's one", n)
 		}
 		out := w.cli(time.Minute, "logs", name, "--types", "browser.identity.created,browser.identity.launched,browser.identity.closed")
-		for _, want := range []string{"created", "launched", "closed"} {
-			if !strings.Contains(out, want) {
-				w.fail("logs printed %q; want a browser identity %s in it", out, want)
+		for _, want := range []string{"made", "opened", "closed"} {
+			if !strings.Contains(out, want+" the browser identity "+identityName) {
+				w.fail("logs printed %q; want the browser identity %s %s in it", out, identityName, want)
 			}
 		}
 
