@@ -11,7 +11,11 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-export const STATE = join(tmpdir(), 'invisible-dots-web-e2e.json');
+// Where the run's server is written down for its tests: one file per run
+// (playwright.config.ts names it), since other checkouts on the machine run
+// their own servers, and a shared file would send one run's tests to
+// another's server.
+export const STATE = process.env.INVISIBLE_DOTS_E2E_STATE ?? join(tmpdir(), 'invisible-dots-web-e2e.json');
 
 export interface Harness {
   pid: number;
