@@ -5,6 +5,8 @@ import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
 import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
 import { ago } from '../lib/format';
 import type { Approval } from '../lib/types';
+import { FileDiffs } from '../components/Diff';
+import { fileChanges } from '../lib/diff';
 
 // A command and the deletion of a browser identity are not allowed by a key
 // alone: a moves the focus to Allow once, whose press is the confirmation.
@@ -263,7 +265,7 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
         Permission <code class="font-mono">{a.spec.permission}</code>
         {a.spec.reason ? `: ${a.spec.reason}` : ''}
       </p>
-      <CallSummary args={a.spec.arguments} />
+      {fileChanges(a.spec.tool, a.spec.arguments).length ? <FileDiffs tool={a.spec.tool} args={a.spec.arguments} /> : <CallSummary args={a.spec.arguments} />}
       {a.spec.arguments !== undefined && (
         <details class="mt-2 text-sm">
           <summary class="cursor-pointer text-muted">Details</summary>
