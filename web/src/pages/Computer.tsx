@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, GROUP, dotPath, getJSON, mergePatch } from '../lib/api';
-import { computers, useCell } from '../lib/live';
+import { computers, useCell, useTasks } from '../lib/live';
 import { dotHref, useQuery } from '../lib/router';
 import { btn, Confirm } from '../lib/ui';
 import type { Computer } from '../lib/types';
@@ -75,6 +75,12 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
   const running = state === 'RUNNING';
   const halted = c?.spec.runStrategy === 'Halted';
   const [message, setMessage] = useState('');
+  // The Dot's running task (its Task's phase), which a reboot or a stop would cut short.
+  const all = useTasks();
+  const runningTask = [...all.items.values()].find(
+    (t) => (t.metadata.namespace ?? 'default') === ns && t.spec.dotName === name && t.status?.phase === 'RUNNING',
+  );
+  const task = runningTask ? runningTask.spec.description.split('\n')[0] : '';
   const act = (what: Power) => async () => {
     await power(ns, name, what);
     setMessage(`${what === 'start' ? 'Start' : what === 'stop' ? 'Stop' : 'Reboot'} asked; the state follows here.`);
@@ -99,13 +105,39 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
                   Start
                 </button>
               )}
-              {!halted && (
-                <Confirm label="Reboot" question="Reboot the computer? What runs in it stops." yes="Reboot" onYes={act('reboot')} />
-              )}
+              {/* Reboot asks only while a task runs, and names it (ref 9.7); Stop always asks. */}
+              {!halted &&
+                (task ? (
+                  <Confirm
+                    label="Reboot"
+                    question={
+                      <>
+                        Reboot the computer? The task “<span data-testid="confirm-task">{task}</span>” is running: the reboot interrupts it.
+                      </>
+                    }
+                    yes="Reboot"
+                    onYes={act('reboot')}
+                  />
+                ) : (
+                  <button type="button" class={btn.plain} onClick={() => act('reboot')().catch((e) => setMessage(`${(e as Error).message} Try again.`))}>
+                    Reboot
+                  </button>
+                ))}
               {!halted && (
                 <Confirm
                   label="Stop"
-                  question="Stop the computer? Its automations do not run while it is stopped."
+                  question={
+                    <>
+                      Stop the computer?
+                      {task && (
+                        <>
+                          {' '}
+                          The task “<span data-testid="confirm-task">{task}</span>” is running and stops with it.
+                        </>
+                      )}{' '}
+                      Its automations do not run while it is stopped.
+                    </>
+                  }
                   yes="Stop the computer"
                   danger
                   onYes={act('stop')}
@@ -221,12 +253,15 @@ function Spend({ ns, name }: { ns: string; name: string }) {
   );
 }
 
-function NotRunning({ state, onStart }: { state?: string; onStart: () => Promise<void> }) {
+/** What a page that reads the guest shows while the computer is not running, with Start. */
+export function NotRunning({ state, onStart, what = 'screen or files' }: { state?: string; onStart: () => Promise<void>; what?: string }) {
   const [error, setError] = useState('');
   return (
     <div class="grid aspect-video w-full place-items-center rounded-card border border-dashed border-border bg-surface-2 p-4 text-center" data-testid="computer-off">
       <div>
-        <p class="font-medium">The computer is {(state ?? 'not made yet').toLowerCase()}, so there is no screen or files to show.</p>
+        <p class="font-medium">
+          The computer is {(state ?? 'not made yet').toLowerCase()}, so there is no {what} to show.
+        </p>
         <p class="mt-1 text-sm text-muted">Start it to see them; a message or a task starts it too.</p>
         <button type="button" class={`mt-3 ${btn.primary}`} onClick={() => onStart().catch((e) => setError((e as Error).message))}>
           Start the computer
