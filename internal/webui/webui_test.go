@@ -95,6 +95,8 @@ func TestChecks(t *testing.T) {
 		"same site":          {reason: "another port of the same site is another origin", path: "/apis", host: "127.0.0.2:3000", header: map[string]string{"Sec-Fetch-Site": "same-site"}, wantStatus: 403},
 		"foreign origin":     {reason: "an old browser without Sec-Fetch-Site", method: "POST", path: "/dots/v1/namespaces/default/dots/a/messages", host: "127.0.0.2:3000", header: map[string]string{"Origin": "http://evil.example"}, wantStatus: 403},
 		"no browser headers": {reason: "curl on this machine", path: "/dots/v1/health", host: "127.0.0.2:3000", wantStatus: 200, wantUp: true},
+		"live cross site":    {reason: "the live connection is the API's too", path: LivePath + "?watch=dots:1", host: "127.0.0.2:3000", header: map[string]string{"Sec-Fetch-Site": "cross-site"}, wantStatus: 403},
+		"live rebound host":  {reason: "DNS rebinding on the live connection", path: LivePath + "?watch=dots:1", host: "evil.example:3000", wantStatus: 403},
 		"host agent route":   {reason: "the host agents' routes are not the page's", path: "/dots/v1/hostagent/hosts/h/outbox", host: "127.0.0.2:3000", wantStatus: 404},
 		"post to a page":     {reason: "the files are read only", method: "POST", path: "/", host: "127.0.0.2:3000", wantStatus: 405},
 	}

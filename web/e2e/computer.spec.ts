@@ -160,20 +160,20 @@ test('the chat has the computer beside it: the desktop while it runs, its state 
 });
 
 test('while a task runs, Reboot and Stop ask first and name the task', async ({ page }) => {
-  await applyDot('busy-dot');
-  const t = await addTask('busy-dot', 'busy-task', { description: 'Book the flights to Lisbon\nwith the details' });
-  await guestSays('busy-dot', [{ type: 'task.started', data: { task_id: t.metadata.uid } }]);
-  await expect.poll(async () => (await getResource('tasks', 'busy-task')).status?.phase).toBe('RUNNING');
-  await page.goto(harness().url + '/dots/default/busy-dot/computer');
+  await applyDot('reboot-task-dot');
+  const t = await addTask('reboot-task-dot', 'reboot-task', { description: 'Book the flights to Lisbon\nwith the details' });
+  await guestSays('reboot-task-dot', [{ type: 'task.started', data: { task_id: t.metadata.uid } }]);
+  await expect.poll(async () => (await getResource('tasks', 'reboot-task')).status?.phase).toBe('RUNNING');
+  await page.goto(harness().url + '/dots/default/reboot-task-dot/computer');
   await page.getByRole('button', { name: 'Reboot' }).click();
   const ask = page.getByRole('group', { name: 'Reboot' });
   await expect(ask).toContainText('Reboot the computer? The task “Book the flights to Lisbon” is running: the reboot interrupts it.');
   // Asked, not done: nothing was written until the answer.
-  expect((await getResource('computers', 'busy-dot')).metadata.annotations?.['dots.invisible.dev/reboot-requested']).toBeUndefined();
+  expect((await getResource('computers', 'reboot-task-dot')).metadata.annotations?.['dots.invisible.dev/reboot-requested']).toBeUndefined();
   await page.screenshot({ path: test.info().outputPath('computer-reboot-asks.png') });
   await ask.getByRole('button', { name: 'No' }).click();
   await page.getByRole('button', { name: 'Stop', exact: true }).click();
   await expect(page.getByRole('group', { name: 'Stop' }).getByTestId('confirm-task')).toHaveText('Book the flights to Lisbon');
   await page.getByRole('button', { name: 'Stop the computer' }).click();
-  await expect.poll(async () => (await getResource('computers', 'busy-dot')).spec.runStrategy).toBe('Halted');
+  await expect.poll(async () => (await getResource('computers', 'reboot-task-dot')).spec.runStrategy).toBe('Halted');
 });

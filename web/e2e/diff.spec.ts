@@ -2,7 +2,7 @@
 // Node (lib/diff.ts), then the card in the Inbox and in the Chat.
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test } from '@playwright/test';
-import { applyDot, askApproval, guestSays, harness } from './harness';
+import { applyDot, askApproval, denyWaiting, guestSays, harness } from './harness';
 import { fileChanges, lineDiff, visible } from '../src/lib/diff';
 
 test('lineDiff keeps the common lines and marks the rest', () => {
@@ -69,6 +69,7 @@ test('the Inbox card shows an edit as old against new, as text, reachable with t
     const { violations } = await new AxeBuilder({ page }).analyze();
     expect(violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => v.id)).toEqual([]);
   }
+  await denyWaiting('diff-dot');
 });
 
 test('the Chat card shows a write and a patch as their changes', async ({ page }) => {
@@ -92,4 +93,5 @@ test('the Chat card shows a write and a patch as their changes', async ({ page }
   await expect(diffs.nth(0).locator('[data-op=add]')).toHaveText(['+ # Plan', '+ step one']);
   await expect(diffs.nth(1).locator('[data-op=del]')).toHaveText(['- a']);
   await expect(diffs.nth(1).locator('[data-op=add]')).toHaveText(['+ b']);
+  await denyWaiting('diff-chat-dot');
 });

@@ -253,3 +253,20 @@ export async function setComputerState(name: string, state: string, ns = 'defaul
   }
   if (res.status !== 200) throw new Error(`set the state of Computer ${name}: ${res.status} ${res.text}`);
 }
+
+/**
+ * Denies every approval of a Dot still waiting, as a person would, so a test
+ * leaves no count behind for the Inbox badge the later tests read.
+ */
+export async function denyWaiting(dotName: string, ns = 'default') {
+  const list = await (await fetch(`${harness().url}${GROUP}/namespaces/${ns}/approvals`)).json();
+  for (const a of list.items as any[]) {
+    if (a.spec.dotName !== dotName || a.spec.decision) continue;
+    const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/approvals/${a.metadata.name}`, {
+      method: 'PATCH',
+      headers: { 'Content-Type': 'application/merge-patch+json' },
+      body: JSON.stringify({ spec: { decision: 'reject' } }),
+    });
+    if (!res.ok) throw new Error(`deny Approval ${a.metadata.name}: ${res.status} ${await res.text()}`);
+  }
+}

@@ -200,7 +200,7 @@ async function runLive() {
     const stop = () => ctl.abort();
     park.signal.addEventListener('abort', stop);
     try {
-      for (const w of watched) if (!w.rv) await list(w, ctl.signal);
+      await Promise.all(watched.filter((w) => !w.rv).map((w) => list(w, ctl.signal)));
       const q = new URLSearchParams();
       for (const w of watched) q.append('watch', `${w.kind}:${w.rv}`);
       q.set('types', STREAM_TYPES.join(','));

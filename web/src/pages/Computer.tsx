@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError, GROUP, dotPath, getJSON, mergePatch } from '../lib/api';
+import { ApiError, GROUP, dotPath, getJSON, mergePatch, says } from '../lib/api';
 import { computers, useCell, useTasks } from '../lib/live';
 import { dotHref, useQuery } from '../lib/router';
 import { btn, Confirm } from '../lib/ui';
@@ -242,7 +242,7 @@ function Spend({ ns, name }: { ns: string; name: string }) {
     const u = `${dotPath(ns, name)}/usage`;
     Promise.all([getJSON<{ spent_usd: number }>(`${u}?since=${encodeURIComponent(startOfToday())}`), getJSON<{ spent_usd: number }>(u)])
       .then(([t, a]) => setSpent({ today: t.spent_usd, total: a.spent_usd }))
-      .catch((e) => setError(`could not be read: ${(e as Error).message}`));
+      .catch((e) => setError(`could not be read: ${says(e, 'Reload the page to try again.')}`));
   }, [ns, name]);
   if (error) return <span class="text-danger">{error}</span>;
   if (!spent) return <span class="text-muted">–</span>;
@@ -348,7 +348,7 @@ function Files({ ns, name, dir, file, base }: { ns: string; name: string; dir: s
     setError('');
     getJSON<{ path: string; entries: Entry[] }>(`${dotPath(ns, name)}/files/list?path=${encodeURIComponent(dir)}`, ctl.signal)
       .then((l) => setEntries([...l.entries].sort((a, b) => (a.type === 'dir' ? 0 : 1) - (b.type === 'dir' ? 0 : 1) || a.name.localeCompare(b.name))))
-      .catch((e) => !ctl.signal.aborted && setError(`${(e as Error).message}`));
+      .catch((e) => !ctl.signal.aborted && setError(`The folder could not be read: ${says(e, 'Reload the page to try again.')}`));
     return () => ctl.abort();
   }, [ns, name, dir]);
   const href = (p: string, f = '') => `${base}?view=files&path=${encodeURIComponent(p)}${f ? `&file=${encodeURIComponent(f)}` : ''}`;

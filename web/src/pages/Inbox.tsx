@@ -1,5 +1,5 @@
 import { useRef, useState } from 'preact/hooks';
-import { GROUP, mergePatch } from '../lib/api';
+import { GROUP, mergePatch, says } from '../lib/api';
 import { approvals, inView, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
 import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
@@ -239,7 +239,7 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
       await mergePatch(approvalPath(a), { spec: { decision: ans.decision, always: ans.always || undefined, note: ans.note || undefined } });
     } catch (err) {
       const msg = (err as Error).message;
-      setError(/immutable|already/i.test(msg) ? 'This approval was answered somewhere else.' : `${msg} Try again.`);
+      setError(/immutable|already/i.test(msg) ? 'This approval was answered somewhere else.' : says(err, 'Try again.'));
     } finally {
       setBusy(false);
     }
