@@ -29,6 +29,19 @@ type Power = 'start' | 'stop' | 'reboot';
  * instead of being overwritten.
  */
 export async function power(ns: string, name: string, what: Power) {
+  // The resourceVersion moves with every status write too (the host agent
+  // and the controllers write it often), so a conflict is read again and
+  // decided again from the newer object, as client-go's RetryOnConflict does.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await powerOnce(ns, name, what);
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 409 && e.code === 'Conflict') || attempt === 3) throw e;
+    }
+  }
+}
+
+async function powerOnce(ns: string, name: string, what: Power) {
   const c = await getJSON<Computer>(computerPath(ns, name));
   const now = new Date().toISOString();
   const patch: any = { metadata: { resourceVersion: c.metadata.resourceVersion } };
@@ -44,7 +57,7 @@ export async function power(ns: string, name: string, what: Power) {
   try {
     await mergePatch(computerPath(ns, name), patch);
   } catch (e) {
-    if (e instanceof ApiError && e.status === 409) throw new ApiError('The computer changed meanwhile; look at its state and try again.', 409);
+    if (e instanceof ApiError && e.status === 409) throw new ApiError('The computer kept changing meanwhile; look at its state.', 409, 'Conflict');
     throw e;
   }
 }
@@ -105,15 +118,21 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
                   Start
                 </button>
               )}
-              {/* Reboot asks only while a task runs, and names it (ref 9.7); Stop always asks. */}
+              {/* Reboot asks only while a task runs, and names it (ref 9.7); until the
+                  tasks are read it asks too. One Confirm for both, so a question
+                  already open gains the task's name when the tasks arrive. Stop always asks. */}
               {!halted &&
-                (task ? (
+                (task || !all.loaded ? (
                   <Confirm
                     label="Reboot"
                     question={
-                      <>
-                        Reboot the computer? The task “<span data-testid="confirm-task">{task}</span>” is running: the reboot interrupts it.
-                      </>
+                      task ? (
+                        <>
+                          Reboot the computer? The task “<span data-testid="confirm-task">{task}</span>” is running: the reboot interrupts it.
+                        </>
+                      ) : (
+                        'Reboot the computer? What runs in it stops.'
+                      )
                     }
                     yes="Reboot"
                     onYes={act('reboot')}
