@@ -1,6 +1,6 @@
 // The page's live state, shared by every view: the resources from one
-// Kubernetes list+watch each, and the Dots API's stream of every Dot's log,
-// one EventSource for the whole page.
+// Kubernetes list each, then their watches and the Dots API's stream of every
+// Dot's log, all over one connection for the whole page (runLive).
 import { useEffect, useState } from 'preact/hooks';
 import { GROUP } from './api';
 import type { Approval, Computer, Dot, LogEvent, Task } from './types';
@@ -41,10 +41,10 @@ export interface Collection<T> {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 // A browser keeps at most six connections to one host over HTTP/1.1, across
-// its tabs, and a tab's live connection (runLive) holds one. A tab hidden for a while
-// lets it go and takes it again when it is shown (the watches
-// from their resourceVersion, the stream from its last event id), so other
-// tabs of the client keep working.
+// its tabs, and a tab's live connection (runLive) holds one. A tab hidden for
+// a while lets it go and takes it again when it is shown (the watches from
+// their resourceVersion, the stream from its last event id), so other tabs of
+// the client keep working.
 const HIDDEN_GRACE_MS = 30_000;
 let parked = false;
 const parkListeners = new Set<() => void>();
