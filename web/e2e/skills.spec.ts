@@ -1,6 +1,6 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test, type Page } from '@playwright/test';
-import { applyDot, harness, setComputerState } from './harness';
+import { applyDot, guestSays, harness, setComputerState } from './harness';
 
 const SKILLS = {
   skills: [
@@ -73,4 +73,21 @@ test("the skills route's own computer_stopped gets the same answer, and any othe
   await page.reload();
   await expect(page.getByTestId('skills-error')).toContainText('The skills could not be read: the guest did not answer');
   await expect(page.getByTestId('skills-error')).toContainText('Try again');
+});
+
+test('the list is read again when a turn ends, which may have written a skill', async ({ page }) => {
+  await applyDot('skill-turn-dot');
+  // Placed on the harness's host first (the guest's events come through it), then shown running.
+  await guestSays('skill-turn-dot', [{ type: 'agent.state', data: { state: 'THINKING' } }]);
+  await setComputerState('skill-turn-dot', 'RUNNING');
+  let reads = 0;
+  await page.route('**/dots/v1/namespaces/default/dots/skill-turn-dot/skills', (route) => {
+    reads++;
+    const skills = reads === 1 ? SKILLS.skills.slice(1) : SKILLS.skills;
+    return route.fulfill({ status: 200, json: { skills } });
+  });
+  await page.goto(harness().url + '/dots/default/skill-turn-dot/skills');
+  await expect(page.getByTestId('skills').locator('[data-skill]')).toHaveCount(1);
+  await guestSays('skill-turn-dot', [{ type: 'agent.state', data: { state: 'IDLE' } }]);
+  await expect(page.getByTestId('skills').locator('[data-skill="weekly-report"]')).toBeVisible();
 });
