@@ -1,4 +1,10 @@
 import { defineConfig } from '@playwright/test';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+// The run's own record of its server (e2e/harness.ts): named once here, in
+// the runner, and inherited by its workers.
+process.env.INVISIBLE_DOTS_E2E_STATE ??= join(tmpdir(), `invisible-dots-web-e2e-${process.pid}.json`);
 
 // Debian's Chromium, never a downloaded browser (PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 // at npm ci). The server is the real binary (e2e/harness.ts).

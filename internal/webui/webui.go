@@ -93,6 +93,8 @@ type Options struct {
 
 type handler struct {
 	api, dots    *httputil.ReverseProxy
+	apiUp        *backend
+	dotsUp       *backend
 	files        fs.FS
 	static       http.Handler
 	address      string
@@ -101,13 +103,13 @@ type handler struct {
 
 // NewHandler is the web server's handler.
 func NewHandler(o Options) (http.Handler, error) {
-	api, err := newProxy(o.Upstream, "the API server", o.Log)
+	api, apiUp, err := newProxy(o.Upstream, "the API server", o.Log)
 	if err != nil {
 		return nil, err
 	}
-	dots := api
+	dots, dotsUp := api, apiUp
 	if o.DotsAPI != nil {
-		if dots, err = newProxy(o.DotsAPI, "the Dots API", o.Log); err != nil {
+		if dots, dotsUp, err = newProxy(o.DotsAPI, "the Dots API", o.Log); err != nil {
 			return nil, err
 		}
 	}
@@ -118,6 +120,8 @@ func NewHandler(o Options) (http.Handler, error) {
 		allowedHosts: map[string]bool{},
 		api:          api,
 		dots:         dots,
+		apiUp:        apiUp,
+		dotsUp:       dotsUp,
 	}
 	for _, name := range o.AllowedHosts {
 		h.allowedHosts[strings.ToLower(name)] = true
@@ -125,16 +129,19 @@ func NewHandler(o Options) (http.Handler, error) {
 	return h, nil
 }
 
-// newProxy forwards to the server cfg names with cfg's credential alone.
-func newProxy(cfg *rest.Config, what string, log logr.Logger) (*httputil.ReverseProxy, error) {
+// newProxy forwards to the server cfg names with cfg's credential alone; the
+// backend is the same server and credential, for what the handler reads
+// itself (LivePath).
+func newProxy(cfg *rest.Config, what string, log logr.Logger) (*httputil.ReverseProxy, *backend, error) {
 	target, err := url.Parse(cfg.Host)
 	if err != nil || target.Host == "" {
-		return nil, fmt.Errorf("the address of %s %q is not a URL", what, cfg.Host)
+		return nil, nil, fmt.Errorf("the address of %s %q is not a URL", what, cfg.Host)
 	}
 	transport, err := rest.TransportFor(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("make the web proxy's transport to %s: %w", what, err)
+		return nil, nil, fmt.Errorf("make the web proxy's transport to %s: %w", what, err)
 	}
+	up := &backend{base: target, client: &http.Client{Transport: transport}}
 	return &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -158,7 +165,7 @@ func newProxy(cfg *rest.Config, what string, log logr.Logger) (*httputil.Reverse
 			}
 			writeError(w, http.StatusBadGateway, "api_unreachable", what+" did not answer: is invisible-dots server still running?")
 		},
-	}, nil
+	}, up, nil
 }
 
 // isAPIPath says whether a path is one the proxy forwards: the Kubernetes
@@ -183,6 +190,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if strings.HasPrefix(r.URL.Path, "/dots/v1/hostagent/") {
 		writeError(w, http.StatusNotFound, "not_found", "the host agents' routes are not served to the web client")
+		return
+	}
+	if r.URL.Path == LivePath {
+		if msg := crossSite(r); msg != "" {
+			writeError(w, http.StatusForbidden, "forbidden", msg)
+			return
+		}
+		h.serveLive(w, r)
 		return
 	}
 	if isAPIPath(r.URL.Path) {

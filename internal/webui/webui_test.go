@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -93,6 +95,8 @@ func TestChecks(t *testing.T) {
 		"same site":          {reason: "another port of the same site is another origin", path: "/apis", host: "127.0.0.2:3000", header: map[string]string{"Sec-Fetch-Site": "same-site"}, wantStatus: 403},
 		"foreign origin":     {reason: "an old browser without Sec-Fetch-Site", method: "POST", path: "/dots/v1/namespaces/default/dots/a/messages", host: "127.0.0.2:3000", header: map[string]string{"Origin": "http://evil.example"}, wantStatus: 403},
 		"no browser headers": {reason: "curl on this machine", path: "/dots/v1/health", host: "127.0.0.2:3000", wantStatus: 200, wantUp: true},
+		"live cross site":    {reason: "the live connection is the API's too", path: LivePath + "?watch=dots:1", host: "127.0.0.2:3000", header: map[string]string{"Sec-Fetch-Site": "cross-site"}, wantStatus: 403},
+		"live rebound host":  {reason: "DNS rebinding on the live connection", path: LivePath + "?watch=dots:1", host: "evil.example:3000", wantStatus: 403},
 		"host agent route":   {reason: "the host agents' routes are not the page's", path: "/dots/v1/hostagent/hosts/h/outbox", host: "127.0.0.2:3000", wantStatus: 404},
 		"post to a page":     {reason: "the files are read only", method: "POST", path: "/", host: "127.0.0.2:3000", wantStatus: 405},
 	}
@@ -184,5 +188,91 @@ func TestDotsAPIElsewhere(t *testing.T) {
 	}
 	if dots.auth != "Bearer the-server-token" {
 		t.Errorf("the Dots API got the credential %q", dots.auth)
+	}
+}
+
+// TestLive: the page's one connection carries the watches it names and the
+// stream, with the server's credential; a malformed query is refused with
+// what to send instead.
+func TestLive(t *testing.T) {
+	var mu sync.Mutex
+	var paths []string
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.Header.Get("Authorization")+" "+r.URL.RequestURI())
+		mu.Unlock()
+		flusher := w.(http.Flusher)
+		if r.URL.Path == "/dots/v1/stream" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "id: 7\n\nid: 8\nevent: message.user\ndata: {\"id\":\"8\"}\n\n")
+			flusher.Flush()
+			<-r.Context().Done()
+			return
+		}
+		_, _ = io.WriteString(w, `{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"6"}}}`+"\n")
+		flusher.Flush()
+		<-r.Context().Done()
+	}))
+	defer api.Close()
+	h, err := NewHandler(Options{
+		Upstream: &rest.Config{Host: api.URL, BearerToken: "the-server-token"},
+		Files:    fstest.MapFS{"index.html": {Data: []byte("<p>app</p>")}},
+		Log:      logr.Discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	bad, err := http.Get(srv.URL + LivePath + "?watch=secrets:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(bad.Body)
+	bad.Body.Close()
+	if bad.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "KIND:RESOURCEVERSION") {
+		t.Errorf("watch=secrets:1 answered %d %s; want 400 saying the form", bad.StatusCode, body)
+	}
+
+	resp, err := http.Get(srv.URL + LivePath + "?watch=dots:5&watch=tasks:3&types=message.user&after=6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	want := map[string]bool{
+		"event: watch\ndata: {\"kind\":\"dots\",\"event\":{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"6\"}}}}\n\n":  true,
+		"event: watch\ndata: {\"kind\":\"tasks\",\"event\":{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"6\"}}}}\n\n": true,
+		"id: 7\n\n": true,
+		"id: 8\nevent: message.user\ndata: {\"id\":\"8\"}\n\n": true,
+	}
+	br := bufio.NewReader(resp.Body)
+	var frame strings.Builder
+	for len(want) > 0 {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the live answer ended with %d frames not seen: %v (%v)", len(want), want, err)
+		}
+		frame.WriteString(line)
+		if line == "\n" {
+			if f := frame.String(); f != ": live\n\n" {
+				if !want[f] {
+					t.Errorf("unexpected frame %q", f)
+				}
+				delete(want, f)
+			}
+			frame.Reset()
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	sort.Strings(paths)
+	wantPaths := []string{
+		"Bearer the-server-token /apis/dots.invisible.dev/v1alpha1/dots?allowWatchBookmarks=true&resourceVersion=5&watch=1",
+		"Bearer the-server-token /apis/dots.invisible.dev/v1alpha1/tasks?allowWatchBookmarks=true&resourceVersion=3&watch=1",
+		"Bearer the-server-token /dots/v1/stream?after=6&types=message.user",
+	}
+	if diff := cmp.Diff(wantPaths, paths); diff != "" {
+		t.Errorf("what reached the API server (-want +got):\n%s", diff)
 	}
 }

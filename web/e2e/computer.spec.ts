@@ -1,6 +1,6 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test } from '@playwright/test';
-import { applyDot, getResource, guestSays, harness, setComputerState } from './harness';
+import { addTask, applyDot, getResource, guestSays, harness, setComputerState } from './harness';
 
 test('the Computer page stops and starts the computer through its resource, as the command line does', async ({ page }) => {
   await applyDot('power-dot');
@@ -22,8 +22,8 @@ test('the Computer page stops and starts the computer through its resource, as t
   const c = await getResource('computers', 'power-dot');
   expect(Date.parse(c.metadata.annotations['dots.invisible.dev/start-requested'])).toBeGreaterThan(Date.now() - 60_000);
 
+  // No task runs: Reboot does not ask (ref 9.7).
   await page.getByRole('button', { name: 'Reboot' }).click();
-  await page.getByRole('button', { name: 'Reboot', exact: true }).last().click();
   await expect.poll(async () => (await getResource('computers', 'power-dot')).metadata.annotations?.['dots.invisible.dev/reboot-requested']).toBeTruthy();
   await page.screenshot({ path: test.info().outputPath('computer.png') });
 
@@ -157,4 +157,23 @@ test('the chat has the computer beside it: the desktop while it runs, its state 
   await expect(panel.getByTestId('screen')).toBeHidden();
   const [p2, t2] = [await panel.boundingBox(), await page.getByTestId('thread').boundingBox()];
   expect(p2!.y + p2!.height).toBeLessThanOrEqual(t2!.y + 1);
+});
+
+test('while a task runs, Reboot and Stop ask first and name the task', async ({ page }) => {
+  await applyDot('reboot-task-dot');
+  const t = await addTask('reboot-task-dot', 'reboot-task', { description: 'Book the flights to Lisbon\nwith the details' });
+  await guestSays('reboot-task-dot', [{ type: 'task.started', data: { task_id: t.metadata.uid } }]);
+  await expect.poll(async () => (await getResource('tasks', 'reboot-task')).status?.phase).toBe('RUNNING');
+  await page.goto(harness().url + '/dots/default/reboot-task-dot/computer');
+  await page.getByRole('button', { name: 'Reboot' }).click();
+  const ask = page.getByRole('group', { name: 'Reboot' });
+  await expect(ask).toContainText('Reboot the computer? The task “Book the flights to Lisbon” is running: the reboot interrupts it.');
+  // Asked, not done: nothing was written until the answer.
+  expect((await getResource('computers', 'reboot-task-dot')).metadata.annotations?.['dots.invisible.dev/reboot-requested']).toBeUndefined();
+  await page.screenshot({ path: test.info().outputPath('computer-reboot-asks.png') });
+  await ask.getByRole('button', { name: 'No' }).click();
+  await page.getByRole('button', { name: 'Stop', exact: true }).click();
+  await expect(page.getByRole('group', { name: 'Stop' }).getByTestId('confirm-task')).toHaveText('Book the flights to Lisbon');
+  await page.getByRole('button', { name: 'Stop the computer' }).click();
+  await expect.poll(async () => (await getResource('computers', 'reboot-task-dot')).spec.runStrategy).toBe('Halted');
 });

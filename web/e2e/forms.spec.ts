@@ -128,9 +128,7 @@ test("Always allow changes the Dot's spec, and an edit under way is rebased on i
   await guestSays('always-spec-dot', [
     { type: 'approval.requested', data: { approval_id: 'req-auto-1', tool: 'cron', permission: 'automations', arguments: { schedule: '0 9 * * 1' }, reason: 'weekly plan' } },
   ]);
-  // Another browser context: a tab of the same one would wait for a
-  // connection (HTTP/1.1 allows six per host, and each tab's watches and
-  // stream hold five).
+  // Another browser context, as another person's browser would be.
   const other = await browser.newContext();
   const inbox = await other.newPage();
   await inbox.goto(harness().url + '/inbox');

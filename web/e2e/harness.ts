@@ -10,12 +10,12 @@ import { mkdtempSync, mkdirSync, openSync, rmSync, writeFileSync, readFileSync, 
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-// The running server's record, read by every worker. It lives beside this
-// checkout's tests, not at a fixed path in /tmp, so two checkouts testing at
-// once (or a run left behind) never stop or read each other's server.
-export const STATE = join(dirname(fileURLToPath(import.meta.url)), '..', 'test-results', '.server.json');
+// Where the run's server is written down for its tests: one file per run
+// (playwright.config.ts names it), since other checkouts on the machine run
+// their own servers, and a shared file would send one run's tests to
+// another's server.
+export const STATE = process.env.INVISIBLE_DOTS_E2E_STATE ?? join(tmpdir(), 'invisible-dots-web-e2e.json');
 
 export interface Harness {
   pid: number;
@@ -267,4 +267,21 @@ export async function setComputerState(name: string, state: string, ns = 'defaul
     if (res.status !== 404) break;
   }
   if (res.status !== 200) throw new Error(`set the state of Computer ${name}: ${res.status} ${res.text}`);
+}
+
+/**
+ * Denies every approval of a Dot still waiting, as a person would, so a test
+ * leaves no count behind for the Inbox badge the later tests read.
+ */
+export async function denyWaiting(dotName: string, ns = 'default') {
+  const list = await (await fetch(`${harness().url}${GROUP}/namespaces/${ns}/approvals`)).json();
+  for (const a of list.items as any[]) {
+    if (a.spec.dotName !== dotName || a.spec.decision) continue;
+    const res = await fetch(`${harness().url}${GROUP}/namespaces/${ns}/approvals/${a.metadata.name}`, {
+      method: 'PATCH',
+      headers: { 'Content-Type': 'application/merge-patch+json' },
+      body: JSON.stringify({ spec: { decision: 'reject' } }),
+    });
+    if (!res.ok) throw new Error(`deny Approval ${a.metadata.name}: ${res.status} ${await res.text()}`);
+  }
 }

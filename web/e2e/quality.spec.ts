@@ -8,6 +8,7 @@ const PAGES = [
   { name: 'Inbox', path: '/inbox' },
   { name: 'Tasks', path: '/dots/default/axe-dot/tasks' },
   { name: 'Computer', path: '/dots/default/axe-dot/computer' },
+  { name: 'Skills', path: '/dots/default/axe-dot/skills' },
   { name: 'Activity', path: '/dots/default/axe-dot/activity' },
   { name: 'Dot settings', path: '/dots/default/axe-dot/settings' },
   { name: 'Create a Dot', path: '/new' },

@@ -6,6 +6,7 @@ import { Inbox } from './pages/Inbox';
 import { Tasks } from './pages/Tasks';
 import { ComputerPage, ComputerPanel } from './pages/Computer';
 import { Activity } from './pages/Activity';
+import { Skills } from './pages/Skills';
 import { DotSettings, NewDot } from './pages/DotForm';
 import { HostSettings } from './pages/HostSettings';
 import { onLinkClick, useRoute, type Route } from './lib/router';
@@ -25,6 +26,7 @@ function DotPages({ route }: { route: Extract<Route, { page: 'dot' }> }) {
         )}
         {tab === 'tasks' && <Tasks key={k} ns={ns} name={name} open={route.task} />}
         {tab === 'computer' && <ComputerPage key={k} ns={ns} name={name} />}
+        {tab === 'skills' && <Skills key={k} ns={ns} name={name} />}
         {tab === 'activity' && <Activity key={k} ns={ns} name={name} />}
         {tab === 'settings' && <DotSettings key={k} ns={ns} name={name} />}
       </div>

@@ -7,6 +7,7 @@ const TAB_LABEL: Record<DotPage, string> = {
   chat: 'Chat',
   tasks: 'Tasks',
   computer: 'Computer',
+  skills: 'Skills',
   activity: 'Activity',
   settings: 'Settings',
 };

@@ -4,7 +4,7 @@
 // stay commands the person runs. Read again when the person comes back to
 // the window while something is missing.
 import { useEffect, useState } from 'preact/hooks';
-import { getJSON } from '../lib/api';
+import { getJSON, says } from '../lib/api';
 
 interface Check {
   name: string;
@@ -31,11 +31,11 @@ async function readChecks(): Promise<State> {
   if (doctor.status === 'fulfilled') {
     // The key is said once, from the health answer below.
     checks.push(...doctor.value.checks.filter((c) => c.status !== 'ok' && c.status !== 'warning' && !/openrouter|key/i.test(c.name)));
-  } else error = `The host's checks could not be read: ${(doctor.reason as Error).message}`;
+  } else error = `The host's checks could not be read: ${says(doctor.reason, 'Run invisible-dots doctor in a terminal to see them.')}`;
   if (health.status === 'fulfilled') {
     if (!health.value.openrouter_configured)
       checks.push({ name: 'OpenRouter key', status: 'missing', detail: 'No key is stored: a Dot cannot call its models.', fix: KEY_FIX });
-  } else error = `The server's health could not be read: ${(health.reason as Error).message}`;
+  } else error = `The server's health could not be read: ${says(health.reason, 'Is invisible-dots server running?')}`;
   return { checks, error, loaded: true };
 }
 

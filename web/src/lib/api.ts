@@ -54,3 +54,9 @@ export const mergePatch = <T>(path: string, body: unknown) =>
 
 export const dotPath = (ns: string, name: string) =>
   `/dots/v1/namespaces/${encodeURIComponent(ns)}/dots/${encodeURIComponent(name)}`;
+
+/** An error's words as a sentence, then what to do next. */
+export function says(e: unknown, next: string): string {
+  const m = (e instanceof Error ? e.message : String(e)).trim();
+  return `${m}${/[.!?]$/.test(m) ? '' : '.'} ${next}`;
+}

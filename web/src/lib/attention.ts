@@ -1,7 +1,7 @@
 // What needs the person, the one count the rail's Inbox badge and the tab's
 // title read: the approvals that wait, the Dots in ERROR, and the tasks that
 // failed in the last 24 hours, less what the person dismissed in this browser.
-import { GROUP, getJSON } from './api';
+import { GROUP, getJSON, says } from './api';
 import { Cell, approvals, dots, inView, onStreamEvent, onUnpark, useCell, viewNamespace, waiting } from './live';
 import type { Approval, Dot, Task } from './types';
 
@@ -31,7 +31,7 @@ async function readFailed() {
     const list = await getJSON<{ items: Task[] }>(`${GROUP}/tasks`);
     failedTasks.set({ items: list.items.filter((t) => t.status?.phase === 'FAILED') });
   } catch (e) {
-    failedTasks.set({ ...failedTasks.get(), error: `The failed tasks could not be read: ${(e as Error).message}` });
+    failedTasks.set({ ...failedTasks.get(), error: `The failed tasks could not be read: ${says(e, 'They are read again when a task fails, or when you reload the page.')}` });
   }
 }
 

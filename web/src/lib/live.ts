@@ -1,6 +1,6 @@
 // The page's live state, shared by every view: the resources from one
-// Kubernetes list+watch each, and the Dots API's stream of every Dot's log,
-// one EventSource for the whole page.
+// Kubernetes list each, then their watches and the Dots API's stream of every
+// Dot's log, all over one connection for the whole page (runLive).
 import { useEffect, useState } from 'preact/hooks';
 import { GROUP } from './api';
 import type { Approval, Computer, Dot, LogEvent, Task } from './types';
@@ -41,10 +41,10 @@ export interface Collection<T> {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 // A browser keeps at most six connections to one host over HTTP/1.1, across
-// its tabs, and each watch and the stream hold one. A tab hidden for a while
-// lets its connections go and takes them again when it is shown (the watches
-// from their resourceVersion, the stream from its last event id), so other
-// tabs of the client keep working.
+// its tabs, and a tab's live connection (runLive) holds one. A tab hidden for
+// a while lets it go and takes it again when it is shown (the watches from
+// their resourceVersion, the stream from its last event id), so other tabs of
+// the client keep working.
 const HIDDEN_GRACE_MS = 30_000;
 let parked = false;
 const parkListeners = new Set<() => void>();
@@ -89,82 +89,6 @@ function parkSignal(): { signal: AbortSignal; done: () => void } {
   return { signal: ctl.signal, done: () => void parkListeners.delete(l) };
 }
 
-/**
- * Keeps cell equal to the collection at path: a list, then a watch from its
- * resourceVersion, read as it comes; a watch that ends is resumed, and one
- * whose version is gone (410) lists again.
- */
-async function listWatch<T extends { metadata: { namespace?: string; name: string; resourceVersion: string } }>(
-  path: string,
-  cell: Cell<Collection<T>>,
-) {
-  let rv = '';
-  let failures = 0;
-  for (;;) {
-    await unparked();
-    const park = parkSignal();
-    try {
-      if (!rv) {
-        const res = await fetch(path, { headers: { Accept: 'application/json' }, signal: park.signal });
-        if (!res.ok) throw new Error(`${res.status}`);
-        const list = await res.json();
-        const items = new Map<string, T>();
-        for (const it of list.items as T[]) items.set(key(it.metadata), it);
-        rv = list.metadata.resourceVersion;
-        cell.set({ items, loaded: true, state: 'live' });
-      }
-      const res = await fetch(`${path}?watch=1&allowWatchBookmarks=true&resourceVersion=${rv}`, {
-        headers: { Accept: 'application/json' },
-        signal: park.signal,
-      });
-      if (!res.ok || !res.body) throw new Error(`${res.status}`);
-      failures = 0;
-      if (cell.get().state !== 'live') cell.set({ ...cell.get(), state: 'live', error: undefined });
-      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buf = '';
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buf += value;
-        let nl: number;
-        while ((nl = buf.indexOf('\n')) >= 0) {
-          const line = buf.slice(0, nl).trim();
-          buf = buf.slice(nl + 1);
-          if (!line) continue;
-          const ev = JSON.parse(line) as { type: string; object: any };
-          if (ev.type === 'ERROR') {
-            // 410 Gone: the version is compacted away; list again.
-            rv = '';
-            break;
-          }
-          rv = ev.object?.metadata?.resourceVersion ?? rv;
-          if (ev.type === 'BOOKMARK') continue;
-          const items = new Map(cell.get().items);
-          const k = key(ev.object.metadata);
-          if (ev.type === 'DELETED') items.delete(k);
-          else items.set(k, ev.object as T);
-          cell.set({ ...cell.get(), items });
-        }
-        if (!rv) break;
-      }
-    } catch {
-      if (park.signal.aborted) {
-        park.done();
-        continue;
-      }
-      failures++;
-      cell.set({
-        ...cell.get(),
-        state: 'down',
-        error: 'The API server cannot be reached; retrying. Is invisible-dots server running?',
-      });
-      if (failures > 3) rv = '';
-    }
-    park.done();
-    await sleep(Math.min(500 * 2 ** failures, 10_000));
-  }
-}
-
 const empty = <T>(): Collection<T> => ({ items: new Map(), loaded: false, state: 'connecting' });
 
 export const dots = new Cell<Collection<Dot>>(empty());
@@ -198,6 +122,10 @@ const STREAM_TYPES = [
   'task.failed',
   'task.cancelled',
   'computer.state',
+  'browser.identity.created',
+  'browser.identity.deleted',
+  'browser.identity.launched',
+  'browser.identity.closed',
 ];
 const streamListeners = new Set<(e: LogEvent) => void>();
 
@@ -207,50 +135,150 @@ export function onStreamEvent(fn: (e: LogEvent) => void) {
   return () => void streamListeners.delete(fn);
 }
 
-// The id of the last event the stream gave, to resume a new EventSource
-// from (one EventSource resumes by itself with Last-Event-ID).
+// The id of the last event the stream gave, to resume from.
 let lastEventId = '';
 
-async function openStream() {
-  await unparked();
-  const after = lastEventId ? `&after=${encodeURIComponent(lastEventId)}` : '';
-  const es = new EventSource(`/dots/v1/stream?types=${STREAM_TYPES.join(',')}${after}`);
-  const park = parkSignal();
-  let closed = false;
-  const reopen = (delay: number) => {
-    if (closed) return;
-    closed = true;
-    es.close();
-    park.done();
-    setTimeout(() => void openStream(), delay);
-  };
-  park.signal.addEventListener('abort', () => reopen(0));
-  es.onopen = () => streamState.set('live');
-  es.onerror = () => {
-    streamState.set(es.readyState === EventSource.CLOSED ? 'down' : 'connecting');
-    if (es.readyState === EventSource.CLOSED) reopen(3000);
-  };
-  for (const t of STREAM_TYPES) {
-    es.addEventListener(t, (m) => {
-      const msg = m as MessageEvent;
-      if (msg.lastEventId) lastEventId = msg.lastEventId;
-      const ev = JSON.parse(msg.data) as LogEvent;
-      streamListeners.forEach((l) => l(ev));
-    });
+type Watched = { kind: string; cell: Cell<Collection<any>>; rv: string };
+// The kinds the page follows, each from the resourceVersion it stands at
+// ('' to list first).
+const watched: Watched[] = [];
+// Aborts the open connection so that the next one takes a kind just added.
+let reopen: AbortController | undefined;
+
+function setState(state: LinkState, error?: string) {
+  for (const w of watched) if (w.cell.get().state !== state || w.cell.get().error !== error) w.cell.set({ ...w.cell.get(), state, error });
+  streamState.set(state);
+}
+
+/** Lists a kind: its items, and the resourceVersion its watch starts from. */
+async function list(w: Watched, signal: AbortSignal) {
+  const res = await fetch(`${GROUP}/${w.kind}`, { headers: { Accept: 'application/json' }, signal });
+  if (!res.ok) throw new Error(`${res.status}`);
+  const body = await res.json();
+  const items = new Map<string, any>();
+  for (const it of body.items) items.set(key(it.metadata), it);
+  w.rv = body.metadata.resourceVersion;
+  w.cell.set({ items, loaded: true, state: 'live' });
+}
+
+/** Applies one watch event to its kind's cell; false when the kind must be listed again. */
+function applyWatch(kind: string, ev: { type: string; object: any }): boolean {
+  const w = watched.find((x) => x.kind === kind);
+  if (!w) return true;
+  if (ev.type === 'ERROR') {
+    // 410 Gone: the version is compacted away; list again.
+    w.rv = '';
+    return false;
   }
-  // The first message of a fresh stream is an id alone, the resume point.
-  es.addEventListener('message', (m) => {
-    if ((m as MessageEvent).lastEventId) lastEventId = (m as MessageEvent).lastEventId;
-  });
+  w.rv = ev.object?.metadata?.resourceVersion ?? w.rv;
+  if (ev.type === 'BOOKMARK') return true;
+  const items = new Map(w.cell.get().items);
+  const k = key(ev.object.metadata);
+  if (ev.type === 'DELETED') items.delete(k);
+  else items.set(k, ev.object);
+  w.cell.set({ ...w.cell.get(), items });
+  return true;
+}
+
+/**
+ * Keeps every watched kind and the stream live over ONE connection, the web
+ * server's live path (internal/webui/live.go says why: a browser allows six
+ * HTTP/1.1 connections per origin across its tabs, and this server cannot
+ * speak HTTP/2 to it). The kinds are listed here, then the connection
+ * carries their watches from those versions and the stream from its last
+ * event id. Whatever ends it (a watch that timed out, a compacted version,
+ * the server gone, a kind added, the tab parked) opens it again from where
+ * each part stood.
+ */
+async function runLive() {
+  let failures = 0;
+  for (;;) {
+    await unparked();
+    const park = parkSignal();
+    const ctl = new AbortController();
+    reopen = ctl;
+    const stop = () => ctl.abort();
+    park.signal.addEventListener('abort', stop);
+    try {
+      await Promise.all(watched.filter((w) => !w.rv).map((w) => list(w, ctl.signal)));
+      const q = new URLSearchParams();
+      for (const w of watched) q.append('watch', `${w.kind}:${w.rv}`);
+      q.set('types', STREAM_TYPES.join(','));
+      if (lastEventId) q.set('after', lastEventId);
+      const res = await fetch(`/web/v1/live?${q}`, { headers: { Accept: 'text/event-stream' }, signal: ctl.signal });
+      if (!res.ok || !res.body) {
+        // A version the API server no longer has, or a refusal: list again.
+        for (const w of watched) w.rv = '';
+        throw new Error(`${res.status}`);
+      }
+      failures = 0;
+      setState('live');
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = '';
+      let relist = false;
+      while (!relist) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let end: number;
+        while ((end = buf.indexOf('\n\n')) >= 0) {
+          const frame = buf.slice(0, end);
+          buf = buf.slice(end + 2);
+          let event = 'message';
+          let data = '';
+          let id = '';
+          for (const line of frame.split('\n')) {
+            if (line.startsWith(':')) continue;
+            const colon = line.indexOf(':');
+            const field = colon < 0 ? line : line.slice(0, colon);
+            const v = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
+            if (field === 'event') event = v;
+            else if (field === 'data') data = data ? `${data}\n${v}` : v;
+            else if (field === 'id') id = v;
+          }
+          if (event === 'watch') {
+            const m = JSON.parse(data) as { kind: string; event: { type: string; object: any } };
+            if (!applyWatch(m.kind, m.event)) relist = true;
+            continue;
+          }
+          // The stream's first message is an id alone, the resume point.
+          if (id) lastEventId = id;
+          if (data && event !== 'message') {
+            const ev = JSON.parse(data) as LogEvent;
+            streamListeners.forEach((l) => l(ev));
+          }
+        }
+      }
+      ctl.abort();
+      // An answer that ended by itself: a moment before the next, so a
+      // server that ends it at once is not asked in a tight loop.
+      await sleep(250);
+    } catch {
+      // Aborted here (a kind added, the tab parked) is no failure.
+      if (!ctl.signal.aborted) {
+        failures++;
+        setState('down', 'The API server cannot be reached; retrying. Is invisible-dots server running?');
+      }
+    }
+    park.signal.removeEventListener('abort', stop);
+    park.done();
+    if (failures) await sleep(Math.min(500 * 2 ** failures, 10_000));
+  }
+}
+
+function follow(kind: string, cell: Cell<Collection<any>>) {
+  watched.push({ kind, cell, rv: '' });
+  // The open connection does not carry the new kind: open the next one.
+  reopen?.abort();
 }
 
 // The Tasks' watch starts with the first page that shows a Dot's tasks, so
-// Home and the Inbox hold one connection fewer (a browser allows six per host).
+// Home and the Inbox do not carry every task.
 let tasksStarted = false;
 export function useTasks(): Collection<Task> {
   if (!tasksStarted) {
     tasksStarted = true;
-    void listWatch(`${GROUP}/tasks`, tasks);
+    follow('tasks', tasks);
   }
   return useCell(tasks);
 }
@@ -259,10 +287,10 @@ let started = false;
 export function startLive() {
   if (started) return;
   started = true;
-  void listWatch(`${GROUP}/dots`, dots);
-  void listWatch(`${GROUP}/computers`, computers);
-  void listWatch(`${GROUP}/approvals`, approvals);
-  void openStream();
+  follow('dots', dots);
+  follow('computers', computers);
+  follow('approvals', approvals);
+  void runLive();
 }
 
 /** The approvals that wait for the person, the one that waited longest first. */

@@ -113,3 +113,12 @@ export interface LogEvent {
 }
 
 export const key = (m: { namespace?: string; name: string }) => `${m.namespace ?? ''}/${m.name}`;
+
+/** One skill of a Dot, as the engine lists it (guest/protocol Skill). */
+export interface Skill {
+  name: string;
+  description: string;
+  source: 'builtin' | 'dot' | string;
+  path: string;
+  content: string;
+}

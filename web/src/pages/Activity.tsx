@@ -1,5 +1,5 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { dotPath, getJSON } from '../lib/api';
+import { dotPath, getJSON, says } from '../lib/api';
 import { onStreamEvent, onUnpark } from '../lib/live';
 import { btn, input } from '../lib/ui';
 import type { ActivityEvent, ActivityFamily } from '../lib/types';
@@ -57,7 +57,7 @@ export function Activity({ ns, name }: { ns: string; name: string }) {
       setEvents((prev) => (reset ? a.events : [...prev, ...a.events]));
       setAtStart(a.events.length < PAGE);
     } catch (e) {
-      setError(`The log could not be read: ${(e as Error).message} Try again.`);
+      setError(`The log could not be read: ${says(e, 'Reload the page, or Load older events, to try again.')}`);
     } finally {
       setLoading(false);
     }

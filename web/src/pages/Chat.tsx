@@ -1,5 +1,5 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { ApiError, dotPath, getJSON, postJSON } from '../lib/api';
+import { ApiError, dotPath, getJSON, postJSON, says } from '../lib/api';
 import { approvals, computers, onStreamEvent, onUnpark, useCell, waiting } from '../lib/live';
 import { ApprovalCard } from './Inbox';
 import type { Approval, LogEvent, Message } from '../lib/types';
@@ -79,7 +79,11 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
       })
       .catch((err: unknown) => {
         if (ctl.signal.aborted) return;
-        setLoadError(err instanceof ApiError && err.status === 404 ? `There is no Dot ${name} in ${ns}.` : String((err as Error).message));
+        setLoadError(
+          err instanceof ApiError && err.status === 404
+            ? `There is no Dot ${name} in ${ns}: choose one in the list of Dots.`
+            : `The conversation could not be read: ${says(err, 'Reload the page to try again.')}`,
+        );
         setLoaded(true);
       });
     void load();

@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError, GROUP, dotPath, getJSON, mergePatch } from '../lib/api';
-import { computers, useCell } from '../lib/live';
+import { ApiError, GROUP, dotPath, getJSON, mergePatch, says } from '../lib/api';
+import { computers, useCell, useTasks } from '../lib/live';
 import { dotHref, useQuery } from '../lib/router';
 import { btn, Confirm } from '../lib/ui';
 import type { Computer } from '../lib/types';
@@ -29,6 +29,19 @@ type Power = 'start' | 'stop' | 'reboot';
  * instead of being overwritten.
  */
 export async function power(ns: string, name: string, what: Power) {
+  // The resourceVersion moves with every status write too (the host agent
+  // and the controllers write it often), so a conflict is read again and
+  // decided again from the newer object, as client-go's RetryOnConflict does.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await powerOnce(ns, name, what);
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 409 && e.code === 'Conflict') || attempt === 3) throw e;
+    }
+  }
+}
+
+async function powerOnce(ns: string, name: string, what: Power) {
   const c = await getJSON<Computer>(computerPath(ns, name));
   const now = new Date().toISOString();
   const patch: any = { metadata: { resourceVersion: c.metadata.resourceVersion } };
@@ -44,7 +57,7 @@ export async function power(ns: string, name: string, what: Power) {
   try {
     await mergePatch(computerPath(ns, name), patch);
   } catch (e) {
-    if (e instanceof ApiError && e.status === 409) throw new ApiError('The computer changed meanwhile; look at its state and try again.', 409);
+    if (e instanceof ApiError && e.status === 409) throw new ApiError('The computer kept changing meanwhile; look at its state.', 409, 'Conflict');
     throw e;
   }
 }
@@ -75,6 +88,12 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
   const running = state === 'RUNNING';
   const halted = c?.spec.runStrategy === 'Halted';
   const [message, setMessage] = useState('');
+  // The Dot's running task (its Task's phase), which a reboot or a stop would cut short.
+  const all = useTasks();
+  const runningTask = [...all.items.values()].find(
+    (t) => (t.metadata.namespace ?? 'default') === ns && t.spec.dotName === name && t.status?.phase === 'RUNNING',
+  );
+  const task = runningTask ? runningTask.spec.description.split('\n')[0] : '';
   const act = (what: Power) => async () => {
     await power(ns, name, what);
     setMessage(`${what === 'start' ? 'Start' : what === 'stop' ? 'Stop' : 'Reboot'} asked; the state follows here.`);
@@ -99,13 +118,45 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
                   Start
                 </button>
               )}
-              {!halted && (
-                <Confirm label="Reboot" question="Reboot the computer? What runs in it stops." yes="Reboot" onYes={act('reboot')} />
-              )}
+              {/* Reboot asks only while a task runs, and names it (ref 9.7); until the
+                  tasks are read it asks too. One Confirm for both, so a question
+                  already open gains the task's name when the tasks arrive. Stop always asks. */}
+              {!halted &&
+                (task || !all.loaded ? (
+                  <Confirm
+                    label="Reboot"
+                    question={
+                      task ? (
+                        <>
+                          Reboot the computer? The task “<span data-testid="confirm-task">{task}</span>” is running: the reboot interrupts it.
+                        </>
+                      ) : (
+                        'Reboot the computer? What runs in it stops.'
+                      )
+                    }
+                    yes="Reboot"
+                    onYes={act('reboot')}
+                  />
+                ) : (
+                  <button type="button" class={btn.plain} onClick={() => act('reboot')().catch((e) => setMessage(`${(e as Error).message} Try again.`))}>
+                    Reboot
+                  </button>
+                ))}
               {!halted && (
                 <Confirm
                   label="Stop"
-                  question="Stop the computer? Its automations do not run while it is stopped."
+                  question={
+                    <>
+                      Stop the computer?
+                      {task && (
+                        <>
+                          {' '}
+                          The task “<span data-testid="confirm-task">{task}</span>” is running and stops with it.
+                        </>
+                      )}{' '}
+                      Its automations do not run while it is stopped.
+                    </>
+                  }
                   yes="Stop the computer"
                   danger
                   onYes={act('stop')}
@@ -210,7 +261,7 @@ function Spend({ ns, name }: { ns: string; name: string }) {
     const u = `${dotPath(ns, name)}/usage`;
     Promise.all([getJSON<{ spent_usd: number }>(`${u}?since=${encodeURIComponent(startOfToday())}`), getJSON<{ spent_usd: number }>(u)])
       .then(([t, a]) => setSpent({ today: t.spent_usd, total: a.spent_usd }))
-      .catch((e) => setError(`could not be read: ${(e as Error).message}`));
+      .catch((e) => setError(`could not be read: ${says(e, 'Reload the page to try again.')}`));
   }, [ns, name]);
   if (error) return <span class="text-danger">{error}</span>;
   if (!spent) return <span class="text-muted">–</span>;
@@ -221,12 +272,15 @@ function Spend({ ns, name }: { ns: string; name: string }) {
   );
 }
 
-function NotRunning({ state, onStart }: { state?: string; onStart: () => Promise<void> }) {
+/** What a page that reads the guest shows while the computer is not running, with Start. */
+export function NotRunning({ state, onStart, what = 'screen or files' }: { state?: string; onStart: () => Promise<void>; what?: string }) {
   const [error, setError] = useState('');
   return (
     <div class="grid aspect-video w-full place-items-center rounded-card border border-dashed border-border bg-surface-2 p-4 text-center" data-testid="computer-off">
       <div>
-        <p class="font-medium">The computer is {(state ?? 'not made yet').toLowerCase()}, so there is no screen or files to show.</p>
+        <p class="font-medium">
+          The computer is {(state ?? 'not made yet').toLowerCase()}, so there is no {what} to show.
+        </p>
         <p class="mt-1 text-sm text-muted">Start it to see them; a message or a task starts it too.</p>
         <button type="button" class={`mt-3 ${btn.primary}`} onClick={() => onStart().catch((e) => setError((e as Error).message))}>
           Start the computer
@@ -313,7 +367,7 @@ function Files({ ns, name, dir, file, base }: { ns: string; name: string; dir: s
     setError('');
     getJSON<{ path: string; entries: Entry[] }>(`${dotPath(ns, name)}/files/list?path=${encodeURIComponent(dir)}`, ctl.signal)
       .then((l) => setEntries([...l.entries].sort((a, b) => (a.type === 'dir' ? 0 : 1) - (b.type === 'dir' ? 0 : 1) || a.name.localeCompare(b.name))))
-      .catch((e) => !ctl.signal.aborted && setError(`${(e as Error).message}`));
+      .catch((e) => !ctl.signal.aborted && setError(`The folder could not be read: ${says(e, 'Reload the page to try again.')}`));
     return () => ctl.abort();
   }, [ns, name, dir]);
   const href = (p: string, f = '') => `${base}?view=files&path=${encodeURIComponent(p)}${f ? `&file=${encodeURIComponent(f)}` : ''}`;

@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { dump, load } from 'js-yaml';
-import { dotPath, getJSON, request } from '../lib/api';
+import { dotPath, getJSON, request, says } from '../lib/api';
 import { computers, dots, useCell } from '../lib/live';
 import { dotHref, navigate } from '../lib/router';
 import { btn, input } from '../lib/ui';
@@ -561,7 +561,7 @@ export function DotSettings({ ns, name }: { ns: string; name: string }) {
   useEffect(() => {
     getJSON<Dot>(dotResourcePath(ns, name))
       .then(begin)
-      .catch((e) => setLoadError((e as Error).message));
+      .catch((e) => setLoadError(`${name}'s config could not be read: ${says(e, 'Reload the page to try again.')}`));
   }, [ns, name]);
 
   const changes = base ? diff(base.spec, spec) : [];

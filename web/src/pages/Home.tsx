@@ -5,7 +5,7 @@ import { SetupChecklist } from '../components/SetupChecklist';
 import { approvals, computers, dots, inView, onStreamEvent, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
 import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
-import { key, type Computer, type Dot } from '../lib/types';
+import { key, type Computer, type Dot, type LogEvent } from '../lib/types';
 import { power } from './Computer';
 import { btn, Confirm } from '../lib/ui';
 
@@ -99,6 +99,59 @@ function useSpentToday(ns: string, name: string): number | undefined {
   return spent;
 }
 
+// What counts as a Dot's activity on its card (ref 9.7): the newest chat,
+// task, tool, approval or browser event, and the words for each.
+const ACTIVITY: Record<string, string> = {
+  'message.user': 'your message',
+  'message.assistant': 'its answer',
+  'tool.called': 'a tool call',
+  'approval.requested': 'an approval asked',
+  'approval.resolved': 'an approval answered',
+  'task.created': 'a task made',
+  'task.started': 'a task started',
+  'task.progress': 'a task',
+  'task.completed': 'a task done',
+  'task.failed': 'a task failed',
+  'task.cancelled': 'a task cancelled',
+  'browser.identity.created': 'the browser',
+  'browser.identity.deleted': 'the browser',
+  'browser.identity.launched': 'the browser',
+  'browser.identity.closed': 'the browser',
+};
+const ACTIVITY_TYPES = Object.keys(ACTIVITY).join(',');
+
+type Last = { id: number; type: string; created_at: string } | null | 'unread';
+
+/**
+ * The Dot's newest activity: one read of its log, newest first and one
+ * event long, then the shared stream keeps it (whichever is newer wins, so
+ * a live event that beats the read is kept). undefined until read, null for
+ * a Dot that has done nothing yet.
+ */
+function useLastActivity(ns: string, name: string): Last | undefined {
+  const [last, setLast] = useState<Last>();
+  useEffect(() => {
+    let live = true;
+    const newer = (e?: { id: number; type: string; created_at: string }) =>
+      setLast((prev) => {
+        const held = prev && prev !== 'unread' ? prev : undefined;
+        if (e && (!held || e.id > held.id)) return e;
+        return held ?? null;
+      });
+    getJSON<{ events: LogEvent[] }>(`${dotPath(ns, name)}/events?order=desc&limit=1&types=${ACTIVITY_TYPES}`)
+      .then((a) => live && newer(a.events[0]))
+      .catch(() => live && setLast((prev) => (prev && prev !== 'unread' ? prev : 'unread')));
+    const stop = onStreamEvent((e) => {
+      if (e.namespace === ns && e.dot === name && e.type in ACTIVITY) newer(e);
+    });
+    return () => {
+      live = false;
+      stop();
+    };
+  }, [ns, name]);
+  return last;
+}
+
 function Empty() {
   return (
     <div class="rounded-card border border-dashed border-border bg-surface p-6">
@@ -123,6 +176,7 @@ function DotCard({ dot, computer, waitingCount, now }: { dot: Dot; computer?: Co
   const tone = phaseTone(phase);
   const why = reason(dot);
   const spent = useSpentToday(namespace, name);
+  const last = useLastActivity(namespace, name);
   return (
     <li
       class="flex h-60 flex-col rounded-card border border-border bg-surface p-4"
@@ -154,7 +208,9 @@ function DotCard({ dot, computer, waitingCount, now }: { dot: Dot; computer?: Co
         <dt class="text-muted">Spent today</dt>
         <dd class="tabular-nums" data-testid="spent-today">{spent === undefined ? '–' : `$${spent.toFixed(2)}`}</dd>
         <dt class="text-muted">Last activity</dt>
-        <dd>{ago(dot.status?.lastActivityTime, now)}</dd>
+        <dd class="truncate" data-testid="last-activity" title={last === 'unread' ? 'The event log could not be read; it is read again when you reload.' : undefined}>
+          {last === undefined || last === 'unread' ? '–' : last === null ? 'none yet' : `${ago(last.created_at, now)} · ${ACTIVITY[last.type]}`}
+        </dd>
         <dt class="text-muted">Approvals</dt>
         <dd>
           {waitingCount > 0 ? (

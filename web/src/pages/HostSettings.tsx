@@ -2,7 +2,7 @@
 // the OpenRouter key as a write-only field, the namespaces the person can
 // see and which one the pages show, and what this server is.
 import { useEffect, useState } from 'preact/hooks';
-import { getJSON, request } from '../lib/api';
+import { getJSON, request, says } from '../lib/api';
 import { dots, setViewNamespace, useCell, viewNamespace } from '../lib/live';
 import { Command } from '../components/SetupChecklist';
 import { btn, input } from '../lib/ui';
@@ -66,12 +66,12 @@ export function HostSettings() {
   const readHealth = () =>
     getJSON<Health>('/dots/v1/health')
       .then((h) => (setHealth(h), setHealthError('')))
-      .catch((e) => setHealthError(`The server's health could not be read: ${(e as Error).message}`));
+      .catch((e) => setHealthError(`The server's health could not be read: ${says(e, 'Is invisible-dots server running? Reload the page to ask again.')}`));
   const readDoctor = () => {
     setChecks(undefined);
     getJSON<{ ok: boolean; checks: Check[] }>('/dots/v1/doctor')
       .then((r) => (setChecks(r.checks), setDoctorError('')))
-      .catch((e) => setDoctorError(`The host's checks could not be read: ${(e as Error).message}`));
+      .catch((e) => setDoctorError(`The host's checks could not be read: ${says(e, 'Run invisible-dots doctor in a terminal to see them, or reload the page to ask again.')}`));
   };
   useEffect(() => {
     void readHealth();

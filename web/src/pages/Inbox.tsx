@@ -1,10 +1,12 @@
 import { useRef, useState } from 'preact/hooks';
-import { GROUP, mergePatch } from '../lib/api';
+import { GROUP, mergePatch, says } from '../lib/api';
 import { approvals, inView, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
 import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
 import { ago } from '../lib/format';
 import type { Approval } from '../lib/types';
+import { FileDiffs } from '../components/Diff';
+import { fileChanges } from '../lib/diff';
 
 // A command and the deletion of a browser identity are not allowed by a key
 // alone: a moves the focus to Allow once, whose press is the confirmation.
@@ -237,7 +239,7 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
       await mergePatch(approvalPath(a), { spec: { decision: ans.decision, always: ans.always || undefined, note: ans.note || undefined } });
     } catch (err) {
       const msg = (err as Error).message;
-      setError(/immutable|already/i.test(msg) ? 'This approval was answered somewhere else.' : `${msg} Try again.`);
+      setError(/immutable|already/i.test(msg) ? 'This approval was answered somewhere else.' : says(err, 'Try again.'));
     } finally {
       setBusy(false);
     }
@@ -263,7 +265,7 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
         Permission <code class="font-mono">{a.spec.permission}</code>
         {a.spec.reason ? `: ${a.spec.reason}` : ''}
       </p>
-      <CallSummary args={a.spec.arguments} />
+      {fileChanges(a.spec.tool, a.spec.arguments).length ? <FileDiffs tool={a.spec.tool} args={a.spec.arguments} /> : <CallSummary args={a.spec.arguments} />}
       {a.spec.arguments !== undefined && (
         <details class="mt-2 text-sm">
           <summary class="cursor-pointer text-muted">Details</summary>

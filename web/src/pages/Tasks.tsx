@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { GROUP, dotPath, getJSON, mergePatch, postJSON } from '../lib/api';
+import { GROUP, dotPath, getJSON, mergePatch, postJSON, says } from '../lib/api';
 import { approvals, onStreamEvent, onUnpark, useCell, useTasks, waiting } from '../lib/live';
 import { dotHref, navigate, taskHref } from '../lib/router';
 import { ago } from '../lib/format';
@@ -317,7 +317,7 @@ function TaskDrawer({ ns, name, id, task, loaded, asks }: { ns: string; name: st
         }
         setError('');
       } catch (e) {
-        if (live) setError(`The story could not be read: ${(e as Error).message}`);
+        if (live) setError(`The story could not be read: ${says(e, 'Reload the page to try again.')}`);
       }
     };
     setStory([]);

@@ -1,0 +1,242 @@
+package webui
+
+// The page's one long-lived connection.
+//
+// A browser opens at most six HTTP/1.1 connections to one origin, across all
+// its tabs, and a watch or an event stream holds one for as long as the page
+// is open. With a watch per kind (Dots, Computers, Approvals, Tasks) and the
+// Dots API's stream, two tabs of the client took every connection there was,
+// and the third tab's reads waited for ever (measured: web/e2e/tabs.spec.ts).
+//
+// HTTP/2 would put every request of the origin on one connection, but
+// browsers speak it only over TLS, and this server is plain HTTP on a
+// loopback address: serving it over HTTPS would need a certificate the
+// browser does not trust (a warning page at every first visit, or a CA the
+// person has to install), for a server that never leaves the machine. So
+// instead the page holds one connection here, and this handler, which has no
+// such limit towards the API server, opens the watches and the stream there
+// and writes them into one Server-Sent Events answer. A tab then holds one
+// connection, and a tab hidden for a while lets it go (web/src/lib/live.ts).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+)
+
+// LivePath is where the page reads its watches and the Dots API's stream as
+// one answer: ?watch=KIND:RESOURCEVERSION (repeated, one per kind), and the
+// stream's own ?types= and ?after=. Each watch event comes as an SSE event
+// "watch" whose data is {"kind": KIND, "event": <the watch event>}; the
+// stream's events come as the stream wrote them. The answer ends when any
+// of its parts ends, and the page opens it again from where each part was.
+const LivePath = "/web/v1/live"
+
+// liveKinds are the collections of our group a page may watch here.
+var liveKinds = map[string]bool{"dots": true, "computers": true, "approvals": true, "tasks": true}
+
+const liveGroupPath = "/apis/dots.invisible.dev/v1alpha1/"
+
+// maxWatchLine is the longest watch event read: a Dot's whole object with
+// its status fits many times over.
+const maxWatchLine = 16 << 20
+
+// backend is a server the handler reads itself, with the server's
+// credential (the same transport the proxy uses).
+type backend struct {
+	base   *url.URL
+	client *http.Client
+}
+
+func (u *backend) get(ctx context.Context, p string, q url.Values, accept string) (*http.Response, error) {
+	target := *u.base
+	target.Path = strings.TrimSuffix(target.Path, "/") + p
+	target.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", accept)
+	return u.client.Do(req)
+}
+
+type liveWatch struct{ kind, rv string }
+
+// parseLive reads LivePath's query, or says what is wrong with it.
+func parseLive(q url.Values) (watches []liveWatch, stream url.Values, err error) {
+	stream = url.Values{}
+	seen := map[string]bool{}
+	for key, vals := range q {
+		switch key {
+		case "watch":
+			for _, v := range vals {
+				kind, rv, ok := strings.Cut(v, ":")
+				if !ok || !liveKinds[kind] || rv == "" {
+					return nil, nil, fmt.Errorf("watch=%q is not KIND:RESOURCEVERSION with a kind of dots, computers, approvals or tasks (list the kind first, then watch from the list's resourceVersion)", v)
+				}
+				if seen[kind] {
+					return nil, nil, fmt.Errorf("%s is watched twice; give each kind once", kind)
+				}
+				seen[kind] = true
+				watches = append(watches, liveWatch{kind, rv})
+			}
+		case "types", "after":
+			stream[key] = vals
+		default:
+			return nil, nil, fmt.Errorf("unknown query parameter %q (the parameters are watch, types and after)", key)
+		}
+	}
+	return watches, stream, nil
+}
+
+func (h *handler) serveLive(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "the live stream is read with GET")
+		return
+	}
+	watches, streamQuery, err := parseLive(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+
+	// Every part is opened before the answer begins, so a refusal (a
+	// resourceVersion too old, a right missing) is still an answer the
+	// page can act on: it lists again.
+	var bodies []io.ReadCloser
+	defer func() {
+		for _, b := range bodies {
+			_ = b.Close()
+		}
+	}()
+	open := func(u *backend, p string, q url.Values, accept, what string) (io.Reader, bool) {
+		res, err := u.get(ctx, p, q, accept)
+		if err != nil {
+			writeError(w, http.StatusBadGateway, "api_unreachable", what+" did not answer: is invisible-dots server still running?")
+			return nil, false
+		}
+		bodies = append(bodies, res.Body)
+		if res.StatusCode != http.StatusOK {
+			msg, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+			w.Header().Set("Content-Type", res.Header.Get("Content-Type"))
+			w.WriteHeader(res.StatusCode)
+			_, _ = w.Write(msg)
+			return nil, false
+		}
+		return res.Body, true
+	}
+	frames := make(chan []byte, 64)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	send := func(b []byte) bool {
+		select {
+		case frames <- b:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	var starts []func()
+	for _, wt := range watches {
+		q := url.Values{"watch": {"1"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {wt.rv}}
+		body, ok := open(h.apiUp, liveGroupPath+wt.kind, q, "application/json", "the API server")
+		if !ok {
+			return
+		}
+		kind := wt.kind
+		starts = append(starts, func() {
+			sc := bufio.NewScanner(body)
+			sc.Buffer(make([]byte, 64<<10), maxWatchLine)
+			for sc.Scan() {
+				line := bytes.TrimSpace(sc.Bytes())
+				if len(line) == 0 {
+					continue
+				}
+				var b bytes.Buffer
+				fmt.Fprintf(&b, "event: watch\ndata: {\"kind\":%q,\"event\":%s}\n\n", kind, line)
+				if !send(b.Bytes()) {
+					return
+				}
+			}
+		})
+	}
+	if streamQuery != nil {
+		body, ok := open(h.dotsUp, "/dots/v1/stream", streamQuery, "text/event-stream", "the Dots API")
+		if !ok {
+			return
+		}
+		starts = append(starts, func() {
+			// Frames are handed on whole, as the stream wrote them.
+			br := bufio.NewReader(body)
+			var frame bytes.Buffer
+			for {
+				line, err := br.ReadBytes('\n')
+				frame.Write(line)
+				if err != nil {
+					return
+				}
+				if len(bytes.TrimRight(line, "\r\n")) == 0 {
+					if frame.Len() > len(line) && !send(bytes.Clone(frame.Bytes())) {
+						return
+					}
+					frame.Reset()
+				}
+			}
+		})
+	}
+	for _, start := range starts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A part that ends ends the whole answer: the page opens it
+			// again from where each part stood.
+			defer cancel()
+			start()
+		}()
+	}
+
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_, _ = io.WriteString(w, ": live\n\n")
+	if rc.Flush() != nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-frames:
+			if _, err := w.Write(b); err != nil {
+				return
+			}
+			// What else is ready goes in the same write.
+			for more := true; more; {
+				select {
+				case b := <-frames:
+					if _, err := w.Write(b); err != nil {
+						return
+					}
+				default:
+					more = false
+				}
+			}
+			if rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}
