@@ -1,11 +1,9 @@
 package dotsapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -23,9 +21,6 @@ const browserIdentitiesSubresource = "browser-identities"
 // to close for up to 30 s so it flushes its profile, then stops its server
 // (ref 6), which guestCallTimeout would cut.
 const browserCloseTimeout = 90 * time.Second
-
-// jpegSignature starts every JPEG file.
-var jpegSignature = []byte{0xff, 0xd8, 0xff}
 
 // The guest's database is the only record of which identities exist (ref
 // 6): every route asks the engine, and the control plane keeps no copy.
@@ -122,22 +117,11 @@ func (h *Handler) closeBrowserIdentity(w http.ResponseWriter, r *http.Request) e
 // browserAction sends an identity's delete or close to the engine, whose
 // success is a 204.
 func (h *Handler) browserAction(w http.ResponseWriter, r *http.Request, verb, method, sub string) error {
-	p, err := pathValues(r, "ns", "name")
-	if err != nil {
-		return err
-	}
-	ns, name := p[0], p[1]
 	id, err := identityOf(r)
 	if err != nil {
 		return err
 	}
-	if err := h.authorizeDot(r, verb, browserIdentitiesSubresource, ns, name); err != nil {
-		return err
-	}
-	if len(r.URL.Query()) > 0 {
-		return badRequest("%s takes no query parameters", r.URL.Path)
-	}
-	g, err := h.guestOf(r.Context(), ns, name)
+	g, err := h.guestFor(r, verb, browserIdentitiesSubresource)
 	if err != nil {
 		return err
 	}
@@ -158,47 +142,15 @@ func (h *Handler) browserAction(w http.ResponseWriter, r *http.Request, verb, me
 // The answer is typed image/jpeg only when it is one: the engine owns that
 // rule, and a guest is untrusted from here.
 func (h *Handler) browserFrame(w http.ResponseWriter, r *http.Request) error {
-	p, err := pathValues(r, "ns", "name")
-	if err != nil {
-		return err
-	}
-	ns, name := p[0], p[1]
 	id, err := identityOf(r)
 	if err != nil {
 		return err
 	}
-	if err := h.authorizeDot(r, "get", browserIdentitiesSubresource, ns, name); err != nil {
-		return err
-	}
-	if len(r.URL.Query()) > 0 {
-		return badRequest("the frame takes no query parameters")
-	}
-	g, err := h.guestOf(r.Context(), ns, name)
+	g, err := h.guestFor(r, "get", browserIdentitiesSubresource)
 	if err != nil {
 		return err
 	}
-	resp, cancel, err := h.guestGet(r.Context(), g, protocol.AgentRoutePrefix+identityRoute(id, protocol.BrowserIdentityFrame))
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	defer resp.Body.Close()
-	data, ok, err := readAnswer(resp, wire.MaxGuestAnswer)
-	switch {
-	case err != nil:
-		return apiErrorf(http.StatusServiceUnavailable, wire.CodeGuestUnavailable, "the guest's frame broke off")
-	case !ok:
-		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's frame is larger than %d bytes", wire.MaxGuestAnswer)
-	case !bytes.HasPrefix(data, jpegSignature):
-		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's frame is not a JPEG")
-	}
-	hdr := w.Header()
-	hdr.Set("Content-Type", "image/jpeg")
-	hdr.Set("Content-Security-Policy", wire.FileCSP)
-	hdr.Set("Content-Length", strconv.Itoa(len(data)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(data)
-	return nil
+	return h.passImage(w, r, g, protocol.AgentRoutePrefix+identityRoute(id, protocol.BrowserIdentityFrame), "frame", jpegImage)
 }
 
 // identityOf reads the identity's id from the path. Its form is the

@@ -40,18 +40,7 @@ func (h *Handler) skills(w http.ResponseWriter, r *http.Request) error {
 // proxy into out, decoded as the protocol's shape so nothing else passes;
 // the engine's refusals pass through with their code and status.
 func (h *Handler) engineGet(r *http.Request, subresource, route string, out any) error {
-	p, err := pathValues(r, "ns", "name")
-	if err != nil {
-		return err
-	}
-	ns, name := p[0], p[1]
-	if err := h.authorizeDot(r, "get", subresource, ns, name); err != nil {
-		return err
-	}
-	if len(r.URL.Query()) > 0 {
-		return badRequest("%s takes no query parameters", r.URL.Path)
-	}
-	g, err := h.guestOf(r.Context(), ns, name)
+	g, err := h.guestFor(r, "get", subresource)
 	if err != nil {
 		return err
 	}

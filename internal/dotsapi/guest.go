@@ -43,6 +43,24 @@ type dotGuest struct {
 	computer types.NamespacedName
 }
 
+// guestFor is the start of every route that asks a Dot's guest: the Dot
+// named by the path, the caller's right to verb its subresource, no query
+// (these routes take none), and the guest (guestOf).
+func (h *Handler) guestFor(r *http.Request, verb, subresource string) (dotGuest, error) {
+	p, err := pathValues(r, "ns", "name")
+	if err != nil {
+		return dotGuest{}, err
+	}
+	ns, name := p[0], p[1]
+	if err := h.authorizeDot(r, verb, subresource, ns, name); err != nil {
+		return dotGuest{}, err
+	}
+	if len(r.URL.Query()) > 0 {
+		return dotGuest{}, badRequest("%s takes no query parameters", r.URL.Path)
+	}
+	return h.guestOf(r.Context(), ns, name)
+}
+
 // guestOf reads the Dot and its Computer and says why its guest cannot be
 // asked: 409 computer_stopped when the computer does not run (whoever's
 // host it is on: the API server knows), 502 host_unreachable when it runs

@@ -9,29 +9,35 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
 
-// pngSignature starts every PNG file.
-var pngSignature = []byte("\x89PNG\r\n\x1a\n")
-
 // screenshot answers the Dot's desktop as dot-agentd's GET /v1/screenshot
 // gives it, a PNG; the guest's refusals (no_display, screenshot_failed) pass
 // through. The answer is typed image/png only when it is one.
 func (h *Handler) screenshot(w http.ResponseWriter, r *http.Request) error {
-	p, err := pathValues(r, "ns", "name")
+	g, err := h.guestFor(r, "get", screenshotSubresource)
 	if err != nil {
 		return err
 	}
-	ns, name := p[0], p[1]
-	if err := h.authorizeDot(r, "get", screenshotSubresource, ns, name); err != nil {
-		return err
-	}
-	if len(r.URL.Query()) > 0 {
-		return badRequest("the screenshot takes no query parameters")
-	}
-	g, err := h.guestOf(r.Context(), ns, name)
-	if err != nil {
-		return err
-	}
-	resp, cancel, err := h.guestGet(r.Context(), g, protocol.PathScreenshot)
+	return h.passImage(w, r, g, protocol.PathScreenshot, "screenshot", pngImage)
+}
+
+// imageKind is a kind of image a guest answers: its content type, its name
+// in an error, and the bytes every such file begins with.
+type imageKind struct {
+	contentType, name string
+	signature         []byte
+}
+
+var (
+	pngImage  = imageKind{"image/png", "PNG", []byte("\x89PNG\r\n\x1a\n")}
+	jpegImage = imageKind{"image/jpeg", "JPEG", []byte{0xff, 0xd8, 0xff}}
+)
+
+// passImage answers the image the guest's path gives, typed as kind only
+// when it begins with kind's signature: a guest is untrusted from here, so
+// an answer that is not the image it should be is a 502, never passed on
+// under a type a browser would render.
+func (h *Handler) passImage(w http.ResponseWriter, r *http.Request, g dotGuest, path, what string, kind imageKind) error {
+	resp, cancel, err := h.guestGet(r.Context(), g, path)
 	if err != nil {
 		return err
 	}
@@ -40,14 +46,14 @@ func (h *Handler) screenshot(w http.ResponseWriter, r *http.Request) error {
 	data, ok, err := readAnswer(resp, wire.MaxGuestAnswer)
 	switch {
 	case err != nil:
-		return apiErrorf(http.StatusServiceUnavailable, wire.CodeGuestUnavailable, "the guest's screenshot broke off")
+		return apiErrorf(http.StatusServiceUnavailable, wire.CodeGuestUnavailable, "the guest's %s broke off", what)
 	case !ok:
-		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's screenshot is larger than %d bytes", wire.MaxGuestAnswer)
-	case !bytes.HasPrefix(data, pngSignature):
-		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's screenshot is not a PNG")
+		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's %s is larger than %d bytes", what, wire.MaxGuestAnswer)
+	case !bytes.HasPrefix(data, kind.signature):
+		return apiErrorf(http.StatusBadGateway, wire.CodeGuestError, "the guest's %s is not a %s", what, kind.name)
 	}
 	hdr := w.Header()
-	hdr.Set("Content-Type", "image/png")
+	hdr.Set("Content-Type", kind.contentType)
 	hdr.Set("Content-Security-Policy", wire.FileCSP)
 	hdr.Set("Content-Length", strconv.Itoa(len(data)))
 	w.WriteHeader(http.StatusOK)
