@@ -95,21 +95,7 @@ func startEngineWithBrowser(t *testing.T, fp *fakePlaywright) *harness {
 	cfg := Config{AgentSocket: h.sock, AgentdSocket: filepath.Join(dir, "agentd.sock"), Workspace: "/home/dot/workspace",
 		StateDir: filepath.Join(dir, "state"), ModelUser: "nobody", BuiltinSkills: filepath.Join(dir, "skills"),
 		AgentdBin: "/bin/true", MCPCommand: "/usr/local/bin/playwright-mcp"}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.stop = cancel
-	ready := make(chan struct{})
-	go func() {
-		h.done <- Run(ctx, cfg, Deps{Model: or.client(), Files: h.files, BrowserDial: fp.dial, Ready: func() { close(ready) }, Log: quietLog()})
-	}()
-	select {
-	case <-ready:
-	case err := <-h.done:
-		t.Fatalf("engine did not start: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("engine did not start in 20 s")
-	}
-	h.c = unixClient(h.sock)
-	t.Cleanup(h.close)
+	h.launch(cfg, Deps{Model: or.client(), Files: h.files, BrowserDial: fp.dial})
 	return h
 }
 

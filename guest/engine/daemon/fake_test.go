@@ -634,23 +634,30 @@ func startEngine(t testing.TB, dir string, or *fakeOpenRouter, tools *fakeTools,
 	for _, o := range opts {
 		o(&cfg)
 	}
+	h.launch(cfg, Deps{Model: or.client(), Tools: tools, Files: h.files})
+	return h
+}
+
+// launch runs the engine with cfg and deps (its readiness and log are the
+// harness's) and waits until it serves, for at most 20 s.
+func (h *harness) launch(cfg Config, deps Deps) {
+	h.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
 	ready := make(chan struct{})
+	deps.Ready, deps.Log = func() { close(ready) }, quietLog()
 	go func() {
-		h.done <- Run(ctx, cfg, Deps{Model: or.client(), Tools: tools, Files: h.files, Ready: func() { close(ready) },
-			Log: quietLog()})
+		h.done <- Run(ctx, cfg, deps)
 	}()
 	select {
 	case <-ready:
 	case err := <-h.done:
-		t.Fatalf("engine did not start: %v", err)
+		h.t.Fatalf("engine did not start: %v", err)
 	case <-time.After(20 * time.Second):
-		t.Fatal("engine did not start in 20 s")
+		h.t.Fatal("engine did not start in 20 s")
 	}
 	h.c = unixClient(h.sock)
-	t.Cleanup(h.close)
-	return h
+	h.t.Cleanup(h.close)
 }
 
 func (h *harness) close() {

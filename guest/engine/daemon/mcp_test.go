@@ -48,21 +48,7 @@ func startEngineWithMCP(t *testing.T) *harness {
 		done: make(chan error, 1)}
 	cfg := Config{AgentSocket: h.sock, AgentdSocket: filepath.Join(dir, "agentd.sock"), Workspace: "/home/dot/workspace",
 		StateDir: filepath.Join(dir, "state"), ModelUser: "nobody", BuiltinSkills: filepath.Join(dir, "skills"), AgentdBin: "/bin/false"}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.stop = cancel
-	ready := make(chan struct{})
-	go func() {
-		h.done <- Run(ctx, cfg, Deps{Model: or.client(), Files: h.files, MCPDial: memDial, Ready: func() { close(ready) }, Log: quietLog()})
-	}()
-	select {
-	case <-ready:
-	case err := <-h.done:
-		t.Fatalf("engine did not start: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("engine did not start in 20 s")
-	}
-	h.c = unixClient(h.sock)
-	t.Cleanup(h.close)
+	h.launch(cfg, Deps{Model: or.client(), Files: h.files, MCPDial: memDial})
 	return h
 }
 
