@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,6 +174,15 @@ func TestGoldenDotReady(t *testing.T) {
 
 	t.Run("a browser identity keeps its login across a reboot", func(t *testing.T) {
 		w := w.on(t)
+		// The memory the guest uses with the desktop idle, and again while
+		// the identity's browser is open (the model is asked its next step
+		// then): ref 6's budget of a browser.
+		figure := func(what string) {
+			mib, err := w.guestUsedMiB()
+			t.Logf("FIGURE golden guest memory used, %s: %d MiB (%v)", what, mib, err)
+		}
+		figure("desktop idle")
+		site.onOpen = func() { figure("a browser identity open") }
 		login := w.taskOf(w.cli(time.Minute, "task", "add", name, loginTask))
 		if got := w.waitTask(login, 10*time.Minute); got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != "logged in" {
 			w.fail("task %s: phase %s, summary %q; want COMPLETED, %q", login, got.Status.Phase, got.Status.Summary, "logged in")
@@ -217,6 +227,10 @@ const (
 type loginSite struct {
 	port   int
 	logins atomic.Int32
+	// onOpen, when set, runs once when the model is asked its next step
+	// after the login task's browser opened.
+	onOpen func()
+	opened sync.Once
 }
 
 func startLoginSite(t *testing.T) *loginSite {
@@ -295,6 +309,9 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 	case "browser_identity_create", "browser_identity_list":
 		return call("browser_identity_launch", ident)
 	case "browser_identity_launch":
+		if task == loginTask && site.onOpen != nil {
+			site.opened.Do(site.onOpen)
+		}
 		return call("browser_navigate", fmt.Sprintf(`{"identity_id":%q,"url":%q}`, id, site.url(page)))
 	case "browser_navigate":
 		// @playwright/mcp answers a navigation with a link to the page's

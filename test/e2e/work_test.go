@@ -668,3 +668,17 @@ func (w work) put(path string, data []byte) {
 		w.fail("put %s in the guest: %s %s", path, resp.Status, body)
 	}
 }
+
+// guestUsedMiB is the memory the Dot's guest uses (total less available),
+// from dot-agentd's system route. It does not fail the test, so it may run
+// on another goroutine (the stand-in model's).
+func (w work) guestUsedMiB() (uint64, error) {
+	target, gc := guestOf(w.t, w.k, w.dot)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sys, err := gc.System(ctx, target)
+	if err != nil {
+		return 0, fmt.Errorf("the guest's system route: %w", err)
+	}
+	return (sys.MemTotalBytes - sys.MemAvailableBytes) >> 20, nil
+}
