@@ -109,13 +109,13 @@ type Options struct {
 type Manager struct {
 	o Options
 
-	mu    sync.Mutex
-	open  map[string]*session
-	ops   map[string]*sync.Mutex // one launch, close or delete of an identity at a time
+	mu   sync.Mutex
+	open map[string]*session
+	ops  map[string]*sync.Mutex // one launch, close or delete of an identity at a time
 	// launching counts the launches under way, which hold a place among
 	// the open ones (two turns may launch two identities at once).
 	launching int
-	tools []mcphost.Tool         // the server's tools, as it last listed them
+	tools     []mcphost.Tool // the server's tools, as it last listed them
 }
 
 // session is one open identity: its server and the call in flight on it.

@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
-	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
 // EnvPlaywrightMCPDir names a directory where `npm ci` already installed
@@ -80,56 +78,8 @@ func installPlaywrightMCP(t *testing.T) string {
 	return dir
 }
 
-// buildAgentd builds dot-agentd, whose relay runs the browser.
-func buildAgentd(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("the go command is needed to build dot-agentd")
-	}
-	bin := filepath.Join(t.TempDir(), "dot-agentd")
-	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/invisible-dots/invisible-dots/guest/agentd/cmd/dot-agentd")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build dot-agentd: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// startAgentd runs dot-agentd in development mode (work runs as this test's
-// user) and returns its local socket.
-func startAgentd(t *testing.T, bin, home string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "brw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "agentd.sock")
-	config := filepath.Join(dir, "config.json")
-	gc, _ := json.Marshal(protocol.GuestConfig{DotID: "test/browser", Token: "test-token-0123456789abcdef"})
-	if err := os.WriteFile(config, gc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--socket", socket, "--config", config, "--run-as", "", "--home", home)
-	cmd.Dir = dir
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.Dial("unix", socket)
-		if err == nil {
-			c.Close()
-			return socket
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("dot-agentd's socket did not come up")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// TestMain removes the dot-agentd the real test built.
+func TestMain(m *testing.M) { os.Exit(agentdtest.Main(m)) }
 
 // TestRealPlaywrightMCPKeepsTheProfile runs the golden image's
 // @playwright/mcp on this machine's Chromium, through the real dot-agentd
@@ -148,9 +98,9 @@ func TestRealPlaywrightMCPKeepsTheProfile(t *testing.T) {
 		t.Skip("node is needed for the real browser test (apt-get install nodejs)")
 	}
 	pw := installPlaywrightMCP(t)
-	bin := buildAgentd(t)
 	home := t.TempDir()
-	socket := startAgentd(t, bin, home)
+	agentd := agentdtest.Start(t, home, "test/browser")
+	bin, socket := agentd.Bin, agentd.Socket
 
 	// The golden wrapper (/usr/local/bin/playwright-mcp) with this machine's
 	// paths.

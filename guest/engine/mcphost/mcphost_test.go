@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -23,7 +24,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envAsServer) == "1" {
 		os.Exit(serveStdio())
 	}
-	os.Exit(m.Run())
+	os.Exit(agentdtest.Main(m))
 }
 
 type echoIn struct {

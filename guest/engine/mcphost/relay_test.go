@@ -6,17 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -37,59 +35,6 @@ func serveStdio() int {
 	return 0
 }
 
-// buildAgentd builds dot-agentd from guest/agentd/cmd/dot-agentd, whose relay
-// the engine runs for every command server.
-func buildAgentd(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("the go command is needed to build dot-agentd")
-	}
-	bin := filepath.Join(t.TempDir(), "dot-agentd")
-	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/invisible-dots/invisible-dots/guest/agentd/cmd/dot-agentd")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build dot-agentd: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// startAgentd runs dot-agentd in development mode (work runs as this test's
-// user) and returns its local socket and its log.
-func startAgentd(t *testing.T, bin, home string) (string, *lockedBuilder) {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "mcpr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "agentd.sock")
-	config := filepath.Join(dir, "config.json")
-	gc, _ := json.Marshal(protocol.GuestConfig{DotID: "test/mcp", Token: "test-token-0123456789abcdef"})
-	if err := os.WriteFile(config, gc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--socket", socket, "--config", config, "--run-as", "", "--home", home)
-	cmd.Dir = dir
-	logs := &lockedBuilder{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	waitFor(t, "dot-agentd's socket", func() bool {
-		c, err := net.Dial("unix", socket)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return socket, logs
-}
-
 // processesHolding lists the processes of this machine whose command line
 // holds s.
 func processesHolding(s string) []string {
@@ -108,15 +53,15 @@ func TestThroughTheRealRelay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs dot-agentd")
 	}
-	bin := buildAgentd(t)
 	home := t.TempDir()
-	socket, agentdLog := startAgentd(t, bin, home)
+	agentd := agentdtest.Start(t, home, "test/mcp")
+	bin, socket := agentd.Bin, agentd.Socket
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	const secret = "s3cret-token-value-7781"
-	var logs lockedBuilder
+	var logs agentdtest.LockedBuffer
 	s := NewServers(ServersOptions{
 		Launcher: Launcher{RelayPath: bin, AgentdSocket: socket, Cwd: home, Path: os.Getenv("PATH"), TerminateAfter: time.Second},
 		Backoff:  Backoff{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond, Stable: time.Hour},
@@ -132,7 +77,7 @@ func TestThroughTheRealRelay(t *testing.T) {
 	defer cancel()
 	s.Ready(ctx)
 	if st := s.Status(); len(st) != 1 || st[0].State != protocol.MCPConnected {
-		t.Fatalf("status after Ready = %+v\ndot-agentd:\n%s", st, agentdLog)
+		t.Fatalf("status after Ready = %+v\ndot-agentd:\n%s", st, agentd.Log())
 	}
 
 	t.Run("the secret is in the server's environment", func(t *testing.T) {
@@ -183,30 +128,12 @@ func TestThroughTheRealRelay(t *testing.T) {
 	})
 
 	t.Run("no log holds the secret", func(t *testing.T) {
-		for name, l := range map[string]string{"engine": logs.String(), "dot-agentd": agentdLog.String()} {
+		for name, l := range map[string]string{"engine": logs.String(), "dot-agentd": agentd.Log()} {
 			if strings.Contains(l, secret) {
 				t.Errorf("the %s log holds the secret:\n%s", name, l)
 			}
 		}
 	})
-}
-
-// lockedBuilder is a log sink the servers' goroutines write to at once.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func newTestLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

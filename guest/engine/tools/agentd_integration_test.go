@@ -1,21 +1,16 @@
 package tools
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
 )
 
 // These tests run the tools against the real dot-agentd, built from
@@ -23,87 +18,17 @@ import (
 // user): its local socket and its relay. It runs as a process of its own, as
 // in the guest: it changes its working directory while it checks a cwd.
 
-var (
-	relayOnce sync.Once
-	relayBin  string
-	relayErr  error
-	relayDir  string
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if relayDir != "" {
-		os.RemoveAll(relayDir)
-	}
-	os.Exit(code)
-}
-
-func buildAgentd(t testing.TB) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("the go command is needed to build dot-agentd")
-	}
-	relayOnce.Do(func() {
-		if relayDir, relayErr = os.MkdirTemp("", "e2bin"); relayErr != nil {
-			return
-		}
-		relayBin = filepath.Join(relayDir, "dot-agentd")
-		cmd := exec.Command(goBin, "build", "-o", relayBin, "github.com/invisible-dots/invisible-dots/guest/agentd/cmd/dot-agentd")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			relayErr = fmt.Errorf("build dot-agentd: %v\n%s", err, out)
-		}
-	})
-	if relayErr != nil {
-		t.Fatal(relayErr)
-	}
-	return relayBin
-}
+func TestMain(m *testing.M) { os.Exit(agentdtest.Main(m)) }
 
 func newRealFixture(t testing.TB) *fixture {
 	t.Helper()
-	bin := buildAgentd(t)
 	home := t.TempDir()
 	ws := filepath.Join(home, "workspace")
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sockDir, err := os.MkdirTemp("", "e2r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	socket := filepath.Join(sockDir, "agentd.sock")
-	config := filepath.Join(sockDir, "config.json")
-	gc, _ := json.Marshal(protocol.GuestConfig{DotID: "test/e2", Token: "test-token-0123456789abcdef"})
-	if err := os.WriteFile(config, gc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--socket", socket, "--config", config, "--run-as", "", "--home", home)
-	cmd.Dir = sockDir
-	var logs strings.Builder
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("dot-agentd's log:\n%s", logs.String())
-		}
-	})
-	for i := 0; ; i++ {
-		if c, err := net.Dial("unix", socket); err == nil {
-			c.Close()
-			break
-		}
-		if i > 1000 {
-			t.Fatalf("dot-agentd did not open its socket:\n%s", logs.String())
-		}
-		waitABit()
-	}
+	agentd := agentdtest.Start(t, home, "test/e2")
+	socket, bin := agentd.Socket, agentd.Bin
 	r := NewRunner(Env{AgentdSocket: socket, RelayPath: bin, Home: home, Workspace: ws, Path: os.Getenv("PATH"), Cron: &fakeCron{}})
 	t.Cleanup(r.Close)
 	return &fixture{runner: r, workspace: ws, home: home}
