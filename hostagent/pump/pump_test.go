@@ -208,6 +208,18 @@ func TestPump(t *testing.T) {
 			want:   logged{Order: seqs(1, 2), Types: []string{"agent.state", "agent.state"}},
 			opened: []int64{0},
 		},
+		"a guest whose outbox started over goes on past the cursor": {
+			reason: "the log holds 1 to 5; the guest lost its outbox and numbered on from the cursor (guest.outbox.reset at 6, the cursor rule): the reset is stored with what follows, and the stream is not asked again",
+			setup: func(s *fake.Stream, l *fakeLog) {
+				for seq := int64(1); seq <= 5; seq++ {
+					l.stored[seq] = protocol.OutboundEvent{Seq: seq}
+				}
+				s.Append(protocol.OutboundEvent{Seq: 6, Type: protocol.EventOutboxReset, Data: json.RawMessage(`{"cursor":5,"last_seq":2}`)}, state("IDLE"))
+			},
+			until:  seqs(1, 7),
+			want:   logged{Order: seqs(6, 7), Types: []string{protocol.EventOutboxReset, "agent.state"}},
+			opened: []int64{5},
+		},
 		"agent.started asks for a push": {
 			reason:  "an engine that started again holds no key: the guest link is asked to push, once per agent.started",
 			setup:   func(s *fake.Stream, l *fakeLog) { s.Append(started, state("IDLE")) },
