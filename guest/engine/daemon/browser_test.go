@@ -13,7 +13,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -88,14 +87,9 @@ func (f *fakePlaywright) dial(cfg protocol.MCPServerConfig, secrets map[string]s
 
 func startEngineWithBrowser(t *testing.T, fp *fakePlaywright) *harness {
 	t.Helper()
-	dir := t.TempDir()
-	or := newFakeOpenRouter(t)
-	h := &harness{t: t, dir: dir, sock: filepath.Join(dir, "agent.sock"), or: or, tools: &fakeTools{}, files: newFakeFiles(),
-		done: make(chan error, 1)}
-	cfg := Config{AgentSocket: h.sock, AgentdSocket: filepath.Join(dir, "agentd.sock"), Workspace: "/home/dot/workspace",
-		StateDir: filepath.Join(dir, "state"), ModelUser: "nobody", BuiltinSkills: filepath.Join(dir, "skills"),
-		AgentdBin: "/bin/true", MCPCommand: "/usr/local/bin/playwright-mcp"}
-	h.launch(cfg, Deps{Model: or.client(), Files: h.files, BrowserDial: fp.dial})
+	h, cfg := newHarness(t, t.TempDir(), newFakeOpenRouter(t), &fakeTools{})
+	cfg.AgentdBin, cfg.MCPCommand = "/bin/true", "/usr/local/bin/playwright-mcp"
+	h.launch(cfg, Deps{Model: h.or.client(), Files: h.files, BrowserDial: fp.dial})
 	return h
 }
 

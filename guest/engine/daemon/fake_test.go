@@ -619,6 +619,16 @@ type harness struct {
 	done  chan error
 }
 
+// newHarness is a harness of an engine not started yet in dir, and the
+// engine's config with its sockets, state and skills there.
+func newHarness(t testing.TB, dir string, or *fakeOpenRouter, tools *fakeTools) (*harness, Config) {
+	h := &harness{t: t, dir: dir, sock: filepath.Join(dir, "agent.sock"), or: or, tools: tools, files: newFakeFiles(),
+		done: make(chan error, 1)}
+	cfg := Config{AgentSocket: h.sock, AgentdSocket: filepath.Join(dir, "agentd.sock"), Workspace: "/home/dot/workspace",
+		StateDir: filepath.Join(dir, "state"), ModelUser: "nobody", BuiltinSkills: filepath.Join(dir, "skills")}
+	return h, cfg
+}
+
 func startEngine(t testing.TB, dir string, or *fakeOpenRouter, tools *fakeTools, opts ...func(*Config)) *harness {
 	t.Helper()
 	if or == nil {
@@ -627,10 +637,7 @@ func startEngine(t testing.TB, dir string, or *fakeOpenRouter, tools *fakeTools,
 	if tools == nil {
 		tools = &fakeTools{}
 	}
-	h := &harness{t: t, dir: dir, sock: filepath.Join(dir, "agent.sock"), or: or, tools: tools, files: newFakeFiles(),
-		done: make(chan error, 1)}
-	cfg := Config{AgentSocket: h.sock, AgentdSocket: filepath.Join(dir, "agentd.sock"), Workspace: "/home/dot/workspace",
-		StateDir: filepath.Join(dir, "state"), ModelUser: "nobody", BuiltinSkills: filepath.Join(dir, "skills")}
+	h, cfg := newHarness(t, dir, or, tools)
 	for _, o := range opts {
 		o(&cfg)
 	}

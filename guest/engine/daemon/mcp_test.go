@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,13 +41,9 @@ func memDial(_ string, _ protocol.MCPServerConfig, secrets map[string]string) mc
 // declared MCP servers), the servers reached in memory.
 func startEngineWithMCP(t *testing.T) *harness {
 	t.Helper()
-	dir := t.TempDir()
-	or := newFakeOpenRouter(t)
-	h := &harness{t: t, dir: dir, sock: filepath.Join(dir, "agent.sock"), or: or, tools: &fakeTools{}, files: newFakeFiles(),
-		done: make(chan error, 1)}
-	cfg := Config{AgentSocket: h.sock, AgentdSocket: filepath.Join(dir, "agentd.sock"), Workspace: "/home/dot/workspace",
-		StateDir: filepath.Join(dir, "state"), ModelUser: "nobody", BuiltinSkills: filepath.Join(dir, "skills"), AgentdBin: "/bin/false"}
-	h.launch(cfg, Deps{Model: or.client(), Files: h.files, MCPDial: memDial})
+	h, cfg := newHarness(t, t.TempDir(), newFakeOpenRouter(t), &fakeTools{})
+	cfg.AgentdBin = "/bin/false"
+	h.launch(cfg, Deps{Model: h.or.client(), Files: h.files, MCPDial: memDial})
 	return h
 }
 
