@@ -17,13 +17,18 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/controller-manager/pkg/informerfactory"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
+	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	namespacecontroller "k8s.io/kubernetes/pkg/controller/namespace"
 )
 
-// builtinControllers are the two upstream controllers a control plane without
+// builtinControllers are the upstream controllers a control plane without
 // kube-controller-manager still needs: the garbage collector (deleting a Dot
-// deletes what it owns, through ownerReferences) and the namespace
-// controller (a deleted namespace is emptied and goes away).
+// deletes what it owns, through ownerReferences), the namespace controller
+// (a deleted namespace is emptied and goes away) and the ClusterRole
+// aggregation controller (the built-in admin, edit and view roles are empty
+// selectors until it copies in the rules of the roles labelled to join
+// them, ours for the Dots among them, so a person bound to edit or view
+// reaches the Dots as on any cluster).
 type builtinControllers struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -31,6 +36,7 @@ type builtinControllers struct {
 
 const (
 	gcWorkers        = 5
+	aggregateWorkers = 1
 	gcSyncPeriod     = 30 * time.Second
 	nsWorkers        = 2
 	nsResyncPeriod   = 5 * time.Minute
@@ -73,6 +79,7 @@ func startBuiltinControllers(ctx context.Context, loopback *rest.Config) (*built
 	ns := namespacecontroller.NewNamespaceController(ctx, kube, meta,
 		disco.ServerPreferredNamespacedResources,
 		typed.Core().V1().Namespaces(), nsResyncPeriod, v1.FinalizerKubernetes)
+	aggregate := clusterroleaggregation.NewClusterRoleAggregation(typed.Rbac().V1().ClusterRoles(), kube.RbacV1())
 
 	typed.Start(ctx.Done())
 	metaInformers.Start(ctx.Done())
@@ -83,6 +90,7 @@ func startBuiltinControllers(ctx context.Context, loopback *rest.Config) (*built
 	// applied after start (ours) is garbage collected too.
 	b.run(func() { gc.Sync(ctx, disco, gcSyncPeriod) })
 	b.run(func() { ns.Run(ctx, nsWorkers) })
+	b.run(func() { aggregate.Run(ctx, aggregateWorkers) })
 	return b, nil
 }
 

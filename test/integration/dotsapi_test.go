@@ -149,6 +149,28 @@ var _ = Describe("The Dots API", Ordered, func() {
 		expectRefused(err, http.StatusForbidden, "")
 	})
 
+	It("lets a person bound to the built-in edit or view role reach the Dots, as the aggregation labels promise", func() {
+		// Without the ClusterRole aggregation controller the built-in roles
+		// stay empty selectors on the embedded server, and WaitUntilAllowed
+		// in personWithRole gives up.
+		for _, role := range []string{"edit", "view"} {
+			Eventually(func(g Gomega) {
+				r, err := cs.RbacV1().ClusterRoles().Get(suiteCtx, role, metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(r.Rules).To(ContainElement(HaveField("Resources", ContainElement("dots/messages"))), "the %s role holds the Dots' rules", role)
+			}).Should(Succeed())
+		}
+		editor := personWithRole(cs, nsA, "edna", "edit")
+		viewer := personWithRole(cs, nsA, "vic", "view")
+		_, err := editor.PostMessage(suiteCtx, nsA, dotA.Name, "hello from the edit role")
+		Expect(err).NotTo(HaveOccurred())
+		got, err := viewer.Messages(suiteCtx, nsA, dotA.Name, wire.MessagesQuery{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(got.Messages).NotTo(BeEmpty())
+		_, err = viewer.PostMessage(suiteCtx, nsA, dotA.Name, "hello from the view role")
+		expectRefused(err, http.StatusForbidden, wire.CodeForbidden)
+	})
+
 	It("gives a person added with user add a kubeconfig of their own for one namespace", func() {
 		admin, err := clientcmd.LoadFromFile(cp.KubeconfigPath)
 		Expect(err).NotTo(HaveOccurred())
