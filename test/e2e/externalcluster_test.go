@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,10 @@ func TestDotsAPIOnAnotherCluster(t *testing.T) {
 			"--kubeconfig", cluster.kubeconfig(), "--output", file).CombinedOutput()
 		if err != nil {
 			t.Fatalf("user add %s: %v\n%s", name, err, out)
+		}
+		// The person is told how long the token lasts (the default, 30 days).
+		if !regexp.MustCompile(`until \d{4}-\d\d-\d\dT[0-9:]+Z \(720h0m0s\)`).Match(out) {
+			t.Errorf("user add %s printed %q; want the token's end and lifetime in it", name, out)
 		}
 		cfg, err := clientcmd.BuildConfigFromFlags("", file)
 		if err != nil {

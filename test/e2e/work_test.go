@@ -184,6 +184,14 @@ func TestDotWork(t *testing.T) {
 				w.fail("logs printed %q; want %q in it", out, want)
 			}
 		}
+		// --since keeps to the events of that last while: all of this
+		// run's within the hour, none within the last millisecond.
+		if got := w.cli(time.Minute, "logs", name, "--types", "tool.called,task.completed", "--since", "1h"); got != out {
+			w.fail("logs --since 1h printed %q; want what logs printed, %q", got, out)
+		}
+		if got := w.cli(time.Minute, "logs", name, "--since", "1ms"); strings.TrimSpace(got) != "" {
+			w.fail("logs --since 1ms printed %q; want nothing", got)
+		}
 		if got := w.cli(time.Minute, "files", "get", name, runsFile); got != "ran\n" {
 			w.fail("files get %s printed %q; want the line the Dot's command wrote", runsFile, got)
 		}
@@ -207,6 +215,29 @@ func TestDotWork(t *testing.T) {
 		got, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(got), chatAnswer) {
 			w.fail("kubectl dots chat -m: %v\n%s", err, got)
+		}
+		// kubectl hands the plugin its --context: a kubeconfig whose current
+		// context names a server that is not there still reaches the Dot
+		// through the context named.
+		kc, err := clientcmd.LoadFromFile(w.k.s.kubeconfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		real := kc.CurrentContext
+		nowhere := kc.Clusters[kc.Contexts[real].Cluster].DeepCopy()
+		nowhere.Server = "https://127.0.0.1:1"
+		kc.Clusters["nowhere"] = nowhere
+		kc.Contexts["nowhere"] = kc.Contexts[real].DeepCopy()
+		kc.Contexts["nowhere"].Cluster = "nowhere"
+		kc.CurrentContext = "nowhere"
+		two := filepath.Join(dir, "two-contexts.kubeconfig")
+		if err := clientcmd.WriteToFile(*kc, two); err != nil {
+			t.Fatal(err)
+		}
+		cmd = exec.CommandContext(ctx, "kubectl", "dots", "logs", name, "--types", "task.completed", "--kubeconfig", two, "--context", real, "-n", "default")
+		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+		if got, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(got), "completed: "+testsPassed) {
+			w.fail("kubectl dots logs --context %s: %v\n%s", real, err, got)
 		}
 	})
 
