@@ -12,10 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -31,7 +31,7 @@ type rig struct {
 	local   string // path of the local socket
 	home    string
 	dir     string
-	logs    *lockedWriter
+	logs    *agentdtest.LockedBuffer
 	localCl *http.Client
 }
 
@@ -42,7 +42,7 @@ func newRig(t *testing.T, edit func(*Config)) *rig {
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedWriter{w: &bytes.Buffer{}}
+	logs := &agentdtest.LockedBuffer{}
 	cfg := DefaultConfig()
 	cfg.Token = testToken
 	cfg.Home = home
@@ -80,24 +80,6 @@ func newRig(t *testing.T, edit func(*Config)) *rig {
 		return d.DialContext(ctx, "unix", r.local)
 	}}}
 	return r
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-// String is what was written so far (the writer must be a *bytes.Buffer).
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.(*bytes.Buffer).String()
 }
 
 // answer is a response read whole.

@@ -2,7 +2,6 @@ package agentd
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -265,7 +265,7 @@ func TestRelayTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &lockedWriter{w: &bytes.Buffer{}}
+	out := &agentdtest.LockedBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		code, _ := Relay(t.Context(), RelayOptions{Socket: r.local, TTY: true, Stdin: slave, Stdout: out, Stderr: out,

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -33,7 +34,7 @@ func writeConfig(t *testing.T, dir string, gc protocol.GuestConfig) string {
 
 func TestRunDevelopmentMode(t *testing.T) {
 	dir := t.TempDir()
-	var logs bytes.Buffer
+	var logs agentdtest.LockedBuffer
 	cfg := writeConfig(t, dir, protocol.GuestConfig{DotID: "ns/dot", Token: testToken})
 	sockDir, _ := os.MkdirTemp("", "agentd")
 	defer os.RemoveAll(sockDir)
@@ -42,7 +43,7 @@ func TestRunDevelopmentMode(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Options{Listen: "127.0.0.1:0", Socket: filepath.Join(sockDir, "a.sock"), ConfigPath: cfg, RunAs: "", Home: dir,
-			Log: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs}, nil)), Ready: func(a net.Addr) { addr <- a }})
+			Log: slog.New(slog.NewTextHandler(&logs, nil)), Ready: func(a net.Addr) { addr <- a }})
 	}()
 	var a net.Addr
 	select {
