@@ -1,7 +1,7 @@
 import { computers, dots, useCell, useTasks } from '../lib/live';
 import { DOT_PAGES, dotHref, type DotPage } from '../lib/router';
 import { phaseLabel, phaseTone, reason, toneText } from '../lib/format';
-import { power } from '../pages/Computer';
+import { power } from '../lib/power';
 
 const TAB_LABEL: Record<DotPage, string> = {
   chat: 'Chat',
