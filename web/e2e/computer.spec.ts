@@ -1,6 +1,6 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test } from '@playwright/test';
-import { addTask, applyDot, getResource, guestSays, harness, setComputerState } from './harness';
+import { addTask, applyDot, fakeGuest, getResource, guestSays, harness, setComputerState } from './harness';
 
 test('the Computer page stops and starts the computer through its resource, as the command line does', async ({ page }) => {
   await applyDot('power-dot');
@@ -38,48 +38,6 @@ test('the files view says the computer is off rather than failing', async ({ pag
   await expect(page.getByTestId('computer-off')).toBeVisible();
   await expect(page.getByRole('button', { name: 'Start the computer' })).toBeVisible();
 });
-
-// A one-pixel PNG.
-const PIXEL = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=', 'base64');
-
-/**
- * A fake of the Dot's guest at the edge of the test: the browser's requests
- * to the files and screenshot routes are answered here as those routes answer
- * (internal/dotsapi: the file's type from wire.FileTypeOf), because the
- * harness's host runs no VM.
- */
-async function fakeGuest(page: import('@playwright/test').Page, dot: string) {
-  const base = `**/dots/v1/namespaces/default/dots/${dot}`;
-  const big = 'x'.repeat((1 << 20) + 10);
-  const files: Record<string, { type: string; body: string | Buffer; attachment?: boolean }> = {
-    '/home/dot/notes.md': { type: 'text/plain; charset=utf-8', body: '# Notes\nbuy milk' },
-    '/home/dot/pixel.png': { type: 'image/png', body: PIXEL },
-    '/home/dot/app.bin': { type: 'application/octet-stream', body: Buffer.from([0, 1, 2]), attachment: true },
-    '/home/dot/big.log': { type: 'text/plain; charset=utf-8', body: big },
-    '/home/dot/odd.txt': { type: 'text/plain; charset=utf-8', body: 'a\u0000b' },
-  };
-  await page.route(`${base}/files/list?*`, (route) => {
-    const path = new URL(route.request().url()).searchParams.get('path');
-    const entries =
-      path === '/home/dot'
-        ? [
-            { name: 'workspace', type: 'dir', size: 0 },
-            ...Object.entries(files).map(([p, f]) => ({ name: p.slice('/home/dot/'.length), type: 'file', size: Buffer.byteLength(f.body) })),
-          ]
-        : [{ name: 'plan.txt', type: 'file', size: 4 }];
-    return route.fulfill({ json: { path, entries } });
-  });
-  await page.route(`${base}/files?*`, (route) => {
-    const f = files[new URL(route.request().url()).searchParams.get('path')!];
-    if (!f) return route.fulfill({ status: 404, json: { error: 'not_found', message: 'no such file' } });
-    return route.fulfill({
-      status: 200,
-      headers: { 'Content-Type': f.type, ...(f.attachment ? { 'Content-Disposition': 'attachment' } : {}) },
-      body: f.body,
-    });
-  });
-  await page.route(`${base}/screenshot`, (route) => route.fulfill({ status: 200, headers: { 'Content-Type': 'image/png' }, body: PIXEL }));
-}
 
 test('the files view shows text and pictures, and offers the rest as downloads only', async ({ page }) => {
   await applyDot('walk-dot');
@@ -137,26 +95,6 @@ test("the Computer page says what the Dot's model spent, while the computer is o
   await guestSays('spent-dot', [{ type: 'message.assistant', data: { text: 'Done.', spent_usd: 1.5 } }]);
   await page.goto(harness().url + '/dots/default/spent-dot/computer');
   await expect(page.getByTestId('computer-spend')).toHaveText('$1.50 today · $1.50 in all');
-});
-
-test('the chat has the computer beside it: the desktop while it runs, its state and Start when not', async ({ page }) => {
-  await applyDot('side-dot');
-  await page.setViewportSize({ width: 1280, height: 800 });
-  await page.goto(harness().url + '/dots/default/side-dot/chat');
-  const panel = page.getByTestId('computer-panel');
-  await expect(panel.getByRole('button', { name: 'Start' })).toBeVisible();
-  await fakeGuest(page, 'side-dot');
-  await setComputerState('side-dot', 'RUNNING');
-  await expect(panel.getByTestId('screen')).toBeVisible();
-  await expect(panel).toContainText('The Dot has control');
-  // Beside the thread, not above it.
-  const [p, t] = [await panel.boundingBox(), await page.getByTestId('thread').boundingBox()];
-  expect(p!.x).toBeGreaterThan(t!.x + t!.width - 1);
-  // Below 1024 px, a strip above the thread, without the picture.
-  await page.setViewportSize({ width: 800, height: 800 });
-  await expect(panel.getByTestId('screen')).toBeHidden();
-  const [p2, t2] = [await panel.boundingBox(), await page.getByTestId('thread').boundingBox()];
-  expect(p2!.y + p2!.height).toBeLessThanOrEqual(t2!.y + 1);
 });
 
 test('while a task runs, Reboot and Stop ask first and name the task', async ({ page }) => {

@@ -10,6 +10,7 @@ import { mkdtempSync, mkdirSync, openSync, rmSync, writeFileSync, readFileSync, 
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import type { Page } from '@playwright/test';
 
 // Where the run's server is written down for its tests: one file per run
 // (playwright.config.ts names it), since other checkouts on the machine run
@@ -284,4 +285,51 @@ export async function denyWaiting(dotName: string, ns = 'default') {
     });
     if (!res.ok) throw new Error(`deny Approval ${a.metadata.name}: ${res.status} ${await res.text()}`);
   }
+}
+
+/** A one-pixel PNG: the picture the fake guest's screen and files answer with. */
+export const PIXEL = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=', 'base64');
+
+/**
+ * A fake of the Dot's guest at the edge of the test: the browser's requests
+ * to the files and screenshot routes are answered here as those routes answer
+ * (internal/dotsapi: the file's type from wire.FileTypeOf), because the
+ * harness's host runs no VM. Its screen answers until `screenStops`, and
+ * from then on leaves each request unanswered, as a guest that hangs does.
+ */
+export async function fakeGuest(page: Page, dot: string): Promise<{ screenStops: () => void }> {
+  const base = `**/dots/v1/namespaces/default/dots/${dot}`;
+  const big = 'x'.repeat((1 << 20) + 10);
+  const files: Record<string, { type: string; body: string | Buffer; attachment?: boolean }> = {
+    '/home/dot/notes.md': { type: 'text/plain; charset=utf-8', body: '# Notes\nbuy milk' },
+    '/home/dot/pixel.png': { type: 'image/png', body: PIXEL },
+    '/home/dot/app.bin': { type: 'application/octet-stream', body: Buffer.from([0, 1, 2]), attachment: true },
+    '/home/dot/big.log': { type: 'text/plain; charset=utf-8', body: big },
+    '/home/dot/odd.txt': { type: 'text/plain; charset=utf-8', body: 'a\u0000b' },
+  };
+  await page.route(`${base}/files/list?*`, (route) => {
+    const path = new URL(route.request().url()).searchParams.get('path');
+    const entries =
+      path === '/home/dot'
+        ? [
+            { name: 'workspace', type: 'dir', size: 0 },
+            ...Object.entries(files).map(([p, f]) => ({ name: p.slice('/home/dot/'.length), type: 'file', size: Buffer.byteLength(f.body) })),
+          ]
+        : [{ name: 'plan.txt', type: 'file', size: 4 }];
+    return route.fulfill({ json: { path, entries } });
+  });
+  await page.route(`${base}/files?*`, (route) => {
+    const f = files[new URL(route.request().url()).searchParams.get('path')!];
+    if (!f) return route.fulfill({ status: 404, json: { error: 'not_found', message: 'no such file' } });
+    return route.fulfill({
+      status: 200,
+      headers: { 'Content-Type': f.type, ...(f.attachment ? { 'Content-Disposition': 'attachment' } : {}) },
+      body: f.body,
+    });
+  });
+  let answers = true;
+  await page.route(`${base}/screenshot`, (route) =>
+    answers ? route.fulfill({ status: 200, headers: { 'Content-Type': 'image/png' }, body: PIXEL }) : undefined,
+  );
+  return { screenStops: () => (answers = false) };
 }

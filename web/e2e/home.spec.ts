@@ -1,5 +1,5 @@
 import { expect, test } from '@playwright/test';
-import { applyDot, guestSays, harness } from './harness';
+import { addTask, applyDot, getResource, guestSays, harness } from './harness';
 
 test("a Home card's last activity is read from the Dot's log, then follows the stream, and the card does not move", async ({ page }) => {
   await applyDot('last-dot');
@@ -18,4 +18,31 @@ test("a Home card's last activity is read from the Dot's log, then follows the s
   ]);
   await expect(last).toHaveText('just now · a tool call');
   expect(await card.boundingBox()).toEqual(before);
+});
+
+test("a card's power menu reboots at once while no task runs, and asks, naming the task, while one does", async ({ page }) => {
+  await applyDot('asks-dot');
+  await page.goto(harness().url + '/');
+  const menu = page.locator('[data-dot="default/asks-dot"]').getByTestId('power-menu');
+  await menu.locator('summary').click();
+  // No task: Reboot is one press (once the tasks are read; until then it asks).
+  await menu.getByTestId('reboot-now').click();
+  await expect(menu.getByRole('group', { name: 'Reboot' })).toHaveCount(0);
+  await expect.poll(async () => (await getResource('computers', 'asks-dot')).metadata.annotations?.['dots.invisible.dev/reboot-requested']).toBeTruthy();
+  const first = (await getResource('computers', 'asks-dot')).metadata.annotations['dots.invisible.dev/reboot-requested'];
+
+  const t = await addTask('asks-dot', 'asks-task', { description: 'Renew the passport\nbefore May' });
+  await guestSays('asks-dot', [{ type: 'task.started', data: { task_id: t.metadata.uid } }]);
+  await expect.poll(async () => (await getResource('tasks', 'asks-task')).status?.phase).toBe('RUNNING');
+  await expect(menu.getByTestId('reboot-now')).toHaveCount(0);
+  await menu.getByRole('button', { name: 'Reboot', exact: true }).click();
+  const ask = menu.getByRole('group', { name: 'Reboot' });
+  await expect(ask.getByTestId('confirm-task')).toHaveText('Renew the passport');
+  await page.screenshot({ path: test.info().outputPath('home-reboot-asks.png') });
+  // Asked, not done: nothing was written until the answer.
+  expect((await getResource('computers', 'asks-dot')).metadata.annotations['dots.invisible.dev/reboot-requested']).toBe(first);
+  await ask.getByRole('button', { name: 'No' }).click();
+  // Stop always asks, and says the automations pause.
+  await menu.getByRole('button', { name: 'Stop', exact: true }).click();
+  await expect(menu.getByRole('group', { name: 'Stop' })).toContainText('Its automations do not run while it is stopped.');
 });

@@ -1,10 +1,12 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test } from '@playwright/test';
-import { applyDot, askApproval, harness } from './harness';
+import { applyDot, askApproval, fakeGuest, harness, setComputerState } from './harness';
 
-const PAGES = [
+const PAGES: { name: string; path: string; running?: string }[] = [
   { name: 'Home', path: '/' },
   { name: 'Chat', path: '/dots/default/axe-dot/chat' },
+  // The chat's computer panel with a desktop in it (the fake guest's picture).
+  { name: 'Chat with its computer', path: '/dots/default/axe-live-dot/chat', running: 'axe-live-dot' },
   { name: 'Inbox', path: '/inbox' },
   { name: 'Tasks', path: '/dots/default/axe-dot/tasks' },
   { name: 'Computer', path: '/dots/default/axe-dot/computer' },
@@ -15,14 +17,24 @@ const PAGES = [
   { name: 'Host settings', path: '/settings' },
 ];
 
+/** A page's Dot whose computer runs: its state written and its guest faked at the browser's edge. */
+async function runComputer(page: import('@playwright/test').Page, p: (typeof PAGES)[number]) {
+  if (!p.running) return;
+  await applyDot(p.running);
+  await setComputerState(p.running, 'RUNNING');
+  await fakeGuest(page, p.running);
+}
+
 for (const theme of ['light', 'dark'] as const) {
   for (const p of PAGES) {
     test(`${p.name} has no serious accessibility violation (${theme})`, async ({ page }) => {
       await applyDot('axe-dot');
       await askApproval(`axe-${theme}-${p.name.toLowerCase().replace(/ /g, '-')}`, 'axe-dot');
       await page.addInitScript((t) => localStorage.setItem('dots.theme', t), theme);
+      await runComputer(page, p);
       await page.goto(harness().url + p.path);
       await expect(page.getByTestId('rail-dots').getByRole('link', { name: 'axe-dot' })).toBeVisible();
+      if (p.running) await expect(page.getByTestId('frame-live')).toBeVisible();
       await page.screenshot({ path: test.info().outputPath(`${p.name.toLowerCase().replace(/ /g, '-')}-${theme}.png`), fullPage: true });
       const { violations } = await new AxeBuilder({ page }).analyze();
       const serious = violations
@@ -71,8 +83,10 @@ test('every page fits 375 px without a sideways scroll', async ({ page }) => {
   await applyDot('axe-dot');
   await page.setViewportSize({ width: 375, height: 740 });
   for (const p of PAGES) {
+    await runComputer(page, p);
     await page.goto(harness().url + p.path);
     await expect(page.getByRole('heading').first()).toBeVisible();
+    if (p.running) await expect(page.getByTestId('frame-live')).toBeVisible();
     // A settled page: the live lists and the dry run have answered.
     await page.waitForTimeout(500);
     const overflow = await page.evaluate(() => {

@@ -1,7 +1,8 @@
 import { computers, dots, useCell, useTasks } from '../lib/live';
 import { DOT_PAGES, dotHref, type DotPage } from '../lib/router';
 import { phaseLabel, phaseTone, reason, toneText } from '../lib/format';
-import { power } from '../pages/Computer';
+import { useState } from 'preact/hooks';
+import { power, type Power } from '../lib/power';
 
 const TAB_LABEL: Record<DotPage, string> = {
   chat: 'Chat',
@@ -22,6 +23,17 @@ export function DotHeader({ ns, name, tab }: { ns: string; name: string; tab: Do
   // The newest progress line of the running task, under the name.
   const running = dot?.status?.currentTask ? all.items.get(`${ns}/${dot.status.currentTask}`) : undefined;
   const why = dot ? reason(dot) : '';
+  // The banner's way back asks as the power menu does: a reboot while a task
+  // runs names the task first (ref 9.7).
+  const [asking, setAsking] = useState(false);
+  const [failed, setFailed] = useState('');
+  const back: Power = computerState === 'RUNNING' ? 'reboot' : 'start';
+  const task = running?.status?.phase === 'RUNNING' ? running.spec.description.split('\n')[0] : '';
+  const go = () => {
+    setAsking(false);
+    setFailed('');
+    power(ns, name, back).catch((e) => setFailed(`${(e as Error).message} Try again.`));
+  };
   return (
     <header class="border-b border-border bg-surface px-4 pt-3">
       <div class="flex flex-wrap items-baseline gap-x-3">
@@ -38,14 +50,27 @@ export function DotHeader({ ns, name, tab }: { ns: string; name: string; tab: Do
           <span class="text-danger" data-testid="dot-error">
             {why} · <a class="underline" href={dotHref(ns, name, 'settings')}>Open settings</a>
             {/* One way back: the host reboots only a running computer, and starts one in ERROR. */}
-            {(computerState === 'RUNNING' || computerState === 'ERROR') && (
-              <>
-                {' · '}
-                <button type="button" class="underline" onClick={() => void power(ns, name, computerState === 'RUNNING' ? 'reboot' : 'start')}>
-                  {computerState === 'RUNNING' ? 'Reboot' : 'Start the computer'}
-                </button>
-              </>
-            )}
+            {(computerState === 'RUNNING' || computerState === 'ERROR') &&
+              (asking ? (
+                <span role="group" aria-label="Reboot">
+                  {' · '}The reboot interrupts the task “<span data-testid="confirm-task">{task}</span>”:{' '}
+                  <button type="button" class="underline" autoFocus onClick={go}>
+                    Reboot
+                  </button>
+                  {' · '}
+                  <button type="button" class="underline" onClick={() => setAsking(false)}>
+                    Keep it running
+                  </button>
+                </span>
+              ) : (
+                <>
+                  {' · '}
+                  <button type="button" class="underline" onClick={() => (back === 'reboot' && task ? setAsking(true) : go())}>
+                    {back === 'reboot' ? 'Reboot' : 'Start the computer'}
+                  </button>
+                  {failed && ` · ${failed}`}
+                </>
+              ))}
           </span>
         ) : (
           (running?.status?.progress ?? '')

@@ -25,8 +25,16 @@ export class Cell<T> {
 
 export function useCell<T>(cell: Cell<T>): T {
   const [, setTick] = useState(0);
-  useEffect(() => cell.subscribe(() => setTick((n) => n + 1)), [cell]);
-  return cell.get();
+  const rendered = cell.get();
+  useEffect(() => {
+    const stop = cell.subscribe(() => setTick((n) => n + 1));
+    // The effect runs after the paint: a value set between the render and
+    // now (a list that answered first, such as the Tasks' a view just
+    // started) would otherwise wait for the next change to be shown.
+    if (cell.get() !== rendered) setTick((n) => n + 1);
+    return stop;
+  }, [cell]);
+  return rendered;
 }
 
 export type LinkState = 'connecting' | 'live' | 'down';

@@ -1,66 +1,16 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError, GROUP, dotPath, getJSON, mergePatch, says } from '../lib/api';
-import { computers, useCell, useTasks } from '../lib/live';
+import { ApiError, dotPath, getJSON, says } from '../lib/api';
+import { computers, useCell } from '../lib/live';
+import { power } from '../lib/power';
 import { dotHref, useQuery } from '../lib/router';
-import { btn, Confirm } from '../lib/ui';
-import type { Computer } from '../lib/types';
-
-// The annotations `invisible-dots computer start|reboot` writes
-// (api/v1alpha1: StartRequestedAnnotation, RebootRequestedAnnotation).
-const START = 'dots.invisible.dev/start-requested';
-const REBOOT = 'dots.invisible.dev/reboot-requested';
+import { btn } from '../lib/ui';
+import { FrameView } from '../components/FrameView';
+import { NotRunning } from '../components/NotRunning';
+import { PowerActions } from '../components/PowerActions';
 
 // What a file view shows in the page; anything larger is a download only.
 const MAX_TEXT = 1 << 20;
 const MAX_IMAGE = 8 << 20;
-const SCREEN_EVERY_MS = 3000;
-const STALE_MS = 15_000;
-
-const computerPath = (ns: string, name: string) =>
-  `${GROUP}/namespaces/${encodeURIComponent(ns)}/computers/${encodeURIComponent(name)}`;
-
-type Power = 'start' | 'stop' | 'reboot';
-
-/**
- * Writes the Computer as the command line does (internal/cli/computer.go):
- * stop sets runStrategy Halted; start lifts a Halted and annotates a start;
- * reboot annotates a reboot, refused while a person's stop holds. The patch
- * carries the resourceVersion it read, so a change made meanwhile fails
- * instead of being overwritten.
- */
-export async function power(ns: string, name: string, what: Power) {
-  // The resourceVersion moves with every status write too (the host agent
-  // and the controllers write it often), so a conflict is read again and
-  // decided again from the newer object, as client-go's RetryOnConflict does.
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await powerOnce(ns, name, what);
-    } catch (e) {
-      if (!(e instanceof ApiError && e.status === 409 && e.code === 'Conflict') || attempt === 3) throw e;
-    }
-  }
-}
-
-async function powerOnce(ns: string, name: string, what: Power) {
-  const c = await getJSON<Computer>(computerPath(ns, name));
-  const now = new Date().toISOString();
-  const patch: any = { metadata: { resourceVersion: c.metadata.resourceVersion } };
-  if (what === 'stop') patch.spec = { runStrategy: 'Halted' };
-  if (what === 'start') {
-    if (c.spec.runStrategy === 'Halted') patch.spec = { runStrategy: 'OnDemand' };
-    patch.metadata.annotations = { [START]: now };
-  }
-  if (what === 'reboot') {
-    if (c.spec.runStrategy === 'Halted') throw new ApiError('The computer is stopped by a person: start it instead.', 409);
-    patch.metadata.annotations = { [REBOOT]: now };
-  }
-  try {
-    await mergePatch(computerPath(ns, name), patch);
-  } catch (e) {
-    if (e instanceof ApiError && e.status === 409) throw new ApiError('The computer kept changing meanwhile; look at its state.', 409, 'Conflict');
-    throw e;
-  }
-}
 
 const STOP_WORDS: Record<string, string> = {
   idle: 'asleep: nothing to do for its idle timeout; a message or a task wakes it',
@@ -88,16 +38,6 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
   const running = state === 'RUNNING';
   const halted = c?.spec.runStrategy === 'Halted';
   const [message, setMessage] = useState('');
-  // The Dot's running task (its Task's phase), which a reboot or a stop would cut short.
-  const all = useTasks();
-  const runningTask = [...all.items.values()].find(
-    (t) => (t.metadata.namespace ?? 'default') === ns && t.spec.dotName === name && t.status?.phase === 'RUNNING',
-  );
-  const task = runningTask ? runningTask.spec.description.split('\n')[0] : '';
-  const act = (what: Power) => async () => {
-    await power(ns, name, what);
-    setMessage(`${what === 'start' ? 'Start' : what === 'stop' ? 'Stop' : 'Reboot'} asked; the state follows here.`);
-  };
   const base = dotHref(ns, name, 'computer');
   return (
     <div class="mx-auto max-w-5xl p-4 md:p-6">
@@ -113,55 +53,7 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
               {(state ?? 'PENDING').toLowerCase()}
             </p>
             <div class="ml-auto flex flex-wrap gap-2">
-              {(!running || halted) && (
-                <button type="button" class={btn.primary} onClick={() => act('start')().catch((e) => setMessage((e as Error).message))}>
-                  Start
-                </button>
-              )}
-              {/* Reboot asks only while a task runs, and names it (ref 9.7); until the
-                  tasks are read it asks too. One Confirm for both, so a question
-                  already open gains the task's name when the tasks arrive. Stop always asks. */}
-              {!halted &&
-                (task || !all.loaded ? (
-                  <Confirm
-                    label="Reboot"
-                    question={
-                      task ? (
-                        <>
-                          Reboot the computer? The task “<span data-testid="confirm-task">{task}</span>” is running: the reboot interrupts it.
-                        </>
-                      ) : (
-                        'Reboot the computer? What runs in it stops.'
-                      )
-                    }
-                    yes="Reboot"
-                    onYes={act('reboot')}
-                  />
-                ) : (
-                  <button type="button" class={btn.plain} onClick={() => act('reboot')().catch((e) => setMessage(`${(e as Error).message} Try again.`))}>
-                    Reboot
-                  </button>
-                ))}
-              {!halted && (
-                <Confirm
-                  label="Stop"
-                  question={
-                    <>
-                      Stop the computer?
-                      {task && (
-                        <>
-                          {' '}
-                          The task “<span data-testid="confirm-task">{task}</span>” is running and stops with it.
-                        </>
-                      )}{' '}
-                      Its automations do not run while it is stopped.
-                    </>
-                  }
-                  yes="Stop the computer"
-                  danger
-                  onYes={act('stop')}
-                />
-              )}
+              <PowerActions ns={ns} name={name} computer={c} report={setMessage} />
             </div>
           </div>
           <dl class="mt-3 grid grid-cols-[auto_minmax(0,1fr)] gap-x-4 gap-y-1 text-sm break-words">
@@ -236,9 +128,9 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
       </nav>
       <div class="mt-3">
         {!running ? (
-          <NotRunning state={state} onStart={act('start')} />
+          <NotRunning state={state} onStart={() => power(ns, name, 'start')} />
         ) : view === 'screen' ? (
-          <Screen ns={ns} name={name} />
+          <FrameView ns={ns} name={name} />
         ) : (
           <Files ns={ns} name={name} dir={q.get('path') ?? '/home/dot'} file={q.get('file') ?? ''} base={base} />
         )}
@@ -272,81 +164,6 @@ function Spend({ ns, name }: { ns: string; name: string }) {
   );
 }
 
-/** What a page that reads the guest shows while the computer is not running, with Start. */
-export function NotRunning({ state, onStart, what = 'screen or files' }: { state?: string; onStart: () => Promise<void>; what?: string }) {
-  const [error, setError] = useState('');
-  return (
-    <div class="grid aspect-video w-full place-items-center rounded-card border border-dashed border-border bg-surface-2 p-4 text-center" data-testid="computer-off">
-      <div>
-        <p class="font-medium">
-          The computer is {(state ?? 'not made yet').toLowerCase()}, so there is no {what} to show.
-        </p>
-        <p class="mt-1 text-sm text-muted">Start it to see them; a message or a task starts it too.</p>
-        <button type="button" class={`mt-3 ${btn.primary}`} onClick={() => onStart().catch((e) => setError((e as Error).message))}>
-          Start the computer
-        </button>
-        {error && (
-          <p role="alert" class="mt-2 text-sm text-danger">
-            {error}
-          </p>
-        )}
-      </div>
-    </div>
-  );
-}
-
-/** The desktop, as screenshots read every few seconds while the page is seen. */
-function Screen({ ns, name }: { ns: string; name: string }) {
-  const [frame, setFrame] = useState<{ url: string; at: number }>();
-  const [error, setError] = useState('');
-  const [now, setNow] = useState(Date.now());
-  useEffect(() => {
-    let live = true;
-    let url = '';
-    let timer: ReturnType<typeof setTimeout>;
-    const read = async () => {
-      if (document.visibilityState === 'visible') {
-        try {
-          const res = await fetch(`${dotPath(ns, name)}/screenshot`);
-          if (!res.ok) {
-            const body = await res.json().catch(() => ({}));
-            throw new Error(body.message ?? `${res.status}`);
-          }
-          const blob = await res.blob();
-          if (!live) return;
-          const next = URL.createObjectURL(blob);
-          if (url) URL.revokeObjectURL(url);
-          url = next;
-          setFrame({ url, at: Date.now() });
-          setError('');
-        } catch (e) {
-          if (live) setError(`The screen could not be read: ${(e as Error).message}. Trying again.`);
-        }
-      }
-      setNow(Date.now());
-      if (live) timer = setTimeout(read, SCREEN_EVERY_MS);
-    };
-    void read();
-    return () => {
-      live = false;
-      clearTimeout(timer);
-      if (url) URL.revokeObjectURL(url);
-    };
-  }, [ns, name]);
-  const stale = frame && now - frame.at > STALE_MS;
-  return (
-    <figure>
-      <div class="relative aspect-video w-full overflow-hidden rounded-card border border-border bg-surface-2">
-        {frame && <img src={frame.url} alt={`${name}'s desktop`} class="size-full object-contain" data-testid="screen" />}
-        <span class="absolute top-2 left-2 rounded-card bg-danger px-2 py-0.5 text-xs font-semibold text-surface">LIVE</span>
-      </div>
-      <figcaption class="mt-1 h-5 text-sm text-muted">
-        {error || (stale ? 'The picture is more than 15 s old.' : 'The Dot has control: nothing you do here reaches the computer.')}
-      </figcaption>
-    </figure>
-  );
-}
-
 interface Entry {
   name: string;
   type: string;
@@ -361,15 +178,23 @@ const parent = (p: string) => (p === '/home/dot' ? p : p.slice(0, p.lastIndexOf(
 function Files({ ns, name, dir, file, base }: { ns: string; name: string; dir: string; file: string; base: string }) {
   const [entries, setEntries] = useState<Entry[]>();
   const [error, setError] = useState('');
+  // The route's own 409: the computer stopped before the watch said so.
+  const [stopped, setStopped] = useState(false);
   useEffect(() => {
     const ctl = new AbortController();
     setEntries(undefined);
     setError('');
+    setStopped(false);
     getJSON<{ path: string; entries: Entry[] }>(`${dotPath(ns, name)}/files/list?path=${encodeURIComponent(dir)}`, ctl.signal)
       .then((l) => setEntries([...l.entries].sort((a, b) => (a.type === 'dir' ? 0 : 1) - (b.type === 'dir' ? 0 : 1) || a.name.localeCompare(b.name))))
-      .catch((e) => !ctl.signal.aborted && setError(`The folder could not be read: ${says(e, 'Reload the page to try again.')}`));
+      .catch((e) => {
+        if (ctl.signal.aborted) return;
+        if (e instanceof ApiError && e.code === 'computer_stopped') setStopped(true);
+        else setError(`The folder could not be read: ${says(e, 'Reload the page to try again.')}`);
+      });
     return () => ctl.abort();
   }, [ns, name, dir]);
+  if (stopped) return <NotRunning state="stopped" onStart={() => power(ns, name, 'start')} />;
   const href = (p: string, f = '') => `${base}?view=files&path=${encodeURIComponent(p)}${f ? `&file=${encodeURIComponent(f)}` : ''}`;
   const open = entries?.find((e) => join(dir, e.name) === file);
   return (
@@ -476,41 +301,3 @@ function FileView({ ns, name, path, size }: { ns: string; name: string; path: st
   );
 }
 
-
-/**
- * The computer beside the chat (from 1024 px; a strip above it below that):
- * the desktop while it runs, else its state and Start.
- */
-export function ComputerPanel({ ns, name }: { ns: string; name: string }) {
-  const c = useCell(computers).items.get(`${ns}/${name}`);
-  const state = c?.status?.state;
-  const running = state === 'RUNNING';
-  const [error, setError] = useState('');
-  const start = () => power(ns, name, 'start').catch((e) => setError((e as Error).message));
-  return (
-    <aside aria-label={`${name}'s computer`} class="border-b border-border bg-surface px-4 py-2 lg:w-96 lg:shrink-0 lg:overflow-y-auto lg:border-b-0 lg:border-l lg:py-4" data-testid="computer-panel">
-      <div class="flex items-center gap-2 text-sm">
-        <span class="font-medium">Computer</span>
-        <span class="text-muted">{(state ?? 'not made yet').toLowerCase()}</span>
-        {!running && (
-          <button type="button" class={`ml-auto ${btn.plain}`} onClick={() => void start()}>
-            Start
-          </button>
-        )}
-        <a class={`${running ? 'ml-auto' : ''} text-accent underline`} href={dotHref(ns, name, 'computer')}>
-          Open
-        </a>
-      </div>
-      {error && (
-        <p role="alert" class="text-sm text-danger">
-          {error}
-        </p>
-      )}
-      {running && (
-        <div class="mt-2 hidden lg:block">
-          <Screen ns={ns} name={name} />
-        </div>
-      )}
-    </aside>
-  );
-}

@@ -6,8 +6,8 @@ import { approvals, computers, dots, inView, onStreamEvent, useCell, viewNamespa
 import { chatHref } from '../lib/router';
 import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
 import { key, type Computer, type Dot, type LogEvent } from '../lib/types';
-import { power } from './Computer';
-import { btn, Confirm } from '../lib/ui';
+import { PowerActions } from '../components/PowerActions';
+import { btn } from '../lib/ui';
 
 /** Re-renders every 30 s so "2 min ago" stays true. */
 function useNow() {
@@ -233,22 +233,17 @@ function DotCard({ dot, computer, waitingCount, now }: { dot: Dot; computer?: Co
 }
 
 /**
- * The computer's power, from its card: the Computer page's one action
- * (written as the command line writes it). It opens over the card, so the
- * card does not grow; Stop asks first.
+ * The computer's power, from its card: the Computer page's own buttons
+ * (PowerActions). It opens over the card, so the card does not grow; the
+ * buttons are drawn once it is open, so Home reads the tasks (whether a
+ * reboot has to ask) only for a menu someone opened.
  */
 function PowerMenu({ ns, name, computer }: { ns: string; name: string; computer: Computer }) {
-  const [error, setError] = useState('');
-  const [done, setDone] = useState('');
+  const [open, setOpen] = useState(false);
+  const [said, setSaid] = useState({ message: '', failed: false });
   const halted = computer.spec.runStrategy === 'Halted';
-  const running = computer.status?.state === 'RUNNING';
-  const act = (what: 'start' | 'stop' | 'reboot') => async () => {
-    setError('');
-    await power(ns, name, what);
-    setDone(`${what[0].toUpperCase()}${what.slice(1)} asked.`);
-  };
   return (
-    <details class="relative ml-auto" data-testid="power-menu">
+    <details class="relative ml-auto" data-testid="power-menu" onToggle={(e) => setOpen((e.currentTarget as HTMLDetailsElement).open)}>
       <summary class={`${btn.plain} cursor-pointer list-none`} aria-label={`Power of ${name}'s computer`}>
         Computer ▾
       </summary>
@@ -257,17 +252,9 @@ function PowerMenu({ ns, name, computer }: { ns: string; name: string; computer:
           The computer is {(computer.status?.state ?? 'pending').toLowerCase()}
           {halted ? ', stopped by a person' : ''}.
         </p>
-        {(!running || halted) && (
-          <button type="button" class={btn.primary} onClick={() => act('start')().catch((e) => setError((e as Error).message))}>
-            Start
-          </button>
-        )}
-        {!halted && <Confirm label="Reboot" question="Reboot? What runs in it stops." yes="Reboot" onYes={act('reboot')} />}
-        {!halted && (
-          <Confirm label="Stop" question="Stop it? Its automations do not run while it is stopped." yes="Stop the computer" danger onYes={act('stop')} />
-        )}
-        <p role="status" class={`min-h-4 text-xs ${error ? 'text-danger' : 'text-muted'}`}>
-          {error || done}
+        {open && <PowerActions ns={ns} name={name} computer={computer} report={(message, failed) => setSaid({ message, failed })} />}
+        <p role="status" class={`min-h-4 text-xs ${said.failed ? 'text-danger' : 'text-muted'}`}>
+          {said.message}
         </p>
       </div>
     </details>

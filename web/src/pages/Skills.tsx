@@ -7,7 +7,8 @@ import { computers, onStreamEvent, useCell } from '../lib/live';
 import { Markdown } from '../lib/markdown';
 import { dotHref, useQuery } from '../lib/router';
 import type { Skill } from '../lib/types';
-import { NotRunning, power } from './Computer';
+import { NotRunning } from '../components/NotRunning';
+import { power } from '../lib/power';
 
 const SOURCE_WORDS: Record<string, string> = { builtin: 'built in', dot: 'written by the Dot' };
 
