@@ -271,6 +271,8 @@ var identityIDRE = regexp.MustCompile(`"identity_id": "([^"]+)",\s*"name": "` + 
 // ok is false when the conversation is not a browser task.
 func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 	var task, id, read string
+	// tools is what the tools answered, for a failed read to show.
+	var tools []string
 	for i := range req.Messages {
 		text := req.text(i)
 		switch {
@@ -279,6 +281,7 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 		case req.Messages[i].Role == "user" && strings.Contains(text, checkTask):
 			task = checkTask
 		case req.Messages[i].Role == "tool":
+			tools = append(tools, text)
 			if m := identityIDRE.FindStringSubmatch(text); m != nil {
 				id = m[1] + m[2]
 			}
@@ -322,6 +325,11 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 	case "browser_identity_close":
 		if task == loginTask {
 			return modelAnswer{Text: "logged in", Cost: answerCost}, true
+		}
+		if read == "" {
+			// Neither answer was in the page read: say what the tools
+			// answered, so a failed run shows why.
+			return modelAnswer{Text: fmt.Sprintf("the site says: (nothing read; the tools answered %.2000q)", strings.Join(tools, " | ")), Cost: answerCost}, true
 		}
 		return modelAnswer{Text: "the site says: " + read, Cost: answerCost}, true
 	}

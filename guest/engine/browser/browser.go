@@ -20,6 +20,7 @@
 package browser
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -47,20 +48,30 @@ import (
 // The settings of @playwright/mcp the manager uses (its CLI options and the
 // one environment variable, which it reads as it reads --proxy-server).
 const (
-	EnvProxy        = "PLAYWRIGHT_MCP_PROXY_SERVER"
-	ViewportSize    = "1280x720"
-	Display         = ":0"
-	toolClose       = "browser_close"
-	toolTabs        = "browser_tabs"
-	toolScreenshot  = "browser_take_screenshot"
-	closeWait       = 30 * time.Second
-	notOpenText     = "identity is not open; call browser_identity_launch first"
-	profileDirName  = "profile"
-	outputDirName   = "output"
-	outputMaxSize   = "67108864"
-	maxSlugLen      = 24
-	idSuffixLen     = 6
-	idSuffixLetters = "abcdefghijklmnopqrstuvwxyz0123456789"
+	EnvProxy       = "PLAYWRIGHT_MCP_PROXY_SERVER"
+	ViewportSize   = "1280x720"
+	Display        = ":0"
+	toolClose      = "browser_close"
+	toolTabs       = "browser_tabs"
+	toolScreenshot = "browser_take_screenshot"
+	closeWait      = 30 * time.Second
+	// A launch that failed is asked again (ref 6): after 2 s, doubling to
+	// 30 s, for 15 minutes in all.
+	launchRetry    = 2 * time.Second
+	launchRetryMax = 30 * time.Second
+	launchPatience = 15 * time.Minute
+	// DefaultStartupTimeout is the bound of one start of the browser's
+	// server where Options give none: Node loading @playwright/mcp on
+	// a computer just booted under emulation took over a minute (ref 7's
+	// 60 s default is a declared server's).
+	DefaultStartupTimeout = 3 * time.Minute
+	notOpenText           = "identity is not open; call browser_identity_launch first"
+	profileDirName        = "profile"
+	outputDirName         = "output"
+	outputMaxSize         = "67108864"
+	maxSlugLen            = 24
+	idSuffixLen           = 6
+	idSuffixLetters       = "abcdefghijklmnopqrstuvwxyz0123456789"
 )
 
 // Error is a refusal with the protocol's code (protocol.ErrNotFound,
@@ -92,13 +103,18 @@ type Options struct {
 	Dial func(cfg protocol.MCPServerConfig, secrets map[string]string) mcphost.Dialer
 	// Remove deletes a directory of the Dot's home as dot.
 	Remove func(ctx context.Context, dir string) error
-	// StartupTimeout bounds a launch; CallTimeout one call (ref 7's MCP
-	// defaults when zero).
+	// StartupTimeout bounds one start of a launch (DefaultStartupTimeout
+	// when zero); CallTimeout one call (ref 7's MCP default when zero).
 	StartupTimeout, CallTimeout time.Duration
 	// Offered says which of the server's tools the model is offered; nil is
 	// the permission table's (tools.BrowserPageTools), a test's fake server
 	// may name others.
 	Offered func(tool string) bool
+	// LaunchRetry is the first wait before a launch that failed is asked
+	// again, doubling to 30 s, for LaunchPatience in all (ref 6: 2 s and 15
+	// minutes, when zero): a computer just booted, emulated or busy can take
+	// longer than one start's bound to load the server and its browser.
+	LaunchRetry, LaunchPatience time.Duration
 	// FrameWait is how long a frame waits for the call in flight
 	// (protocol.BrowserFrameWaitSeconds when zero).
 	FrameWait time.Duration
@@ -467,8 +483,45 @@ func (m *Manager) start(name string, c protocol.MCPServerConfig, secrets map[str
 	}
 	return mcphost.StartServer(mcphost.ServerOptions{
 		Name: name, Dial: m.o.Dial(c, secrets), Secrets: values, Log: m.o.Log, Once: true,
-		StartupTimeout: m.o.StartupTimeout, Timeout: m.o.CallTimeout,
+		StartupTimeout: cmp.Or(m.o.StartupTimeout, DefaultStartupTimeout), Timeout: m.o.CallTimeout,
 	})
+}
+
+// openServer starts an identity's server and opens its browser, asking again
+// after a failure (LaunchRetry doubling to launchRetryMax) until
+// LaunchPatience has gone by or ctx ends; the refusal says the last reason.
+func (m *Manager) openServer(ctx context.Context, id string, proxy sql.NullString) (*mcphost.Server, error) {
+	wait, patience := cmp.Or(m.o.LaunchRetry, launchRetry), cmp.Or(m.o.LaunchPatience, launchPatience)
+	began := time.Now()
+	c, secrets := m.serverConfig(id, proxy)
+	for try := 1; ; try++ {
+		srv := m.start("browser "+id, c, secrets)
+		srv.Wait(ctx)
+		why := ""
+		if st := srv.Status(); st.State != protocol.MCPConnected {
+			why = "did not start: " + cmp.Or(st.Error, "the launch was abandoned")
+		} else if res := srv.Call(ctx, toolTabs, json.RawMessage(`{"action":"list"}`)); !res.OK {
+			// The server starts its browser at its first call: listing the
+			// tabs opens the window now, so a launch that fails says so here.
+			why = "did not open: " + res.Text
+		} else {
+			return srv, nil
+		}
+		srv.Close()
+		if ctx.Err() != nil || time.Since(began)+wait > patience {
+			tries := ""
+			if try > 1 {
+				tries = fmt.Sprintf(" (%d tries in %s)", try, time.Since(began).Round(time.Second))
+			}
+			return nil, refuse(protocol.ErrLaunchFailed, "the browser of %s %s%s", id, why, tries)
+		}
+		m.o.Log.Info("browser launch failed; asking again", "identity", id, "try", try, "in", wait, "why", why)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, launchRetryMax)
+	}
 }
 
 // Launch opens an identity's browser, closing the least recently used open
@@ -499,28 +552,14 @@ func (m *Manager) Launch(ctx context.Context, id string) (string, error) {
 		m.ended(ctx, victim, true)
 		closed = fmt.Sprintf(" %s (%s) was closed to make room: at most %d browsers are open at once.", victim.id, victim.name, protocol.BrowserMaxOpen)
 	}
-	c, secrets := m.serverConfig(id, r.proxy)
-	srv := m.start("browser "+id, c, secrets)
-	srv.Wait(ctx)
-	st := srv.Status()
-	if st.State != protocol.MCPConnected {
-		srv.Close()
-		why := st.Error
-		if why == "" {
-			why = "the launch was abandoned"
-		}
-		return "", refuse(protocol.ErrLaunchFailed, "the browser of %s did not start: %s", id, why)
-	}
-	// The server starts its browser at its first call: listing the tabs
-	// opens the window now, so a launch that fails says so here.
-	if res := srv.Call(ctx, toolTabs, json.RawMessage(`{"action":"list"}`)); !res.OK {
-		srv.Close()
-		return "", refuse(protocol.ErrLaunchFailed, "the browser of %s did not open: %s", id, res.Text)
+	srv, err := m.openServer(ctx, id, r.proxy)
+	if err != nil {
+		return "", err
 	}
 	s := &session{id: id, name: r.name, srv: srv, busy: make(chan struct{}, 1)}
 	m.mu.Lock()
 	m.open[id] = s
-	m.tools = st.Tools
+	m.tools = srv.Status().Tools
 	m.mu.Unlock()
 	m.touch(ctx, s)
 	err = m.o.Store.Write(ctx, "browser-launched", func(tx *store.Tx) error {

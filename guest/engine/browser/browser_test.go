@@ -38,6 +38,9 @@ type fakeServer struct {
 	calls   []string
 	release chan struct{}
 	pngOnly bool
+	// failStarts is how many of the next starts fail, as a server that
+	// does not come up would.
+	failStarts int
 }
 
 type fakeStart struct {
@@ -51,7 +54,14 @@ func (f *fakeServer) dial(cfg protocol.MCPServerConfig, secrets map[string]strin
 	return func(io.Writer) (sdk.Transport, error) {
 		f.mu.Lock()
 		f.starts = append(f.starts, fakeStart{cfg, secrets})
+		fail := f.failStarts > 0
+		if fail {
+			f.failStarts--
+		}
 		f.mu.Unlock()
+		if fail {
+			return nil, errors.New("the server did not come up")
+		}
 		srv := sdk.NewServer(&sdk.Implementation{Name: "fake-playwright", Version: "1"}, nil)
 		tool := func(name string, answer func(anyArgs) *sdk.CallToolResult) {
 			sdk.AddTool(srv, &sdk.Tool{Name: name, Description: name + " of the fake"}, func(_ context.Context, _ *sdk.CallToolRequest, in anyArgs) (*sdk.CallToolResult, any, error) {
@@ -496,5 +506,41 @@ func TestABrowserThatDiesIsClosed(t *testing.T) {
 	}
 	if len(r.fake.starts) != 1 {
 		t.Errorf("the server was started %d times, want once (no restart)", len(r.fake.starts))
+	}
+}
+
+func TestALaunchThatFailsIsAskedAgain(t *testing.T) {
+	r := newRig(t)
+	r.m.o.LaunchRetry = time.Millisecond
+	ctx := context.Background()
+	id := r.create(t, "slow", nil).ID
+
+	// Two starts fail, the third opens: the model is told the browser is
+	// open, once, after the retries (ref 6).
+	r.fake.failStarts = 2
+	got, err := r.m.Launch(ctx, id)
+	if err != nil || !strings.Contains(got, "is open") {
+		t.Fatalf("Launch after two failed starts = %q, %v; want it open", got, err)
+	}
+	if n := len(r.fake.starts); n != 3 {
+		t.Errorf("%d starts; want 3 (two failed, then one that opened)", n)
+	}
+	if d := cmp.Diff([]string{"created slow", "launched slow"}, r.browserEvents(t)); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
+	if err := r.m.Close(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+
+	// A browser that never comes up is given up once the patience is
+	// spent, and the refusal says why and how often it was tried.
+	r.m.o.LaunchPatience = 50 * time.Millisecond
+	r.fake.failStarts = 1 << 20
+	_, err = r.m.Launch(ctx, id)
+	if codeOf(err) != protocol.ErrLaunchFailed || !strings.Contains(err.Error(), "did not start") || !strings.Contains(err.Error(), "tries in") {
+		t.Errorf("Launch of a browser that never starts = %v; want launch_failed with the reason and the tries", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "not started again") {
+		t.Errorf("the refusal %q speaks of a declared server's restarts", err)
 	}
 }

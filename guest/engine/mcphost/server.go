@@ -350,8 +350,14 @@ func (s *Server) start(ctx context.Context) (*sdk.ClientSession, Status, sdk.Tra
 		endProcess(tr)
 		select {
 		case <-timedOut:
-			err = fmt.Errorf("%w: it did not answer within its startup_timeout_s (%s), so it is not started again until its entry or its secrets change%s",
-				errStartTimeout, s.startup, stderrNote(stderr))
+			// A server started once (a browser's) is started again only
+			// by its owner, which says so itself.
+			again := ", so it is not started again until its entry or its secrets change"
+			if s.once {
+				again = ""
+			}
+			err = fmt.Errorf("%w: it did not answer within its startup_timeout_s (%s)%s%s",
+				errStartTimeout, s.startup, again, stderrNote(stderr))
 		default:
 			err = fmt.Errorf("%v%s", err, stderrNote(stderr))
 		}
