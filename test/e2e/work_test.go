@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
@@ -247,7 +248,7 @@ func TestDotWork(t *testing.T) {
 		defer cancel()
 		follow := exec.CommandContext(ctx, binary, "logs", name, "-f", "--types", "task.started,tool.called,task.completed")
 		follow.Env = append(os.Environ(), w.env...)
-		var lines syncBuffer
+		var lines agentdtest.LockedBuffer
 		follow.Stdout, follow.Stderr = &lines, &lines
 		if err := follow.Start(); err != nil {
 			t.Fatal(err)
@@ -608,24 +609,6 @@ func (w work) lines(file string) int {
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
-
-// syncBuffer is a bytes.Buffer a process writes while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // follower is a client of a Dot's live stream, keeping the ids it got.
 type follower struct {
