@@ -164,7 +164,8 @@ bench-golden: test-image golden-image
 FUZZTIME ?= 2m
 FUZZERS = ./guest/protocol:FuzzProcFrames ./guest/protocol:FuzzParseOutbound ./guest/protocol:FuzzParseInbound \
 	./guest/protocol:FuzzRuntimeConfig ./guest/protocol:FuzzDecodeJSON ./guest/agentd:FuzzFilePath \
-	./guest/agentd:FuzzExecBody ./hostagent/pump:FuzzEventStream ./hostagent/guestclient:FuzzProofAnswer
+	./guest/agentd:FuzzExecBody ./hostagent/pump:FuzzEventStream ./hostagent/guestclient:FuzzProofAnswer \
+	./internal/pgtext:FuzzJSON ./internal/pgtext:FuzzString
 .PHONY: fuzz
 fuzz:
 	@for f in $(FUZZERS); do \

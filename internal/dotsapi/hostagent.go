@@ -116,7 +116,7 @@ func (h *Handler) ingestEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		events = append(events, e)
 	}
-	stored, cursor, err := h.store.AppendGuestEvents(r.Context(), dot, events)
+	stored, cursor, err := h.store.AppendGuestEvents(r.Context(), dot, events, refuseStored(batch.Events))
 	if err != nil {
 		return err
 	}
@@ -128,6 +128,22 @@ func (h *Handler) ingestEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// refuseStored makes the stand-in of a guest event PostgreSQL would not
+// store: wire.EventGuestRefused with the event's id, type and time and the
+// reason, without the data it could not hold.
+func refuseStored(sent []protocol.OutboundEvent) store.Refuser {
+	return func(e store.Event, reason string) store.Event {
+		refused := wire.GuestEventRefused{Type: e.Type, Reason: reason}
+		for _, ev := range sent {
+			if e.GuestSeq != nil && ev.Seq == *e.GuestSeq {
+				refused.ID, refused.Type, refused.TS = ev.ID, ev.Type, ev.TS
+			}
+		}
+		data, _ := json.Marshal(refused)
+		return store.Event{Type: wire.EventGuestRefused, Data: data}
+	}
 }
 
 // checkBatch refuses a batch the log cannot take as a whole: another Dot's,

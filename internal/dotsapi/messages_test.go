@@ -147,7 +147,7 @@ func TestGetMessages(t *testing.T) {
 		ids = append(ids, a.EventID)
 	}
 	guest := func(seq int64, typ, data string) {
-		stored, _, err := testStore.AppendGuestEvents(ctx, dot, []store.Event{{Dot: dot, Type: typ, Source: store.SourceGuest, GuestSeq: &seq, Data: json.RawMessage(data)}})
+		stored, _, err := testStore.AppendGuestEvents(ctx, dot, []store.Event{{Dot: dot, Type: typ, Source: store.SourceGuest, GuestSeq: &seq, Data: json.RawMessage(data)}}, nil)
 		if err != nil || len(stored) != 1 {
 			t.Fatalf("store guest event %d: %v", seq, err)
 		}

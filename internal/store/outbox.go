@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/invisible-dots/invisible-dots/internal/pgtext"
 )
 
 // Inbound is one row of the host-to-guest outbox.
@@ -73,7 +75,7 @@ WITH stored AS (
   ON CONFLICT (id) DO NOTHING
   RETURNING 1)
 SELECT pg_notify($10, $11) FROM stored`,
-		in.ID, in.Dot.Namespace, in.Dot.Name, in.Dot.UID, in.Type, jsonOrEmpty(in.Data), ts, in.TaskUID, in.Run,
+		in.ID, in.Dot.Namespace, in.Dot.Name, in.Dot.UID, pgtext.String(in.Type), storableJSON(in.Data), ts, in.TaskUID, in.Run,
 		OutboxChannel, OutboxPayload(in.Dot))
 	if err != nil {
 		return false, fmt.Errorf("enqueue %s for dot %s/%s: %w", in.ID, in.Dot.Namespace, in.Dot.Name, err)
@@ -178,7 +180,7 @@ func (s *Store) MarkDelivered(ctx context.Context, id string, at time.Time) erro
 func (s *Store) RecordFailure(ctx context.Context, id, reason string, retryAt time.Time) (int, error) {
 	var n int
 	err := s.pool.QueryRow(ctx, `UPDATE inbound_events SET failures = failures + 1, last_error = $2, retry_at = $3
-WHERE id = $1 RETURNING failures`, id, reason, retryAt).Scan(&n)
+WHERE id = $1 RETURNING failures`, id, pgtext.String(reason), retryAt).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("record a failed send of %s: %w", id, err)
 	}
@@ -189,7 +191,7 @@ WHERE id = $1 RETURNING failures`, id, reason, retryAt).Scan(&n)
 func (s *Store) Drop(ctx context.Context, id, reason string, at time.Time) error {
 	return s.update(ctx, id, "drop",
 		"UPDATE inbound_events SET dropped_at = COALESCE(dropped_at, $2), drop_reason = COALESCE(drop_reason, $3) WHERE id = $1",
-		at, reason)
+		at, pgtext.String(reason))
 }
 
 func (s *Store) update(ctx context.Context, id, what, sql string, args ...any) error {

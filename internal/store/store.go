@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/invisible-dots/invisible-dots/internal/pgtext"
 	"github.com/invisible-dots/invisible-dots/internal/postgres/migrate"
 )
 
@@ -109,7 +111,10 @@ func AppendEventsTx(ctx context.Context, tx pgx.Tx, events ...Event) ([]Event, e
 	}
 	var stored []Event
 	for _, e := range events {
-		e.Data = jsonOrEmpty(e.Data)
+		// Text PostgreSQL cannot hold is escaped, never an error
+		// (pgtext): one NUL in a tool's output must not stop a log.
+		e.Type = pgtext.String(e.Type)
+		e.Data = storableJSON(e.Data)
 		err := tx.QueryRow(ctx, `
 INSERT INTO events (dot_namespace, dot_name, dot_uid, type, data, source, guest_seq)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -148,12 +153,21 @@ func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, fn)
 }
 
+// Refuser makes the stand-in stored, under the same guest sequence number,
+// for a guest event PostgreSQL refuses to store even once its text was made
+// storable (a number beyond numeric's range, JSON it cannot read): reason
+// says why. The stand-in must hold no more than the reason and what
+// identifies the event.
+type Refuser func(e Event, reason string) Event
+
 // AppendGuestEvents stores a batch of one Dot's guest events, each with its
 // guest sequence number, and returns the ones stored (a number already stored
 // is left out, so a batch sent again stores nothing twice) and the Dot's
 // cursor: the highest guest sequence number stored, read in the same
-// transaction.
-func (s *Store) AppendGuestEvents(ctx context.Context, dot Dot, events []Event) ([]Event, int64, error) {
+// transaction. An event PostgreSQL refuses for what it holds is stored as
+// refuse makes it, so one bad event never holds back the ones after it; with
+// a nil refuse the batch fails.
+func (s *Store) AppendGuestEvents(ctx context.Context, dot Dot, events []Event, refuse Refuser) ([]Event, int64, error) {
 	if err := dot.valid(); err != nil {
 		return nil, 0, err
 	}
@@ -163,16 +177,35 @@ func (s *Store) AppendGuestEvents(ctx context.Context, dot Dot, events []Event) 
 				e.Type, dot.Namespace, dot.Name)
 		}
 	}
+	stored, cursor, err := s.appendGuestEvents(ctx, dot, events, nil)
+	if err != nil && refuse != nil && refusedData(err) {
+		// Again, each event on its own, to find those refused.
+		stored, cursor, err = s.appendGuestEvents(ctx, dot, events, refuse)
+	}
+	return stored, cursor, err
+}
+
+func (s *Store) appendGuestEvents(ctx context.Context, dot Dot, events []Event, refuse Refuser) ([]Event, int64, error) {
 	var (
 		stored []Event
 		cursor int64
 	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		if stored, err = AppendEventsTx(ctx, tx, events...); err != nil {
-			return err
+		if refuse == nil {
+			var err error
+			if stored, err = AppendEventsTx(ctx, tx, events...); err != nil {
+				return err
+			}
+		} else {
+			for _, e := range events {
+				got, err := appendOrRefuse(ctx, tx, e, refuse)
+				if err != nil {
+					return err
+				}
+				stored = append(stored, got...)
+			}
 		}
-		err = tx.QueryRow(ctx, "SELECT COALESCE(max(guest_seq), 0) FROM events WHERE dot_uid = $1", dot.UID).Scan(&cursor)
+		err := tx.QueryRow(ctx, "SELECT COALESCE(max(guest_seq), 0) FROM events WHERE dot_uid = $1", dot.UID).Scan(&cursor)
 		if err != nil {
 			return fmt.Errorf("read the cursor of dot %s/%s: %w", dot.Namespace, dot.Name, err)
 		}
@@ -182,6 +215,42 @@ func (s *Store) AppendGuestEvents(ctx context.Context, dot Dot, events []Event) 
 		return nil, 0, err
 	}
 	return stored, cursor, nil
+}
+
+// appendOrRefuse stores e inside a savepoint of tx, or its stand-in when
+// PostgreSQL refuses what e holds.
+func appendOrRefuse(ctx context.Context, tx pgx.Tx, e Event, refuse Refuser) ([]Event, error) {
+	var stored []Event
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		var err error
+		stored, err = AppendEventsTx(ctx, sp, e)
+		return err
+	})
+	if err == nil || !refusedData(err) {
+		return stored, err
+	}
+	stand := refuse(e, "PostgreSQL cannot store it: "+pgtext.String(pgMessage(err)))
+	stand.Dot, stand.Source, stand.GuestSeq = e.Dot, SourceGuest, e.GuestSeq
+	return AppendEventsTx(ctx, tx, stand)
+}
+
+// refusedData says whether err is PostgreSQL refusing a value for what it
+// holds (SQLSTATE class 22, data exception; 54, a program limit such as a
+// jsonb too large), as opposed to a database that is down or busy.
+func refusedData(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return false
+	}
+	return pe.Code[:2] == "22" || pe.Code[:2] == "54"
+}
+
+func pgMessage(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Message
+	}
+	return err.Error()
 }
 
 // EventQuery selects a page of one Dot's events.
@@ -310,6 +379,12 @@ func ApprovalDecisionID(approvalUID string) string {
 // the guest's answer names it (message.assistant's in_reply_to).
 func MessageID(eventID int64) string {
 	return "message-" + strconv.FormatInt(eventID, 10)
+}
+
+// storableJSON is b as jsonb can hold it (pgtext), {} when empty.
+func storableJSON(b json.RawMessage) json.RawMessage {
+	out, _ := pgtext.JSON(jsonOrEmpty(b))
+	return out
 }
 
 func jsonOrEmpty(b json.RawMessage) json.RawMessage {

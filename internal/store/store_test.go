@@ -297,7 +297,7 @@ func TestAppendGuestEventsCursor(t *testing.T) {
 		{reason: "a batch overlapping the last stores the new ones", batch: []Event{guest(2), guest(3), guest(4)}, wantStored: []int64{3, 4}, wantCursor: 4},
 	}
 	for _, tc := range tests {
-		stored, cursor, err := testStore.AppendGuestEvents(ctx, dot, tc.batch)
+		stored, cursor, err := testStore.AppendGuestEvents(ctx, dot, tc.batch, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.reason, err)
 		}
@@ -311,7 +311,7 @@ func TestAppendGuestEventsCursor(t *testing.T) {
 		"no sequence number":      {{Dot: dot, Type: "agent.state", Source: SourceGuest}},
 	}
 	for reason, batch := range refused {
-		if _, _, err := testStore.AppendGuestEvents(ctx, dot, batch); err == nil {
+		if _, _, err := testStore.AppendGuestEvents(ctx, dot, batch, nil); err == nil {
 			t.Errorf("%s: AppendGuestEvents succeeded, want an error", reason)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/invisible-dots/invisible-dots/internal/pgtext"
 )
 
 // Decide stores a decision of the control plane: the host events that
@@ -63,7 +65,7 @@ var errDecidedMeanwhile = errors.New("decided meanwhile")
 // one that may have reached the guest is cancelled there instead.
 func (s *Store) DropUnsent(ctx context.Context, id, reason string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE inbound_events SET dropped_at = now(), drop_reason = $2
-WHERE id = $1 AND sent_at IS NULL AND delivered_at IS NULL AND dropped_at IS NULL`, id, reason)
+WHERE id = $1 AND sent_at IS NULL AND delivered_at IS NULL AND dropped_at IS NULL`, id, pgtext.String(reason))
 	if err != nil {
 		return false, fmt.Errorf("drop %s: %w", id, err)
 	}
@@ -120,7 +122,7 @@ func (s *Store) LastEventID(ctx context.Context) (int64, error) {
 // nothing is delivered to a guest that is gone. Its log stays.
 func (s *Store) DropUndelivered(ctx context.Context, dotUID, reason string) error {
 	_, err := s.pool.Exec(ctx, `UPDATE inbound_events SET dropped_at = now(), drop_reason = $2
-WHERE dot_uid = $1 AND delivered_at IS NULL AND dropped_at IS NULL`, dotUID, reason)
+WHERE dot_uid = $1 AND delivered_at IS NULL AND dropped_at IS NULL`, dotUID, pgtext.String(reason))
 	if err != nil {
 		return fmt.Errorf("drop the outbox of dot %s: %w", dotUID, err)
 	}
@@ -171,7 +173,7 @@ func (s *Store) GiveUpTask(ctx context.Context, id, reason string, at time.Time,
 		}
 		tag, err := tx.Exec(ctx, `UPDATE inbound_events SET dropped_at = $3, drop_reason = $4
 WHERE id = $1 AND dot_uid = $2 AND task_uid IS NOT NULL AND delivered_at IS NULL AND dropped_at IS NULL`,
-			id, failed.Dot.UID, at, reason)
+			id, failed.Dot.UID, at, pgtext.String(reason))
 		if err != nil {
 			return fmt.Errorf("give up %s: %w", id, err)
 		}
