@@ -165,7 +165,7 @@ FUZZTIME ?= 2m
 FUZZERS = ./guest/protocol:FuzzProcFrames ./guest/protocol:FuzzParseOutbound ./guest/protocol:FuzzParseInbound \
 	./guest/protocol:FuzzRuntimeConfig ./guest/protocol:FuzzDecodeJSON ./guest/agentd:FuzzFilePath \
 	./guest/agentd:FuzzExecBody ./hostagent/pump:FuzzEventStream ./hostagent/guestclient:FuzzProofAnswer \
-	./internal/pgtext:FuzzJSON ./internal/pgtext:FuzzString
+	./internal/pgtext:FuzzJSON ./internal/pgtext:FuzzString ./internal/dotsapi:FuzzIngestText ./internal/dotsapi:FuzzPostMessageText
 .PHONY: fuzz
 fuzz:
 	@for f in $(FUZZERS); do \

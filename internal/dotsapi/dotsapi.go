@@ -28,10 +28,12 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,6 +48,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/pgtext"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -221,6 +224,7 @@ func (h *Handler) route(methods map[string]handlerFunc) http.Handler {
 		var err error
 		if methods == nil {
 			err = apiErrorf(http.StatusNotFound, wire.CodeNotFound, "the Dots API has no route %s", r.URL.Path)
+		} else if err = readableQuery(r); err != nil {
 		} else if fn, ok := methods[r.Method]; ok {
 			err = fn(w, r)
 		} else {
@@ -235,6 +239,25 @@ func (h *Handler) route(methods map[string]handlerFunc) http.Handler {
 			h.writeError(w, r, err)
 		}
 	})
+}
+
+// readableQuery refuses a query string that cannot be read as it is: an
+// escape that is not one, or a name or value holding a NUL or bytes that are
+// not UTF-8 (no parameter of the API takes them, and the log's filters would
+// carry them to PostgreSQL, which refuses them).
+func readableQuery(r *http.Request) error {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return badRequest("the query string cannot be read (%v): escape its parameters' values as a URL's query", err)
+	}
+	for key, vals := range q {
+		for _, v := range append([]string{key}, vals...) {
+			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+				return badRequest("the query parameter %q holds a NUL or bytes that are not UTF-8; no parameter takes them", pgtext.String(key))
+			}
+		}
+	}
+	return nil
 }
 
 // apiError is an answer other than success, with its status and code.
