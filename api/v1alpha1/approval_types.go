@@ -60,6 +60,7 @@ type ApprovalSpec struct {
 
 	// note is what the person tells the Dot with the decision.
 	// +kubebuilder:validation:MaxLength=4000
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="holds a NUL character (U+0000), which cannot be stored: remove it"
 	// +optional
 	Note string `json:"note,omitempty"`
 

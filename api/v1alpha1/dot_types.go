@@ -167,6 +167,7 @@ type SecretReference struct {
 type DotSpec struct {
 	// instructions say how the Dot should work; they go into its system prompt.
 	// +kubebuilder:validation:MaxLength=20000
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="holds a NUL character (U+0000), which cannot be stored: remove it"
 	// +optional
 	Instructions string `json:"instructions,omitempty"`
 

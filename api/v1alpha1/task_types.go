@@ -16,6 +16,7 @@ type TaskSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=20000
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="description cannot change; make a new Task"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="holds a NUL character (U+0000), which cannot be stored: remove it"
 	// +required
 	Description string `json:"description"`
 

@@ -285,6 +285,14 @@ func jsonLoopback(upstream *rest.Config) *rest.Config {
 	return c
 }
 
+// MaxRequestBodyBytes bounds a request's body, below what the resource
+// store takes in one write: the API server's client of kine sends at most
+// 2 MiB a message (etcd's client default), and an object is stored with its
+// metadata and managed fields beside what the request held. Upstream's 3 MiB
+// would let a Dot within every field's bound fail as a 500 with gRPC's text;
+// this way it is a 413 that names the limit.
+const MaxRequestBodyBytes = 3 << 19 // 1.5 MiB, etcd's own default request bound
+
 // buildServerChain composes aggregator -> generic control plane ->
 // apiextensions -> not found, like the upstream generic sample, with one
 // difference: apiextensions is told it is the only API server (master count
@@ -305,6 +313,7 @@ func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregato
 	// Before the configurations below copy it: every server of the chain
 	// builds its filters from it.
 	genericConfig.LongRunningFunc = withLongRunningMounts(genericConfig.LongRunningFunc, mounts)
+	genericConfig.MaxRequestBodyBytes = MaxRequestBodyBytes
 	resolver := webhook.NewDefaultServiceResolver()
 	cpConfig, initializers, err := controlplaneapiserver.CreateConfig(opts, genericConfig, informers, nil, storageFactory, resolver, nil)
 	if err != nil {

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -60,18 +61,37 @@ func AddUser(ctx context.Context, admin clientcmdapi.Config, name, namespace, ro
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, time.Time{}, fmt.Errorf("create the namespace %s: %w", namespace, err)
 	}
-	_, err = cs.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{
+	sa, err := cs.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
 	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if apierrors.IsAlreadyExists(err) {
+		sa, err = cs.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("create the ServiceAccount %s/%s: %w", namespace, name, err)
 	}
-	_, err = cs.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: clusterRole + "-" + name, Namespace: namespace, Labels: labels},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	// The binding is the account's: deleting the account (which revokes
+	// its tokens) deletes the binding too, through the garbage collector,
+	// so a later account of the same name starts with no right.
+	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "ServiceAccount", Name: sa.Name, UID: sa.UID}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: clusterRole + "-" + name, Namespace: namespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{owner}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
+	}
+	_, err = cs.RbacV1().RoleBindings(namespace).Create(ctx, binding, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// Made by an earlier version, or for an account since made
+		// again: the binding follows this account.
+		var old *rbacv1.RoleBinding
+		if old, err = cs.RbacV1().RoleBindings(namespace).Get(ctx, binding.Name, metav1.GetOptions{}); err == nil &&
+			!slices.ContainsFunc(old.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == sa.UID }) {
+			old.OwnerReferences = []metav1.OwnerReference{owner}
+			_, err = cs.RbacV1().RoleBindings(namespace).Update(ctx, old, metav1.UpdateOptions{})
+		}
+	}
+	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("bind %s/%s to %s: %w", namespace, name, clusterRole, err)
 	}
 	// The API server's authorizer learns of a new binding a moment later;

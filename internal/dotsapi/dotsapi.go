@@ -17,6 +17,7 @@
 // key's presence).
 //
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;patch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=dots,verbs=get;list;watch;patch
 package dotsapi
 

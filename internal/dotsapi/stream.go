@@ -36,6 +36,8 @@ func (h *Handler) streamAll(w http.ResponseWriter, r *http.Request) error {
 	access := h.newStreamAccess(u, "")
 	return h.serveStream(w, r, streamScope{query: q, visible: func(ctx context.Context, f *frame) (bool, error) {
 		return access.allowed(ctx, f.namespace), nil
+	}, stillValid: func(ctx context.Context) error {
+		return access.stillValid(ctx, "")
 	}})
 }
 
@@ -71,6 +73,8 @@ func (h *Handler) streamDot(w http.ResponseWriter, r *http.Request) error {
 			return false, errAccessRevoked
 		}
 		return true, nil
+	}, stillValid: func(ctx context.Context) error {
+		return access.stillValid(ctx, ns)
 	}})
 }
 
@@ -118,6 +122,9 @@ type streamScope struct {
 	// visible says whether the caller gets the event; an error ends the
 	// stream.
 	visible func(ctx context.Context, f *frame) (bool, error)
+	// stillValid is asked at every keep-alive; an error ends the stream
+	// (a credential revoked since it opened). Nil asks nothing.
+	stillValid func(ctx context.Context) error
 }
 
 // serveStream answers with the stream. Until the answer begins, a failure
@@ -289,6 +296,11 @@ func (s *streamer) live() error {
 				return err
 			}
 		case <-keepAlive.C:
+			if s.scope.stillValid != nil {
+				if err := s.scope.stillValid(ctx); err != nil {
+					return err
+				}
+			}
 			if err := s.drain(ctx); err != nil {
 				return err
 			}

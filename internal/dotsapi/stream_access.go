@@ -4,8 +4,12 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 )
@@ -39,6 +43,43 @@ func (h *Handler) newStreamAccess(u user.Info, dot string) *streamAccess {
 // remember records an answer got otherwise (the route's own check).
 func (a *streamAccess) remember(namespace string, allowed bool) {
 	a.known[namespace] = accessAnswer{allowed: allowed, until: a.h.clock.Now().Add(a.h.accessTTL)}
+}
+
+// stillValid is asked at every keep-alive of a stream: errAccessRevoked
+// once the caller's credential was revoked since the stream opened, or,
+// for a Dot's stream, once its right to read the Dot is gone.
+func (a *streamAccess) stillValid(ctx context.Context, namespace string) error {
+	if a.credentialRevoked(ctx) {
+		return errAccessRevoked
+	}
+	if a.dot != "" && !a.allowed(ctx, namespace) {
+		return errAccessRevoked
+	}
+	return nil
+}
+
+// credentialRevoked says whether the caller's credential is gone. A
+// ServiceAccount's tokens (every person `user add` makes) live no longer
+// than the account: `kubectl delete serviceaccount` revokes them, which the
+// API server applies to new requests at once and this check to the streams
+// already open. The account of the caller's name must still exist with the
+// UID its token named; a read that fails counts as gone (the client
+// resumes with Last-Event-ID and is authenticated again). Other callers (the
+// server's own token, a cluster's users) have no such record to ask.
+func (a *streamAccess) credentialRevoked(ctx context.Context) bool {
+	ns, name, err := serviceaccount.SplitUsername(a.user.GetName())
+	if err != nil {
+		return false
+	}
+	sa := &corev1.ServiceAccount{}
+	if err := a.h.dots.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sa); err != nil {
+		if !apierrors.IsNotFound(err) {
+			a.h.log.Error(err, "cannot read a stream's caller's ServiceAccount; the stream ends and its client resumes", "user", a.user.GetName())
+		}
+		return true
+	}
+	uid := a.user.GetUID()
+	return uid != "" && string(sa.UID) != uid
 }
 
 // allowed says whether the caller may read the events of namespace (of

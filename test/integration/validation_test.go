@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -207,5 +208,45 @@ var _ = Describe("Task and Approval immutability", func() {
 		err = patch(`{"spec":{"tool":"write_file"}}`)
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring("what was asked cannot change"))
+	})
+})
+
+var _ = Describe("What the control plane cannot store", func() {
+	It("refuses a NUL in a Task's description, an Approval's note and a Dot's instructions, saying why", func() {
+		t := &dotsv1.Task{
+			ObjectMeta: metav1.ObjectMeta{Name: "t-" + rand.String(6), Namespace: "default"},
+			Spec:       dotsv1.TaskSpec{DotName: "nobody", Description: "read \x00 this"},
+		}
+		err := k8sClient.Create(suiteCtx, t, &clientDryRun)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(And(ContainSubstring("spec.description"), ContainSubstring("NUL character")))
+
+		a := &dotsv1.Approval{
+			ObjectMeta: metav1.ObjectMeta{Name: "a-" + rand.String(6), Namespace: "default"},
+			Spec:       dotsv1.ApprovalSpec{DotName: "nobody", Tool: "exec", Permission: "computer.exec", Note: "no\x00"},
+		}
+		err = k8sClient.Create(suiteCtx, a, &clientDryRun)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(And(ContainSubstring("spec.note"), ContainSubstring("NUL character")))
+
+		d := validDot()
+		d.Spec.Instructions = "be \x00 kind"
+		expectVerdict(d, "NUL character")
+	})
+
+	It("refuses an object too large to store as a 413 naming the limit, and stores one just below it", func() {
+		mcp := func(argBytes int) []dotsv1.MCPServer {
+			return []dotsv1.MCPServer{{Name: "big", Command: "run", Args: []string{strings.Repeat("a", argBytes)}}}
+		}
+		d := validDot()
+		d.Spec.MCPServers = mcp(1600 << 10)
+		err := k8sClient.Create(suiteCtx, d)
+		Expect(apierrors.IsRequestEntityTooLargeError(err)).To(BeTrue(), "want 413, got %v", err)
+		Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("limit is %d", 3<<19)))
+
+		d = validDot()
+		d.Spec.MCPServers = mcp(1400 << 10)
+		Expect(k8sClient.Create(suiteCtx, d)).To(Succeed(), "a Dot of 1.4 MiB is stored")
+		DeferCleanup(func() { _ = k8sClient.Delete(suiteCtx, d) })
 	})
 })
