@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -21,14 +22,8 @@ import (
 // HostAccessControllerName names the host access reconciler.
 const HostAccessControllerName = "host-access-controller"
 
-// HostSecretsRole is the ClusterRole a host agent is given in each
-// namespace where it has Computers, and in no other: reading and making
-// Secrets (guest tokens, the keys its guests need). It is what Kubernetes'
-// node authorizer does for a kubelet, in plain RBAC.
-const HostSecretsRole = "invisible-dots-host-agent-secrets"
-
-// HostAccessLabel marks the RoleBindings this controller keeps, with the
-// host's name as the value.
+// HostAccessLabel marks the Roles and RoleBindings this controller keeps,
+// with the host's name as the value.
 const HostAccessLabel = "dots.invisible.dev/host-access"
 
 // HostServiceAccount is the ServiceAccount (in dotsv1.SystemNamespace) whose
@@ -47,71 +42,164 @@ func HostOfUser(user string) (string, bool) {
 	return strings.TrimPrefix(name, prefix), true
 }
 
-// HostAccessBindingName is the RoleBinding giving host its Secrets in a
-// namespace.
+// HostAccessBindingName is the Role, and its RoleBinding, giving host its
+// guests' Secrets in a namespace. (The same name is the host's
+// ClusterRoleBinding, a kind of its own.)
 func HostAccessBindingName(host string) string { return "invisible-dots-host-" + host }
 
-// HostAccessReconciler keeps, in each namespace, one RoleBinding of
-// HostSecretsRole per host that has a Computer there, and removes the
-// bindings of hosts that no longer do. Keyed by namespace.
+// HostAccessReconciler keeps, in each namespace, a Role and its RoleBinding
+// per host that has Computers there, and removes those of hosts that no
+// longer do: what Kubernetes' node authorizer does for a kubelet, in plain
+// RBAC. A host may read only the Secrets of its own guests, by name (each
+// Computer's guest token and the Secret its Dot names in spec.secretRef,
+// which holds its key and MCP secrets), and make Secrets (its guests'
+// tokens, the first time; a create names nothing RBAC could check). Another
+// host's Dot in the same namespace stays out of its reach. Keyed by
+// namespace.
 type HostAccessReconciler struct {
 	Client client.Client
 }
 
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=invisible-dots-host-agent-secrets
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings;roles,verbs=get;list;watch;create;update;patch;delete
 
-// SetupWithManager registers the reconciler: a Computer or a RoleBinding
-// of its kind wakes its namespace.
+// SetupWithManager registers the reconciler: a Computer, a Dot (its
+// secretRef) or a Role or RoleBinding of its kind wakes its namespace.
 func (r *HostAccessReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if _, ok := o.(*rbacv1.RoleBinding); ok && o.GetLabels()[HostAccessLabel] == "" {
-			return nil
+		switch o.(type) {
+		case *rbacv1.RoleBinding, *rbacv1.Role:
+			if o.GetLabels()[HostAccessLabel] == "" {
+				return nil
+			}
 		}
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetNamespace()}}}
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(HostAccessControllerName).
 		Watches(&dotsv1.Computer{}, byNamespace).
+		Watches(&dotsv1.Dot{}, byNamespace).
+		Watches(&rbacv1.Role{}, byNamespace).
 		Watches(&rbacv1.RoleBinding{}, byNamespace).
 		Complete(r)
 }
 
-// Reconcile makes one namespace's host bindings match its Computers.
+// Reconcile makes one namespace's host Roles and bindings match its
+// Computers.
 func (r *HostAccessReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns := req.Name
 	var computers dotsv1.ComputerList
 	if err := r.Client.List(ctx, &computers, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, err
 	}
-	var hosts []string
-	for _, c := range computers.Items {
-		if h := c.Spec.NodeName; h != "" && !slices.Contains(hosts, h) {
-			hosts = append(hosts, h)
+	var dots dotsv1.DotList
+	if err := r.Client.List(ctx, &dots, client.InNamespace(ns)); err != nil {
+		return ctrl.Result{}, err
+	}
+	secretRefs := map[string]string{}
+	for _, d := range dots.Items {
+		if ref := d.Spec.SecretRef; ref != nil && ref.Name != "" {
+			secretRefs[d.Name] = ref.Name
 		}
 	}
+	secrets := hostSecrets(computers.Items, secretRefs)
+
 	var bindings rbacv1.RoleBindingList
 	if err := r.Client.List(ctx, &bindings, client.InNamespace(ns), client.HasLabels{HostAccessLabel}); err != nil {
 		return ctrl.Result{}, err
 	}
+	var roles rbacv1.RoleList
+	if err := r.Client.List(ctx, &roles, client.InNamespace(ns), client.HasLabels{HostAccessLabel}); err != nil {
+		return ctrl.Result{}, err
+	}
 	for _, b := range bindings.Items {
-		if !slices.Contains(hosts, b.Labels[HostAccessLabel]) {
+		host := b.Labels[HostAccessLabel]
+		// A binding of an earlier version points at a ClusterRole that
+		// let a host read every Secret of the namespace: it goes.
+		if _, ok := secrets[host]; !ok || b.RoleRef.Kind != "Role" {
 			if err := r.Client.Delete(ctx, &b); client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, fmt.Errorf("remove host %s's access to namespace %s: %w", b.Labels[HostAccessLabel], ns, err)
+				return ctrl.Result{}, fmt.Errorf("remove host %s's access to namespace %s: %w", host, ns, err)
 			}
 		}
 	}
-	for _, h := range hosts {
-		want := hostAccessBinding(ns, h)
-		err := r.Client.Create(ctx, want)
-		if apierrors.IsAlreadyExists(err) {
-			continue // its roleRef cannot change, and its subject is fixed by the name
+	for _, role := range roles.Items {
+		if _, ok := secrets[role.Labels[HostAccessLabel]]; !ok {
+			if err := r.Client.Delete(ctx, &role); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("remove host %s's role in namespace %s: %w", role.Labels[HostAccessLabel], ns, err)
+			}
 		}
-		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("give host %s access to namespace %s: %w", h, ns, err)
+	}
+	for host, names := range secrets {
+		if err := r.ensureRole(ctx, hostAccessRole(ns, host, names)); err != nil {
+			return ctrl.Result{}, err
+		}
+		err := r.Client.Create(ctx, hostAccessBinding(ns, host))
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return ctrl.Result{}, fmt.Errorf("give host %s access to namespace %s: %w", host, ns, err)
 		}
 	}
 	return ctrl.Result{}, nil
+}
+
+// hostSecrets is, for each host with Computers here, the names of the
+// Secrets its guests need: their tokens and their Dots' own Secrets.
+func hostSecrets(computers []dotsv1.Computer, secretRefs map[string]string) map[string][]string {
+	out := map[string][]string{}
+	for _, c := range computers {
+		h := c.Spec.NodeName
+		if h == "" {
+			continue
+		}
+		out[h] = append(out[h], dotsv1.GuestTokenSecretName(c.Name))
+		// The Computer's Dot has its name.
+		if ref, ok := secretRefs[c.Name]; ok {
+			out[h] = append(out[h], ref)
+		}
+	}
+	for h, names := range out {
+		slices.Sort(names)
+		out[h] = slices.Compact(names)
+	}
+	return out
+}
+
+// ensureRole creates want or brings the Role of its name to its rules.
+func (r *HostAccessReconciler) ensureRole(ctx context.Context, want *rbacv1.Role) error {
+	err := r.Client.Create(ctx, want)
+	if !apierrors.IsAlreadyExists(err) {
+		if err != nil {
+			return fmt.Errorf("make the Role %s/%s: %w", want.Namespace, want.Name, err)
+		}
+		return nil
+	}
+	have := &rbacv1.Role{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil {
+		return fmt.Errorf("read the Role %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	if equality.Semantic.DeepEqual(have.Rules, want.Rules) && have.Labels[HostAccessLabel] == want.Labels[HostAccessLabel] {
+		return nil
+	}
+	have.Rules = want.Rules
+	if have.Labels == nil {
+		have.Labels = map[string]string{}
+	}
+	have.Labels[HostAccessLabel] = want.Labels[HostAccessLabel]
+	if err := r.Client.Update(ctx, have); err != nil {
+		return fmt.Errorf("update the Role %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	return nil
+}
+
+func hostAccessRole(ns, host string, secrets []string) *rbacv1.Role {
+	return &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: HostAccessBindingName(host), Namespace: ns,
+			Labels: map[string]string{HostAccessLabel: host},
+		},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: secrets},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		},
+	}
 }
 
 func hostAccessBinding(ns, host string) *rbacv1.RoleBinding {
@@ -120,7 +208,7 @@ func hostAccessBinding(ns, host string) *rbacv1.RoleBinding {
 			Name: HostAccessBindingName(host), Namespace: ns,
 			Labels: map[string]string{HostAccessLabel: host},
 		},
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: HostSecretsRole},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: HostAccessBindingName(host)},
 		Subjects: []rbacv1.Subject{{
 			Kind: rbacv1.ServiceAccountKind, Name: HostServiceAccount(host), Namespace: dotsv1.SystemNamespace,
 		}},

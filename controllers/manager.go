@@ -53,7 +53,7 @@ const concurrentReconciles = 4
 // dotsv1.SystemNamespace.
 const LeaderElectionID = "invisible-dots-controllers"
 
-// hostAccessSelector selects the RoleBindings the host access reconciler
+// hostAccessSelector selects the Roles and RoleBindings the host access reconciler
 // keeps.
 var hostAccessSelector = func() labels.Selector {
 	req, err := labels.NewRequirement(HostAccessLabel, selection.Exists, nil)
@@ -114,6 +114,7 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only the host access bindings of this product.
 			&rbacv1.RoleBinding{}: {Label: hostAccessSelector},
+			&rbacv1.Role{}:        {Label: hostAccessSelector},
 		}},
 	})
 	if err != nil {

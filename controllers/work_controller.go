@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -31,6 +33,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
+	"github.com/invisible-dots/invisible-dots/internal/pgtext"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -218,44 +221,76 @@ func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 		return err
 	}
-	if err := r.logDot(ctx, dot, id, view, decide); err != nil {
-		return ctrl.Result{}, err
-	}
+	// Each step on its own: one that fails (a row the database refuses, a
+	// conflict) is recorded and retried, and never keeps the Dot's other
+	// steps (its statuses, approvals, wake and sleep) from being taken.
+	steps := &workSteps{}
+	steps.run("log the Dot's configuration", r.logDot(ctx, dot, id, view, decide))
 	for i := range tasks.Items {
-		if err := r.cancel(ctx, &tasks.Items[i], id, view, decide); err != nil {
-			return ctrl.Result{}, err
-		}
+		steps.run("cancel task "+tasks.Items[i].Name, r.cancel(ctx, &tasks.Items[i], id, view, decide))
 	}
 	for i := range approvals.Items {
-		if err := r.answer(ctx, &approvals.Items[i], id, decide); err != nil {
-			return ctrl.Result{}, err
-		}
+		steps.run("deliver the decision of approval "+approvals.Items[i].Name, r.answer(ctx, &approvals.Items[i], id, decide))
 	}
-	if err := r.recordMCPAdditions(ctx, dot, id, view, approvals.Items, decide); err != nil {
-		return patch.RequeueOnConflict(ctrl.Result{}, err)
-	}
+	steps.run("record the MCP servers added", r.recordMCPAdditions(ctx, dot, id, view, approvals.Items, decide))
 	d := lifecycle.NextTask(taskFacts(tasks.Items, view), now)
 	if d.Next != "" {
-		if err := r.dispatch(taskNamed(tasks.Items, d.Next), id, view, decide); err != nil {
-			return ctrl.Result{}, err
-		}
+		steps.run("dispatch task "+d.Next, r.dispatch(taskNamed(tasks.Items, d.Next), id, view, decide))
 	}
 
 	// Then the statuses the log gives.
-	if err := r.makeApprovals(ctx, dot, view, tasks.Items, approvals.Items); err != nil {
-		return patch.RequeueOnConflict(ctrl.Result{}, err)
-	}
-	if err := r.writeStatuses(ctx, dot, view, tasks.Items); err != nil {
-		return patch.RequeueOnConflict(ctrl.Result{}, err)
-	}
+	steps.run("make the approvals asked for", r.makeApprovals(ctx, dot, view, tasks.Items, approvals.Items))
+	steps.run("write the statuses", r.writeStatuses(ctx, dot, view, tasks.Items))
 	after, err := r.wakeOrSleep(ctx, dot, view, tasks.Items, d, now)
-	if err != nil {
-		return patch.RequeueOnConflict(ctrl.Result{}, err)
-	}
+	steps.run("wake or sleep the computer", err)
 	if d.Wait > 0 && (after == 0 || d.Wait < after) {
 		after = d.Wait
 	}
-	return ctrl.Result{RequeueAfter: after}, nil
+	return steps.result(ctx, r, dot, ctrl.Result{RequeueAfter: after})
+}
+
+// workSteps gathers the failures of one reconcile's steps.
+type workSteps struct {
+	failed    []error
+	conflicts int
+}
+
+func (s *workSteps) run(name string, err error) {
+	if err == nil {
+		return
+	}
+	if apierrors.IsConflict(err) {
+		// Another writer moved the object on: read it again soon.
+		s.conflicts++
+		return
+	}
+	s.failed = append(s.failed, fmt.Errorf("%s: %w", name, err))
+}
+
+// result is the reconcile's answer: res when every step was taken, a
+// requeue after a conflict, the failures (retried with backoff) otherwise,
+// each told on the Dot as a Warning Event (kept short: the log has the rest).
+func (s *workSteps) result(ctx context.Context, r *WorkReconciler, dot *dotsv1.Dot, res ctrl.Result) (ctrl.Result, error) {
+	if len(s.failed) == 0 {
+		if s.conflicts > 0 {
+			return ctrl.Result{RequeueAfter: patch.ConflictRetry}, nil
+		}
+		return res, nil
+	}
+	for _, err := range s.failed {
+		log.FromContext(ctx).Error(err, "a step of the Dot's work failed; the other steps were taken", "dot", dot.Namespace+"/"+dot.Name)
+		if r.Recorder != nil {
+			r.Recorder.Eventf(dot, nil, corev1.EventTypeWarning, "WorkStepFailed", "Reconcile", "%s", pgtext.String(truncate(err.Error(), 512)))
+		}
+	}
+	return ctrl.Result{}, errors.Join(s.failed...)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // wakeOrSleep applies the sleep and wake decision (ref 9.5) to the Dot's

@@ -55,6 +55,11 @@ const (
 	SleepRequestedAnnotation = "dots.invisible.dev/sleep-requested"
 )
 
+// GuestTokenSecretName is the Secret, owned by the Computer, holding its
+// guest token: its host agent makes it before the VM's first start and
+// reads it, and may read no other host's.
+func GuestTokenSecretName(computer string) string { return computer + "-guest-token" }
+
 // StopReason says why a VM is stopped.
 // +kubebuilder:validation:Enum=idle;user;exited
 type StopReason string

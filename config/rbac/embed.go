@@ -13,12 +13,6 @@ import _ "embed"
 //go:embed host_agent/role.yaml
 var HostAgentRole []byte
 
-// HostAgentSecretsRole is the ClusterRole a host agent is given namespace by
-// namespace.
-//
-//go:embed host_agent_secrets_role.yaml
-var HostAgentSecretsRole []byte
-
 // PeopleRoles are dots-editor, dots-viewer and dots-doctor, ClusterRoles
 // in one document stream.
 //

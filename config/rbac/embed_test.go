@@ -14,7 +14,8 @@ import (
 // TestHostAgentSecretsAreNarrow: the host agent's cluster-wide role grants
 // no Secret at all; in the system namespace its Role reads exactly one
 // Secret, the default OpenRouter key, by name. Its guests' tokens and keys
-// elsewhere come namespace by namespace (HostAgentSecretsRole).
+// elsewhere come namespace by namespace, by name (controllers'
+// HostAccessReconciler).
 func TestHostAgentSecretsAreNarrow(t *testing.T) {
 	var cluster []rbacv1.ClusterRole
 	var roles []rbacv1.Role

@@ -43,7 +43,7 @@ const ControllerName = "computer-controller"
 const TokenSecretKey = "token"
 
 // TokenSecretName is the name of a Computer's guest-token Secret.
-func TokenSecretName(computer string) string { return computer + "-guest-token" }
+func TokenSecretName(computer string) string { return dotsv1.GuestTokenSecretName(computer) }
 
 // writer owns what the host says of a Computer; the host lifecycle
 // controller stands in for Ready while the host is out of reach.

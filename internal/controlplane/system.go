@@ -41,7 +41,7 @@ func InstallSystem(ctx context.Context, cfg *rest.Config) error {
 			return fmt.Errorf("create the namespace %s: %w", name, err)
 		}
 	}
-	for _, stream := range [][]byte{rbac.HostAgentRole, rbac.HostAgentSecretsRole, rbac.PeopleRoles, rbac.DotsAPIAccess, rbac.DotsAPIDiscovery} {
+	for _, stream := range [][]byte{rbac.HostAgentRole, rbac.PeopleRoles, rbac.DotsAPIAccess, rbac.DotsAPIDiscovery} {
 		for _, doc := range yamlDocuments(stream) {
 			if err := applyRBAC(ctx, cs, doc); err != nil {
 				return err

@@ -132,4 +132,3 @@ func FuzzPostMessageText(f *testing.F) {
 		}
 	})
 }
-

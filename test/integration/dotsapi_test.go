@@ -13,6 +13,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -201,6 +202,32 @@ var _ = Describe("The Dots API", Ordered, func() {
 		Expect(err).To(MatchError(ContainSubstring(`role "owner" is neither editor nor viewer`)))
 		_, _, err = controlplane.AddUser(suiteCtx, *admin, "Cy_1", nsA, "editor", time.Hour)
 		Expect(err).To(MatchError(ContainSubstring(`user name "Cy_1"`)))
+	})
+
+	It("revokes a person deleted with their ServiceAccount: new requests, open streams and the RoleBinding", func() {
+		admin, err := clientcmd.LoadFromFile(cp.KubeconfigPath)
+		Expect(err).NotTo(HaveOccurred())
+		data, _, err := controlplane.AddUser(suiteCtx, *admin, "dee", nsA, "viewer", time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+		Expect(err).NotTo(HaveOccurred())
+		dee, err := dotsclient.New(cfg)
+		Expect(err).NotTo(HaveOccurred())
+		ctx, cancel := context.WithCancel(suiteCtx)
+		defer cancel()
+		_, errs := dee.Stream(ctx, dotsclient.StreamOptions{Namespace: nsA, Dot: dotA.Name, Retry: 200 * time.Millisecond})
+		Consistently(errs, "1s").ShouldNot(Receive(), "the stream runs while the account exists")
+
+		Expect(cs.CoreV1().ServiceAccounts(nsA).Delete(suiteCtx, "dee", metav1.DeleteOptions{})).To(Succeed())
+		By("ending the open stream within a keep-alive; connecting again is refused")
+		var streamErr error
+		Eventually(errs, "40s").Should(Receive(&streamErr))
+		Expect(dotsclient.StatusOf(streamErr)).To(Equal(http.StatusUnauthorized), "%v", streamErr)
+		By("deleting the account's RoleBinding with it")
+		Eventually(func() bool {
+			_, err := cs.RbacV1().RoleBindings(nsA).Get(suiteCtx, "dots-viewer-dee", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}, "20s").Should(BeTrue(), "the RoleBinding outlived its account")
 	})
 
 	It("lets a host agent ingest its own host's Dot's events, once each, and refuses another host's", func() {
