@@ -249,6 +249,29 @@ func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return steps.result(ctx, r, dot, ctrl.Result{RequeueAfter: after})
 }
 
+// taskRuns is a task's runs and times as its Task's status says them,
+// to the second, the newest runs kept when there are more than the status
+// holds.
+func taskRuns(v *lifecycle.TaskView) (runs []dotsv1.TaskRun, start, completion *metav1.Time) {
+	at := func(t time.Time) *metav1.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &metav1.Time{Time: t.Truncate(time.Second)}
+	}
+	for _, r := range v.RunTimes {
+		runs = append(runs, dotsv1.TaskRun{Number: int32(r.Number), Started: at(r.Started), Delivered: at(r.Delivered),
+			Finished: at(r.Finished), Outcome: r.Outcome})
+	}
+	if len(runs) > maxTaskRuns {
+		runs = runs[len(runs)-maxTaskRuns:]
+	}
+	return runs, at(v.RunTimes[0].Started), at(v.Ended)
+}
+
+// maxTaskRuns is the most runs a Task's status holds (its CRD's bound).
+const maxTaskRuns = 64
+
 // workSteps gathers the failures of one reconcile's steps.
 type workSteps struct {
 	failed    []error
@@ -629,6 +652,9 @@ func (r *WorkReconciler) writeStatuses(ctx context.Context, dot *dotsv1.Dot, vie
 		helper := patch.NewHelper(r.Client, taskWorkWriter, t)
 		t.Status.Phase, t.Status.Summary, t.Status.Error = v.Phase, v.Summary, v.Error
 		t.Status.Progress, t.Status.SpentUSD = v.Progress, protocol.RoundUSD(v.SpentUSD)
+		if len(v.RunTimes) > 0 {
+			t.Status.Runs, t.Status.StartTime, t.Status.CompletionTime = taskRuns(v)
+		}
 		if _, err := helper.Patch(ctx, t); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}

@@ -58,7 +58,8 @@ type TaskRun struct {
 	Delivered *metav1.Time `json:"delivered,omitempty"`
 	// +optional
 	Finished *metav1.Time `json:"finished,omitempty"`
-	// outcome is how the run ended.
+	// outcome is how the run ended: the phase it ended the task in, or
+	// Interrupted (the task was given to the Dot again).
 	// +optional
 	Outcome string `json:"outcome,omitempty"`
 }
@@ -67,10 +68,19 @@ type TaskRun struct {
 type TaskStatus struct {
 	// +optional
 	Phase TaskPhase `json:"phase,omitempty"`
+	// runs are the task's deliveries to its Dot, oldest first.
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	Runs []TaskRun `json:"runs,omitempty"`
+	// startTime is when the task was first given to its Dot (its first
+	// run), not when it was made: the time in the queue is not counted.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// completionTime is when the task ended (COMPLETED, FAILED or
+	// CANCELLED).
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 	// summary is the Dot's answer when the task completed.
 	// +optional
 	Summary string `json:"summary,omitempty"`
@@ -100,6 +110,8 @@ type TaskStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=10
 // +kubebuilder:printcolumn:name="Spent",type=number,JSONPath=`.status.spentUSD`,priority=10
+// +kubebuilder:printcolumn:name="Started",type=date,JSONPath=`.status.startTime`
+// +kubebuilder:printcolumn:name="Completed",type=date,JSONPath=`.status.completionTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Task struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -27,6 +27,60 @@ type TaskView struct {
 	Error    string
 	Progress string
 	SpentUSD float64
+	// RunTimes are the task's runs, oldest first, with the times the log
+	// gives them; Ended is when the task ended (the end of its last run).
+	RunTimes []RunTimes
+	Ended    time.Time
+}
+
+// RunTimes is one run of a task as the log tells it: opened when the
+// dispatcher gave the task to the Dot (task.created), delivered when the
+// guest began it (task.started), finished when it ended or a later run
+// opened.
+type RunTimes struct {
+	Number                       int
+	Started, Delivered, Finished time.Time
+	// Outcome is the phase the run ended the task in, or RunInterrupted.
+	Outcome string
+}
+
+// RunInterrupted is the outcome of a run that ended without ending its
+// task (its computer stopped, the task was given to the Dot again).
+const RunInterrupted = "Interrupted"
+
+// openRun starts run n at at; a run still open before it was interrupted.
+func (t *TaskView) openRun(n int, at time.Time) {
+	if last := t.lastRun(); last != nil {
+		if last.Number >= n {
+			return // told again
+		}
+		if last.Finished.IsZero() {
+			last.Finished, last.Outcome = at, RunInterrupted
+		}
+	}
+	t.RunTimes = append(t.RunTimes, RunTimes{Number: n, Started: at})
+}
+
+func (t *TaskView) lastRun() *RunTimes {
+	if len(t.RunTimes) == 0 {
+		return nil
+	}
+	return &t.RunTimes[len(t.RunTimes)-1]
+}
+
+// delivered marks the open run as begun by the guest.
+func (t *TaskView) delivered(at time.Time) {
+	if r := t.lastRun(); r != nil && r.Delivered.IsZero() && r.Finished.IsZero() {
+		r.Delivered = at
+	}
+}
+
+// end ends the task in phase at at, with its open run.
+func (t *TaskView) end(phase dotsv1.TaskPhase, at time.Time) {
+	t.Phase, t.Ended = phase, at
+	if r := t.lastRun(); r != nil && r.Finished.IsZero() {
+		r.Finished, r.Outcome = at, string(phase)
+	}
 }
 
 // ApprovalView is what the log tells of one approval the guest asked for.
@@ -158,15 +212,17 @@ func (v *View) foldHost(e Event) {
 		// The dispatcher gave the task to the Dot: a run opens.
 		if t := v.task(d.TaskID); !ended(t.Phase) {
 			t.Phase, t.Runs = dotsv1.TaskRunning, max(t.Runs, d.Run, t.Runs+1)
+			t.openRun(t.Runs, e.At)
 		}
 	case wire.EventTaskCancelled:
 		if t := v.task(d.TaskID); !ended(t.Phase) {
-			t.Phase = dotsv1.TaskCancelled
+			t.end(dotsv1.TaskCancelled, e.At)
 		}
 	case wire.EventTaskFailed:
 		// The deliverer gave the task up.
 		if t := v.task(d.TaskID); !ended(t.Phase) {
-			t.Phase, t.Error = dotsv1.TaskFailed, d.Error
+			t.end(dotsv1.TaskFailed, e.At)
+			t.Error = d.Error
 		}
 	case wire.EventApprovalResolved:
 		if a, ok := v.Approvals[d.ApprovalID]; ok && !a.Resolved {
@@ -223,6 +279,7 @@ func (v *View) foldGuest(e Event) {
 	case *protocol.TaskStarted:
 		if t := v.task(ev.TaskID); !ended(t.Phase) {
 			t.Phase = dotsv1.TaskRunning
+			t.delivered(e.At)
 		}
 	case *protocol.TaskProgress:
 		t := v.task(ev.TaskID)
@@ -232,13 +289,15 @@ func (v *View) foldGuest(e Event) {
 		t := v.task(ev.TaskID)
 		spent(t, ev.SpentUSD)
 		if !ended(t.Phase) {
-			t.Phase, t.Summary = dotsv1.TaskCompleted, ev.Summary
+			t.end(dotsv1.TaskCompleted, e.At)
+			t.Summary = ev.Summary
 		}
 	case *protocol.TaskFailed:
 		t := v.task(ev.TaskID)
 		spent(t, ev.SpentUSD)
 		if !ended(t.Phase) {
-			t.Phase, t.Error = dotsv1.TaskFailed, ev.Error
+			t.end(dotsv1.TaskFailed, e.At)
+			t.Error = ev.Error
 		}
 	case *protocol.MCPServerAdded:
 		v.MCPAdditions = append(v.MCPAdditions, MCPAddition{EventID: e.ID, Arguments: ev.Arguments})

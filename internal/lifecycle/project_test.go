@@ -35,6 +35,13 @@ func recorded() []Event {
 	add(true, wire.EventTaskCancelled, `{"task_id":"t2"}`)
 	add(false, protocol.EventTaskCompleted, `{"task_id":"t2","summary":"too late"}`)
 	add(true, wire.EventTaskFailed, `{"task_id":"t3","error":"the guest refused the task"}`)
+	// A fourth task whose first run was cut short by its computer
+	// stopping: given to the Dot again, it completes in its second run.
+	add(true, wire.EventTaskCreated, `{"task_id":"t4","run":1}`)
+	add(false, protocol.EventTaskStarted, `{"task_id":"t4"}`)
+	add(true, wire.EventTaskCreated, `{"task_id":"t4","run":2}`)
+	add(false, protocol.EventTaskStarted, `{"task_id":"t4"}`)
+	add(false, protocol.EventTaskCompleted, `{"task_id":"t4","summary":"done"}`)
 	return out
 }
 
@@ -42,10 +49,18 @@ func TestProjectionFromARecordedLog(t *testing.T) {
 	log := recorded()
 	v := NewView()
 	v.Fold(log...)
+	at := func(i int) time.Time { return log[i].At }
 	want := map[string]*TaskView{
-		"t1": {Phase: dotsv1.TaskCompleted, Runs: 1, Summary: "all green", Progress: "running the tests", SpentUSD: 0.042},
-		"t2": {Phase: dotsv1.TaskCancelled, Runs: 1},
-		"t3": {Phase: dotsv1.TaskFailed, Error: "the guest refused the task"},
+		"t1": {Phase: dotsv1.TaskCompleted, Runs: 1, Summary: "all green", Progress: "running the tests", SpentUSD: 0.042,
+			RunTimes: []RunTimes{{Number: 1, Started: at(0), Delivered: at(2), Finished: at(7), Outcome: "COMPLETED"}}, Ended: at(7)},
+		"t2": {Phase: dotsv1.TaskCancelled, Runs: 1,
+			RunTimes: []RunTimes{{Number: 1, Started: at(9), Finished: at(10), Outcome: "CANCELLED"}}, Ended: at(10)},
+		// Given up before any run: it ended, with no run.
+		"t3": {Phase: dotsv1.TaskFailed, Error: "the guest refused the task", Ended: at(12)},
+		"t4": {Phase: dotsv1.TaskCompleted, Runs: 2, Summary: "done", Ended: at(17), RunTimes: []RunTimes{
+			{Number: 1, Started: at(13), Delivered: at(14), Finished: at(15), Outcome: RunInterrupted},
+			{Number: 2, Started: at(15), Delivered: at(16), Finished: at(17), Outcome: "COMPLETED"},
+		}},
 	}
 	if diff := cmp.Diff(want, v.Tasks); diff != "" {
 		t.Errorf("tasks -want +got:\n%s", diff)
