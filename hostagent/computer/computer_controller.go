@@ -70,8 +70,19 @@ const (
 	// poweroffCall bounds the poweroff request: the guest accepts it at
 	// once or not at all.
 	poweroffCall = 2 * time.Second
-	// prepareSleepCall bounds the engine's preparation for a sleep.
-	prepareSleepCall = 10 * time.Second
+	// prepareSleepCall bounds the engine's preparation for a sleep: ref
+	// 5.3's 60 s, which holds a tool's 20 s grace to record its result and
+	// the close of the Dot's browsers (ref 8.7).
+	prepareSleepCall = 60 * time.Second
+	// defaultListenTimeout is how long a started QEMU has to listen on its
+	// guest port before it is killed with its log (ref 3.4: 30 s). QEMU
+	// listens once it parsed its argv and set up its network, well before
+	// the guest boots (measured: about 0.2 s under KVM, a second or two
+	// under TCG on a loaded host).
+	defaultListenTimeout = 30 * time.Second
+	// killWait is how long a QEMU killed at its stop's deadline may take
+	// to go before the Computer is ERROR (ref 3.4: 10 s).
+	killWait = 10 * time.Second
 	// defaultStopGrace is how long a guest asked to power off has before it
 	// is killed (ref 3.4).
 	defaultStopGrace = 60 * time.Second
@@ -103,6 +114,9 @@ type Reconciler struct {
 	// StopGrace is how long a guest asked to power off has before it is
 	// killed; 60 s when zero.
 	StopGrace time.Duration
+	// ListenTimeout is how long a started QEMU has to listen on its guest
+	// port; 30 s when zero.
+	ListenTimeout time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles; 4 when zero.
 	MaxConcurrentReconciles int
 
@@ -263,8 +277,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		DeadlinePassed:  c.Status.StopDeadline != nil && !now.Before(c.Status.StopDeadline.Time),
 		PoweroffSent:    c.Status.PoweroffTime != nil,
 	}
-	if obs.State == driver.Running && c.Status.State == dotsv1.ComputerStopping && c.Status.PoweroffTime == nil {
+	if obs.State == driver.Running {
+		// Every stop waits for its Dot to leave READY (ref 9.3).
 		in.DotLeftReady = r.dotLeftReady(ctx, c)
+		in.NeverListened = obs.NotListening && !obs.StartedAt.IsZero() && r.Clock.Since(obs.StartedAt) >= cmp.Or(r.ListenTimeout, defaultListenTimeout)
+		in.KillOverdue = c.Status.PoweroffTime != nil && c.Status.StopDeadline != nil && !now.Before(c.Status.StopDeadline.Add(killWait))
 	}
 	d := decideRun(in)
 	if d.CountFailure {
@@ -280,6 +297,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	}
 	s.decision = d
 
+	if d.NeverListened {
+		r.recordStartFailure(c, fmt.Sprintf("QEMU pid %d did not listen on its guest port 127.0.0.1:%d within %s of its start, so no guest could come up behind it; it was killed", obs.PID, obs.GuestPort, cmp.Or(r.ListenTimeout, defaultListenTimeout))+logSuffix(obs.LogTail))
+	}
+	if d.CalledOff {
+		// Nothing was said to the guest: it goes back to RUNNING, and the
+		// guest link makes its Dot READY again.
+		c.Status.StopDeadline, c.Status.PoweroffTime = nil, nil
+	}
 	if d.StopDone {
 		c.Status.StopDeadline, c.Status.PoweroffTime = nil, nil
 		// Our stop ended: clear what QEMU's record left behind.
@@ -299,12 +324,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			r.recordStartFailure(c, "start failed: "+err.Error())
 			r.observeAgain(ctx, s)
 		}
-	case actSleep:
+	case actLeaveReady:
 		// STOPPING with no poweroff yet: the guest link sees a Computer
 		// that is not Ready and takes the Dot out of READY, which stops the
 		// deliverer; the next reconcile goes on (DotLeftReady), or at this
 		// deadline whatever the Dot says.
-		s.acted = actSleep
+		s.acted = actLeaveReady
 		c.Status.StopDeadline = &metav1.Time{Time: now.Add(leaveReadyWait)}
 		c.Status.PoweroffTime = nil
 	case actStop:
@@ -454,6 +479,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		s.deleteErr = fmt.Errorf("host %s cannot run VMs (%w), so its agent cannot destroy this one; fix the host and restart its agent, or delete the Host if the machine is gone", r.HostName, r.DriverProblem)
 		return ctrl.Result{}, nil
 	}
+	// A delete, like every stop, takes the Dot out of READY before anything
+	// else (ref 9.3): the Computer is not Ready from here (DELETING), the
+	// guest link takes its Dot out, and only then is QEMU killed, so a
+	// delivery that found the Dot READY cannot meet a VM half destroyed.
+	// A Dot that does not leave READY in leaveReadyWait holds nothing up.
+	if obs, err := r.Driver.Observe(ctx, VMID(c)); err == nil && obs.State == driver.Running &&
+		!r.dotLeftReady(ctx, c) && r.Clock.Now().Before(c.DeletionTimestamp.Add(leaveReadyWait)) {
+		s.deleteErr = errWaitingForDotToLeaveReady
+		return ctrl.Result{RequeueAfter: transitionPoll}, nil
+	}
 	if err := r.Driver.Destroy(ctx, VMID(c)); err != nil {
 		s.deleteErr = err
 		switch {
@@ -468,6 +503,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Destroyed", "Destroy", "VM %s and its files removed from host %s", VMID(c), r.HostName)
 	return ctrl.Result{}, patch.RemoveFinalizer(ctx, r.Client, c, dotsv1.ComputerFinalizer)
 }
+
+// errWaitingForDotToLeaveReady: a delete waits for its Dot to leave READY.
+var errWaitingForDotToLeaveReady = errors.New("waiting for the Dot to leave READY before its VM is destroyed")
 
 // backoffLeft is how long the crash-loop backoff still holds a start.
 func (r *Reconciler) backoffLeft(c *dotsv1.Computer) time.Duration {
