@@ -390,8 +390,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 const leaveReadyWait = 5 * time.Second
 
 // dotLeftReady says whether the Computer's Dot is no longer READY (its
-// engine's AgentReady is not true), or is gone: nothing more is delivered to
-// its guest.
+// engine's AgentReady is not true), or is gone or going: nothing more is
+// delivered to its guest.
 func (r *Reconciler) dotLeftReady(ctx context.Context, c *dotsv1.Computer) bool {
 	owner := metav1.GetControllerOf(c)
 	if owner == nil {
@@ -401,7 +401,9 @@ func (r *Reconciler) dotLeftReady(ctx context.Context, c *dotsv1.Computer) bool 
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: owner.Name}, dot); err != nil {
 		return apierrors.IsNotFound(err)
 	}
-	return dot.UID != owner.UID || !meta.IsStatusConditionTrue(dot.Status.Conditions, dotsv1.AgentReadyCondition)
+	// A Dot that is being deleted is pushed and delivered nothing more (the
+	// guest link lets its guest go at once).
+	return dot.UID != owner.UID || !dot.DeletionTimestamp.IsZero() || !meta.IsStatusConditionTrue(dot.Status.Conditions, dotsv1.AgentReadyCondition)
 }
 
 // observeAgain replaces the observation after an action.
