@@ -130,6 +130,22 @@ func TestRecoverDropsAStartThatLeftNothing(t *testing.T) {
 			t.Errorf("%s: a qemu.json was written (%v)", name, err)
 		}
 	}
+
+	// A start that got as far as its record: the record stays as it is.
+	rec := record{PID: 4242, GuestPort: 4243, Stamp: boot, StartedAt: time.Now().UTC()}
+	writeTestRecord(t, d, rec)
+	if err := writePending(vm.StartPending(), record{GuestPort: 4243, Stamp: boot}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.recoverStarts(); err != nil || len(got) != 1 || got[0].PID != 0 {
+		t.Errorf("beside a qemu.json: recoverStarts() = %+v, %v; want the pending record dropped", got, err)
+	}
+	if _, err := os.Stat(vm.StartPending()); !os.IsNotExist(err) {
+		t.Errorf("beside a qemu.json: the pending record is still there (%v)", err)
+	}
+	if got, err := readRecord(vm.QEMUJSON()); err != nil || got.PID != rec.PID {
+		t.Errorf("beside a qemu.json: the record reads %+v, %v; want it untouched", got, err)
+	}
 }
 
 // TestObserveAQEMUThatNeverListens: a QEMU this driver spawned that does not
