@@ -124,6 +124,8 @@ type Reconciler struct {
 	// while the Computer lives, and reading it on every poll would cost an
 	// API call per VM per second.
 	tokens sync.Map
+	// prepares holds the prepare-sleep calls in flight, by Computer UID.
+	prepares sync.Map
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers,verbs=get;list;watch;update;patch
@@ -169,8 +171,9 @@ type scope struct {
 	// poweroffErr: the guest did not accept the poweroff (it was killed).
 	poweroffErr error
 	// prepareErr: the engine did not prepare for a sleep (it was powered
-	// off all the same).
+	// off all the same); preparing: it is preparing still.
 	prepareErr error
+	preparing  bool
 	// deadline is when a guest asked to power off by this reconcile is
 	// killed.
 	deadline time.Time
@@ -304,6 +307,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		// Nothing was said to the guest: it goes back to RUNNING, and the
 		// guest link makes its Dot READY again.
 		c.Status.StopDeadline, c.Status.PoweroffTime = nil, nil
+		r.prepares.Delete(c.UID) // a prepare-sleep of the sleep called off is not this VM's next
 	}
 	if d.StopDone {
 		c.Status.StopDeadline, c.Status.PoweroffTime = nil, nil
@@ -333,14 +337,22 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		c.Status.StopDeadline = &metav1.Time{Time: now.Add(leaveReadyWait)}
 		c.Status.PoweroffTime = nil
 	case actStop:
-		s.acted = actStop
 		if d.PrepareSleep {
 			// The engine saves what it holds (ref 8.7); a guest that does
-			// not answer is powered off all the same.
-			pctx, cancel := context.WithTimeout(ctx, prepareSleepCall)
-			s.prepareErr = r.Driver.PrepareSleep(pctx, VMID(c), token)
-			cancel()
+			// not answer in prepareSleepCall is powered off all the same.
+			done, err := r.prepareSleep(ctx, c, obs, token)
+			if !done {
+				// STOPPING, no poweroff yet, while the call goes on; the
+				// next reconcile looks again.
+				s.preparing = true
+				if c.Status.StopDeadline == nil {
+					c.Status.StopDeadline = &metav1.Time{Time: now.Add(leaveReadyWait)}
+				}
+				break
+			}
+			s.prepareErr = err
 		}
+		s.acted = actStop
 		pctx, cancel := context.WithTimeout(ctx, poweroffCall)
 		s.poweroffErr = r.Driver.Poweroff(pctx, VMID(c), token)
 		cancel()

@@ -116,6 +116,8 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 			st.State = dotsv1.ComputerError
 			ready(metav1.ConditionFalse, dotsv1.VMErrorReason, fmt.Sprintf("QEMU pid %d was killed (SIGKILL) at %s and has not exited %s later: it is stuck in the kernel (check `ps -o pid,stat,wchan -p %d`; state D is uninterruptible I/O); the kill is tried again",
 				obs.PID, st.StopDeadline.UTC().Format(time.RFC3339), killWait, obs.PID)+poweroffNote(s.poweroffErr))
+		case st.PoweroffTime == nil && s.preparing:
+			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, fmt.Sprintf("going to sleep: the engine prepares (it saves its state and closes its browsers, up to %s), then the guest powers off", prepareSleepCall))
 		case st.PoweroffTime == nil:
 			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, leavingReadyText(d.StopReason))
 		case s.actErr != nil:

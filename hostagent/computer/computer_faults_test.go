@@ -298,3 +298,46 @@ var errNotUp = errorString("guest not answering")
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// TestPrepareSleepDoesNotHoldAWorker: an engine that takes its time to
+// prepare (a tool finishing, browsers closing) does not hold a reconcile
+// for it: the Computer stays STOPPING, saying so, and is powered off once
+// the engine answered.
+func TestPrepareSleepDoesNotHoldAWorker(t *testing.T) {
+	h := fake.NewHost()
+	release := make(chan struct{})
+	drv := fake.DriverFns{
+		ObserveFn: h.Observe, StartFn: h.Start, HealthFn: h.Health, PoweroffFn: h.Poweroff, KillFn: h.Kill,
+		PrepareSleepFn: func(ctx context.Context, _ home.VMID, _ string) error {
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	}
+	comp := testComputer("w", dotsv1.RunOnDemand)
+	r, c := newTestReconciler(drv, comp)
+	reconcileOnce(t, r, "w")
+	asleep := getComputer(c, "w")
+	metav1.SetMetaDataAnnotation(&asleep.ObjectMeta, dotsv1.SleepRequestedAnnotation, "1")
+	if err := c.Update(context.Background(), asleep); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	reconcileOnce(t, r, "w")
+	if took := time.Since(began); took > 10*time.Second {
+		t.Fatalf("the reconcile waited %v for the engine", took)
+	}
+	got := getComputer(c, "w")
+	cond := meta.FindStatusCondition(got.Status.Conditions, dotsv1.ReadyCondition)
+	if got.Status.State != dotsv1.ComputerStopping || got.Status.PoweroffTime != nil || cond == nil || !strings.Contains(cond.Message, "engine prepares") {
+		t.Fatalf("while the engine prepares: state %s, poweroff %v, Ready %+v; want STOPPING, no poweroff yet, saying the engine prepares", got.Status.State, got.Status.PoweroffTime, cond)
+	}
+	close(release)
+	reconcileOnce(t, r, "w")
+	if got := getComputer(c, "w"); got.Status.State != dotsv1.ComputerStopped || got.Status.StopReason != dotsv1.StopIdle || h.Calls("Poweroff") != 1 {
+		t.Errorf("once the engine prepared: state %s, reason %q, %d poweroffs; want the guest asked once and asleep", got.Status.State, got.Status.StopReason, h.Calls("Poweroff"))
+	}
+}
