@@ -70,8 +70,19 @@ const (
 	// poweroffCall bounds the poweroff request: the guest accepts it at
 	// once or not at all.
 	poweroffCall = 2 * time.Second
-	// prepareSleepCall bounds the engine's preparation for a sleep.
-	prepareSleepCall = 10 * time.Second
+	// prepareSleepCall bounds the engine's preparation for a sleep: ref
+	// 5.3's 60 s, which holds a tool's 20 s grace to record its result and
+	// the close of the Dot's browsers (ref 8.7).
+	prepareSleepCall = 60 * time.Second
+	// defaultListenTimeout is how long a started QEMU has to listen on its
+	// guest port before it is killed with its log (ref 3.4: 30 s). QEMU
+	// listens once it parsed its argv and set up its network, well before
+	// the guest boots (measured: about 0.2 s under KVM, a second or two
+	// under TCG on a loaded host).
+	defaultListenTimeout = 30 * time.Second
+	// killWait is how long a QEMU killed at its stop's deadline may take
+	// to go before the Computer is ERROR (ref 3.4: 10 s).
+	killWait = 10 * time.Second
 	// defaultStopGrace is how long a guest asked to power off has before it
 	// is killed (ref 3.4).
 	defaultStopGrace = 60 * time.Second
@@ -103,6 +114,9 @@ type Reconciler struct {
 	// StopGrace is how long a guest asked to power off has before it is
 	// killed; 60 s when zero.
 	StopGrace time.Duration
+	// ListenTimeout is how long a started QEMU has to listen on its guest
+	// port; 30 s when zero.
+	ListenTimeout time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles; 4 when zero.
 	MaxConcurrentReconciles int
 
@@ -110,6 +124,8 @@ type Reconciler struct {
 	// while the Computer lives, and reading it on every poll would cost an
 	// API call per VM per second.
 	tokens sync.Map
+	// prepares holds the prepare-sleep calls in flight, by Computer UID.
+	prepares sync.Map
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers,verbs=get;list;watch;update;patch
@@ -155,8 +171,9 @@ type scope struct {
 	// poweroffErr: the guest did not accept the poweroff (it was killed).
 	poweroffErr error
 	// prepareErr: the engine did not prepare for a sleep (it was powered
-	// off all the same).
+	// off all the same); preparing: it is preparing still.
 	prepareErr error
+	preparing  bool
 	// deadline is when a guest asked to power off by this reconcile is
 	// killed.
 	deadline time.Time
@@ -263,8 +280,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		DeadlinePassed:  c.Status.StopDeadline != nil && !now.Before(c.Status.StopDeadline.Time),
 		PoweroffSent:    c.Status.PoweroffTime != nil,
 	}
-	if obs.State == driver.Running && c.Status.State == dotsv1.ComputerStopping && c.Status.PoweroffTime == nil {
+	if obs.State == driver.Running {
+		// Every stop waits for its Dot to leave READY (ref 9.3).
 		in.DotLeftReady = r.dotLeftReady(ctx, c)
+		in.NeverListened = obs.NotListening && !obs.StartedAt.IsZero() && r.Clock.Since(obs.StartedAt) >= cmp.Or(r.ListenTimeout, defaultListenTimeout)
+		in.KillOverdue = c.Status.PoweroffTime != nil && c.Status.StopDeadline != nil && !now.Before(c.Status.StopDeadline.Add(killWait))
 	}
 	d := decideRun(in)
 	if d.CountFailure {
@@ -280,6 +300,15 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	}
 	s.decision = d
 
+	if d.NeverListened {
+		r.recordStartFailure(c, fmt.Sprintf("QEMU pid %d did not listen on its guest port 127.0.0.1:%d within %s of its start, so no guest could come up behind it; it was killed", obs.PID, obs.GuestPort, cmp.Or(r.ListenTimeout, defaultListenTimeout))+logSuffix(obs.LogTail))
+	}
+	if d.CalledOff {
+		// Nothing was said to the guest: it goes back to RUNNING, and the
+		// guest link makes its Dot READY again.
+		c.Status.StopDeadline, c.Status.PoweroffTime = nil, nil
+		r.prepares.Delete(c.UID) // a prepare-sleep of the sleep called off is not this VM's next
+	}
 	if d.StopDone {
 		c.Status.StopDeadline, c.Status.PoweroffTime = nil, nil
 		// Our stop ended: clear what QEMU's record left behind.
@@ -299,23 +328,31 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			r.recordStartFailure(c, "start failed: "+err.Error())
 			r.observeAgain(ctx, s)
 		}
-	case actSleep:
+	case actLeaveReady:
 		// STOPPING with no poweroff yet: the guest link sees a Computer
 		// that is not Ready and takes the Dot out of READY, which stops the
 		// deliverer; the next reconcile goes on (DotLeftReady), or at this
 		// deadline whatever the Dot says.
-		s.acted = actSleep
+		s.acted = actLeaveReady
 		c.Status.StopDeadline = &metav1.Time{Time: now.Add(leaveReadyWait)}
 		c.Status.PoweroffTime = nil
 	case actStop:
-		s.acted = actStop
 		if d.PrepareSleep {
 			// The engine saves what it holds (ref 8.7); a guest that does
-			// not answer is powered off all the same.
-			pctx, cancel := context.WithTimeout(ctx, prepareSleepCall)
-			s.prepareErr = r.Driver.PrepareSleep(pctx, VMID(c), token)
-			cancel()
+			// not answer in prepareSleepCall is powered off all the same.
+			done, err := r.prepareSleep(ctx, c, obs, token)
+			if !done {
+				// STOPPING, no poweroff yet, while the call goes on; the
+				// next reconcile looks again.
+				s.preparing = true
+				if c.Status.StopDeadline == nil {
+					c.Status.StopDeadline = &metav1.Time{Time: now.Add(leaveReadyWait)}
+				}
+				break
+			}
+			s.prepareErr = err
 		}
+		s.acted = actStop
 		pctx, cancel := context.WithTimeout(ctx, poweroffCall)
 		s.poweroffErr = r.Driver.Poweroff(pctx, VMID(c), token)
 		cancel()
@@ -365,8 +402,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 const leaveReadyWait = 5 * time.Second
 
 // dotLeftReady says whether the Computer's Dot is no longer READY (its
-// engine's AgentReady is not true), or is gone: nothing more is delivered to
-// its guest.
+// engine's AgentReady is not true), or is gone or going: nothing more is
+// delivered to its guest.
 func (r *Reconciler) dotLeftReady(ctx context.Context, c *dotsv1.Computer) bool {
 	owner := metav1.GetControllerOf(c)
 	if owner == nil {
@@ -376,7 +413,9 @@ func (r *Reconciler) dotLeftReady(ctx context.Context, c *dotsv1.Computer) bool 
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: owner.Name}, dot); err != nil {
 		return apierrors.IsNotFound(err)
 	}
-	return dot.UID != owner.UID || !meta.IsStatusConditionTrue(dot.Status.Conditions, dotsv1.AgentReadyCondition)
+	// A Dot that is being deleted is pushed and delivered nothing more (the
+	// guest link lets its guest go at once).
+	return dot.UID != owner.UID || !dot.DeletionTimestamp.IsZero() || !meta.IsStatusConditionTrue(dot.Status.Conditions, dotsv1.AgentReadyCondition)
 }
 
 // observeAgain replaces the observation after an action.
@@ -454,6 +493,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		s.deleteErr = fmt.Errorf("host %s cannot run VMs (%w), so its agent cannot destroy this one; fix the host and restart its agent, or delete the Host if the machine is gone", r.HostName, r.DriverProblem)
 		return ctrl.Result{}, nil
 	}
+	// A delete, like every stop, takes the Dot out of READY before anything
+	// else (ref 9.3): the Computer is not Ready from here (DELETING), the
+	// guest link takes its Dot out, and only then is QEMU killed, so a
+	// delivery that found the Dot READY cannot meet a VM half destroyed.
+	// A Dot that does not leave READY in leaveReadyWait holds nothing up.
+	if obs, err := r.Driver.Observe(ctx, VMID(c)); err == nil && obs.State == driver.Running &&
+		!r.dotLeftReady(ctx, c) && r.Clock.Now().Before(c.DeletionTimestamp.Add(leaveReadyWait)) {
+		s.deleteErr = errWaitingForDotToLeaveReady
+		return ctrl.Result{RequeueAfter: transitionPoll}, nil
+	}
 	if err := r.Driver.Destroy(ctx, VMID(c)); err != nil {
 		s.deleteErr = err
 		switch {
@@ -468,6 +517,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Destroyed", "Destroy", "VM %s and its files removed from host %s", VMID(c), r.HostName)
 	return ctrl.Result{}, patch.RemoveFinalizer(ctx, r.Client, c, dotsv1.ComputerFinalizer)
 }
+
+// errWaitingForDotToLeaveReady: a delete waits for its Dot to leave READY.
+var errWaitingForDotToLeaveReady = errors.New("waiting for the Dot to leave READY before its VM is destroyed")
 
 // backoffLeft is how long the crash-loop backoff still holds a start.
 func (r *Reconciler) backoffLeft(c *dotsv1.Computer) time.Duration {

@@ -2,6 +2,7 @@ package computer
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -48,7 +49,10 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 	if !c.DeletionTimestamp.IsZero() {
 		st.State = dotsv1.ComputerDeleting
 		msg := "the VM and its files are being destroyed"
-		if s.deleteErr != nil {
+		switch {
+		case errors.Is(s.deleteErr, errWaitingForDotToLeaveReady):
+			msg = "the Dot leaves READY, then the VM and its files are destroyed"
+		case s.deleteErr != nil:
 			msg = "the VM cannot be destroyed: " + s.deleteErr.Error()
 		}
 		ready(metav1.ConditionFalse, dotsv1.DeletingReason, msg)
@@ -105,8 +109,17 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 		st.State = dotsv1.ComputerStopping
 		st.StopReason = d.StopReason
 		switch {
+		case d.KillOverdue:
+			// Ref 3.4: a QEMU that outlives SIGKILL for 10 s is an error of
+			// the host (a process stuck in the kernel), said with its
+			// reason; the kill is tried again and the stop ends when it goes.
+			st.State = dotsv1.ComputerError
+			ready(metav1.ConditionFalse, dotsv1.VMErrorReason, fmt.Sprintf("QEMU pid %d was killed (SIGKILL) at %s and has not exited %s later: it is stuck in the kernel (check `ps -o pid,stat,wchan -p %d`; state D is uninterruptible I/O); the kill is tried again",
+				obs.PID, st.StopDeadline.UTC().Format(time.RFC3339), killWait, obs.PID)+poweroffNote(s.poweroffErr))
+		case st.PoweroffTime == nil && s.preparing:
+			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, fmt.Sprintf("going to sleep: the engine prepares (it saves its state and closes its browsers, up to %s), then the guest powers off", prepareSleepCall))
 		case st.PoweroffTime == nil:
-			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, "going to sleep: the Dot leaves READY, then its engine prepares and the guest powers off")
+			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, leavingReadyText(d.StopReason))
 		case s.actErr != nil:
 			ready(metav1.ConditionFalse, dotsv1.VMStoppingReason, "the kill failed and QEMU still runs: "+s.actErr.Error())
 		case s.acted == actKill || st.StopDeadline.Time.Before(now) || st.StopDeadline.Time.Equal(now):
@@ -153,7 +166,7 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 			st.State = dotsv1.ComputerProvisioning
 		}
 		switch {
-		case startFailed:
+		case startFailed || d.NeverListened:
 			ready(metav1.ConditionFalse, dotsv1.StartFailedReason, st.StartFailure.Message+retryText(st.StartFailure))
 		case d.Wait > 0 && st.StartFailure != nil:
 			ready(metav1.ConditionFalse, dotsv1.StartFailedReason, st.StartFailure.Message+retryText(st.StartFailure))
@@ -215,16 +228,38 @@ func (r *Reconciler) recordAction(s *scope) {
 		} else {
 			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopping", "Stop", "the guest was asked to power off; it is killed at %s if it has not", s.deadline.UTC().Format(time.RFC3339))
 		}
-	case actSleep:
-		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Sleeping", "Sleep", "the Dot was idle: it leaves READY, then its engine prepares and the guest powers off")
+	case actLeaveReady:
+		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Stopping", "LeaveReady", "%s", leavingReadyText(s.decision.StopReason))
 	case actKill:
 		switch {
 		case s.actErr != nil:
 			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "KillFailed", "Kill", "%s", s.actErr.Error())
+		case s.decision.NeverListened:
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "StartFailed", "Kill", "%s", failMessage(st.StartFailure))
+		case s.decision.KillOverdue:
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "KillOverdue", "Kill", "QEMU pid %d outlived its SIGKILL for %s; killed again", s.seen.PID, killWait)
 		case s.kill.WasRunning:
 			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Killed", "Kill", "QEMU was killed: the guest did not power off in time%s", poweroffNote(s.poweroffErr))
 		}
 	}
+}
+
+// leavingReadyText says why a running VM's Dot leaves READY first.
+func leavingReadyText(reason dotsv1.StopReason) string {
+	switch reason {
+	case dotsv1.StopIdle:
+		return "going to sleep: the Dot leaves READY, then its engine prepares and the guest powers off"
+	case dotsv1.StopUser:
+		return "stopping for the person: the Dot leaves READY, then the guest powers off"
+	}
+	return "rebooting: the Dot leaves READY, then the guest powers off and the VM starts again"
+}
+
+func failMessage(f *dotsv1.StartFailure) string {
+	if f == nil {
+		return ""
+	}
+	return f.Message
 }
 
 func parens(s string) string {

@@ -17,10 +17,11 @@ const (
 	// actStop asks the guest to power off and records STOPPING with a
 	// deadline; it does not wait for QEMU to exit.
 	actStop vmAction = "Stop"
-	// actSleep records STOPPING without a poweroff yet: the Dot leaves
-	// READY first, so nothing more is delivered to a guest going to sleep
-	// (ref 9.3); the next reconcile prepares the engine and powers off.
-	actSleep vmAction = "Sleep"
+	// actLeaveReady records STOPPING without a poweroff yet: every stop,
+	// reboot and sleep takes the Dot out of READY first, so nothing more is
+	// delivered to a guest going down (ref 9.3, 9.5); the next reconcile
+	// (prepares the engine for a sleep and) powers off.
+	actLeaveReady vmAction = "LeaveReady"
 	// actKill kills a STOPPING VM whose guest did not power off by the
 	// deadline (the kill rule checked again first).
 	actKill vmAction = "Kill"
@@ -58,8 +59,16 @@ type runInput struct {
 	// (status.poweroffTime); not yet, for a VM going to sleep whose Dot
 	// is leaving READY.
 	PoweroffSent bool
-	// DotLeftReady: the Dot of a VM going to sleep is no longer READY.
+	// DotLeftReady: the VM's Dot is no longer READY (or is gone): nothing
+	// more is delivered to its guest, so a stop may power it off.
 	DotLeftReady bool
+	// NeverListened: QEMU runs but its guest port has not accepted a
+	// connection within ListenTimeout of its start (ref 3.4: 30 s). Not a
+	// guest slow to boot (its port listens): QEMU itself is stuck.
+	NeverListened bool
+	// KillOverdue: the STOPPING VM's QEMU was killed at its deadline and
+	// still runs KillWait later (ref 3.4: 10 s).
+	KillOverdue bool
 	// PortTaken: QEMU exited at its start because its guest port was taken
 	// between picking it and binding it; not a failure, started again.
 	PortTaken bool
@@ -88,6 +97,16 @@ type runDecision struct {
 	SleepHandled  bool
 	// PrepareSleep: tell the engine to prepare before the poweroff.
 	PrepareSleep bool
+	// CalledOff: an idle stop not yet powered off is called off, because
+	// work arrived (a start request) or the strategy is Always now: the VM
+	// is RUNNING again and its Dot goes back to READY.
+	CalledOff bool
+	// NeverListened: the QEMU is killed for never listening; its start
+	// counts as failed.
+	NeverListened bool
+	// KillOverdue: QEMU outlived its SIGKILL: the Computer is ERROR with the
+	// reason, and the kill is tried again.
+	KillOverdue bool
 }
 
 // decideRun maps the run strategy and what the host shows to one action:
@@ -101,12 +120,22 @@ func decideRun(in runInput) runDecision {
 		return d
 	}
 	running := in.Observed == driver.Running
-	stopping := in.PrevState == dotsv1.ComputerStopping
+	// A stop whose kill QEMU outlived left the Computer ERROR; it is still
+	// our stop, and runs to its end.
+	stopping := in.PrevState == dotsv1.ComputerStopping || (in.PrevState == dotsv1.ComputerError && in.PoweroffSent)
 	wasUp := in.PrevState == dotsv1.ComputerRunning || in.PrevState == dotsv1.ComputerStarting
 	switch {
 	case running && stopping && !in.PoweroffSent:
-		// Going to sleep: once the Dot left READY (or it did not in
-		// time), the engine prepares and the guest powers off.
+		// Leaving READY before the poweroff. An idle stop is called off
+		// when work arrived meanwhile (ref 9.5): nothing was said to the
+		// guest yet.
+		if in.PrevStopReason == dotsv1.StopIdle && (in.StartRequested || in.Strategy == dotsv1.RunAlways) {
+			d.Action, d.CalledOff, d.StopReason = actNone, true, ""
+			d.StartHandled = in.StartRequested
+			return d
+		}
+		// Once the Dot left READY (or it did not in time), the engine
+		// prepares for a sleep and the guest powers off.
 		if in.DotLeftReady || in.DeadlinePassed {
 			d.Action, d.PrepareSleep = actStop, in.PrevStopReason == dotsv1.StopIdle
 		}
@@ -117,7 +146,14 @@ func decideRun(in runInput) runDecision {
 		// decides.
 		if in.DeadlinePassed {
 			d.Action = actKill
+			d.KillOverdue = in.KillOverdue
 		}
+		return d
+	case running && in.NeverListened:
+		// QEMU never set up its network: no guest can come up behind it.
+		// It is killed (it is this driver's own child, or it could not be
+		// proven ours and is ERROR already), and the start counts as failed.
+		d.Action, d.NeverListened = actKill, true
 		return d
 	case !running && stopping:
 		d.StopDone = true
@@ -142,7 +178,7 @@ func decideRun(in runInput) runDecision {
 		// (a start through the CLI sets OnDemand first).
 		d.StopReason = dotsv1.StopUser
 		if running {
-			d.Action = actStop
+			return stopAfterReady(d, in)
 		}
 		return d
 
@@ -156,8 +192,8 @@ func decideRun(in runInput) runDecision {
 		if running && in.SleepRequested && !in.StartRequested && !in.RebootRequested {
 			// Idle: the Dot leaves READY, then the engine prepares and
 			// the VM powers off.
-			d.Action, d.StopReason, d.SleepHandled = actSleep, dotsv1.StopIdle, true
-			return d
+			d.StopReason, d.SleepHandled = dotsv1.StopIdle, true
+			return stopAfterReady(d, in)
 		}
 		if running {
 			return keepRunning(d, in)
@@ -184,12 +220,27 @@ func keepRunning(d runDecision, in runInput) runDecision {
 	d.StartHandled = in.StartRequested
 	switch {
 	case in.RebootRequested:
-		d.Action, d.StopReason = actStop, ""
+		d.StopReason = ""
+		return stopAfterReady(d, in)
 	case in.GuestStuck && in.BackoffLeft > 0:
 		d.Wait = in.BackoffLeft
 	case in.GuestStuck:
-		d.Action, d.StopReason = actStop, ""
+		d.StopReason = ""
+		return stopAfterReady(d, in)
 	}
+	return d
+}
+
+// stopAfterReady is how every stop, reboot and sleep of a running VM
+// begins (ref 9.3): a Dot still READY leaves READY first (STOPPING, no
+// poweroff yet); one that is not is powered off now (an idle one after its
+// engine prepared).
+func stopAfterReady(d runDecision, in runInput) runDecision {
+	if !in.DotLeftReady {
+		d.Action = actLeaveReady
+		return d
+	}
+	d.Action, d.PrepareSleep = actStop, d.StopReason == dotsv1.StopIdle
 	return d
 }
 

@@ -93,9 +93,69 @@ func TestDecideRun(t *testing.T) {
 			want:   runDecision{},
 		},
 		"AlwaysRebootRequested": {
-			reason: "a reboot of a running VM begins with a stop without a stop reason; the request stays pending for the start",
-			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, RebootRequested: true},
+			reason: "a reboot of a running VM whose Dot is not READY begins with a stop without a stop reason; the request stays pending for the start",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, RebootRequested: true, DotLeftReady: true},
 			want:   runDecision{Action: actStop},
+		},
+		"RebootLeavesReadyFirst": {
+			reason: "a reboot of a VM whose Dot is READY takes the Dot out of READY before the poweroff (ref 9.3)",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, RebootRequested: true},
+			want:   runDecision{Action: actLeaveReady},
+		},
+		"RebootPowersOffOnceTheDotLeftReady": {
+			reason: "a reboot leaving READY powers off once the Dot left, without preparing for a sleep",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStopping, Observed: driver.Running, RebootRequested: true, DotLeftReady: true},
+			want:   runDecision{Action: actStop},
+		},
+		"HaltedLeavesReadyFirst": {
+			reason: "a person's stop of a VM whose Dot is READY takes the Dot out of READY before the poweroff (ref 9.3, 9.5)",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerRunning, Observed: driver.Running},
+			want:   runDecision{Action: actLeaveReady, StopReason: dotsv1.StopUser},
+		},
+		"HaltedPowersOffOnceTheDotLeftReady": {
+			reason: "a person's stop leaving READY powers off once the Dot left",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, DotLeftReady: true},
+			want:   runDecision{Action: actStop, StopReason: dotsv1.StopUser},
+		},
+		"IdleStopCalledOffByWork": {
+			reason: "an idle stop not yet powered off is called off when work asked for a start meanwhile (ref 9.5)",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopIdle, Observed: driver.Running, DotLeftReady: true, StartRequested: true},
+			want:   runDecision{CalledOff: true, StartHandled: true},
+		},
+		"IdleStopCalledOffByAlways": {
+			reason: "an idle stop not yet powered off is called off when the strategy became Always",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopIdle, Observed: driver.Running},
+			want:   runDecision{CalledOff: true},
+		},
+		"IdleStopPoweredOffIsNotCalledOff": {
+			reason: "an idle stop whose guest was told to power off runs to its end; the start request waits for it",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopIdle, Observed: driver.Running, PoweroffSent: true, StartRequested: true},
+			want:   runDecision{StopReason: dotsv1.StopIdle},
+		},
+		"PersonsStopIsNotCalledOffByAStart": {
+			reason: "only an idle stop is called off: a person's stop leaving READY goes on",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, DotLeftReady: true, StartRequested: true},
+			want:   runDecision{Action: actStop, StopReason: dotsv1.StopUser},
+		},
+		"KillOverdueIsError": {
+			reason: "a QEMU that outlived its SIGKILL for 10 s is killed again and the Computer is ERROR (ref 3.4)",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStopping, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, PoweroffSent: true, DeadlinePassed: true, KillOverdue: true},
+			want:   runDecision{Action: actKill, StopReason: dotsv1.StopUser, KillOverdue: true},
+		},
+		"KillOverdueStaysOurStop": {
+			reason: "an ERROR left by an overdue kill is still our stop: killed again, and done once QEMU is gone",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerError, PrevStopReason: dotsv1.StopUser, Observed: driver.Running, PoweroffSent: true, DeadlinePassed: true, KillOverdue: true},
+			want:   runDecision{Action: actKill, StopReason: dotsv1.StopUser, KillOverdue: true},
+		},
+		"KillOverdueEnds": {
+			reason: "the QEMU that outlived its kill is gone at last: the stop is done",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerError, PrevStopReason: dotsv1.StopUser, Observed: driver.Stopped, PoweroffSent: true, DeadlinePassed: true},
+			want:   runDecision{StopReason: dotsv1.StopUser, StopDone: true},
+		},
+		"NeverListenedIsKilled": {
+			reason: "a QEMU that never listened on its guest port within 30 s is killed and its start counted (ref 3.4)",
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStarting, Observed: driver.Running, NeverListened: true},
+			want:   runDecision{Action: actKill, NeverListened: true},
 		},
 		"RebootStopDoneStarts": {
 			reason: "once the reboot's stop ended, the pending request starts it and is handled",
@@ -130,7 +190,12 @@ func TestDecideRun(t *testing.T) {
 		"SleepRequested": {
 			reason: "an idle OnDemand VM prepares its engine and powers off, recorded idle",
 			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, SleepRequested: true},
-			want:   runDecision{Action: actSleep, StopReason: dotsv1.StopIdle, SleepHandled: true},
+			want:   runDecision{Action: actLeaveReady, StopReason: dotsv1.StopIdle, SleepHandled: true},
+		},
+		"SleepOfADotNotReady": {
+			reason: "an idle VM whose Dot is not READY prepares its engine and powers off at once",
+			in:     runInput{Strategy: onDemand, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, SleepRequested: true, DotLeftReady: true},
+			want:   runDecision{Action: actStop, StopReason: dotsv1.StopIdle, SleepHandled: true, PrepareSleep: true},
 		},
 		"SleepWaitsForTheDotToLeaveReady": {
 			reason: "a VM going to sleep is not told anything while its Dot is still READY (the deliverer may still send to it)",
@@ -169,7 +234,7 @@ func TestDecideRun(t *testing.T) {
 		},
 		"GuestStuckRebootsAfterBackoff": {
 			reason: "a guest stuck at its start (counted) is stopped once the backoff allows, and started again after",
-			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStarting, Observed: driver.Running, GuestStuck: true},
+			in:     runInput{Strategy: always, PrevState: dotsv1.ComputerStarting, Observed: driver.Running, GuestStuck: true, DotLeftReady: true},
 			want:   runDecision{Action: actStop},
 		},
 		"GuestStuckWaitsForBackoff": {
@@ -179,7 +244,7 @@ func TestDecideRun(t *testing.T) {
 		},
 		"GuestStuckUnderHaltedStops": {
 			reason: "Halted stops a stuck guest rather than rebooting it",
-			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStarting, Observed: driver.Running, GuestStuck: true},
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerStarting, Observed: driver.Running, GuestStuck: true, DotLeftReady: true},
 			want:   runDecision{Action: actStop, StopReason: dotsv1.StopUser},
 		},
 		"StartRequestWhileRunningIsMoot": {
@@ -188,8 +253,8 @@ func TestDecideRun(t *testing.T) {
 			want:   runDecision{StartHandled: true},
 		},
 		"HaltedRunningStops": {
-			reason: "Halted stops a running VM, for the person",
-			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerRunning, Observed: driver.Running},
+			reason: "Halted stops a running VM whose Dot is not READY at once, for the person",
+			in:     runInput{Strategy: halted, PrevState: dotsv1.ComputerRunning, Observed: driver.Running, DotLeftReady: true},
 			want:   runDecision{Action: actStop, StopReason: dotsv1.StopUser},
 		},
 		"HaltedAsleepRecordsUser": {

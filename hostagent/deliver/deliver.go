@@ -45,6 +45,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
@@ -390,6 +391,10 @@ func (d *Deliverer) send(ctx context.Context, log logr.Logger, key types.Namespa
 	reason := Reason(row.Event.Type, outcome, err, timeout)
 	switch rule.Action {
 	case lifecycle.MarkDelivered:
+		// The guest has it; a deliverer killed before the ack below sends
+		// the row again with the same id (it is still "sent"), and the
+		// guest ignores an id it has seen (ref 5.4).
+		crashpoint.Hit(crashpoint.DeliverSent)
 		log.V(1).Info("delivered", "row", id, "type", row.Event.Type)
 		if ack(wire.Ack{Outcome: wire.OutcomeDelivered}) != nil {
 			// The guest has it; sent again later, it ignores the repeat.

@@ -71,6 +71,13 @@ type Observation struct {
 	// PortTaken: QEMU exited at its start because the guest port was taken
 	// between picking it and binding it (its log says so): start again.
 	PortTaken bool
+	// NotListening: QEMU runs (State Running) but its guest port does not
+	// accept a connection yet. QEMU's user network listens from the moment
+	// it is set up, whether or not the guest boots, so a QEMU that never
+	// does is stuck before its guest (killed after ref 3.4's 30 s), unlike
+	// a guest slow to boot, whose port listens while its health does not
+	// answer.
+	NotListening bool
 	// Problem says why State is Error, with what to do about it.
 	Problem string
 	// LogTail is the end of QEMU's own log and of the guest's serial console,

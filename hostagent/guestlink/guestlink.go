@@ -58,6 +58,7 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/computer"
+	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
@@ -508,6 +509,11 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 		rec.keyPushed, rec.secrets = true, want.secrets.digest
 		r.store(key, rec)
 		pushed = true
+		// What the guest holds is this agent's memory only: an agent
+		// killed here pushes the key again (the engine takes the same key
+		// as a no-op, ref 4.3) and then the config, and the Dot was not
+		// READY meanwhile (its status is written after the procedure).
+		crashpoint.Hit(crashpoint.ReadyKeyPushed)
 	}
 	msg := "the guest holds the OpenRouter key from " + want.secrets.keyFrom
 	if n := want.secrets.mcpCount(); n > 0 {

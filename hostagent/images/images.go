@@ -20,6 +20,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
@@ -138,8 +139,13 @@ func FindBuilt(h home.Layout, kind home.ImageKind, digest string) (protocol.Imag
 // Register copies the image a builder wrote (the manifest at manifestPath and
 // the files it names beside it) into h's images/ under the home's names,
 // read-only, and writes its manifest there last: that is what registers it.
-// An image of the same kind and version registered already and intact is
-// returned as it is.
+// An image of the same kind and version registered already and intact, with
+// the same digests, is returned as it is. A registered image is never
+// overwritten (DESIGN 5): VMs' overlays use it as their backing file, so
+// one of the same version with other digests, or one that no longer
+// verifies, is refused with ErrRegistered. Files an interrupted
+// registration left without their manifest are not registered, and are
+// written again.
 func Register(h home.Layout, manifestPath string) (Image, error) {
 	m, err := artifact.ReadManifest(manifestPath)
 	if err != nil {
@@ -149,10 +155,8 @@ func Register(h home.Layout, manifestPath string) (Image, error) {
 	if err := home.ValidVersion(m.Version); err != nil {
 		return Image{}, err
 	}
-	if img, err := Get(h, kind, m.Version); err == nil {
-		if _, err := img.Verify(); err == nil {
-			return img, nil
-		}
+	if img, registered, err := sameRegistered(h, kind, m); registered {
+		return img, err
 	}
 	if err := os.MkdirAll(h.Images(), 0o755); err != nil {
 		return Image{}, fmt.Errorf("make %s: %w", h.Images(), err)
@@ -174,11 +178,48 @@ func Register(h home.Layout, manifestPath string) (Image, error) {
 			return Image{}, err
 		}
 	}
+	crashpoint.Hit(crashpoint.ImageFileWritten)
 	m.File = filepath.Base(img.File)
 	if err := artifact.WriteManifest(img.ManifestPath, m); err != nil {
 		return Image{}, err
 	}
 	return img, nil
+}
+
+// ErrRegistered: an image of that kind and version is registered already,
+// and is not the one to register.
+var ErrRegistered = errors.New("an image of this version is registered already")
+
+// sameRegistered looks at the registered image of m's kind and version:
+// none (registered false), the same one intact (returned), or another or a
+// damaged one (ErrRegistered, saying what to do).
+func sameRegistered(h home.Layout, kind home.ImageKind, m protocol.ImageManifest) (Image, bool, error) {
+	img := Image{Kind: kind, Version: m.Version, File: h.ImageFile(kind, m.Version), ManifestPath: h.ImageManifest(kind, m.Version)}
+	if _, err := os.Lstat(img.ManifestPath); errors.Is(err, os.ErrNotExist) {
+		return Image{}, false, nil
+	}
+	refuse := func(why string) (Image, bool, error) {
+		return Image{}, true, fmt.Errorf("%w: %s image %s: %s; a registered image is never overwritten, since VMs' disks may be built on it: register this one under a new version (build it again), or, if no VM uses the old one, remove %s and %s by hand", ErrRegistered, kind, m.Version, why, img.File, img.ManifestPath)
+	}
+	prev, err := artifact.ReadManifest(img.ManifestPath)
+	if err != nil {
+		return refuse("its manifest cannot be read (" + err.Error() + ")")
+	}
+	if prev.SHA256 != m.SHA256 || bootSums(prev) != bootSums(m) {
+		return refuse(fmt.Sprintf("it is registered with SHA-256 %s, the one to register has %s", prev.SHA256, m.SHA256))
+	}
+	if _, err := img.Verify(); err != nil {
+		return refuse("the registered one does not verify (" + err.Error() + ")")
+	}
+	return img, true, nil
+}
+
+// bootSums are the digests of a direct-boot kernel and initramfs.
+func bootSums(m protocol.ImageManifest) string {
+	if m.Boot == nil {
+		return ""
+	}
+	return m.Boot.KernelSHA256 + "/" + m.Boot.InitrdSHA256
 }
 
 // ImageFileMode is the mode of a registered image file: read-only, so a VM's

@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
@@ -290,6 +291,10 @@ func (b *batcher) flush(ctx context.Context) error {
 	for {
 		got, err := p.Ingest.IngestEvents(ctx, p.Host, p.Key.Namespace, p.Key.Name, p.DotUID, b.events)
 		if err == nil {
+			// Stored, with the cursor, in the control plane's one
+			// transaction; the pump holds no cursor of its own, so a pump
+			// killed here asks it again and goes on after it.
+			crashpoint.Hit(crashpoint.PumpStored)
 			b.cursor = max(got.Cursor, b.cursor)
 			b.stored = true
 			b.events, b.bytes = b.events[:0], 0

@@ -115,6 +115,9 @@ func New(ctx context.Context, o Options) (*Driver, error) {
 	if d.environ == nil {
 		d.environ = os.Environ
 	}
+	if _, err := d.recoverStarts(); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -197,6 +200,14 @@ func (d *Driver) observe(_ context.Context, id home.VMID) (driver.Observation, *
 	switch v, why := d.identify(rec); v {
 	case ours, starting:
 		obs.State = driver.Running
+		if v == starting || !d.listens(rec) {
+			// QEMU's user network listens on the guest port once QEMU
+			// parsed its argv and set up networking, long before the
+			// guest boots: one that does not is QEMU's problem, not the
+			// guest's, and the reconciler kills it after ListenTimeout.
+			obs.NotListening = true
+			obs.LogTail = d.logTail(vm)
+		}
 	case gone:
 		obs.Exited = true
 		obs.LogTail = d.logTail(vm)

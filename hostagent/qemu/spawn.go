@@ -6,9 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
@@ -40,6 +42,27 @@ type child struct {
 	startTicks uint64
 	done       chan struct{}
 	state      *os.ProcessState
+	// listened: its guest port accepted a connection once; QEMU listens on
+	// it from then until it exits, so it is not asked again.
+	listened atomic.Bool
+}
+
+// listens says whether a running record's QEMU listens on its guest port.
+// A QEMU of another process was proven by its listening port already; one
+// this driver spawned is asked until it first accepts.
+func (d *Driver) listens(rec record) bool {
+	c := d.childOf(rec.PID)
+	if c == nil || c.startTicks != rec.ProcStartTicks {
+		return true
+	}
+	if c.listened.Load() {
+		return true
+	}
+	if portAccepts(rec.GuestPort) {
+		c.listened.Store(true)
+		return true
+	}
+	return false
 }
 
 func (c *child) exited() bool {
@@ -112,6 +135,23 @@ func (d *Driver) spawn(vm home.VM, m machine, golden, runtime string) error {
 		return fmt.Errorf("open %s: %w", vm.QEMULog(), err)
 	}
 	fmt.Fprintf(logf, "%s%s start, guest port %d ===\n", startMarker, time.Now().UTC().Format(time.RFC3339), m.GuestPort)
+	stamp, err := d.boot()
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	rec := record{
+		GuestPort: m.GuestPort, Stamp: stamp, StartedAt: time.Now().UTC(), QEMU: d.bin.System,
+		GoldenImage: golden, RuntimeImage: runtime, CPUs: m.CPUs, MemoryMiB: m.MemoryMiB,
+	}
+	// Create pending, before QEMU exists (crossplane's
+	// SetExternalCreatePending): an agent killed between the spawn and
+	// qemu.json leaves this, and the next driver on the home finds that
+	// QEMU by it (recoverStarts) instead of leaving it running unrecorded.
+	if err := writePending(vm.StartPending(), rec); err != nil {
+		logf.Close()
+		return err
+	}
 	cmd := &exec.Cmd{
 		Path:   args[0],
 		Args:   args,
@@ -126,6 +166,7 @@ func (d *Driver) spawn(vm home.VM, m machine, golden, runtime string) error {
 	startErr := cmd.Start()
 	logf.Close()
 	if startErr != nil {
+		_ = os.Remove(vm.StartPending())
 		return fmt.Errorf("spawn %s: %w", args[0], startErr)
 	}
 	c := &child{id: vm.ID, pid: cmd.Process.Pid, done: make(chan struct{})}
@@ -149,22 +190,20 @@ func (d *Driver) spawn(vm home.VM, m machine, golden, runtime string) error {
 		d.mu.Unlock()
 	}()
 
-	stamp, err := d.boot()
-	if err != nil {
-		d.killChild(c)
-		return err
-	}
-	rec := record{
-		PID: c.pid, GuestPort: m.GuestPort, Stamp: stamp, ProcStartTicks: c.startTicks,
-		StartedAt: time.Now().UTC(), QEMU: d.bin.System, GoldenImage: golden, RuntimeImage: runtime,
-		CPUs: m.CPUs, MemoryMiB: m.MemoryMiB,
-	}
+	crashpoint.Hit(crashpoint.QEMUSpawned)
+	rec.PID, rec.ProcStartTicks, rec.StartedAt = c.pid, c.startTicks, time.Now().UTC()
 	if err := writeRecord(vm.QEMUJSON(), rec); err != nil {
 		// Without its record the QEMU could not be told from a stranger:
 		// it goes now, while it is provably ours.
 		d.killChild(c)
+		if c.exited() {
+			_ = os.Remove(vm.StartPending())
+		}
 		return err
 	}
+	// qemu.json is the truth from here; a pending record left beside it
+	// (a kill right here) is dropped by the next start or recovery.
+	_ = os.Remove(vm.StartPending())
 	return nil
 }
 

@@ -69,7 +69,10 @@ const (
 	DiskFile     = "disk.qcow2"
 	SeedFile     = "seed.iso"
 	QEMUJSONFile = "qemu.json"
-	SerialLog    = "serial.log"
+	// StartPendingFile is the record of a start written before QEMU is
+	// spawned ("create pending"): a start an agent died in is found again.
+	StartPendingFile = "qemu.pending.json"
+	SerialLog        = "serial.log"
 )
 
 // Layout is the root of one host's files and the names under it.
@@ -312,6 +315,10 @@ func (v VM) Seed() string { return filepath.Join(v.Dir, SeedFile) }
 // QEMUJSON is the record of the running QEMU: pid, guest port, host uptime,
 // boot id; written atomically right after the spawn.
 func (v VM) QEMUJSON() string { return filepath.Join(v.Dir, QEMUJSONFile) }
+
+// StartPending is the record of a start, written before QEMU is spawned
+// and removed once qemu.json is written.
+func (v VM) StartPending() string { return filepath.Join(v.Dir, StartPendingFile) }
 
 // SerialLog is the guest's serial console, truncated at each start.
 func (v VM) SerialLog() string { return filepath.Join(v.Dir, SerialLog) }

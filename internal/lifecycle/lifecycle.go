@@ -191,6 +191,13 @@ func Decide(f Facts) Decision {
 			return Decision{After: f.IdleTimeout - idle}
 		}
 		return Decision{Action: Sleep, Why: "idle for " + f.IdleTimeout.String() + " with no work"}
+	case dotsv1.ComputerStopping:
+		// An idle stop is called off when work arrived meanwhile (ref 9.5):
+		// the host does so while its guest was not told to power off yet,
+		// and otherwise starts it again once it is down.
+		if f.StopReason == dotsv1.StopIdle && awake {
+			return Decision{Action: Wake, Why: "work arrived while it was going to sleep"}
+		}
 	}
 	return Decision{}
 }

@@ -110,6 +110,16 @@ func TestDecide(t *testing.T) {
 			})},
 		"starting": {reason: "nothing is decided while the computer starts or stops",
 			facts: with(func(f *Facts) { f.State = dotsv1.ComputerStarting })},
+		"going to sleep, a message arrives": {reason: "an idle stop is called off when work arrived meanwhile (ref 9.5)",
+			facts: with(func(f *Facts) {
+				f.State, f.StopReason, f.Work.Undelivered = dotsv1.ComputerStopping, dotsv1.StopIdle, 1
+			}), want: Wake},
+		"going to sleep, no work": {reason: "an idle stop with no work goes on",
+			facts: with(func(f *Facts) { f.State, f.StopReason = dotsv1.ComputerStopping, dotsv1.StopIdle })},
+		"person's stop, a message arrives": {reason: "a person's stop is not called off; the message starts the computer once it is down",
+			facts: with(func(f *Facts) {
+				f.State, f.StopReason, f.Work.Undelivered = dotsv1.ComputerStopping, dotsv1.StopUser, 1
+			})},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,65 @@
+package computer
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+)
+
+// prepareWait is how long a reconcile waits for the engine's prepare-sleep
+// before it lets the worker go and looks again: an engine with nothing in
+// flight answers at once, and one finishing a tool or closing its browsers
+// (up to prepareSleepCall) does not hold a reconcile worker meanwhile.
+const prepareWait = time.Second
+
+// prepareCall is one prepare-sleep in flight for one QEMU.
+type prepareCall struct {
+	pid  int
+	once sync.Once
+	done chan struct{}
+	err  error
+}
+
+// prepareSleep asks the VM's engine to prepare for a sleep (ref 5.3,
+// 8.7), bounded by prepareSleepCall, off the reconcile: the call runs on
+// its own, and this says whether it ended (and how) within prepareWait;
+// a later reconcile asks again and gets the answer. A call is for one
+// QEMU: a new one is asked again. An agent that restarts meanwhile asks
+// again, which the engine takes as the same request.
+func (r *Reconciler) prepareSleep(ctx context.Context, c *dotsv1.Computer, obs driver.Observation, token string) (bool, error) {
+	v, _ := r.prepares.LoadOrStore(c.UID, &prepareCall{pid: obs.PID, done: make(chan struct{})})
+	p := v.(*prepareCall)
+	if p.pid != obs.PID {
+		r.prepares.Delete(c.UID)
+		return r.prepareSleep(ctx, c, obs, token)
+	}
+	p.start(func() error {
+		pctx, cancel := context.WithTimeout(context.Background(), prepareSleepCall)
+		defer cancel()
+		return r.Driver.PrepareSleep(pctx, VMID(c), token)
+	})
+	t := time.NewTimer(prepareWait)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		r.prepares.Delete(c.UID)
+		return true, p.err
+	case <-t.C:
+		return false, nil
+	case <-ctx.Done():
+		return false, nil
+	}
+}
+
+// start runs call once for this prepareCall.
+func (p *prepareCall) start(call func() error) {
+	p.once.Do(func() {
+		go func() {
+			p.err = call()
+			close(p.done)
+		}()
+	})
+}
