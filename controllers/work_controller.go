@@ -238,6 +238,8 @@ func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		steps.run("dispatch task "+d.Next, r.dispatch(taskNamed(tasks.Items, d.Next), id, view, decide))
 	}
 
+	steps.run("give up a task its computer cannot start for", r.giveUpUnstartable(ctx, dot, id, view, tasks.Items))
+
 	// Then the statuses the log gives.
 	steps.run("make the approvals asked for", r.makeApprovals(ctx, dot, view, tasks.Items, approvals.Items))
 	steps.run("write the statuses", r.writeStatuses(ctx, dot, view, tasks.Items))
@@ -247,6 +249,53 @@ func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		after = d.Wait
 	}
 	return steps.result(ctx, r, dot, ctrl.Result{RequeueAfter: after})
+}
+
+// giveUpUnstartable fails the Dot's current task when its computer failed
+// to start lifecycle.MaxTaskFailures times in a row (the crash-loop record)
+// before the task reached the guest: a failed wake counts toward giving a
+// task up (ref 9.2), so a Dot that cannot be made READY does not hold its
+// queue for ever. The task's task.created row is dropped and task.failed
+// logged in one transaction, naming the computer's reason; a row that was
+// delivered meanwhile is left alone.
+func (r *WorkReconciler) giveUpUnstartable(ctx context.Context, dot *dotsv1.Dot, id store.Dot, view *lifecycle.View, tasks []dotsv1.Task) error {
+	current := view.CurrentTask()
+	if current == "" {
+		return nil
+	}
+	c := &dotsv1.Computer{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(dot), c); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	sf := c.Status.StartFailure
+	if !metav1.IsControlledBy(c, dot) || sf == nil || int(sf.ConsecutiveFailCount) < lifecycle.MaxTaskFailures || c.Status.State == dotsv1.ComputerRunning {
+		return nil
+	}
+	v := view.Tasks[current]
+	reason := fmt.Sprintf("the Dot's computer failed to start %d times in a row", sf.ConsecutiveFailCount)
+	if sf.Message != "" {
+		reason += ": " + sf.Message
+	}
+	data, err := json.Marshal(wire.TaskFailed{TaskID: current, Run: v.Runs, Error: reason})
+	if err != nil {
+		return err
+	}
+	failed := store.Event{Dot: id, Type: wire.EventTaskFailed, Source: store.SourceHost, Data: data}
+	gaveUp, err := r.Store.GiveUpTask(ctx, store.TaskCreatedID(current, v.Runs), reason, r.Clock.Now(), failed)
+	if err != nil {
+		return err
+	}
+	if gaveUp {
+		for i := range tasks {
+			if string(tasks[i].UID) == current {
+				if r.Recorder != nil {
+					r.Recorder.Eventf(&tasks[i], nil, corev1.EventTypeWarning, "GivenUp", "Fail", "%s", pgtext.String(truncate(reason, 512)))
+				}
+			}
+		}
+		_, err = r.fold(ctx, id)
+	}
+	return err
 }
 
 // taskRuns is a task's runs and times as its Task's status says them,

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/keystore"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
@@ -194,6 +196,32 @@ func eventTypes(events []store.Event) []string {
 	}
 	return out
 }
+
+var _ = Describe("A task for a Dot that cannot start", func() {
+	It("fails once the computer's starts failed lifecycle.MaxTaskFailures times, naming why, and the queue moves on", func() {
+		dot := validDot()
+		dot.Namespace = "default"
+		fakeHost.SetFailStart(home.VMID{Namespace: dot.Namespace, Name: dot.Name}, errors.New("qemu-img: the golden image is unreadable"))
+		DeferCleanup(func() { fakeHost.SetFailStart(home.VMID{Namespace: dot.Namespace, Name: dot.Name}, nil) })
+		first := newTask(dot, dot.Name+"-first", 5)
+		Expect(k8sClient.Create(suiteCtx, dot)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), dot) })
+
+		Eventually(func(g Gomega) {
+			got := taskOf(first)
+			g.Expect(got.Status.Phase).To(Equal(dotsv1.TaskFailed))
+			g.Expect(got.Status.Error).To(And(ContainSubstring("failed to start"), ContainSubstring("unreadable")))
+			// With its times: the run it had, and when it ended.
+			g.Expect(got.Status.Runs).To(HaveLen(1))
+			g.Expect(got.Status.StartTime).NotTo(BeNil())
+			g.Expect(got.Status.CompletionTime).NotTo(BeNil())
+			g.Expect(got.Status.Runs[0].Outcome).To(Equal(string(dotsv1.TaskFailed)))
+		}, "90s").Should(Succeed())
+		By("the next task is given to the Dot")
+		next := newTask(dot, dot.Name+"-next", 0)
+		Eventually(func() dotsv1.TaskPhase { return taskOf(next).Status.Phase }).ShouldNot(Equal(dotsv1.TaskPending))
+	})
+})
 
 var _ = Describe("Sleep and wake", func() {
 	It("puts an idle Dot's computer to sleep and wakes it for a message", func() {
