@@ -17,7 +17,7 @@ import (
 
 // Model is the OpenRouter client the turns use.
 type Model interface {
-	Complete(ctx context.Context, key string, req openrouter.Request, onText func(string)) (openrouter.Response, error)
+	Complete(ctx context.Context, key string, req openrouter.Request) (openrouter.Response, error)
 	ModelLimits(ctx context.Context, key, model string) (openrouter.Limits, error)
 }
 

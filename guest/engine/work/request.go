@@ -255,7 +255,7 @@ func (e *Engine) summarize(ctx context.Context, t *turn, l limits, th thread) er
 		req.MaxTokens = sl.MaxTokensFor(estimateTokens(req.Messages, nil))
 		req.ProviderOnly = sl.Providers
 	}
-	resp, err := e.model.Complete(t.req, l.key, req, nil)
+	resp, err := e.model.Complete(t.req, l.key, req)
 	summary := strings.TrimSpace(resp.Content)
 	if err != nil || summary == "" || resp.Cut() {
 		if out, ok := e.interrupted(t); ok && out >= 0 {
