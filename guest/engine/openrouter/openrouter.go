@@ -554,20 +554,28 @@ type Limits struct {
 }
 
 // MaxTokensFor returns max_tokens for a prompt of promptTokens: the longest
-// answer, or what the window leaves after the prompt when that is less; 0
-// (send none) when the limits are unknown.
+// answer, or what the window leaves after the prompt and a margin when that
+// is less; 0 (send none) when the limits are unknown. The margin
+// (WindowMargin) covers what a prompt's measure misses: the engine measures
+// what it added since the provider's last count, and tokenizers differ.
 func (l Limits) MaxTokensFor(promptTokens int) int {
 	if l.ContextLength <= 0 {
 		return 0
 	}
 	n := l.MaxCompletionTokens
-	if left := l.ContextLength - promptTokens; left < n {
+	if left := l.ContextLength - promptTokens - WindowMargin(l.ContextLength); left < n {
 		n = left
 	}
 	if n < 1 {
 		n = 1
 	}
 	return n
+}
+
+// WindowMargin is the room max_tokens leaves unasked in a window of
+// contextLength: 2 %, at least 256 tokens.
+func WindowMargin(contextLength int) int {
+	return max(contextLength/50, 256)
 }
 
 // ModelLimits reads the model's limits from GET /models/{model}/endpoints

@@ -636,8 +636,11 @@ func TestMaxTokensFor(t *testing.T) {
 		want   int
 	}{
 		{l, 10_000, 8_000},
-		{l, 95_000, 5_000},
+		{l, 90_000, 8_000},
+		{l, 95_000, 3_000}, // 100000 - 95000 - the 2000 of the margin
+		{l, 98_000, 1},
 		{l, 100_000, 1},
+		{Limits{ContextLength: 8_192, MaxCompletionTokens: 8_192}, 4_000, 3_936}, // a margin of at least 256
 		{Limits{}, 10, 0},
 	}
 	for _, tc := range tests {

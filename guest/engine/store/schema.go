@@ -119,4 +119,13 @@ CREATE TABLE IF NOT EXISTS messages (
 	cleared      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_session ON messages(session, id);
+-- An assistant message's reasoning as the model gave it (the text and the
+-- reasoning_details JSON), sent back with it on every later request of the
+-- thread. A table of its own so that a database made before it needs no
+-- ALTER: every statement here stays idempotent.
+CREATE TABLE IF NOT EXISTS message_reasoning (
+	message_id INTEGER PRIMARY KEY,
+	reasoning  TEXT NOT NULL DEFAULT '',
+	details    TEXT
+);
 `

@@ -107,6 +107,11 @@ type Message struct {
 	InboundID  string
 	At         time.Time
 	Cleared    bool
+	// Reasoning and ReasoningDetails are an assistant message's reasoning as
+	// the model gave it, sent back unchanged (ref 8.6); the conversation
+	// files never show it.
+	Reasoning        string
+	ReasoningDetails json.RawMessage
 }
 
 // Call is one tool call of an assistant message.

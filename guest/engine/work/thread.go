@@ -50,7 +50,17 @@ func appendMessage(ctx context.Context, tx *store.Tx, session string, m Message)
 	if err != nil {
 		return 0, fmt.Errorf("append %s message to %s: %w", m.Role, session, err)
 	}
-	return res.LastInsertId()
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, err
+	}
+	if m.Reasoning != "" || len(m.ReasoningDetails) > 0 {
+		if _, err := tx.Exec(ctx, "INSERT INTO message_reasoning(message_id, reasoning, details) VALUES (?, ?, ?)",
+			id, m.Reasoning, nullStr(string(m.ReasoningDetails))); err != nil {
+			return 0, fmt.Errorf("store the reasoning of message %d: %w", id, err)
+		}
+	}
+	return id, nil
 }
 
 func nullStr(s string) any {
@@ -62,8 +72,10 @@ func nullStr(s string) any {
 
 // loadMessages returns the session's messages with id > after, oldest first.
 func loadMessages(ctx context.Context, q querier, session string, after int64) ([]Message, error) {
-	rows, err := q.QueryContext(ctx, `SELECT id, role, content, tool_calls, tool_call_id, tool_name, inbound_id, ts_ms, cleared
-		FROM messages WHERE session = ? AND id > ? ORDER BY id`, session, after)
+	rows, err := q.QueryContext(ctx, `SELECT m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.inbound_id,
+		m.ts_ms, m.cleared, COALESCE(r.reasoning, ''), r.details
+		FROM messages m LEFT JOIN message_reasoning r ON r.message_id = m.id
+		WHERE m.session = ? AND m.id > ? ORDER BY m.id`, session, after)
 	if err != nil {
 		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
 	}
@@ -71,9 +83,10 @@ func loadMessages(ctx context.Context, q querier, session string, after int64) (
 	var out []Message
 	for rows.Next() {
 		var m Message
-		var calls, callID, toolName, inbound sql.NullString
+		var calls, callID, toolName, inbound, details sql.NullString
 		var ts int64
-		if err := rows.Scan(&m.ID, &m.Role, &m.Content, &calls, &callID, &toolName, &inbound, &ts, &m.Cleared); err != nil {
+		if err := rows.Scan(&m.ID, &m.Role, &m.Content, &calls, &callID, &toolName, &inbound, &ts, &m.Cleared,
+			&m.Reasoning, &details); err != nil {
 			return nil, fmt.Errorf("read message of %s: %w", session, err)
 		}
 		if calls.Valid {
@@ -82,6 +95,9 @@ func loadMessages(ctx context.Context, q querier, session string, after int64) (
 			}
 		}
 		m.ToolCallID, m.ToolName, m.InboundID = callID.String, toolName.String, inbound.String
+		if details.Valid && details.String != "" {
+			m.ReasoningDetails = json.RawMessage(details.String)
+		}
 		m.At = time.UnixMilli(ts)
 		out = append(out, m)
 	}
