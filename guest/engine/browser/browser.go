@@ -275,6 +275,11 @@ func (m *Manager) Create(ctx context.Context, name string, proxy *string) (proto
 			r.id, r.name, r.proxy, r.created); err != nil {
 			return fmt.Errorf("store browser identity: %w", err)
 		}
+		if r.proxy.Valid {
+			if _, err := tx.Exec(ctx, "INSERT INTO dots_masked(value) VALUES (?) ON CONFLICT DO NOTHING", r.proxy.String); err != nil {
+				return fmt.Errorf("keep the proxy for masking: %w", err)
+			}
+		}
 		_, err := tx.Emit(ctx, protocol.EventBrowserIdentityCreated, protocol.BrowserIdentityEvent{IdentityID: r.id, Name: r.name})
 		return err
 	})
@@ -884,18 +889,46 @@ func RelayRemover(l mcphost.Launcher) func(ctx context.Context, dir string) erro
 	}
 }
 
-// Proxies are the identities' proxies, for masking: a proxy the person gave
-// in a chat passes through the model's call of browser_identity_create, and
-// the conversation files the model and the Files tab read must not keep it.
+// Proxies are every proxy an identity ever had, for masking: a proxy the
+// person gave in a chat passes through the model's call of
+// browser_identity_create, and the conversation files the model and the Files
+// tab read must not keep it, not even after the identity is deleted (ref
+// 8.6: never forgotten). Each proxy comes with its password alone, which a
+// person or the model may write apart from the URL. The proxies of
+// identities made before dots_masked existed are gathered into it here.
 func (m *Manager) Proxies(ctx context.Context) []string {
-	rows, err := m.rows(ctx)
+	var proxies []string
+	err := m.o.Store.Write(ctx, "masked-proxies", func(tx *store.Tx) error {
+		proxies = nil
+		if _, err := tx.Exec(ctx, `INSERT INTO dots_masked(value) SELECT proxy FROM dots_browser_identities
+			WHERE proxy IS NOT NULL AND proxy != '' ON CONFLICT DO NOTHING`); err != nil {
+			return fmt.Errorf("gather proxies for masking: %w", err)
+		}
+		rs, err := tx.Query(ctx, "SELECT value FROM dots_masked")
+		if err != nil {
+			return fmt.Errorf("read proxies for masking: %w", err)
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var v string
+			if err := rs.Scan(&v); err != nil {
+				return err
+			}
+			proxies = append(proxies, v)
+		}
+		return rs.Err()
+	})
 	if err != nil {
+		m.o.Log.Warn("read the proxies to mask", "err", err)
 		return nil
 	}
 	var out []string
-	for _, r := range rows {
-		if r.proxy.Valid {
-			out = append(out, r.proxy.String)
+	for _, p := range proxies {
+		out = append(out, p)
+		if u, err := url.Parse(p); err == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				out = append(out, pw)
+			}
 		}
 	}
 	return out

@@ -166,6 +166,9 @@ var runRe = regexp.MustCompile(`(fake_[a-z]+|cron|write_file|read_file|add_mcp_s
 
 type fakeCall struct{ name, args string }
 
+// fakeTypedPassword is what the stand-in model types for $TYPED.
+const fakeTypedPassword = "pw-hunter2-typed-into-a-page"
+
 func (f *fakeOpenRouter) complete(w http.ResponseWriter, r *http.Request) {
 	var req fakeRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -384,7 +387,9 @@ func script(req fakeRequest) (text string, calls []fakeCall, finish string) {
 		}
 		if strings.HasPrefix(t, "run ") || strings.Contains(t, " run ") {
 			for _, m := range runRe.FindAllStringSubmatch(t, -1) {
-				calls = append(calls, fakeCall{m[1], m[2]})
+				// $TYPED is a password the model read somewhere (a page, a
+				// file) and types: the person never wrote it.
+				calls = append(calls, fakeCall{m[1], strings.ReplaceAll(m[2], "$TYPED", fakeTypedPassword)})
 			}
 			say := ""
 			if i := strings.Index(t, "say "); i >= 0 {
@@ -470,6 +475,10 @@ func (f *fakeTools) Run(ctx context.Context, name string, args json.RawMessage) 
 		case <-ctx.Done():
 			return work.ToolResult{Text: "killed", Interrupted: true}
 		}
+	}
+	if strings.Contains(string(args), `"password"`) {
+		// A tool like browser_type: its result does not repeat what it typed.
+		return work.ToolResult{Text: "ran " + name + " (typed)", OK: true}
 	}
 	return work.ToolResult{Text: "ran " + line, OK: true}
 }

@@ -83,6 +83,13 @@ CREATE TABLE IF NOT EXISTS dots_browser_identities (
 	created_ms   INTEGER NOT NULL,
 	last_used_ms INTEGER
 );
+-- Values masked as *** in every file the engine writes, gathered as they
+-- appear and never forgotten (ref 8.6): a browser identity's proxy stays
+-- here after the identity is deleted, since a conversation file is written
+-- again whole and still carries what was said while it lived.
+CREATE TABLE IF NOT EXISTS dots_masked (
+	value TEXT PRIMARY KEY
+);
 CREATE TABLE IF NOT EXISTS dots_kv (
 	key   TEXT PRIMARY KEY,
 	value TEXT NOT NULL

@@ -97,7 +97,22 @@ func (e *Engine) loadThread(ctx context.Context, session string) (thread, error)
 		}
 		th.summary = summary
 		th.msgs, err = loadMessages(ctx, q, session, upto)
-		return err
+		if err != nil {
+			return err
+		}
+		for i, m := range th.msgs {
+			if m.Role != "user" || m.InboundID != "" {
+				continue
+			}
+			text, ok, err := approvalForModel(ctx, q, m.Content)
+			if err != nil {
+				return err
+			}
+			if ok {
+				th.msgs[i].Content = text
+			}
+		}
+		return nil
 	})
 	return th, err
 }

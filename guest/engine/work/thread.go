@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -228,4 +229,47 @@ func pendingInbound(ctx context.Context, q querier) ([]inboundRow, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// approvalLine is the public line of a decision as the transcript keeps it
+// (ref 8.6): the tool, its permission and the decision, with the person's
+// note, and the approval's id, by which each request is given the arguments
+// (approvalForModel).
+func approvalLine(approved bool, tool, permission, note, id string) string {
+	verb := "rejected"
+	if approved {
+		verb = "approved"
+	}
+	line := fmt.Sprintf("[Approval] The person %s your call of %s (%s).", verb, tool, permission)
+	if note != "" {
+		line += " Their note: " + note
+	}
+	return line + " [approval " + id + "]"
+}
+
+var approvalLineRe = regexp.MustCompile(`(?s)^\[Approval\] The person (approved|rejected) your call of (\S+) \([^)]*\)\.( Their note: .*)? \[approval ([^\]]+)\]$`)
+
+// approvalForModel is what the model is told of a decision whose public line
+// is line: the same words with the arguments of the call, read from the
+// approval; ok is false for any other message, or an approval no longer held.
+func approvalForModel(ctx context.Context, q querier, line string) (string, bool, error) {
+	m := approvalLineRe.FindStringSubmatch(line)
+	if m == nil {
+		return "", false, nil
+	}
+	var canonical string
+	err := q.QueryRowContext(ctx, "SELECT canonical FROM dots_approvals WHERE id = ?", m[4]).Scan(&canonical)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read approval %s: %w", m[4], err)
+	}
+	var text string
+	if m[1] == "approved" {
+		text = fmt.Sprintf("[Approval] The person approved your call of %s. It has not run yet. Make the same call again now, with exactly these arguments: %s", m[2], canonical)
+	} else {
+		text = fmt.Sprintf("[Approval] The person rejected your call of %s with the arguments %s. It did not run.", m[2], canonical)
+	}
+	return text + m[3], true, nil
 }

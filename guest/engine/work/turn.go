@@ -569,16 +569,16 @@ func (e *Engine) injectInputs(ctx context.Context, tx *store.Tx) error {
 // tellApprovals appends, for each decided approval of the session, the
 // message that tells the model the decision (ref 8.8 Approvals).
 func (e *Engine) tellApprovals(ctx context.Context, tx *store.Tx, session string) (bool, error) {
-	rows, err := tx.Query(ctx, `SELECT id, tool, canonical, status, COALESCE(note, '') FROM dots_approvals
+	rows, err := tx.Query(ctx, `SELECT id, tool, permission, status, COALESCE(note, '') FROM dots_approvals
 		WHERE session = ? AND status IN ('approved','rejected','granted','told') ORDER BY created, rowid`, session)
 	if err != nil {
 		return false, fmt.Errorf("read decided approvals: %w", err)
 	}
-	type decided struct{ id, tool, args, status, note string }
+	type decided struct{ id, tool, permission, status, note string }
 	var list []decided
 	for rows.Next() {
 		var d decided
-		if err := rows.Scan(&d.id, &d.tool, &d.args, &d.status, &d.note); err != nil {
+		if err := rows.Scan(&d.id, &d.tool, &d.permission, &d.status, &d.note); err != nil {
 			rows.Close()
 			return false, err
 		}
@@ -586,17 +586,15 @@ func (e *Engine) tellApprovals(ctx context.Context, tx *store.Tx, session string
 	}
 	rows.Close()
 	for _, d := range list {
-		var text, next string
+		next, approved := "told", false
 		if d.status == "approved" || d.status == "granted" {
-			next = "granted"
-			text = fmt.Sprintf("[Approval] The person approved your call of %s. It has not run yet. Make the same call again now, with exactly these arguments: %s", d.tool, d.args)
-		} else {
-			next = "told"
-			text = fmt.Sprintf("[Approval] The person rejected your call of %s with the arguments %s. It did not run.", d.tool, d.args)
+			next, approved = "granted", true
 		}
-		if d.note != "" {
-			text += " Their note: " + d.note
-		}
+		// The transcript keeps the decision's public line only: the
+		// arguments (a password typed, a token in a command) stay in
+		// dots_approvals, and each request is given them (loadThread), so
+		// no conversation file, summary or memory pass ever reads them.
+		text := approvalLine(approved, d.tool, d.permission, d.note, d.id)
 		if _, err := appendMessage(ctx, tx, session, Message{Role: "user", Content: text}); err != nil {
 			return false, err
 		}
