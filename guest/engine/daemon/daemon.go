@@ -43,7 +43,7 @@ import (
 // Defaults of the guest layout (ref 4.2).
 const (
 	DefaultStateDir      = "/home/dotengine/state"
-	DefaultBuiltinSkills = protocol.RuntimeMountPoint + "/engine/skills"
+	DefaultBuiltinSkills = protocol.RuntimeMountPoint + "/" + protocol.RuntimeSkillsDir
 	// EnvBuiltinSkills overrides the built-in skills directory (tests and
 	// development; the runtime disk has them at DefaultBuiltinSkills).
 	EnvBuiltinSkills = "INVISIBLE_DOTS_BUILTIN_SKILLS"

@@ -332,6 +332,12 @@ func (m *Memory) Skills(ctx context.Context) ([]protocol.Skill, error) {
 			}
 			p := filepath.Join(m.BuiltinSkills, d.Name(), "SKILL.md")
 			data, err := os.ReadFile(p)
+			if os.IsNotExist(err) {
+				// The runtime ISO holds plain ISO 9660 names, which a guest
+				// mounts in lower case.
+				p = filepath.Join(m.BuiltinSkills, d.Name(), "skill.md")
+				data, err = os.ReadFile(p)
+			}
 			if err != nil {
 				continue
 			}
