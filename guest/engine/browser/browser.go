@@ -130,8 +130,9 @@ type Manager struct {
 	ops  map[string]*sync.Mutex // one launch, close or delete of an identity at a time
 	// launching counts the launches under way, which hold a place among
 	// the open ones (two turns may launch two identities at once).
-	launching int
-	tools     []mcphost.Tool // the server's tools, as it last listed them
+	launching    int
+	tools        []mcphost.Tool // the server's tools, as it last listed them
+	instructions string         // what the server said at initialize, as it last said it
 }
 
 // session is one open identity: its server and the call in flight on it.
@@ -565,6 +566,7 @@ func (m *Manager) Launch(ctx context.Context, id string) (string, error) {
 	m.mu.Lock()
 	m.open[id] = s
 	m.tools = srv.Status().Tools
+	m.instructions = srv.Status().Instructions
 	m.mu.Unlock()
 	m.touch(ctx, s)
 	err = m.o.Store.Write(ctx, "browser-launched", func(tx *store.Tx) error {
@@ -730,8 +732,19 @@ func (m *Manager) Probe(ctx context.Context) error {
 	if m.tools == nil {
 		m.tools = st.Tools
 	}
+	if m.instructions == "" {
+		m.instructions = st.Instructions
+	}
 	m.mu.Unlock()
 	return nil
+}
+
+// Instructions are what the browser's server said at initialize, read by
+// Probe and again by every launch, for the system prompt (ref 8.3).
+func (m *Manager) Instructions() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.instructions
 }
 
 // Tools are the page tools the model is offered: the server's own that
