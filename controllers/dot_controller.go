@@ -37,6 +37,9 @@ type DotReconciler struct {
 	Client   client.Client
 	Recorder recorder.EventRecorder
 	Clock    clock.PassiveClock
+	// SecretReader reads the Dot's Secret uncached (pruneMCPSecrets); nil
+	// leaves the Secret alone.
+	SecretReader client.Reader
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=dots,verbs=get;list;watch;update;patch
@@ -92,7 +95,8 @@ func (r *DotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if !dot.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
 	}
-	return ctrl.Result{}, r.reconcileComputer(ctx, s)
+	_, pruneErr := r.pruneMCPSecrets(ctx, dot)
+	return ctrl.Result{}, kerrors.NewAggregate([]error{r.reconcileComputer(ctx, s), pruneErr})
 }
 
 // reconcileComputer creates the Dot's Computer (same name, owned by the

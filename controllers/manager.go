@@ -133,9 +133,10 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("index computers by host: %w", err)
 	}
 	if err := (&DotReconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder(DotControllerName),
-		Clock:    o.Clock,
+		Client:       mgr.GetClient(),
+		Recorder:     mgr.GetEventRecorder(DotControllerName),
+		Clock:        o.Clock,
+		SecretReader: mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

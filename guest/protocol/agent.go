@@ -71,8 +71,12 @@ type HealthCheck struct {
 
 // SecretsRequest is the body of POST /secrets.
 type SecretsRequest struct {
-	OpenRouterAPIKey string                       `json:"openrouter_api_key"`
-	MCPSecrets       map[string]map[string]string `json:"mcp_secrets,omitempty"`
+	OpenRouterAPIKey string `json:"openrouter_api_key"`
+	// MCPSecrets are every MCP secret in force, by server and name: a map
+	// present replaces the engine's whole set, so an empty one ({}) clears
+	// it (a revoked secret reaches the guest, ref 4.3); absent (null) keeps
+	// the set the engine holds. The host always sends it.
+	MCPSecrets map[string]map[string]string `json:"mcp_secrets"`
 }
 
 var (
@@ -104,13 +108,14 @@ func ValidateMCPSecret(v string) error {
 // Validate applies the key rule and the MCP secret rule of ref 4.3. Its error
 // never contains a value.
 //
-// A body may carry the MCP secrets alone (the key is then kept); a body with
-// neither sets nothing and is refused.
+// A body may carry the MCP secrets alone (the key is then kept), an empty
+// map included (they are cleared); a body with neither sets nothing and is
+// refused.
 func (r SecretsRequest) Validate() error {
-	if r.OpenRouterAPIKey == "" && len(r.MCPSecrets) == 0 {
+	if r.OpenRouterAPIKey == "" && r.MCPSecrets == nil {
 		return fmt.Errorf("the body holds neither openrouter_api_key nor mcp_secrets")
 	}
-	if r.OpenRouterAPIKey != "" || len(r.MCPSecrets) == 0 {
+	if r.OpenRouterAPIKey != "" || r.MCPSecrets == nil {
 		if err := ValidateOpenRouterKey(r.OpenRouterAPIKey); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -28,7 +29,14 @@ type RuntimeConfig struct {
 type ModelRef struct {
 	Provider string `json:"provider"`
 	ID       string `json:"id"`
+	// Reasoning is the reasoning effort asked of the model (ReasoningEfforts);
+	// empty leaves the model's own default.
+	Reasoning string `json:"reasoning,omitempty"`
 }
+
+// ReasoningEfforts are the accepted model.reasoning values, sent to
+// OpenRouter as reasoning.effort.
+var ReasoningEfforts = []string{"none", "low", "medium", "high"}
 
 // ProviderOpenRouter is the one accepted model provider.
 const ProviderOpenRouter = "openrouter"
@@ -106,6 +114,9 @@ func hasControlBut(s string, allowed rune) bool {
 func (c RuntimeConfig) Validate() error {
 	if !dotNameRe.MatchString(c.Name) {
 		return fmt.Errorf("name %q must be 1 to 40 of [a-z0-9-]", c.Name)
+	}
+	if c.Model.Reasoning != "" && !slices.Contains(ReasoningEfforts, c.Model.Reasoning) {
+		return fmt.Errorf("model.reasoning %q is not accepted: use one of %s, or leave it out for the model's default", c.Model.Reasoning, strings.Join(ReasoningEfforts, ", "))
 	}
 	if c.Model.Provider != ProviderOpenRouter {
 		return fmt.Errorf("model.provider %q is not accepted (the only provider is %s)", c.Model.Provider, ProviderOpenRouter)

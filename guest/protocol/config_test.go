@@ -83,6 +83,7 @@ func TestSecretsRequestValidate(t *testing.T) {
 		"key newline":    {SecretsRequest{OpenRouterAPIKey: "sk\nor"}, OpenRouterKeyRule},
 		"nothing":        {SecretsRequest{}, "neither openrouter_api_key nor mcp_secrets"},
 		"mcp alone":      {SecretsRequest{MCPSecrets: map[string]map[string]string{"search": {"Authorization": "Bearer x"}}}, ""},
+		"mcp cleared":    {SecretsRequest{MCPSecrets: map[string]map[string]string{}}, ""},
 		"mcp, bad key":   {SecretsRequest{OpenRouterAPIKey: "sk or", MCPSecrets: map[string]map[string]string{"search": {"A": "x"}}}, OpenRouterKeyRule},
 		"secret ctrl":    {SecretsRequest{OpenRouterAPIKey: "k", MCPSecrets: map[string]map[string]string{"s": {"A": "a\tb"}}}, MCPSecretRule},
 	}

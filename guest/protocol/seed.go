@@ -63,6 +63,7 @@ const (
 	RuntimeEngineFile   = RuntimeBinDir + "/dot-engine" // the static engine, when built
 	RuntimeManifestFile = "manifest.json"               // RuntimeContents as JSON
 	RuntimeUnitsDir     = "units"                       // the systemd units of ref 4.1
+	RuntimeSkillsDir    = "engine/skills"               // the built-in skills, one folder each (ref 8.6)
 	// RuntimeAgentdPath is dot-agentd in a running guest: what the engine
 	// runs as `dot-agentd relay`.
 	RuntimeAgentdPath = RuntimeMountPoint + "/" + RuntimeAgentdFile

@@ -76,16 +76,16 @@ func readSecrets(ctx context.Context, r client.Reader, dot *dotsv1.Dot) (secretS
 		return secretSet{}, &keyProblem{dotsv1.KeyUnusableReason, fmt.Sprintf("the key in %s cannot be used: %v; store it again with %q", set.keyFrom, err, StoreKeyCommand)}
 	}
 
-	// Only the MCP secrets the configuration names, and only those set.
+	// Only the MCP secrets the configuration names, and only those set; the
+	// map is always sent, empty when none is, so that a secret cleared or no
+	// longer named is dropped by the engine too (ref 4.3).
+	set.req.MCPSecrets = map[string]map[string]string{}
 	if own != nil {
 		for _, s := range dot.Spec.MCPServers {
 			for _, name := range s.Secrets {
 				v, ok := own.Data[dotsv1.MCPSecretKey(s.Name, name)]
 				if !ok {
 					continue
-				}
-				if set.req.MCPSecrets == nil {
-					set.req.MCPSecrets = map[string]map[string]string{}
 				}
 				if set.req.MCPSecrets[s.Name] == nil {
 					set.req.MCPSecrets[s.Name] = map[string]string{}

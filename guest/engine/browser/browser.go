@@ -130,8 +130,9 @@ type Manager struct {
 	ops  map[string]*sync.Mutex // one launch, close or delete of an identity at a time
 	// launching counts the launches under way, which hold a place among
 	// the open ones (two turns may launch two identities at once).
-	launching int
-	tools     []mcphost.Tool // the server's tools, as it last listed them
+	launching    int
+	tools        []mcphost.Tool // the server's tools, as it last listed them
+	instructions string         // what the server said at initialize, as it last said it
 }
 
 // session is one open identity: its server and the call in flight on it.
@@ -274,6 +275,11 @@ func (m *Manager) Create(ctx context.Context, name string, proxy *string) (proto
 		if _, err := tx.Exec(ctx, "INSERT INTO dots_browser_identities(id, name, proxy, created_ms) VALUES (?, ?, ?, ?)",
 			r.id, r.name, r.proxy, r.created); err != nil {
 			return fmt.Errorf("store browser identity: %w", err)
+		}
+		if r.proxy.Valid {
+			if _, err := tx.Exec(ctx, "INSERT INTO dots_masked(value) VALUES (?) ON CONFLICT DO NOTHING", r.proxy.String); err != nil {
+				return fmt.Errorf("keep the proxy for masking: %w", err)
+			}
 		}
 		_, err := tx.Emit(ctx, protocol.EventBrowserIdentityCreated, protocol.BrowserIdentityEvent{IdentityID: r.id, Name: r.name})
 		return err
@@ -560,6 +566,7 @@ func (m *Manager) Launch(ctx context.Context, id string) (string, error) {
 	m.mu.Lock()
 	m.open[id] = s
 	m.tools = srv.Status().Tools
+	m.instructions = srv.Status().Instructions
 	m.mu.Unlock()
 	m.touch(ctx, s)
 	err = m.o.Store.Write(ctx, "browser-launched", func(tx *store.Tx) error {
@@ -725,8 +732,19 @@ func (m *Manager) Probe(ctx context.Context) error {
 	if m.tools == nil {
 		m.tools = st.Tools
 	}
+	if m.instructions == "" {
+		m.instructions = st.Instructions
+	}
 	m.mu.Unlock()
 	return nil
+}
+
+// Instructions are what the browser's server said at initialize, read by
+// Probe and again by every launch, for the system prompt (ref 8.3).
+func (m *Manager) Instructions() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.instructions
 }
 
 // Tools are the page tools the model is offered: the server's own that
@@ -884,18 +902,46 @@ func RelayRemover(l mcphost.Launcher) func(ctx context.Context, dir string) erro
 	}
 }
 
-// Proxies are the identities' proxies, for masking: a proxy the person gave
-// in a chat passes through the model's call of browser_identity_create, and
-// the conversation files the model and the Files tab read must not keep it.
+// Proxies are every proxy an identity ever had, for masking: a proxy the
+// person gave in a chat passes through the model's call of
+// browser_identity_create, and the conversation files the model and the Files
+// tab read must not keep it, not even after the identity is deleted (ref
+// 8.6: never forgotten). Each proxy comes with its password alone, which a
+// person or the model may write apart from the URL. The proxies of
+// identities made before dots_masked existed are gathered into it here.
 func (m *Manager) Proxies(ctx context.Context) []string {
-	rows, err := m.rows(ctx)
+	var proxies []string
+	err := m.o.Store.Write(ctx, "masked-proxies", func(tx *store.Tx) error {
+		proxies = nil
+		if _, err := tx.Exec(ctx, `INSERT INTO dots_masked(value) SELECT proxy FROM dots_browser_identities
+			WHERE proxy IS NOT NULL AND proxy != '' ON CONFLICT DO NOTHING`); err != nil {
+			return fmt.Errorf("gather proxies for masking: %w", err)
+		}
+		rs, err := tx.Query(ctx, "SELECT value FROM dots_masked")
+		if err != nil {
+			return fmt.Errorf("read proxies for masking: %w", err)
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var v string
+			if err := rs.Scan(&v); err != nil {
+				return err
+			}
+			proxies = append(proxies, v)
+		}
+		return rs.Err()
+	})
 	if err != nil {
+		m.o.Log.Warn("read the proxies to mask", "err", err)
 		return nil
 	}
 	var out []string
-	for _, r := range rows {
-		if r.proxy.Valid {
-			out = append(out, r.proxy.String)
+	for _, p := range proxies {
+		out = append(out, p)
+		if u, err := url.Parse(p); err == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				out = append(out, pw)
+			}
 		}
 	}
 	return out

@@ -37,12 +37,15 @@ type fakePlaywright struct {
 
 type fakeArgs map[string]any
 
+// fakePlaywrightInstructions is what the fake server says at initialize.
+const fakePlaywrightInstructions = "Read the page with browser_snapshot before every action."
+
 func (f *fakePlaywright) dial(cfg protocol.MCPServerConfig, secrets map[string]string) mcphost.Dialer {
 	return func(io.Writer) (sdk.Transport, error) {
 		f.mu.Lock()
 		f.starts = append(f.starts, secrets)
 		f.mu.Unlock()
-		srv := sdk.NewServer(&sdk.Implementation{Name: "fake-playwright", Version: "1"}, nil)
+		srv := sdk.NewServer(&sdk.Implementation{Name: "fake-playwright", Version: "1"}, &sdk.ServerOptions{Instructions: fakePlaywrightInstructions})
 		text := func(s string) *sdk.CallToolResult {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: s}}}
 		}
@@ -320,5 +323,28 @@ func TestPageToolApprovalAndTargetHideTheURLsUserinfo(t *testing.T) {
 	}
 	if got := tb.Target("browser_type", map[string]any{"identity_id": "web-abc123", "text": "my password"}); got != "web-abc123" {
 		t.Errorf("browser_type's target = %q, want the identity only, never typed text", got)
+	}
+}
+
+// TestBrowserServersInstructionsAreInThePrompt: what the browser's server
+// says at initialize reaches the system prompt beside the browser section
+// (ref 8.3), read by the probe before any identity is open.
+func TestBrowserServersInstructionsAreInThePrompt(t *testing.T) {
+	h := startEngineWithBrowser(t, &fakePlaywright{})
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(nil))
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 1; ; i++ {
+		h.send(fmt.Sprintf("m%d", i), protocol.InboundUserMessage, protocol.UserMessage{Text: "hi"})
+		s.waitFor(t, "the answer", func(evs []protocol.OutboundEvent) bool { return countType(evs, protocol.EventMessageAssistant) == i })
+		reqs := h.or.Requests()
+		system := reqs[len(reqs)-1].Messages[0].text()
+		if strings.Contains(system, "What the browser's server says of driving a page:\n"+fakePlaywrightInstructions) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the system prompt never carries the browser server's instructions:\n%s", system)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -43,7 +43,7 @@ import (
 // Defaults of the guest layout (ref 4.2).
 const (
 	DefaultStateDir      = "/home/dotengine/state"
-	DefaultBuiltinSkills = protocol.RuntimeMountPoint + "/engine/skills"
+	DefaultBuiltinSkills = protocol.RuntimeMountPoint + "/" + protocol.RuntimeSkillsDir
 	// EnvBuiltinSkills overrides the built-in skills directory (tests and
 	// development; the runtime disk has them at DefaultBuiltinSkills).
 	EnvBuiltinSkills = "INVISIBLE_DOTS_BUILTIN_SKILLS"
@@ -226,7 +226,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		files = fileclient.New(cfg.AgentdSocket, 30*time.Second)
 	}
 	mem := &memory.Memory{Files: files, Home: home, BuiltinSkills: cfg.BuiltinSkills, Log: log,
-		Target: toolbox.Target, Secrets: func() []string {
+		Target: toolbox.Target, BrowserInstructions: browsers.Instructions, Secrets: func() []string {
 			return append(eng.SecretValues(), browsers.Proxies(context.Background())...)
 		}}
 	opts := work.Options{Store: st, Model: model, Tools: toolbox, Memory: mem, Log: log, Grace: cfg.Grace, Browsers: browsers}

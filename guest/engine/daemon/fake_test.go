@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -35,6 +36,12 @@ import (
 //	say TEXT                         -> progress text beside the calls
 //
 // Anything else is answered "echo: <text>".
+//
+// It speaks the wire as OpenRouter documents it: keep-alive comments between
+// the chunks, parallel tool calls split across chunks and interleaved, the
+// usage (with the cost, and for BYOK the upstream cost) in a last chunk of
+// its own, then [DONE]. faults script what goes wrong with the next requests
+// of the turn's model (summary requests are never faulted), one each.
 type fakeOpenRouter struct {
 	srv *httptest.Server
 
@@ -42,9 +49,29 @@ type fakeOpenRouter struct {
 	requests []fakeRequest
 	status   []int // statuses to answer the next chat requests with, in order (429, 500)
 	cutNext  int   // chat requests whose stream is cut mid-way
+	faults   []fault
 	cost     float64
-	window   int // context_length the endpoints list (default 100000)
+	byok     bool // usage is BYOK: cost is OpenRouter's fee, upstream is twice it
+	window   int  // context_length the endpoints list (default 100000)
+	prompt   int  // usage.prompt_tokens reported (default 10)
+	// reasoning: every answer carries reasoning in each documented shape;
+	// needReasoning: a request whose assistant call lacks its signed
+	// reasoning back is refused as Gemini 3 refuses it.
+	reasoning, needReasoning bool
 }
+
+// fault is one thing that goes wrong with a request.
+type fault string
+
+const (
+	faultMidStream     fault = "mid-stream error" // some text, then an error chunk with finish_reason error
+	faultCut           fault = "cut"              // some text, then the connection drops
+	faultCutInCall     fault = "cut in a call"    // a call's first piece, then the connection drops
+	faultEmpty         fault = "empty answer"     // content "" with finish_reason stop
+	faultLongWait      fault = "429 wait 600 s"   // 429 with Retry-After: 600
+	faultNoCredits     fault = "402"              // 402, out of credits
+	faultContextLength fault = "context length"   // 400, longer than the window
+)
 
 type fakeRequest struct {
 	Model     string        `json:"model"`
@@ -59,10 +86,12 @@ type fakeRequest struct {
 }
 
 type fakeMessage struct {
-	Role       string `json:"role"`
-	Content    any    `json:"content"`
-	ToolCallID string `json:"tool_call_id"`
-	ToolCalls  []struct {
+	Role             string          `json:"role"`
+	Content          any             `json:"content"`
+	Reasoning        string          `json:"reasoning"`
+	ReasoningDetails json.RawMessage `json:"reasoning_details"`
+	ToolCallID       string          `json:"tool_call_id"`
+	ToolCalls        []struct {
 		ID       string `json:"id"`
 		Function struct {
 			Name      string `json:"name"`
@@ -137,12 +166,16 @@ var runRe = regexp.MustCompile(`(fake_[a-z]+|cron|write_file|read_file|add_mcp_s
 
 type fakeCall struct{ name, args string }
 
+// fakeTypedPassword is what the stand-in model types for $TYPED.
+const fakeTypedPassword = "pw-hunter2-typed-into-a-page"
+
 func (f *fakeOpenRouter) complete(w http.ResponseWriter, r *http.Request) {
 	var req fakeRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), 400)
 		return
 	}
+	summary := strings.Contains(req.Messages[0].text(), "You write a handoff summary")
 	f.mu.Lock()
 	f.requests = append(f.requests, req)
 	var status int
@@ -153,15 +186,51 @@ func (f *fakeOpenRouter) complete(w http.ResponseWriter, r *http.Request) {
 	if cut {
 		f.cutNext--
 	}
-	cost := f.cost
+	var flt fault
+	if len(f.faults) > 0 && !summary {
+		flt, f.faults = f.faults[0], f.faults[1:]
+	}
+	cost, byok, reasoning, needReasoning, prompt := f.cost, f.byok, f.reasoning, f.needReasoning, cmp.Or(f.prompt, 10)
 	f.mu.Unlock()
+	refuse := func(code int, retryAfter, body string) {
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		fmt.Fprint(w, body)
+	}
 	if status != 0 {
-		w.Header().Set("Retry-After", "0")
-		w.WriteHeader(status)
-		fmt.Fprint(w, `{"error":{"message":"slow down","code":429}}`)
+		refuse(status, "0", `{"error":{"message":"slow down","code":429}}`)
 		return
 	}
+	switch flt {
+	case faultLongWait:
+		refuse(429, "600", `{"error":{"message":"Rate limit exceeded: free-models-per-min","code":429}}`)
+		return
+	case faultNoCredits:
+		refuse(402, "", `{"error":{"message":"Insufficient credits. This account never purchased credits. Make sure your key is on the correct account or org, and if so, purchase more at https://openrouter.ai/settings/credits","code":402}}`)
+		return
+	case faultContextLength:
+		refuse(400, "", `{"error":{"message":"This endpoint's maximum context length is 100000 tokens. However, you requested about 131000 tokens (123000 of text input, 8000 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically.","code":400}}`)
+		return
+	}
+	if needReasoning {
+		for _, m := range req.Messages {
+			// The signature rides with the first call of a message, as
+			// Gemini's thought signature does.
+			if len(m.ToolCalls) > 0 {
+				if !strings.Contains(string(m.ReasoningDetails), `"signature":"sig-`+m.ToolCalls[0].ID+`"`) {
+					refuse(400, "", `{"error":{"message":"Provider returned error","code":400,"metadata":{"provider_name":"Google AI Studio","raw":"Function call is missing a thought_signature in functionCall parts."}}}`)
+					return
+				}
+			}
+		}
+	}
 	text, calls, finish := script(req)
+	if flt == faultEmpty {
+		text, calls, finish = "", nil, "stop"
+	}
 	costp := &cost
 	if strings.Contains(firstUser(req), "NOCOST") {
 		costp = nil
@@ -170,24 +239,80 @@ func (f *fakeOpenRouter) complete(w http.ResponseWriter, r *http.Request) {
 	flusher := w.(http.Flusher)
 	send := func(v any) {
 		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "data: %s\n\n", b)
+		// A keep-alive comment before every chunk, as OpenRouter sends while
+		// a provider works.
+		fmt.Fprintf(w, ": OPENROUTER PROCESSING\n\ndata: %s\n\n", b)
 		flusher.Flush()
 	}
+	drop := func() {
+		if conn, buf, err := w.(http.Hijacker).Hijack(); err == nil {
+			buf.Flush()
+			conn.Close()
+		}
+	}
+	delta := func(d map[string]any) { send(map[string]any{"choices": []any{map[string]any{"index": 0, "delta": d}}}) }
+	if reasoning && !summary {
+		delta(map[string]any{"role": "assistant", "reasoning": "Thinking ", "reasoning_details": []any{
+			map[string]any{"type": "reasoning.text", "text": "Thinking ", "index": 0, "format": "google-gemini-v1"}}})
+		delta(map[string]any{"reasoning": "it over.", "reasoning_details": []any{
+			map[string]any{"type": "reasoning.text", "text": "it over.", "index": 0}}})
+		sig := "sig-plain"
+		if len(calls) > 0 {
+			sig = "sig-call_0"
+		}
+		delta(map[string]any{"reasoning_details": []any{map[string]any{"type": "reasoning.text", "signature": sig, "index": 0}}})
+		delta(map[string]any{"reasoning_details": []any{map[string]any{"type": "reasoning.summary", "summary": "Planned the step.", "index": 1}}})
+		delta(map[string]any{"reasoning_details": []any{map[string]any{"type": "reasoning.encrypted", "data": "ENCRYPTED-BLOB-gAAAAB", "index": 2}}})
+	}
 	if text != "" {
-		send(map[string]any{"choices": []any{map[string]any{"delta": map[string]any{"content": text}}}})
+		// The text in two pieces.
+		half := len(text) / 2
+		delta(map[string]any{"content": text[:half]})
+		if flt == faultMidStream {
+			send(map[string]any{"error": map[string]any{"code": "server_error", "message": "Provider disconnected unexpectedly"},
+				"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": ""}, "finish_reason": "error"}}})
+			return
+		}
+		if flt == faultCut {
+			drop()
+			return
+		}
+		delta(map[string]any{"content": text[half:]})
 	}
 	if cut {
 		return // the stream ends without a finish reason
 	}
+	// Every call opens with its id and name and an empty argument, then its
+	// arguments come in two pieces, the calls' pieces interleaved.
 	for i, c := range calls {
-		send(map[string]any{"choices": []any{map[string]any{"delta": map[string]any{"tool_calls": []any{
-			map[string]any{"index": i, "id": fmt.Sprintf("call_%d", i), "type": "function",
-				"function": map[string]any{"name": c.name, "arguments": c.args}}}}}}})
+		delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": fmt.Sprintf("call_%d", i), "type": "function",
+			"function": map[string]any{"name": c.name, "arguments": ""}}}})
 	}
-	send(map[string]any{"choices": []any{map[string]any{"delta": map[string]any{}, "finish_reason": finish}}})
-	usage := map[string]any{"prompt_tokens": 10, "completion_tokens": 5}
+	if flt == faultCutInCall && len(calls) > 0 {
+		delta(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": calls[0].args[:len(calls[0].args)/2]}}}})
+		drop()
+		return
+	}
+	for half := 0; half < 2; half++ {
+		for i, c := range calls {
+			piece := c.args[:len(c.args)/2]
+			if half == 1 {
+				piece = c.args[len(c.args)/2:]
+			}
+			delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": piece}}}})
+		}
+	}
+	send(map[string]any{"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": finish}}})
+	usage := map[string]any{"prompt_tokens": prompt, "completion_tokens": 5}
+	if reasoning {
+		usage["completion_tokens_details"] = map[string]any{"reasoning_tokens": 3}
+	}
 	if costp != nil {
 		usage["cost"] = *costp
+		if byok {
+			usage["is_byok"] = true
+			usage["cost_details"] = map[string]any{"upstream_inference_cost": 2 * *costp}
+		}
 	}
 	send(map[string]any{"choices": []any{}, "usage": usage})
 	fmt.Fprint(w, "data: [DONE]\n\n")
@@ -257,10 +382,14 @@ func script(req fakeRequest) (text string, calls []fakeCall, finish string) {
 			return "resumed and finished", nil, "stop"
 		case strings.HasPrefix(t, "[Your previous answer was cut"):
 			return "finished after the cut", nil, "stop"
+		case strings.HasPrefix(t, "[Your previous answer was empty"):
+			return "the answer, asked again", nil, "stop"
 		}
 		if strings.HasPrefix(t, "run ") || strings.Contains(t, " run ") {
 			for _, m := range runRe.FindAllStringSubmatch(t, -1) {
-				calls = append(calls, fakeCall{m[1], m[2]})
+				// $TYPED is a password the model read somewhere (a page, a
+				// file) and types: the person never wrote it.
+				calls = append(calls, fakeCall{m[1], strings.ReplaceAll(m[2], "$TYPED", fakeTypedPassword)})
 			}
 			say := ""
 			if i := strings.Index(t, "say "); i >= 0 {
@@ -346,6 +475,10 @@ func (f *fakeTools) Run(ctx context.Context, name string, args json.RawMessage) 
 		case <-ctx.Done():
 			return work.ToolResult{Text: "killed", Interrupted: true}
 		}
+	}
+	if strings.Contains(string(args), `"password"`) {
+		// A tool like browser_type: its result does not repeat what it typed.
+		return work.ToolResult{Text: "ran " + name + " (typed)", OK: true}
 	}
 	return work.ToolResult{Text: "ran " + line, OK: true}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,5 +164,78 @@ func TestAddMCPServerAsksAndReportsTheAddition(t *testing.T) {
 	tc := decode[protocol.ToolCalled](t, ofType(evs, protocol.EventToolCalled)[0])
 	if tc.Tool != "add_mcp_server" || !tc.OK || tc.Target == nil || *tc.Target != "time" {
 		t.Errorf("tool.called = %+v", tc)
+	}
+}
+
+// TestClearedMCPSecretsReachTheServer: a push whose mcp_secrets is an empty
+// map clears the secrets the engine holds, and the server that named one is
+// started again without it (ref 4.3: a revoked secret is no longer in use).
+func TestClearedMCPSecretsReachTheServer(t *testing.T) {
+	var mu sync.Mutex
+	var dialed []map[string]string
+	dial := func(name string, cfg protocol.MCPServerConfig, secrets map[string]string) mcphost.Dialer {
+		mu.Lock()
+		dialed = append(dialed, maps.Clone(secrets))
+		mu.Unlock()
+		return memDial(name, cfg, secrets)
+	}
+	last := func() (int, map[string]string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(dialed) == 0 {
+			return 0, nil
+		}
+		return len(dialed), dialed[len(dialed)-1]
+	}
+	h, cfg := newHarness(t, t.TempDir(), newFakeOpenRouter(t), &fakeTools{})
+	cfg.AgentdBin = "/bin/false"
+	h.launch(cfg, Deps{Model: h.or.client(), Files: h.files, MCPDial: dial})
+	h.configure(mcpConfig(nil))
+	push := func(secrets map[string]map[string]string) {
+		t.Helper()
+		if code, body := call(t, h.c, "POST", "/secrets", protocol.SecretsRequest{MCPSecrets: secrets}); code != http.StatusNoContent {
+			t.Fatalf("POST /secrets %v = %d %s", secrets, code, body)
+		}
+	}
+	waitDial := func(what string, pred func(map[string]string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n, got := last()
+			if n > 0 && pred(got) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the server was never started %s; last dial had %v", what, got)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	push(map[string]map[string]string{"probe": {"PROBE_KEY": "probe-secret-1"}})
+	waitDial("with its secret", func(s map[string]string) bool { return s["PROBE_KEY"] == "probe-secret-1" })
+	// The raw body the host sends when the Secret holds none any more.
+	if code, body := call(t, h.c, "POST", "/secrets", `{"openrouter_api_key":"sk-or-test-key-123","mcp_secrets":{}}`); code != http.StatusNoContent {
+		t.Fatalf("POST /secrets with mcp_secrets {} = %d %s", code, body)
+	}
+	// The server that named it is stopped and says why: it is not started
+	// again until a secret is pushed.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := call(t, h.c, "GET", "/tools", nil)
+		var tools struct {
+			MCPServers []protocol.MCPServerStatus `json:"mcp_servers"`
+		}
+		json.Unmarshal(body, &tools)
+		if code == 200 && len(tools.MCPServers) == 1 && tools.MCPServers[0].State == protocol.MCPFailed &&
+			tools.MCPServers[0].Error != nil && strings.Contains(*tools.MCPServers[0].Error, "PROBE_KEY") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /tools after the secret was cleared = %d %s, want probe not started for want of PROBE_KEY", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, got := last(); got["PROBE_KEY"] != "probe-secret-1" || n != 1 {
+		t.Errorf("dials = %d, last %v: the server was started again with a revoked secret", n, got)
 	}
 }

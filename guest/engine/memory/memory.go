@@ -52,7 +52,10 @@ type Memory struct {
 	// 8.3: what each said at initialize, or why it is not connected); nil
 	// tells of none.
 	MCPServers func() []MCPServer
-	Log        *slog.Logger
+	// BrowserInstructions returns what the browser's MCP server said at
+	// initialize (ref 8.3: how to drive a page); nil or "" tells nothing.
+	BrowserInstructions func() string
+	Log                 *slog.Logger
 
 	mu      sync.Mutex
 	written map[string]int64 // session -> newest message id written
@@ -81,10 +84,7 @@ func (m *Memory) mcpSection(cfg protocol.RuntimeConfig) string {
 		}
 		if s.Connected {
 			fmt.Fprintf(&b, "## %s\n", s.Name)
-			if text := strings.TrimSpace(s.Instructions); text != "" {
-				if r := []rune(text); len(r) > mcpInstructionsMax {
-					text = string(r[:mcpInstructionsMax]) + "…"
-				}
+			if text := boundInstructions(s.Instructions); text != "" {
 				b.WriteString(text + "\n")
 			}
 			continue
@@ -138,7 +138,7 @@ func (m *Memory) SystemPrompt(ctx context.Context, cfg protocol.RuntimeConfig, t
 	}
 	fmt.Fprintf(&b, "\n# Your computer\nCommands run as the user dot with the home %s; your workspace is %s/workspace, "+
 		"where relative paths start. What you install or write stays between conversations.\n", home, home)
-	b.WriteString(browserSection(tools))
+	b.WriteString(m.browserSection(tools))
 	b.WriteString(m.mcpSection(cfg))
 	b.WriteString(m.memorySection(ctx, now))
 	fmt.Fprintf(&b, "\n# Past conversations\nWhat was said before is in %s/conversations: chat/<day>.md, one file a day of the chat, "+
@@ -155,17 +155,34 @@ func (m *Memory) SystemPrompt(ctx context.Context, cfg protocol.RuntimeConfig, t
 }
 
 // browserSection tells how the browser identities work (ref 6) when the model
-// may open one.
-func browserSection(tools []work.Tool) string {
+// may open one, with what the browser's server says of driving a page (its
+// instructions at initialize, bounded as a declared server's are, ref 8.3).
+func (m *Memory) browserSection(tools []work.Tool) string {
 	for _, t := range tools {
 		if t.Name == "browser_identity_launch" {
-			return "\n# Your browsers\nEach browser identity is a browser profile of its own: its cookies, storage and logins stay " +
+			out := "\n# Your browsers\nEach browser identity is a browser profile of its own: its cookies, storage and logins stay " +
 				"between launches. Open one with browser_identity_launch before using the page tools (browser_navigate, browser_snapshot, " +
 				"browser_click, ...), each of which takes the identity_id of an open identity; a page tool never opens one itself. " +
 				"At most 3 are open at once. Read a page with browser_snapshot; a screenshot is shown to you in this turn only.\n"
+			if m.BrowserInstructions != nil {
+				if text := boundInstructions(m.BrowserInstructions()); text != "" {
+					out += "What the browser's server says of driving a page:\n" + text + "\n"
+				}
+			}
+			return out
 		}
 	}
 	return ""
+}
+
+// boundInstructions trims what a server said at initialize and cuts it at
+// mcpInstructionsMax characters.
+func boundInstructions(text string) string {
+	text = strings.TrimSpace(text)
+	if r := []rune(text); len(r) > mcpInstructionsMax {
+		text = string(r[:mcpInstructionsMax]) + "…"
+	}
+	return text
 }
 
 func (m *Memory) memorySection(ctx context.Context, now time.Time) string {
@@ -332,6 +349,12 @@ func (m *Memory) Skills(ctx context.Context) ([]protocol.Skill, error) {
 			}
 			p := filepath.Join(m.BuiltinSkills, d.Name(), "SKILL.md")
 			data, err := os.ReadFile(p)
+			if os.IsNotExist(err) {
+				// The runtime ISO holds plain ISO 9660 names, which a guest
+				// mounts in lower case.
+				p = filepath.Join(m.BuiltinSkills, d.Name(), "skill.md")
+				data, err = os.ReadFile(p)
+			}
 			if err != nil {
 				continue
 			}

@@ -34,7 +34,7 @@ func BenchmarkCompleteStream(b *testing.B) {
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		resp, err := c.Complete(context.Background(), "k", req, func(string) {})
+		resp, err := c.Complete(context.Background(), "k", req)
 		if err != nil || len(resp.ToolCalls) != 1 {
 			b.Fatalf("Complete: %v %+v", err, resp.ToolCalls)
 		}

@@ -74,8 +74,8 @@ type Client struct {
 	// BaseBackoff is the first backoff step; each retry doubles it.
 	BaseBackoff time.Duration
 	// MaxBackoff caps one wait, Retry-After included, so a server asking for an
-	// hour does not hold a turn for an hour: the attempt then fails as the
-	// retries ran out.
+	// hour does not hold a turn for an hour: the client waits MaxBackoff and
+	// tries again, and tells Request.OnWait that it waited less than asked.
 	MaxBackoff time.Duration
 	// StreamIdleTimeout ends a stream that sends nothing (not even OpenRouter's
 	// keep-alive comments) for this long: a stalled stream, ref 8.2.
@@ -133,7 +133,30 @@ type Request struct {
 	MaxTokens int
 	// ProviderOnly is sent as provider.only when not empty (Limits.Providers).
 	ProviderOnly []string
+	// ReasoningEffort is sent as reasoning.effort when not empty (none, low,
+	// medium, high); empty leaves the model's own default.
+	ReasoningEffort string
+	// OnWait (may be nil) is told of every wait between two attempts, before
+	// it begins, so a turn can say why it is not moving (task.progress).
+	OnWait func(Wait)
 }
+
+// Wait is one pause between two attempts of a request.
+type Wait struct {
+	// Attempt is the attempt that failed (1 to MaxAttempts-1).
+	Attempt int
+	// Delay is how long the client waits.
+	Delay time.Duration
+	// Asked is the server's Retry-After, or -1 when it gave none. Asked >
+	// Delay is a Retry-After longer than MaxBackoff, which is waited up to
+	// the bound only.
+	Asked time.Duration
+	// Err is why the attempt failed.
+	Err error
+}
+
+// Capped reports a Retry-After longer than the client waits.
+func (w Wait) Capped() bool { return w.Asked > w.Delay }
 
 // Message is one message of the OpenAI chat shape.
 type Message struct {
@@ -144,6 +167,13 @@ type Message struct {
 	// ImageURLs (data: URLs) make a user message's content a list of parts:
 	// the text, then the images (a tool's screenshot shown to the model).
 	ImageURLs []string
+	// Reasoning and ReasoningDetails are an assistant message's reasoning as
+	// the model gave it (Response), sent back unchanged on every later
+	// request of the thread: providers that sign their reasoning (Gemini's
+	// thought signatures, Anthropic's thinking blocks) refuse a tool loop
+	// without it.
+	Reasoning        string
+	ReasoningDetails json.RawMessage
 }
 
 // ToolCall is one function call of an assistant message.
@@ -172,12 +202,21 @@ type Response struct {
 	Provider string
 	// Attempts is how many attempts the request took (1 to MaxAttempts).
 	Attempts int
+	// Reasoning is the text of delta.reasoning; ReasoningDetails the merged
+	// delta.reasoning_details (a JSON array, every documented type:
+	// reasoning.text with its signature, reasoning.summary,
+	// reasoning.encrypted), nil when the model gave none.
+	Reasoning        string
+	ReasoningDetails json.RawMessage
 }
 
 // Usage is the usage of the last chunk.
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
+	// ReasoningTokens is completion_tokens_details.reasoning_tokens, a part
+	// of CompletionTokens.
+	ReasoningTokens int
 	// CostUSD is usage.cost plus, for a BYOK request, the upstream cost
 	// (ref 8.2); nil when OpenRouter reported no cost, which the engine must
 	// treat as a stop (the cap cannot be enforced blind).
@@ -229,14 +268,15 @@ var ErrStreamCut = errors.New("openrouter stream ended before the response finis
 // in words).
 var ErrUnknownModel = errors.New("openrouter does not know this model")
 
-// Complete sends req streamed and assembles the answer. onText (may be nil)
-// receives the text of the answer as it arrives. A request is tried up to
-// MaxAttempts times on 429, 5xx and connection failures, waiting with
-// exponential backoff or as Retry-After says; a stream that was cut after some
-// text reached onText is not tried again (the caller has shown that text), and
-// the error says so. The key is used only in the Authorization header and is
-// masked out of every error.
-func (c *Client) Complete(ctx context.Context, key string, req Request, onText func(string)) (Response, error) {
+// Complete sends req streamed and assembles the answer. A request is tried up
+// to MaxAttempts times on 429, 5xx, connection failures, mid-stream error
+// events and streams that end before the response finished, waiting with
+// exponential backoff or as Retry-After says (up to MaxBackoff). Nothing of a
+// failed attempt comes back: the response is the one whole attempt's, so a
+// caller never sees text that a retry then replaces (a caller that ever
+// streams text to a person decides there what a retry means for it). The key
+// is used only in the Authorization header and is masked out of every error.
+func (c *Client) Complete(ctx context.Context, key string, req Request) (Response, error) {
 	body, err := json.Marshal(wireRequestOf(req))
 	if err != nil {
 		return Response{}, fmt.Errorf("encode the chat request: %w", err)
@@ -245,7 +285,7 @@ func (c *Client) Complete(ctx context.Context, key string, req Request, onText f
 	attempts := 0
 	for attempts < MaxAttempts {
 		attempts++
-		resp, shown, retryAfter, err := c.attempt(ctx, key, body, onText)
+		resp, retryAfter, err := c.attempt(ctx, key, body)
 		if err == nil {
 			resp.Attempts = attempts
 			return resp, nil
@@ -254,18 +294,12 @@ func (c *Client) Complete(ctx context.Context, key string, req Request, onText f
 		if ctx.Err() != nil {
 			return Response{}, maskKey(ctx.Err(), key)
 		}
-		if shown {
-			lastErr = fmt.Errorf("%w; its text was already shown, so it is not tried again", err)
-			break
-		}
 		if !retryable(err) || attempts == MaxAttempts {
 			break
 		}
 		wait := c.backoff(attempts, retryAfter)
-		if wait < 0 {
-			// Retry-After asks for longer than MaxBackoff: waiting would hold
-			// the turn past reason, so this attempt is the last.
-			break
+		if req.OnWait != nil {
+			req.OnWait(Wait{Attempt: attempts, Delay: wait, Asked: retryAfter, Err: maskKey(err, key)})
 		}
 		if err := c.Sleep(ctx, wait); err != nil {
 			return Response{}, maskKey(err, key)
@@ -292,20 +326,17 @@ func retryable(err error) bool {
 	if errors.As(err, &apiErr) {
 		return apiErr.Retryable()
 	}
-	// A connection refused or reset, or a stream cut before anything was
-	// shown: the request may be tried again.
+	// A connection refused or reset, or a stream cut: the request may be
+	// tried again (a cut is a 5xx in all but name).
 	return true
 }
 
 // backoff returns the wait before attempt+1: Retry-After when the server gave
-// one (0 included), else BaseBackoff doubled per attempt plus jitter; -1 when Retry-After
-// exceeds MaxBackoff.
+// one (0 included) up to MaxBackoff, else BaseBackoff doubled per attempt
+// plus jitter.
 func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
 	if retryAfter >= 0 {
-		if retryAfter > c.MaxBackoff {
-			return -1
-		}
-		return retryAfter
+		return min(retryAfter, c.MaxBackoff)
 	}
 	d := c.BaseBackoff << (attempt - 1)
 	if d > c.MaxBackoff {
@@ -367,23 +398,22 @@ func (c *Client) newRequest(ctx context.Context, method, path, key string, body 
 	return req, nil
 }
 
-// attempt makes one try. shown says whether text reached onText, retryAfter
-// is the server's Retry-After.
-func (c *Client) attempt(ctx context.Context, key string, body []byte, onText func(string)) (resp Response, shown bool, retryAfter time.Duration, err error) {
+// attempt makes one try; retryAfter is the server's Retry-After.
+func (c *Client) attempt(ctx context.Context, key string, body []byte) (resp Response, retryAfter time.Duration, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	hreq, err := c.newRequest(ctx, http.MethodPost, "/chat/completions", key, body)
 	if err != nil {
-		return Response{}, false, noRetryAfter, err
+		return Response{}, noRetryAfter, err
 	}
 	hreq.Header.Set("Accept", "text/event-stream")
 	hresp, err := c.http.Do(hreq)
 	if err != nil {
-		return Response{}, false, noRetryAfter, fmt.Errorf("reach openrouter: %w", err)
+		return Response{}, noRetryAfter, fmt.Errorf("reach openrouter: %w", err)
 	}
 	defer hresp.Body.Close()
 	if hresp.StatusCode != http.StatusOK {
-		return Response{}, false, c.parseRetryAfter(hresp.Header.Get("Retry-After")), apiErrorOf(hresp)
+		return Response{}, c.parseRetryAfter(hresp.Header.Get("Retry-After")), apiErrorOf(hresp)
 	}
 
 	// A stall is a stream that sends nothing for StreamIdleTimeout; the timer
@@ -396,16 +426,6 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte, onText fu
 	}
 
 	acc := newAssembler()
-	var textShown bool
-	emit := func(s string) {
-		if s == "" {
-			return
-		}
-		textShown = true
-		if onText != nil {
-			onText(s)
-		}
-	}
 	sc := bufio.NewScanner(hresp.Body)
 	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
 	var data strings.Builder
@@ -427,8 +447,8 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte, onText fu
 				done = true
 				continue
 			}
-			if err := acc.add([]byte(payload), emit); err != nil {
-				return Response{}, textShown, noRetryAfter, err
+			if err := acc.add([]byte(payload)); err != nil {
+				return Response{}, noRetryAfter, err
 			}
 		case strings.HasPrefix(line, ":"):
 			// OpenRouter's keep-alive comment (": OPENROUTER PROCESSING").
@@ -447,30 +467,36 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte, onText fu
 		payload := data.String()
 		if payload == "[DONE]" {
 			done = true
-		} else if err := acc.add([]byte(payload), emit); err != nil {
-			return Response{}, textShown, noRetryAfter, err
+		} else if err := acc.add([]byte(payload)); err != nil {
+			return Response{}, noRetryAfter, err
 		}
 	}
-	if err := sc.Err(); err != nil && !done && !(acc.finish != "" && acc.sawUsage) {
-		// (A connection dropped after the finish and the usage lost nothing.)
+	// A response is whole when the stream said [DONE], or when both the
+	// finish reason and the usage (which follows it) arrived: a stream that
+	// ends anywhere before that, cleanly or not, was cut.
+	whole := done || acc.finish != "" && acc.sawUsage
+	if err := sc.Err(); err != nil && !whole {
 		if errors.Is(context.Cause(ctx), stalled) {
-			return Response{}, textShown, noRetryAfter, fmt.Errorf("%w: nothing arrived for %s", ErrStreamCut, c.StreamIdleTimeout)
+			return Response{}, noRetryAfter, fmt.Errorf("%w: nothing arrived for %s", ErrStreamCut, c.StreamIdleTimeout)
 		}
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
-			return Response{}, textShown, noRetryAfter, ctx.Err()
+			return Response{}, noRetryAfter, ctx.Err()
 		}
-		return Response{}, textShown, noRetryAfter, fmt.Errorf("%w: %v", ErrStreamCut, err)
+		return Response{}, noRetryAfter, fmt.Errorf("%w: %v", ErrStreamCut, err)
 	}
 	if acc.finish == "error" {
 		// A provider that failed mid-way without an error chunk.
-		return Response{}, textShown, noRetryAfter, &APIError{InStream: true, Message: "the provider ended the response with an error"}
+		return Response{}, noRetryAfter, &APIError{InStream: true, Message: "the provider ended the response with an error"}
 	}
 	if acc.finish == "" {
 		// The usage chunk follows the finish chunk; a stream that ended
 		// without a finish reason was cut, whatever it carried.
-		return Response{}, textShown, noRetryAfter, ErrStreamCut
+		return Response{}, noRetryAfter, ErrStreamCut
 	}
-	return acc.response(), textShown, noRetryAfter, nil
+	if !whole {
+		return Response{}, noRetryAfter, fmt.Errorf("%w: it ended after the finish reason but before the usage and [DONE]", ErrStreamCut)
+	}
+	return acc.response(), noRetryAfter, nil
 }
 
 func apiErrorOf(hresp *http.Response) *APIError {
@@ -528,20 +554,28 @@ type Limits struct {
 }
 
 // MaxTokensFor returns max_tokens for a prompt of promptTokens: the longest
-// answer, or what the window leaves after the prompt when that is less; 0
-// (send none) when the limits are unknown.
+// answer, or what the window leaves after the prompt and a margin when that
+// is less; 0 (send none) when the limits are unknown. The margin
+// (WindowMargin) covers what a prompt's measure misses: the engine measures
+// what it added since the provider's last count, and tokenizers differ.
 func (l Limits) MaxTokensFor(promptTokens int) int {
 	if l.ContextLength <= 0 {
 		return 0
 	}
 	n := l.MaxCompletionTokens
-	if left := l.ContextLength - promptTokens; left < n {
+	if left := l.ContextLength - promptTokens - WindowMargin(l.ContextLength); left < n {
 		n = left
 	}
 	if n < 1 {
 		n = 1
 	}
 	return n
+}
+
+// WindowMargin is the room max_tokens leaves unasked in a window of
+// contextLength: 2 %, at least 256 tokens.
+func WindowMargin(contextLength int) int {
+	return max(contextLength/50, 256)
 }
 
 // ModelLimits reads the model's limits from GET /models/{model}/endpoints
@@ -565,11 +599,7 @@ func (c *Client) ModelLimits(ctx context.Context, key, model string) (Limits, er
 		if ctx.Err() != nil || !retryable(err) || errors.Is(err, ErrUnknownModel) || attempt == MaxAttempts {
 			break
 		}
-		wait := c.backoff(attempt, retryAfter)
-		if wait < 0 {
-			break
-		}
-		if err := c.Sleep(ctx, wait); err != nil {
+		if err := c.Sleep(ctx, c.backoff(attempt, retryAfter)); err != nil {
 			return Limits{}, maskKey(err, key)
 		}
 	}

@@ -142,7 +142,6 @@ const (
 
 func TestCompleteAssemblesTextToolCallsAndUsage(t *testing.T) {
 	c, f, _ := newTest(t, sse(chunkText1, chunkText2, chunkCall0a, chunkCall0b, chunkCall1a, chunkCall0c, chunkCall1b, chunkFinish, chunkUsage))
-	var shown []string
 	req := Request{
 		Model:        "fake/model",
 		Messages:     []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}},
@@ -150,7 +149,7 @@ func TestCompleteAssemblesTextToolCallsAndUsage(t *testing.T) {
 		MaxTokens:    4096,
 		ProviderOnly: []string{"fake-a", "fake-b"},
 	}
-	got, err := c.Complete(context.Background(), testKey, req, func(s string) { shown = append(shown, s) })
+	got, err := c.Complete(context.Background(), testKey, req)
 	if err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -167,9 +166,6 @@ func TestCompleteAssemblesTextToolCallsAndUsage(t *testing.T) {
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("response (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff([]string{"Let me ", "look."}, shown); d != "" {
-		t.Errorf("streamed text (-want +got):\n%s", d)
 	}
 	body := f.bodies[0]
 	wantBody := map[string]any{
@@ -247,7 +243,7 @@ func TestCompleteCost(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			c, _, _ := newTest(t, sse(`{"choices":[{"delta":{"content":"ok"},"finish_reason":"stop"}]}`, `{"choices":[],"usage":`+tc.usage+`}`))
-			got, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, nil)
+			got, err := c.Complete(context.Background(), testKey, Request{Model: "m"})
 			if err != nil {
 				t.Fatalf("Complete: %v", err)
 			}
@@ -295,11 +291,46 @@ func TestCompleteRetries(t *testing.T) {
 			wantErr:    "openrouter answered 404: No allowed providers are available for the selected model.",
 			wantStatus: 404,
 		},
-		"Retry-After past the cap ends the retries": {
-			answers:    []func(http.ResponseWriter, *http.Request){status(429, "3600", `{"error":{"code":429,"message":"Rate limit exceeded"}}`)},
+		"Retry-After past the cap waits up to the cap and tries again": {
+			answers:    []func(http.ResponseWriter, *http.Request){status(429, "3600", `{"error":{"code":429,"message":"Rate limit exceeded"}}`), ok},
+			wantSleeps: []time.Duration{60 * time.Second},
+			wantReqs:   2,
+		},
+		"a stream cut after text is tried again and its text dropped": {
+			answers:    []func(http.ResponseWriter, *http.Request){cut(chunkText1, chunkText2), ok},
+			wantSleeps: []time.Duration{time.Second},
+			wantReqs:   2,
+		},
+		"a mid-stream error event after text is tried again": {
+			answers: []func(http.ResponseWriter, *http.Request){
+				sse(chunkText1, `{"error":{"code":"server_error","message":"Provider disconnected unexpectedly"},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]}`),
+				ok,
+			},
+			wantSleeps: []time.Duration{time.Second},
+			wantReqs:   2,
+		},
+		"a stream that ends cleanly after the finish but before the usage is tried again": {
+			answers: []func(http.ResponseWriter, *http.Request){
+				func(w http.ResponseWriter, _ *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					fmt.Fprintf(w, "data: %s\n\n", `{"choices":[{"delta":{"content":"half"},"finish_reason":"stop"}]}`)
+				},
+				ok,
+			},
+			wantSleeps: []time.Duration{time.Second},
+			wantReqs:   2,
+		},
+		"a stream cut on every attempt gives up after 4": {
+			answers:    []func(http.ResponseWriter, *http.Request){cut(chunkText1), cut(chunkText1), cut(chunkText1), cut(chunkText1)},
+			wantSleeps: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second},
+			wantReqs:   4,
+			wantErr:    "openrouter stream ended before the response finished: unexpected EOF (after 4 attempts)",
+		},
+		"402 fails at once": {
+			answers:    []func(http.ResponseWriter, *http.Request){status(402, "", `{"error":{"code":402,"message":"Insufficient credits. Add more using https://openrouter.ai/credits"}}`)},
 			wantReqs:   1,
-			wantErr:    "openrouter answered 429: Rate limit exceeded",
-			wantStatus: 429,
+			wantErr:    "openrouter answered 402: Insufficient credits. Add more using https://openrouter.ai/credits",
+			wantStatus: 402,
 		},
 		"a stream cut before any text is tried again": {
 			answers:    []func(http.ResponseWriter, *http.Request){cut(`{"choices":[{"delta":{"role":"assistant"}}]}`), ok},
@@ -337,7 +368,7 @@ func TestCompleteRetries(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			c, f, s := newTest(t, tc.answers...)
-			resp, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, nil)
+			resp, err := c.Complete(context.Background(), testKey, Request{Model: "m"})
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Complete: %v", err)
@@ -350,7 +381,7 @@ func TestCompleteRetries(t *testing.T) {
 					t.Fatalf("error = %v, want %q", err, tc.wantErr)
 				}
 				var apiErr *APIError
-				if !errors.As(err, &apiErr) || apiErr.Status != tc.wantStatus {
+				if tc.wantStatus != 0 && (!errors.As(err, &apiErr) || apiErr.Status != tc.wantStatus) {
 					t.Errorf("error %v is not an APIError of status %d", err, tc.wantStatus)
 				}
 			}
@@ -379,21 +410,29 @@ func TestRetryAfterAsHTTPDate(t *testing.T) {
 	}
 }
 
-func TestCompleteStreamCutAfterText(t *testing.T) {
-	c, f, s := newTest(t, cut(chunkText1, chunkText2))
-	var shown strings.Builder
-	_, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, func(t string) { shown.WriteString(t) })
-	if !errors.Is(err, ErrStreamCut) {
-		t.Fatalf("error = %v, want ErrStreamCut", err)
+// TestCompleteTellsOfEveryWait: a turn hears of each wait before it begins,
+// with the server's Retry-After beside what is waited, so a Retry-After past
+// the bound is said, not silently shortened.
+func TestCompleteTellsOfEveryWait(t *testing.T) {
+	ok := sse(`{"choices":[{"delta":{"content":"fine"},"finish_reason":"stop"}]}`, chunkUsage)
+	c, _, _ := newTest(t, status(429, "600", `{"error":{"code":429,"message":"Rate limit exceeded"}}`), status(503, "", `{"error":{"code":503,"message":"busy"}}`), ok)
+	var waits []Wait
+	resp, err := c.Complete(context.Background(), testKey, Request{Model: "m", OnWait: func(w Wait) { waits = append(waits, w) }})
+	if err != nil || resp.Content != "fine" {
+		t.Fatalf("Complete = %+v, %v", resp, err)
 	}
-	if !strings.Contains(err.Error(), "not tried again") {
-		t.Errorf("error %q does not say the request is not tried again", err)
+	type seen struct {
+		Attempt      int
+		Delay, Asked time.Duration
+		Capped       bool
 	}
-	if f.requests() != 1 || len(s.d) != 0 {
-		t.Errorf("a cut stream whose text was shown was retried: %d requests, sleeps %v", f.requests(), s.d)
+	var got []seen
+	for _, w := range waits {
+		got = append(got, seen{w.Attempt, w.Delay, w.Asked, w.Capped()})
 	}
-	if shown.String() != "Let me look." {
-		t.Errorf("shown = %q", shown.String())
+	want := []seen{{1, 60 * time.Second, 600 * time.Second, true}, {2, 2 * time.Second, noRetryAfter, false}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("waits (-want +got):\n%s", d)
 	}
 }
 
@@ -401,7 +440,7 @@ func TestCompleteCutAfterUsageIsWhole(t *testing.T) {
 	// The connection drops after the finish and the usage but before [DONE]:
 	// nothing was lost.
 	c, f, _ := newTest(t, cut(`{"choices":[{"delta":{"content":"done"},"finish_reason":"stop"}]}`, chunkUsage))
-	got, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, nil)
+	got, err := c.Complete(context.Background(), testKey, Request{Model: "m"})
 	if err != nil || got.Content != "done" || got.Usage.CostUSD == nil || f.requests() != 1 {
 		t.Fatalf("Complete = %+v, %v after %d requests", got, err, f.requests())
 	}
@@ -410,7 +449,7 @@ func TestCompleteCutAfterUsageIsWhole(t *testing.T) {
 func TestCompleteStreamWithoutFinishIsCut(t *testing.T) {
 	// [DONE] arrives but no chunk had a finish reason: not a whole response.
 	c, _, _ := newTest(t, sse(chunkCall0a), sse(chunkCall0a), sse(chunkCall0a), sse(chunkCall0a))
-	_, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, nil)
+	_, err := c.Complete(context.Background(), testKey, Request{Model: "m"})
 	if !errors.Is(err, ErrStreamCut) {
 		t.Fatalf("error = %v, want ErrStreamCut", err)
 	}
@@ -428,17 +467,21 @@ func TestCompleteStalledStream(t *testing.T) {
 		case <-release:
 		}
 	}
-	c, _, _ := newTest(t, hang)
+	// A stall is a cut: tried again, MaxAttempts times in all.
+	c, f, _ := newTest(t, hang, hang, hang, hang)
 	c.StreamIdleTimeout = 50 * time.Millisecond
-	_, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, nil)
+	_, err := c.Complete(context.Background(), testKey, Request{Model: "m"})
 	if !errors.Is(err, ErrStreamCut) || !strings.Contains(err.Error(), "nothing arrived") {
 		t.Fatalf("error = %v, want a stalled ErrStreamCut", err)
+	}
+	if f.requests() != MaxAttempts {
+		t.Errorf("a stalled stream was tried %d times, want %d", f.requests(), MaxAttempts)
 	}
 }
 
 func TestCompleteLength(t *testing.T) {
 	c, _, _ := newTest(t, sse(chunkText1, chunkCall0a, chunkCall0b, `{"choices":[{"delta":{},"finish_reason":"length"}]}`, chunkUsage))
-	got, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, nil)
+	got, err := c.Complete(context.Background(), testKey, Request{Model: "m"})
 	if err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -454,7 +497,7 @@ func TestCompleteCancelDuringBackoff(t *testing.T) {
 	c, _, _ := newTest(t, status(503, "", `{"error":{"code":503,"message":"busy"}}`))
 	ctx, cancel := context.WithCancel(context.Background())
 	c.Sleep = func(ctx context.Context, d time.Duration) error { cancel(); return ctx.Err() }
-	_, err := c.Complete(ctx, testKey, Request{Model: "m"}, nil)
+	_, err := c.Complete(ctx, testKey, Request{Model: "m"})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("error = %v, want context.Canceled", err)
 	}
@@ -484,7 +527,7 @@ func TestAttributionHeadersOnlyForOpenRouter(t *testing.T) {
 				return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
 			})}
 			c := New(tc.base, hc)
-			if _, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, nil); err != nil {
+			if _, err := c.Complete(context.Background(), testKey, Request{Model: "m"}); err != nil {
 				t.Fatalf("Complete: %v", err)
 			}
 			if got.Get("HTTP-Referer") != tc.wantReferer || got.Get("X-Title") != tc.wantTitle {
@@ -500,7 +543,7 @@ func TestKeyNeverInErrors(t *testing.T) {
 		fmt.Fprintf(w, `{"error":{"code":401,"message":"bad credentials: %s"}}`, r.Header.Get("Authorization"))
 	}
 	c, _, _ := newTest(t, echo, echo)
-	_, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, nil)
+	_, err := c.Complete(context.Background(), testKey, Request{Model: "m"})
 	if err == nil || strings.Contains(err.Error(), testKey) {
 		t.Fatalf("Complete error %q holds the key", err)
 	}
@@ -515,7 +558,7 @@ func TestKeyNeverInErrors(t *testing.T) {
 	// A transport failure names the URL, never the header.
 	c2 := New("http://127.0.0.1:1/api/v1", nil)
 	c2.Sleep = (&sleeps{}).sleep
-	_, err = c2.Complete(context.Background(), testKey, Request{Model: "m"}, nil)
+	_, err = c2.Complete(context.Background(), testKey, Request{Model: "m"})
 	if err == nil || strings.Contains(err.Error(), testKey) {
 		t.Fatalf("transport error %q holds the key", err)
 	}
@@ -593,8 +636,11 @@ func TestMaxTokensFor(t *testing.T) {
 		want   int
 	}{
 		{l, 10_000, 8_000},
-		{l, 95_000, 5_000},
+		{l, 90_000, 8_000},
+		{l, 95_000, 3_000}, // 100000 - 95000 - the 2000 of the margin
+		{l, 98_000, 1},
 		{l, 100_000, 1},
+		{Limits{ContextLength: 8_192, MaxCompletionTokens: 8_192}, 4_000, 3_936}, // a margin of at least 256
 		{Limits{}, 10, 0},
 	}
 	for _, tc := range tests {
@@ -612,12 +658,76 @@ func TestToolCallDeltasWithoutIndex(t *testing.T) {
 		`{"choices":[{"delta":{"tool_calls":[{"id":"a","function":{"name":"grep","arguments":"tern\":\"x\"}"}}]}}]}`,
 		`{"choices":[{"delta":{"tool_calls":[{"id":"b","function":{"name":"list_dir","arguments":"{}"}}]}}]}`,
 		chunkFinish, chunkUsage))
-	got, err := c.Complete(context.Background(), testKey, Request{Model: "m"}, nil)
+	got, err := c.Complete(context.Background(), testKey, Request{Model: "m"})
 	if err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	want := []ToolCall{{ID: "a", Name: "grep", Arguments: `{"pattern":"x"}`}, {ID: "b", Name: "list_dir", Arguments: "{}"}}
 	if d := cmp.Diff(want, got.ToolCalls); d != "" {
 		t.Errorf("tool calls (-want +got):\n%s", d)
+	}
+}
+
+// TestReasoningIsAssembledAndSentBack: every documented reasoning shape of a
+// stream (delta.reasoning, and reasoning_details of type reasoning.text with
+// its signature, reasoning.summary and reasoning.encrypted, each in pieces
+// sharing an index) comes back whole, with the reasoning tokens, and goes
+// back on the assistant message of a later request unchanged.
+func TestReasoningIsAssembledAndSentBack(t *testing.T) {
+	c, f, _ := newTest(t,
+		sse(
+			`{"choices":[{"delta":{"role":"assistant","reasoning":"Let me think","reasoning_details":[{"type":"reasoning.text","text":"Let me ","index":0,"format":"anthropic-claude-v1"}]}}]}`,
+			`{"choices":[{"delta":{"reasoning":" about it.","reasoning_details":[{"type":"reasoning.text","text":"think about it.","index":0}]}}]}`,
+			`{"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.text","signature":"sig-abc==","index":0}]}}]}`,
+			`{"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.summary","summary":"Thinks ","id":"rs_1","index":1}]}}]}`,
+			`{"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.summary","summary":"briefly.","index":1}]}}]}`,
+			`{"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.encrypted","data":"gAAAAB-opaque","id":"rs_2","index":2}]}}]}`,
+			chunkCall0a, chunkCall0b, chunkCall0c, chunkFinish,
+			`{"choices":[],"usage":{"prompt_tokens":120,"completion_tokens":300,"completion_tokens_details":{"reasoning_tokens":250},"cost":0.001}}`),
+		sse(`{"choices":[{"delta":{"content":"fine"},"finish_reason":"stop"}]}`, chunkUsage))
+	got, err := c.Complete(context.Background(), testKey, Request{Model: "m"})
+	if err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if got.Reasoning != "Let me think about it." || got.Usage.ReasoningTokens != 250 {
+		t.Errorf("reasoning = %q with %d reasoning tokens", got.Reasoning, got.Usage.ReasoningTokens)
+	}
+	var details []map[string]any
+	if err := json.Unmarshal(got.ReasoningDetails, &details); err != nil {
+		t.Fatalf("reasoning details %s: %v", got.ReasoningDetails, err)
+	}
+	wantDetails := []map[string]any{
+		{"type": "reasoning.text", "text": "Let me think about it.", "signature": "sig-abc==", "format": "anthropic-claude-v1", "index": float64(0)},
+		{"type": "reasoning.summary", "summary": "Thinks briefly.", "id": "rs_1", "index": float64(1)},
+		{"type": "reasoning.encrypted", "data": "gAAAAB-opaque", "id": "rs_2", "index": float64(2)},
+	}
+	if d := cmp.Diff(wantDetails, details); d != "" {
+		t.Errorf("reasoning details (-want +got):\n%s", d)
+	}
+
+	next := Request{Model: "m", Messages: []Message{
+		{Role: "user", Content: "read a.txt"},
+		{Role: "assistant", ToolCalls: got.ToolCalls, Reasoning: got.Reasoning, ReasoningDetails: got.ReasoningDetails},
+		{Role: "tool", ToolCallID: "call_0", Content: "hello"},
+	}, ReasoningEffort: "high"}
+	if _, err := c.Complete(context.Background(), testKey, next); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	body := f.bodies[1]
+	if d := cmp.Diff(map[string]any{"effort": "high"}, body["reasoning"]); d != "" {
+		t.Errorf("reasoning option (-want +got):\n%s", d)
+	}
+	sent := body["messages"].([]any)[1].(map[string]any)
+	if sent["reasoning"] != "Let me think about it." {
+		t.Errorf("reasoning sent back = %v", sent["reasoning"])
+	}
+	var back []map[string]any
+	raw, _ := json.Marshal(sent["reasoning_details"])
+	json.Unmarshal(raw, &back)
+	if d := cmp.Diff(wantDetails, back); d != "" {
+		t.Errorf("reasoning details sent back (-want +got):\n%s", d)
+	}
+	if _, ok := body["messages"].([]any)[0].(map[string]any)["reasoning_details"]; ok {
+		t.Errorf("a user message carries reasoning_details")
 	}
 }

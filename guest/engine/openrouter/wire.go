@@ -19,6 +19,12 @@ type wireRequest struct {
 	StreamOptions *streamOptions `json:"stream_options,omitempty"`
 	MaxTokens     int            `json:"max_tokens,omitempty"`
 	Provider      *wireProvider  `json:"provider,omitempty"`
+	Reasoning     *wireReasoning `json:"reasoning,omitempty"`
+}
+
+// wireReasoning is OpenRouter's reasoning request option.
+type wireReasoning struct {
+	Effort string `json:"effort"`
 }
 
 type streamOptions struct {
@@ -34,6 +40,10 @@ type wireMessage struct {
 	Content    any            `json:"content"` // string, []wirePart, or nil for an assistant message with only calls
 	ToolCallID string         `json:"tool_call_id,omitempty"`
 	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+	// An assistant message's reasoning goes back as the model gave it: the
+	// text, and the details (signatures, encrypted blocks) a provider checks.
+	Reasoning        string          `json:"reasoning,omitempty"`
+	ReasoningDetails json.RawMessage `json:"reasoning_details,omitempty"`
 }
 
 type wirePart struct {
@@ -79,6 +89,9 @@ func wireRequestOf(req Request) wireRequest {
 	if len(req.ProviderOnly) > 0 {
 		w.Provider = &wireProvider{Only: req.ProviderOnly}
 	}
+	if req.ReasoningEffort != "" {
+		w.Reasoning = &wireReasoning{Effort: req.ReasoningEffort}
+	}
 	for _, t := range req.Tools {
 		w.Tools = append(w.Tools, wireTool{Type: "function", Function: wireToolFuncDef{
 			Name: t.Name, Description: t.Description, Parameters: t.Parameters,
@@ -89,6 +102,12 @@ func wireRequestOf(req Request) wireRequest {
 	}
 	for _, m := range req.Messages {
 		wm := wireMessage{Role: m.Role, ToolCallID: m.ToolCallID}
+		if m.Role == "assistant" {
+			wm.Reasoning = m.Reasoning
+			if len(m.ReasoningDetails) > 0 {
+				wm.ReasoningDetails = m.ReasoningDetails
+			}
+		}
 		switch {
 		case len(m.ImageURLs) > 0:
 			parts := []wirePart{{Type: "text", Text: m.Content}}
@@ -149,8 +168,10 @@ type wireChunk struct {
 	Provider string `json:"provider"`
 	Choices  []struct {
 		Delta struct {
-			Content   *string `json:"content"`
-			ToolCalls []struct {
+			Content          *string           `json:"content"`
+			Reasoning        *string           `json:"reasoning"`
+			ReasoningDetails []json.RawMessage `json:"reasoning_details"`
+			ToolCalls        []struct {
 				Index    *int   `json:"index"`
 				ID       string `json:"id"`
 				Function struct {
@@ -162,11 +183,14 @@ type wireChunk struct {
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
-		PromptTokens     int      `json:"prompt_tokens"`
-		CompletionTokens int      `json:"completion_tokens"`
-		Cost             *float64 `json:"cost"`
-		IsBYOK           bool     `json:"is_byok"`
-		CostDetails      *struct {
+		PromptTokens            int `json:"prompt_tokens"`
+		CompletionTokens        int `json:"completion_tokens"`
+		CompletionTokensDetails *struct {
+			ReasoningTokens int `json:"reasoning_tokens"`
+		} `json:"completion_tokens_details"`
+		Cost        *float64 `json:"cost"`
+		IsBYOK      bool     `json:"is_byok"`
+		CostDetails *struct {
 			UpstreamInferenceCost *float64 `json:"upstream_inference_cost"`
 		} `json:"cost_details"`
 	} `json:"usage"`
@@ -178,19 +202,21 @@ type wireChunk struct {
 // ones pieces of its arguments, keyed by index (some providers leave the index
 // out and repeat the id instead; both are handled).
 type assembler struct {
-	content  strings.Builder
-	calls    map[int]*ToolCall
-	order    []int
-	lastIdx  int
-	finish   string
-	usage    Usage
-	sawUsage bool
-	provider string
+	content   strings.Builder
+	reasoning strings.Builder
+	details   reasoningDetails
+	calls     map[int]*ToolCall
+	order     []int
+	lastIdx   int
+	finish    string
+	usage     Usage
+	sawUsage  bool
+	provider  string
 }
 
 func newAssembler() *assembler { return &assembler{calls: map[int]*ToolCall{}, lastIdx: -1} }
 
-func (a *assembler) add(payload []byte, emit func(string)) error {
+func (a *assembler) add(payload []byte) error {
 	var ch wireChunk
 	if err := json.Unmarshal(payload, &ch); err != nil {
 		return fmt.Errorf("%w: a chunk is not JSON: %v", ErrStreamCut, err)
@@ -211,7 +237,14 @@ func (a *assembler) add(payload []byte, emit func(string)) error {
 	for _, c := range ch.Choices {
 		if c.Delta.Content != nil && *c.Delta.Content != "" {
 			a.content.WriteString(*c.Delta.Content)
-			emit(*c.Delta.Content)
+		}
+		if c.Delta.Reasoning != nil {
+			a.reasoning.WriteString(*c.Delta.Reasoning)
+		}
+		for _, d := range c.Delta.ReasoningDetails {
+			if err := a.details.add(d); err != nil {
+				return fmt.Errorf("%w: %v", ErrStreamCut, err)
+			}
 		}
 		for _, d := range c.Delta.ToolCalls {
 			idx := a.indexOf(d.Index, d.ID)
@@ -244,6 +277,10 @@ func (a *assembler) add(payload []byte, emit func(string)) error {
 		a.sawUsage = true
 		a.usage.PromptTokens = u.PromptTokens
 		a.usage.CompletionTokens = u.CompletionTokens
+		a.usage.ReasoningTokens = 0
+		if u.CompletionTokensDetails != nil {
+			a.usage.ReasoningTokens = u.CompletionTokensDetails.ReasoningTokens
+		}
 		a.usage.CostUSD = nil
 		if u.Cost != nil {
 			cost := *u.Cost
@@ -278,11 +315,82 @@ func (a *assembler) indexOf(index *int, id string) int {
 }
 
 func (a *assembler) response() Response {
-	r := Response{Content: a.content.String(), FinishReason: a.finish, Usage: a.usage, Provider: a.provider}
+	r := Response{Content: a.content.String(), FinishReason: a.finish, Usage: a.usage, Provider: a.provider,
+		Reasoning: a.reasoning.String(), ReasoningDetails: a.details.json()}
 	idxs := append([]int(nil), a.order...)
 	sort.Ints(idxs)
 	for _, i := range idxs {
 		r.ToolCalls = append(r.ToolCalls, *a.calls[i])
 	}
 	return r
+}
+
+// reasoningDetails merges the reasoning_details of a stream. OpenRouter
+// streams each detail in pieces that share its index: the text (or summary,
+// or encrypted data) grows piece by piece and the signature comes whole in
+// one of them. Every field a piece carries is kept as it came, so what goes
+// back to the model is what the provider made (ref 8.6: the reasoning stays
+// as it is); a detail of a type this client does not know is kept too.
+type reasoningDetails struct {
+	items []map[string]json.RawMessage
+	byIdx map[int]int
+}
+
+// appended are the fields whose pieces are concatenated.
+var appended = map[string]bool{"text": true, "summary": true, "data": true}
+
+func (r *reasoningDetails) add(raw json.RawMessage) error {
+	var piece map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &piece); err != nil {
+		return fmt.Errorf("a reasoning detail is not a JSON object: %v", err)
+	}
+	at := -1
+	if v, ok := piece["index"]; ok {
+		var idx int
+		if json.Unmarshal(v, &idx) == nil {
+			if r.byIdx == nil {
+				r.byIdx = map[int]int{}
+			}
+			if i, ok := r.byIdx[idx]; ok {
+				at = i
+			} else {
+				r.byIdx[idx] = len(r.items)
+			}
+		}
+	}
+	if at < 0 {
+		r.items = append(r.items, piece)
+		return nil
+	}
+	item := r.items[at]
+	for k, v := range piece {
+		old, had := item[k]
+		if !had || !appended[k] {
+			if had && string(v) == "null" {
+				continue
+			}
+			item[k] = v
+			continue
+		}
+		var a, b string
+		if json.Unmarshal(old, &a) != nil || json.Unmarshal(v, &b) != nil {
+			item[k] = v
+			continue
+		}
+		merged, _ := json.Marshal(a + b)
+		item[k] = merged
+	}
+	return nil
+}
+
+// json is the merged details as one JSON array, nil when there were none.
+func (r *reasoningDetails) json() json.RawMessage {
+	if len(r.items) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(r.items)
+	if err != nil {
+		return nil
+	}
+	return b
 }

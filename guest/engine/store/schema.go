@@ -83,6 +83,13 @@ CREATE TABLE IF NOT EXISTS dots_browser_identities (
 	created_ms   INTEGER NOT NULL,
 	last_used_ms INTEGER
 );
+-- Values masked as *** in every file the engine writes, gathered as they
+-- appear and never forgotten (ref 8.6): a browser identity's proxy stays
+-- here after the identity is deleted, since a conversation file is written
+-- again whole and still carries what was said while it lived.
+CREATE TABLE IF NOT EXISTS dots_masked (
+	value TEXT PRIMARY KEY
+);
 CREATE TABLE IF NOT EXISTS dots_kv (
 	key   TEXT PRIMARY KEY,
 	value TEXT NOT NULL
@@ -119,4 +126,13 @@ CREATE TABLE IF NOT EXISTS messages (
 	cleared      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_session ON messages(session, id);
+-- An assistant message's reasoning as the model gave it (the text and the
+-- reasoning_details JSON), sent back with it on every later request of the
+-- thread. A table of its own so that a database made before it needs no
+-- ALTER: every statement here stays idempotent.
+CREATE TABLE IF NOT EXISTS message_reasoning (
+	message_id INTEGER PRIMARY KEY,
+	reasoning  TEXT NOT NULL DEFAULT '',
+	details    TEXT
+);
 `

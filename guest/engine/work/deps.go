@@ -17,7 +17,7 @@ import (
 
 // Model is the OpenRouter client the turns use.
 type Model interface {
-	Complete(ctx context.Context, key string, req openrouter.Request, onText func(string)) (openrouter.Response, error)
+	Complete(ctx context.Context, key string, req openrouter.Request) (openrouter.Response, error)
 	ModelLimits(ctx context.Context, key, model string) (openrouter.Limits, error)
 }
 
@@ -107,6 +107,11 @@ type Message struct {
 	InboundID  string
 	At         time.Time
 	Cleared    bool
+	// Reasoning and ReasoningDetails are an assistant message's reasoning as
+	// the model gave it, sent back unchanged (ref 8.6); the conversation
+	// files never show it.
+	Reasoning        string
+	ReasoningDetails json.RawMessage
 }
 
 // Call is one tool call of an assistant message.

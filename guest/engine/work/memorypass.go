@@ -385,7 +385,7 @@ func (p *MemoryPass) request(ctx context.Context, key, model string, lim openrou
 		req.MaxTokens = lim.MaxTokensFor(estimateTokens(req.Messages, nil))
 		req.ProviderOnly = lim.Providers
 	}
-	resp, err := e.model.Complete(ctx, key, req, nil)
+	resp, err := e.model.Complete(ctx, key, req)
 	if err != nil {
 		// A request that failed has no cost (ref 8.2).
 		return "", fmt.Errorf("the summary model %s: %w", model, err)

@@ -2,9 +2,14 @@ package work
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
@@ -36,19 +41,22 @@ const imageTokens = 1600
 // imagesText opens the message that shows the turn's newest images.
 const imagesText = "[The newest images your calls answered with in this turn, oldest first. They are not kept: a later turn sees only their placeholders.]"
 
-// estimateTokens is a cheap measure of a request: about four characters a
-// token, plus a little per message. It errs on the large side for prose,
-// which is the safe side of a window.
+// estimateTokens is a cheap measure of a request (textTokens of every text
+// it carries, plus a little per message). It errs on the large side, which
+// is the safe side of a window; measureRequest prefers the provider's count.
 func estimateTokens(msgs []openrouter.Message, tools []openrouter.ToolDef) int {
 	n := 0
 	for _, m := range msgs {
-		n += 4 + len(m.Content)/4 + imageTokens*len(m.ImageURLs)
+		n += 4 + textTokens(m.Content) + imageTokens*len(m.ImageURLs)
+		// Reasoning sent back counts toward the prompt; an encrypted block
+		// is dense text.
+		n += textTokens(m.Reasoning) + textTokens(string(m.ReasoningDetails))
 		for _, c := range m.ToolCalls {
-			n += 4 + (len(c.Name)+len(c.Arguments))/4
+			n += 4 + textTokens(c.Name) + textTokens(c.Arguments)
 		}
 	}
 	for _, t := range tools {
-		n += 8 + (len(t.Name)+len(t.Description)+len(t.Parameters))/4
+		n += 8 + textTokens(t.Name) + textTokens(t.Description) + textTokens(string(t.Parameters))
 	}
 	return n
 }
@@ -89,7 +97,22 @@ func (e *Engine) loadThread(ctx context.Context, session string) (thread, error)
 		}
 		th.summary = summary
 		th.msgs, err = loadMessages(ctx, q, session, upto)
-		return err
+		if err != nil {
+			return err
+		}
+		for i, m := range th.msgs {
+			if m.Role != "user" || m.InboundID != "" {
+				continue
+			}
+			text, ok, err := approvalForModel(ctx, q, m.Content)
+			if err != nil {
+				return err
+			}
+			if ok {
+				th.msgs[i].Content = text
+			}
+		}
+		return nil
 	})
 	return th, err
 }
@@ -100,7 +123,8 @@ func renderMessages(system string, th thread) []openrouter.Message {
 		out = append(out, openrouter.Message{Role: "user", Content: summaryPrefix + th.summary})
 	}
 	for _, m := range th.msgs {
-		om := openrouter.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		om := openrouter.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID,
+			Reasoning: m.Reasoning, ReasoningDetails: m.ReasoningDetails}
 		if m.Cleared {
 			om.Content = clearedResultText
 		}
@@ -132,7 +156,9 @@ func (e *Engine) buildRequest(ctx context.Context, t *turn, l limits) (openroute
 		}
 		budget = l.model.ContextLength - room
 	}
-	if budget > 0 && estimateTokens(msgs, defs) > budget {
+	force := t.compact
+	t.compact = false
+	if force || budget > 0 && measureRequest(t.counted, msgs, defs) > budget {
 		if cleared, err := e.clearOldResults(ctx, t.session, th); err != nil {
 			return openrouter.Request{}, err
 		} else if cleared {
@@ -142,7 +168,7 @@ func (e *Engine) buildRequest(ctx context.Context, t *turn, l limits) (openroute
 			msgs = renderMessages(system, th)
 		}
 	}
-	if budget > 0 && estimateTokens(msgs, defs) > budget {
+	if force || budget > 0 && measureRequest(t.counted, msgs, defs) > budget {
 		if err := e.summarize(ctx, t, l, th); err != nil {
 			return openrouter.Request{}, err
 		}
@@ -157,12 +183,95 @@ func (e *Engine) buildRequest(ctx context.Context, t *turn, l limits) (openroute
 	}
 	msgs = withImages(msgs, shown)
 	return openrouter.Request{
-		Model:        l.cfg.Model.ID,
-		Messages:     msgs,
-		Tools:        defs,
-		MaxTokens:    l.model.MaxTokensFor(estimateTokens(msgs, defs)),
-		ProviderOnly: l.model.Providers,
+		Model:           l.cfg.Model.ID,
+		Messages:        msgs,
+		Tools:           defs,
+		MaxTokens:       l.model.MaxTokensFor(measureRequest(t.counted, msgs, defs)),
+		ProviderOnly:    l.model.Providers,
+		ReasoningEffort: l.cfg.Model.Reasoning,
 	}, nil
+}
+
+// countedRequest is a request the provider answered, with the prompt size it
+// reported (usage.prompt_tokens).
+type countedRequest struct {
+	msgs         []openrouter.Message
+	tools        []openrouter.ToolDef
+	promptTokens int
+}
+
+// measureRequest is the size of a request in tokens: the provider's count of
+// the turn's last request plus an estimate of what changed since, when the
+// last request's messages (after its system prompt, images aside) open this
+// one; the estimate of the whole otherwise (a first request, a compacted
+// thread). The provider counts with the model's own tokenizer, which no
+// estimate matches on code, JSON, base64 or CJK text (ref 8.6: "the
+// provider's reported usage when it matches").
+func measureRequest(last *countedRequest, msgs []openrouter.Message, tools []openrouter.ToolDef) int {
+	est := estimateTokens(msgs, tools)
+	if last == nil || last.promptTokens <= 0 || !opens(last.msgs, msgs) {
+		return est
+	}
+	added := est - estimateTokens(last.msgs, last.tools)
+	if added < 0 {
+		added = 0
+	}
+	return last.promptTokens + added
+}
+
+// opens reports whether the messages of prev after its system prompt begin
+// next's, the turn's images (shown again, in another place, by every
+// request) aside.
+func opens(prev, next []openrouter.Message) bool {
+	p, n := withoutImages(prev), withoutImages(next)
+	if len(p) == 0 || len(n) < len(p) {
+		return false
+	}
+	for i := 1; i < len(p); i++ {
+		a, b := p[i], n[i]
+		if a.Role != b.Role || a.Content != b.Content || a.ToolCallID != b.ToolCallID || len(a.ToolCalls) != len(b.ToolCalls) {
+			return false
+		}
+		for j := range a.ToolCalls {
+			if a.ToolCalls[j] != b.ToolCalls[j] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func withoutImages(msgs []openrouter.Message) []openrouter.Message {
+	out := make([]openrouter.Message, 0, len(msgs))
+	for _, m := range msgs {
+		if len(m.ImageURLs) == 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// contextLengthRe is how OpenRouter words a request longer than the window
+// ("This endpoint's maximum context length is 8192 tokens. However, you
+// requested about 9000 tokens ...").
+var contextLengthRe = regexp.MustCompile(`maximum context length is (\d+) tokens`)
+
+// contextLengthRefusal reports a request the provider refused as longer than
+// the model's window, and that window.
+func contextLengthRefusal(err error) (int, bool) {
+	var apiErr *openrouter.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest {
+		return 0, false
+	}
+	m := contextLengthRe.FindStringSubmatch(apiErr.Message)
+	if m == nil {
+		if apiErr.Code == "context_length_exceeded" {
+			return 0, true
+		}
+		return 0, false
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n, true
 }
 
 // withImages adds the turn's newest images in one user message right after
@@ -192,7 +301,7 @@ func (e *Engine) clearOldResults(ctx context.Context, session string, th thread)
 		if m.Role != "tool" || m.Cleared {
 			continue
 		}
-		size := len(m.Content) / 4
+		size := textTokens(m.Content)
 		if kept+size <= keepResultsTokens {
 			kept += size
 			continue
@@ -240,7 +349,7 @@ func (e *Engine) summarize(ctx context.Context, t *turn, l limits, th thread) er
 	// Oldest messages go first when the thread is too long for the summary
 	// model, each with the results of its calls.
 	lines := transcriptLines(th)
-	for len(lines) > 1 && (len(strings.Join(lines, "\n"))/4) > budget {
+	for len(lines) > 1 && textTokens(strings.Join(lines, "\n")) > budget {
 		lines = lines[1:]
 	}
 	body := strings.Join(lines, "\n")
@@ -255,7 +364,7 @@ func (e *Engine) summarize(ctx context.Context, t *turn, l limits, th thread) er
 		req.MaxTokens = sl.MaxTokensFor(estimateTokens(req.Messages, nil))
 		req.ProviderOnly = sl.Providers
 	}
-	resp, err := e.model.Complete(t.req, l.key, req, nil)
+	resp, err := e.model.Complete(t.req, l.key, req)
 	summary := strings.TrimSpace(resp.Content)
 	if err != nil || summary == "" || resp.Cut() {
 		if out, ok := e.interrupted(t); ok && out >= 0 {
@@ -317,10 +426,11 @@ func personTail(th thread) string {
 		if m.Role != "user" || m.InboundID == "" {
 			continue
 		}
-		if size+len(m.Content)/4 > keepPersonTokens {
+		n := textTokens(m.Content)
+		if size+n > keepPersonTokens {
 			break
 		}
-		size += len(m.Content) / 4
+		size += n
 		kept = append(kept, fmt.Sprintf("- (%s) %s", m.At.UTC().Format(time.RFC3339), m.Content))
 	}
 	if len(kept) == 0 {
@@ -342,12 +452,23 @@ func fitLatestRound(msgs []openrouter.Message, defs []openrouter.ToolDef, budget
 	}
 	for i := len(msgs) - 1; i >= start && over > 0; i-- {
 		content := msgs[i].Content
-		cut := over*4 + 200
-		if cut >= len(content) {
-			cut = len(content)
+		// Cut by the result's own bytes a token, a little more than over,
+		// and measure again: the marker costs tokens too.
+		keep := len(content)
+		for keep > 0 {
+			perToken := float64(keep) / float64(max(textTokens(content[:keep]), 1))
+			keep -= int(float64(over+64)*perToken) + 1
+			if keep < 0 {
+				keep = 0
+			}
+			for keep > 0 && !utf8.RuneStart(content[keep]) {
+				keep--
+			}
+			msgs[i].Content = content[:keep] + fmt.Sprintf("\n[Cut to fit the context window: %d of %d characters came through. Ask for less (a narrower range, a filter).]", keep, len(content))
+			if estimateTokens(msgs, defs) <= budget {
+				break
+			}
 		}
-		keep := len(content) - cut
-		msgs[i].Content = content[:keep] + fmt.Sprintf("\n[Cut to fit the context window: %d of %d characters came through. Ask for less (a narrower range, a filter).]", keep, len(content))
-		over -= cut / 4
+		over = estimateTokens(msgs, defs) - budget
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -50,7 +51,17 @@ func appendMessage(ctx context.Context, tx *store.Tx, session string, m Message)
 	if err != nil {
 		return 0, fmt.Errorf("append %s message to %s: %w", m.Role, session, err)
 	}
-	return res.LastInsertId()
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, err
+	}
+	if m.Reasoning != "" || len(m.ReasoningDetails) > 0 {
+		if _, err := tx.Exec(ctx, "INSERT INTO message_reasoning(message_id, reasoning, details) VALUES (?, ?, ?)",
+			id, m.Reasoning, nullStr(string(m.ReasoningDetails))); err != nil {
+			return 0, fmt.Errorf("store the reasoning of message %d: %w", id, err)
+		}
+	}
+	return id, nil
 }
 
 func nullStr(s string) any {
@@ -62,8 +73,10 @@ func nullStr(s string) any {
 
 // loadMessages returns the session's messages with id > after, oldest first.
 func loadMessages(ctx context.Context, q querier, session string, after int64) ([]Message, error) {
-	rows, err := q.QueryContext(ctx, `SELECT id, role, content, tool_calls, tool_call_id, tool_name, inbound_id, ts_ms, cleared
-		FROM messages WHERE session = ? AND id > ? ORDER BY id`, session, after)
+	rows, err := q.QueryContext(ctx, `SELECT m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.inbound_id,
+		m.ts_ms, m.cleared, COALESCE(r.reasoning, ''), r.details
+		FROM messages m LEFT JOIN message_reasoning r ON r.message_id = m.id
+		WHERE m.session = ? AND m.id > ? ORDER BY m.id`, session, after)
 	if err != nil {
 		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
 	}
@@ -71,9 +84,10 @@ func loadMessages(ctx context.Context, q querier, session string, after int64) (
 	var out []Message
 	for rows.Next() {
 		var m Message
-		var calls, callID, toolName, inbound sql.NullString
+		var calls, callID, toolName, inbound, details sql.NullString
 		var ts int64
-		if err := rows.Scan(&m.ID, &m.Role, &m.Content, &calls, &callID, &toolName, &inbound, &ts, &m.Cleared); err != nil {
+		if err := rows.Scan(&m.ID, &m.Role, &m.Content, &calls, &callID, &toolName, &inbound, &ts, &m.Cleared,
+			&m.Reasoning, &details); err != nil {
 			return nil, fmt.Errorf("read message of %s: %w", session, err)
 		}
 		if calls.Valid {
@@ -82,6 +96,9 @@ func loadMessages(ctx context.Context, q querier, session string, after int64) (
 			}
 		}
 		m.ToolCallID, m.ToolName, m.InboundID = callID.String, toolName.String, inbound.String
+		if details.Valid && details.String != "" {
+			m.ReasoningDetails = json.RawMessage(details.String)
+		}
 		m.At = time.UnixMilli(ts)
 		out = append(out, m)
 	}
@@ -212,4 +229,47 @@ func pendingInbound(ctx context.Context, q querier) ([]inboundRow, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// approvalLine is the public line of a decision as the transcript keeps it
+// (ref 8.6): the tool, its permission and the decision, with the person's
+// note, and the approval's id, by which each request is given the arguments
+// (approvalForModel).
+func approvalLine(approved bool, tool, permission, note, id string) string {
+	verb := "rejected"
+	if approved {
+		verb = "approved"
+	}
+	line := fmt.Sprintf("[Approval] The person %s your call of %s (%s).", verb, tool, permission)
+	if note != "" {
+		line += " Their note: " + note
+	}
+	return line + " [approval " + id + "]"
+}
+
+var approvalLineRe = regexp.MustCompile(`(?s)^\[Approval\] The person (approved|rejected) your call of (\S+) \([^)]*\)\.( Their note: .*)? \[approval ([^\]]+)\]$`)
+
+// approvalForModel is what the model is told of a decision whose public line
+// is line: the same words with the arguments of the call, read from the
+// approval; ok is false for any other message, or an approval no longer held.
+func approvalForModel(ctx context.Context, q querier, line string) (string, bool, error) {
+	m := approvalLineRe.FindStringSubmatch(line)
+	if m == nil {
+		return "", false, nil
+	}
+	var canonical string
+	err := q.QueryRowContext(ctx, "SELECT canonical FROM dots_approvals WHERE id = ?", m[4]).Scan(&canonical)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read approval %s: %w", m[4], err)
+	}
+	var text string
+	if m[1] == "approved" {
+		text = fmt.Sprintf("[Approval] The person approved your call of %s. It has not run yet. Make the same call again now, with exactly these arguments: %s", m[2], canonical)
+	} else {
+		text = fmt.Sprintf("[Approval] The person rejected your call of %s with the arguments %s. It did not run.", m[2], canonical)
+	}
+	return text + m[3], true, nil
 }

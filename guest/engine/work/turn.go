@@ -39,6 +39,13 @@ type turn struct {
 	// URLs), at most images.PerTurn, oldest first: each request of the turn
 	// shows them; they are never stored (ref 6 "Screenshots").
 	images []string
+	// counted is the turn's last request with the prompt size the provider
+	// reported for it: the next request is measured from it (measureRequest).
+	// Only the turn's goroutine touches it.
+	counted *countedRequest
+	// compact asks the next request to compact the thread whatever it
+	// measures: the provider refused the last one as longer than its window.
+	compact bool
 }
 
 // offeredTools are the tools the model is offered under cfg: every tool
@@ -264,7 +271,7 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		return outcomeFailed, fmt.Sprintf("the model's limits could not be read: %v", err)
 	}
 	l.model = ml
-	steps, cuts := 0, 0
+	steps, cuts, empties, windowRetries := 0, 0, 0, 0
 	for {
 		if out, ok := e.interrupted(t); ok {
 			return out, ""
@@ -290,13 +297,25 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 			}
 			return outcomeFailed, err.Error()
 		}
-		resp, err := e.model.Complete(t.req, key, req, nil)
+		req.OnWait = e.sayWait(t)
+		resp, err := e.model.Complete(t.req, key, req)
 		if err != nil {
 			if out, ok := e.interrupted(t); ok {
 				return out, ""
 			}
+			if window, ok := contextLengthRefusal(err); ok {
+				// The provider counted more than the window holds: compact
+				// and ask again, once (ref 8.6's summary).
+				if windowRetries == 0 {
+					windowRetries++
+					t.counted, t.compact = nil, true
+					continue
+				}
+				return outcomeFailed, fmt.Sprintf("the conversation does not fit the model's context window of %d tokens even after it was compacted: %v", window, err)
+			}
 			return outcomeFailed, fmt.Sprintf("the model request failed: %v", err)
 		}
+		t.counted = &countedRequest{msgs: req.Messages, tools: req.Tools, promptTokens: resp.Usage.PromptTokens}
 		steps++
 		var out outcome = -1
 		var reason string
@@ -335,8 +354,21 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 				_, err := appendMessage(ctx, tx, t.session, Message{Role: "user", Content: note})
 				return err
 			}
+			if len(resp.ToolCalls) == 0 && strings.TrimSpace(resp.Content) == "" {
+				// No answer and no call: asked once more, then the work
+				// fails (ref 8.2: a run that ends without an answer fails).
+				// Nothing of the empty answer is stored.
+				empties++
+				if empties > 1 {
+					out, reason = outcomeFailed, "the model gave no answer"
+					return nil
+				}
+				_, err := appendMessage(ctx, tx, t.session, Message{Role: "user", Content: emptyAnswerNote})
+				return err
+			}
 			if len(resp.ToolCalls) == 0 {
-				id, err := appendMessage(ctx, tx, t.session, Message{Role: "assistant", Content: resp.Content})
+				id, err := appendMessage(ctx, tx, t.session, Message{Role: "assistant", Content: resp.Content,
+					Reasoning: resp.Reasoning, ReasoningDetails: resp.ReasoningDetails})
 				if err != nil {
 					return err
 				}
@@ -346,7 +378,8 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 			for _, c := range resp.ToolCalls {
 				calls = append(calls, Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 			}
-			id, err := appendMessage(ctx, tx, t.session, Message{Role: "assistant", Content: resp.Content, ToolCalls: calls})
+			id, err := appendMessage(ctx, tx, t.session, Message{Role: "assistant", Content: resp.Content, ToolCalls: calls,
+				Reasoning: resp.Reasoning, ReasoningDetails: resp.ReasoningDetails})
 			if err != nil {
 				return err
 			}
@@ -374,10 +407,38 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 			return out, reason
 		}
 		if len(calls) == 0 {
-			continue // a cut answer: ask again
+			continue // a cut or empty answer: ask again
 		}
 		if out, reason := e.runCalls(t, l, assistantID, calls); out >= 0 {
 			return out, reason
+		}
+	}
+}
+
+// emptyAnswerNote asks again after an answer with neither text nor a call.
+const emptyAnswerNote = "[Your previous answer was empty: it said nothing and called no tool. Answer now, or call the tool the work needs.]"
+
+// sayWait is the turn's Request.OnWait: a wait shorter than the server asked
+// (a Retry-After past the client's bound) is said in task.progress, so the
+// person knows why the task is not moving and that it goes on.
+func (e *Engine) sayWait(t *turn) func(openrouter.Wait) {
+	return func(w openrouter.Wait) {
+		if !w.Capped() || t.taskID == "" {
+			return
+		}
+		text := fmt.Sprintf("OpenRouter asked to wait %s before trying again; waiting %s, the longest wait, then trying again (attempt %d of %d).",
+			w.Asked.Round(time.Second), w.Delay.Round(time.Second), w.Attempt+1, openrouter.MaxAttempts)
+		err := e.st.Write(t.ctx, "wait", func(tx *store.Tx) error {
+			sp, err := readSpend(t.ctx, txq{tx}, t.session)
+			if err != nil {
+				return err
+			}
+			usd := protocol.RoundUSD(sp.USD)
+			_, err = tx.Emit(t.ctx, protocol.EventTaskProgress, protocol.TaskProgress{TaskID: t.taskID, Text: text, SpentUSD: &usd})
+			return err
+		})
+		if err != nil {
+			e.log.Warn("tell of a wait", "task", t.taskID, "err", err)
 		}
 	}
 }
@@ -508,16 +569,16 @@ func (e *Engine) injectInputs(ctx context.Context, tx *store.Tx) error {
 // tellApprovals appends, for each decided approval of the session, the
 // message that tells the model the decision (ref 8.8 Approvals).
 func (e *Engine) tellApprovals(ctx context.Context, tx *store.Tx, session string) (bool, error) {
-	rows, err := tx.Query(ctx, `SELECT id, tool, canonical, status, COALESCE(note, '') FROM dots_approvals
+	rows, err := tx.Query(ctx, `SELECT id, tool, permission, status, COALESCE(note, '') FROM dots_approvals
 		WHERE session = ? AND status IN ('approved','rejected','granted','told') ORDER BY created, rowid`, session)
 	if err != nil {
 		return false, fmt.Errorf("read decided approvals: %w", err)
 	}
-	type decided struct{ id, tool, args, status, note string }
+	type decided struct{ id, tool, permission, status, note string }
 	var list []decided
 	for rows.Next() {
 		var d decided
-		if err := rows.Scan(&d.id, &d.tool, &d.args, &d.status, &d.note); err != nil {
+		if err := rows.Scan(&d.id, &d.tool, &d.permission, &d.status, &d.note); err != nil {
 			rows.Close()
 			return false, err
 		}
@@ -525,17 +586,15 @@ func (e *Engine) tellApprovals(ctx context.Context, tx *store.Tx, session string
 	}
 	rows.Close()
 	for _, d := range list {
-		var text, next string
+		next, approved := "told", false
 		if d.status == "approved" || d.status == "granted" {
-			next = "granted"
-			text = fmt.Sprintf("[Approval] The person approved your call of %s. It has not run yet. Make the same call again now, with exactly these arguments: %s", d.tool, d.args)
-		} else {
-			next = "told"
-			text = fmt.Sprintf("[Approval] The person rejected your call of %s with the arguments %s. It did not run.", d.tool, d.args)
+			next, approved = "granted", true
 		}
-		if d.note != "" {
-			text += " Their note: " + d.note
-		}
+		// The transcript keeps the decision's public line only: the
+		// arguments (a password typed, a token in a command) stay in
+		// dots_approvals, and each request is given them (loadThread), so
+		// no conversation file, summary or memory pass ever reads them.
+		text := approvalLine(approved, d.tool, d.permission, d.note, d.id)
 		if _, err := appendMessage(ctx, tx, session, Message{Role: "user", Content: text}); err != nil {
 			return false, err
 		}

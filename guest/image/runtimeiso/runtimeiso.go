@@ -17,6 +17,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
@@ -26,6 +27,13 @@ import (
 
 //go:embed units
 var units embed.FS
+
+// skills are the engine's built-in skills (ref 8.6), shipped beside it at
+// RuntimeSkillsDir: the first says how to use the browser identities with
+// @playwright/mcp's tools. A Dot's own skill of the same name replaces one.
+//
+//go:embed skills
+var skills embed.FS
 
 // Contents returns the ISO's files by path: the binaries given (an empty
 // path is left out), the units, and manifest.json listing each file's
@@ -48,6 +56,17 @@ func Contents(agentd, engine string) (map[string][]byte, error) {
 		}
 		data, err := units.ReadFile(p)
 		files[protocol.RuntimeUnitsDir+"/"+path.Base(p)] = data
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = fs.WalkDir(skills, "skills", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := skills.ReadFile(p)
+		files[protocol.RuntimeSkillsDir+"/"+strings.TrimPrefix(p, "skills/")] = data
 		return err
 	})
 	return files, err

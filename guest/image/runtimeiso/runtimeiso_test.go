@@ -1,6 +1,7 @@
 package runtimeiso
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/invisible-dots/invisible-dots/guest/engine/memory"
 	"github.com/invisible-dots/invisible-dots/guest/image/artifact"
 	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -79,7 +81,10 @@ func TestBuildWritesAReadableISO(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	want := []string{protocol.RuntimeAgentdFile, protocol.RuntimeEngineFile, protocol.RuntimeManifestFile, "units/dot-agentd.service", "units/invisible-dots-agent.service"}
+	// Plain ISO 9660 names: a guest sees SKILL.md as skill.md, which the
+	// engine reads (memory.Skills).
+	want := []string{protocol.RuntimeAgentdFile, protocol.RuntimeEngineFile, protocol.RuntimeManifestFile, "units/dot-agentd.service", "units/invisible-dots-agent.service",
+		protocol.RuntimeSkillsDir + "/invisible-playwright/skill.md"}
 	sort.Strings(want)
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Fatalf("ISO files (-want +got):\n%s", diff)
@@ -132,5 +137,47 @@ func TestEngineUnitReadsTheSeedsEnvironment(t *testing.T) {
 	}
 	if want := "EnvironmentFile=-" + protocol.EngineEnvPath + "\n"; !strings.Contains(string(unit), want) {
 		t.Errorf("the engine's unit lacks %q:\n%s", want, unit)
+	}
+}
+
+// TestBuiltinSkillsShipAndParse: the runtime ISO carries the built-in skills
+// where the engine reads them, and the engine reads each as a built-in skill
+// (frontmatter name = folder, a one-line description); the first is the
+// browser identities' one, written for @playwright/mcp's tools.
+func TestBuiltinSkillsShipAndParse(t *testing.T) {
+	agentd, engine := fakeBinaries(t)
+	out, m := build(t, agentd, engine, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	_, files := readISO(t, filepath.Join(out, m.File))
+	dir := t.TempDir()
+	n := 0
+	for name, data := range files {
+		rest, ok := strings.CutPrefix(name, protocol.RuntimeSkillsDir+"/")
+		if !ok {
+			continue
+		}
+		n++
+		p := filepath.Join(dir, filepath.FromSlash(rest))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("the runtime ISO holds no file under %s", protocol.RuntimeSkillsDir)
+	}
+	got, err := (&memory.Memory{BuiltinSkills: dir}).Skills(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n || got[0].Name != "invisible-playwright" || got[0].Source != protocol.SkillBuiltin || got[0].Description == "" {
+		t.Fatalf("skills read from the ISO's files = %+v, want invisible-playwright among %d built-in ones", got, n)
+	}
+	body := string(files[protocol.RuntimeSkillsDir+"/invisible-playwright/skill.md"])
+	for _, tool := range []string{"browser_identity_list", "browser_identity_launch", "browser_identity_close", "browser_snapshot", "browser_navigate"} {
+		if !strings.Contains(body, tool) {
+			t.Errorf("the browser skill does not name %s", tool)
+		}
 	}
 }
