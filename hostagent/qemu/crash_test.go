@@ -116,7 +116,7 @@ func TestRecoverDropsAStartThatLeftNothing(t *testing.T) {
 		"this boot, nothing runs": {GuestPort: 1, Stamp: boot, StartedAt: time.Now()},
 		"an earlier boot":         {GuestPort: 1, Stamp: home.Stamp{BootID: "boot-0", HostUptimeS: 5}},
 	} {
-		if err := writePending(vm.StartPending(), rec); err != nil {
+		if err := writeRecord(vm.StartPending(), rec); err != nil {
 			t.Fatal(err)
 		}
 		got, err := d.recoverStarts()
@@ -134,7 +134,7 @@ func TestRecoverDropsAStartThatLeftNothing(t *testing.T) {
 	// A start that got as far as its record: the record stays as it is.
 	rec := record{PID: 4242, GuestPort: 4243, Stamp: boot, StartedAt: time.Now().UTC()}
 	writeTestRecord(t, d, rec)
-	if err := writePending(vm.StartPending(), record{GuestPort: 4243, Stamp: boot}); err != nil {
+	if err := writeRecord(vm.StartPending(), record{GuestPort: 4243, Stamp: boot}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := d.recoverStarts(); err != nil || len(got) != 1 || got[0].PID != 0 {

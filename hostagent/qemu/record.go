@@ -50,7 +50,11 @@ var errNoRecord = errors.New("no qemu.json")
 
 // readRecord reads qemu.json. errNoRecord when it does not exist; any other
 // error means the VM's state is ERROR (a QEMU may still run on the disk).
-func readRecord(path string) (record, error) {
+func readRecord(path string) (record, error) { return decodeRecord(path, record.validate) }
+
+// decodeRecord reads the record at path and checks it with valid;
+// errNoRecord when there is no file.
+func decodeRecord(path string, valid func(record) error) (record, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return record{}, errNoRecord
@@ -62,7 +66,7 @@ func readRecord(path string) (record, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return record{}, fmt.Errorf("%s does not parse: %w", path, err)
 	}
-	if err := r.validate(); err != nil {
+	if err := valid(r); err != nil {
 		return record{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return r, nil

@@ -2,7 +2,6 @@ package qemu
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,33 +11,16 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
-// writePending writes the record of a start before QEMU is spawned: the
-// record qemu.json will be, without the process (pid 0).
-func writePending(path string, r record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", path, err)
-	}
-	return replaceFile(path, append(b, '\n'), home.PrivateFileMode)
-}
-
-// readPending reads a start's pending record; errNoRecord when there is none.
+// readPending reads a start's pending record (qemu.json as it will be,
+// written before QEMU is spawned, so without its pid); errNoRecord when
+// there is none.
 func readPending(path string) (record, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return record{}, errNoRecord
-	}
-	if err != nil {
-		return record{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return record{}, fmt.Errorf("%s does not parse: %w", path, err)
-	}
-	if r.GuestPort <= 0 || r.GuestPort > 65535 {
-		return record{}, fmt.Errorf("%s: guest_port %d is not a TCP port", path, r.GuestPort)
-	}
-	return r, nil
+	return decodeRecord(path, func(r record) error {
+		if r.GuestPort <= 0 || r.GuestPort > 65535 {
+			return fmt.Errorf("guest_port %d is not a TCP port", r.GuestPort)
+		}
+		return nil
+	})
 }
 
 // Recovered says what recoverStarts did with a start an agent died in.

@@ -148,7 +148,7 @@ func (d *Driver) spawn(vm home.VM, m machine, golden, runtime string) error {
 	// SetExternalCreatePending): an agent killed between the spawn and
 	// qemu.json leaves this, and the next driver on the home finds that
 	// QEMU by it (recoverStarts) instead of leaving it running unrecorded.
-	if err := writePending(vm.StartPending(), rec); err != nil {
+	if err := writeRecord(vm.StartPending(), rec); err != nil {
 		logf.Close()
 		return err
 	}
