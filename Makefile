@@ -27,8 +27,17 @@ build-go:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
 	ln -sf invisible-dots bin/kubectl-dots
 
-run: build
+run: deps build
 	./$(BIN) server
+
+# What the machine needs (hack/deps: Debian packages through sudo when not
+# root, kubectl, a Node.js new enough for the web client), installed when
+# missing; a second run does nothing. A Node.js it had to fetch is in
+# _output/deps/bin, first on PATH for every recipe here.
+.PHONY: deps
+export PATH := $(CURDIR)/_output/deps/bin:$(PATH)
+deps:
+	@hack/deps
 
 # The web client (web/README.md): Node's dependencies from the lock file,
 # then the Vite build into web/dist/app, which prints the first load's size.
@@ -85,7 +94,7 @@ verify: manifests generate
 # Each stage prints the time it took, so a CI run can be watched and its
 # slow stage named.
 TEST_STAGES = test-image test-golden-image test-unit test-integration test-web test-e2e
-test:
+test: deps
 	@for stage in $(TEST_STAGES); do \
 		start=$$(date +%s); echo "== make $$stage"; \
 		if ! $(MAKE) --no-print-directory $$stage; then \

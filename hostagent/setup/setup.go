@@ -56,7 +56,9 @@ func Real(d doctor.Deps, out io.Writer) Deps {
 	}
 }
 
-// Debian packages per doctor row.
+// Debian packages per doctor row: hack/deps' host group (`hack/deps --list
+// host`), the one list make run, make test and CI install from; deps_test.go
+// keeps the two equal.
 var packages = map[string]string{
 	doctor.RowQEMU:     "qemu-system-x86",
 	doctor.RowQEMUImg:  "qemu-utils",

@@ -1,0 +1,38 @@
+package setup
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The packages setup installs are hack/deps' host group, the one list of what
+// a machine needs (make run, make test and CI install from it), and are among
+// its full list: neither can name a package the other does not.
+func TestPackagesAreHackDeps(t *testing.T) {
+	list := func(args ...string) []string {
+		out, err := exec.Command("bash", append([]string{"../../hack/deps", "--list"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("hack/deps --list %s: %v", strings.Join(args, " "), err)
+		}
+		return strings.Fields(string(out))
+	}
+	host, all := list("host"), list()
+	var ours []string
+	for _, p := range packages {
+		ours = append(ours, p)
+	}
+	slices.Sort(ours)
+	slices.Sort(host)
+	if diff := cmp.Diff(host, ours); diff != "" {
+		t.Errorf("setup's packages differ from hack/deps --list host (-hack/deps +setup):\n%s", diff)
+	}
+	for _, p := range ours {
+		if !slices.Contains(all, p) {
+			t.Errorf("setup installs %s, which hack/deps --list does not name", p)
+		}
+	}
+}
