@@ -156,6 +156,12 @@ const (
 	// StartFailedReason: the last start failed; startFailure holds the
 	// backoff.
 	StartFailedReason = "StartFailed"
+	// DiskFullReason: the last start could not write the VM's files (its
+	// overlay, seed or records) for want of space on its host's disk; the
+	// message names the write and what to do. Nothing is left half-written,
+	// and the start is tried again until there is room. It is also the
+	// reason of a Host's DiskPressure when a write on it failed so.
+	DiskFullReason = "DiskFull"
 	// ProvisionPendingReason (Provisioned False): the VM's disk is made at
 	// its first start, which has not happened yet.
 	ProvisionPendingReason = "Pending"
@@ -214,7 +220,9 @@ const (
 	// VMs; the message says what `invisible-dots doctor` found.
 	NoQEMUReason = "CannotRunVMs"
 	// PressureReason and NoPressureReason are the two reasons of the
-	// pressure conditions.
+	// pressure conditions; DiskPressure is True with DiskFullReason while a
+	// write in the home's filesystem has been refused for want of space and
+	// none has succeeded since (nor has space returned).
 	PressureReason   = "UnderPressure"
 	NoPressureReason = "Enough"
 )

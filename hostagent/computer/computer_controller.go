@@ -321,9 +321,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		s.acted = actStart
 		o, err := r.Driver.Start(ctx, r.startSpec(c, token))
 		s.actErr = err
-		if err == nil {
+		switch {
+		case err == nil:
 			s.obs = o
-		} else {
+		case home.DiskFull(err):
+			r.recordDiskFull(c, err)
+			r.observeAgain(ctx, s)
+		default:
 			// Counted now, so the requeue below waits out the backoff.
 			r.recordStartFailure(c, "start failed: "+err.Error())
 			r.observeAgain(ctx, s)

@@ -32,6 +32,43 @@ func (r *Reconciler) recordStartFailure(c *dotsv1.Computer, msg string) {
 	c.Status.StartFailure = f
 }
 
+// diskFullRetry is how long a start the disk refused waits before it is
+// tried again: a try costs a qemu-img create, and work goes on within this of
+// the space returning.
+const diskFullRetry = 10 * time.Second
+
+// diskFullText begins the startFailure message of a start the host's disk
+// refused; startFailedReason tells such a failure by it.
+const diskFullText = "the host's disk is full, so the VM cannot start: "
+
+// recordDiskFull records a start that failed because the host's disk is full
+// (the driver could not write the VM's overlay, seed or records). It is not
+// counted as a crash: the VM did nothing wrong, and counting it would fail
+// the Dot's tasks after three tries (the work controller gives a task up on
+// ConsecutiveFailCount) while the disk is the host's to clear. The count
+// stays, the start is tried again every diskFullRetry, and the Dot's work
+// goes on once there is room; the Ready condition (DiskFull) and the Host's
+// DiskPressure say what to free meanwhile.
+func (r *Reconciler) recordDiskFull(c *dotsv1.Computer, err error) {
+	f := c.Status.StartFailure
+	if f == nil {
+		f = &dotsv1.StartFailure{}
+	}
+	t := metav1.NewTime(r.Clock.Now().Add(diskFullRetry))
+	f.RetryAfter = &t
+	f.Message = diskFullText + err.Error()
+	c.Status.StartFailure = f
+}
+
+// startFailedReason is the reason of a Ready condition that reports the last
+// failed start.
+func startFailedReason(f *dotsv1.StartFailure) string {
+	if f != nil && strings.HasPrefix(f.Message, diskFullText) {
+		return dotsv1.DiskFullReason
+	}
+	return dotsv1.StartFailedReason
+}
+
 // updateStatus computes state, the observed fields, stopReason,
 // startFailure and the conditions from the scope. It is the one place a
 // Computer's status is set (the deferred patch writes it).
@@ -143,7 +180,7 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 			ready(metav1.ConditionFalse, dotsv1.GuestNotAnsweringReason, "QEMU runs but dot-agentd does not answer GET /v1/health: "+errText(s.healthErr))
 		case startCounted(c, obs):
 			st.State = dotsv1.ComputerStarting
-			ready(metav1.ConditionFalse, dotsv1.StartFailedReason, st.StartFailure.Message+retryText(st.StartFailure))
+			ready(metav1.ConditionFalse, startFailedReason(st.StartFailure), st.StartFailure.Message+retryText(st.StartFailure))
 		default:
 			st.State = dotsv1.ComputerStarting
 			ready(metav1.ConditionFalse, dotsv1.VMStartingReason, "QEMU runs; waiting for dot-agentd to answer GET /v1/health through the proven channel: "+errText(s.healthErr))
@@ -167,9 +204,9 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 		}
 		switch {
 		case startFailed || d.NeverListened:
-			ready(metav1.ConditionFalse, dotsv1.StartFailedReason, st.StartFailure.Message+retryText(st.StartFailure))
+			ready(metav1.ConditionFalse, startFailedReason(st.StartFailure), st.StartFailure.Message+retryText(st.StartFailure))
 		case d.Wait > 0 && st.StartFailure != nil:
-			ready(metav1.ConditionFalse, dotsv1.StartFailedReason, st.StartFailure.Message+retryText(st.StartFailure))
+			ready(metav1.ConditionFalse, startFailedReason(st.StartFailure), st.StartFailure.Message+retryText(st.StartFailure))
 		default:
 			ready(metav1.ConditionFalse, dotsv1.VMStoppedReason, stoppedText(st.StopReason, c.Spec.RunStrategy))
 		}
@@ -181,7 +218,11 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 	case st.StartFailure != nil:
 		// The last start failed before the disk existed; the backoff holds
 		// the next one.
-		patch.SetCondition(c, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionFailedReason, st.StartFailure.Message)
+		reason := dotsv1.ProvisionFailedReason
+		if startFailedReason(st.StartFailure) == dotsv1.DiskFullReason {
+			reason = dotsv1.DiskFullReason
+		}
+		patch.SetCondition(c, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, reason, st.StartFailure.Message)
 	default:
 		patch.SetCondition(c, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionPendingReason, "the VM's disk is made at its first start")
 	}
@@ -215,6 +256,8 @@ func (r *Reconciler) recordAction(s *scope) {
 	switch s.acted {
 	case actStart:
 		switch {
+		case s.actErr != nil && startFailedReason(st.StartFailure) == dotsv1.DiskFullReason:
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, dotsv1.DiskFullReason, "Start", "%s%s", st.StartFailure.Message, retryText(st.StartFailure))
 		case s.actErr != nil:
 			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "StartFailed", "Start", "%s (failure %d in a row)%s", s.actErr.Error(), failCount(st.StartFailure), retryText(st.StartFailure))
 		case s.decision.RebootHandled:

@@ -50,14 +50,20 @@ func (d *Driver) ensureDisk(ctx context.Context, vm home.VM, spec driver.Spec) (
 	}
 	if out, err := d.runImg(ctx, args...); err != nil {
 		_ = os.Remove(tmp)
-		return "", fmt.Errorf("create the overlay on %s: %w: %s", filepath.Base(img.File), err, strings.TrimSpace(out))
+		// qemu-img says a full disk only in its output ("No space left on
+		// device"); its half-made overlay is gone with tmp.
+		err = home.MarkDiskFull(err, out)
+		return "", d.home.NoteWrite(vm.Disk(), fmt.Errorf("create the overlay on %s: %w: %s", filepath.Base(img.File), err, strings.TrimSpace(out)))
 	}
 	if err := os.Chmod(tmp, home.PrivateFileMode); err != nil {
+		_ = os.Remove(tmp)
 		return "", err
 	}
 	if err := os.Rename(tmp, vm.Disk()); err != nil {
+		_ = os.Remove(tmp)
 		return "", fmt.Errorf("create the overlay: %w", err)
 	}
+	d.home.NoteWrite(vm.Disk(), nil)
 	return img.Version, nil
 }
 

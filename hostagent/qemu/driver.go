@@ -321,37 +321,48 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Observatio
 	}
 	vm := d.home.VM(spec.ID)
 	for _, dir := range []string{vm.Dir, d.home.Logs()} {
-		if err := os.MkdirAll(dir, home.PrivateDirMode); err != nil {
-			return obs, fmt.Errorf("start %s: %w", spec.ID, err)
+		if err := d.home.NoteWrite(dir, os.MkdirAll(dir, home.PrivateDirMode)); err != nil {
+			return obs, d.startFailed(spec.ID, err)
 		}
 	}
 	golden, err := d.ensureDisk(ctx, vm, spec)
 	if err != nil {
-		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
+		return obs, d.startFailed(spec.ID, err)
 	}
 	runtime, err := d.runtimeFor(spec)
 	if err != nil {
-		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
+		return obs, d.startFailed(spec.ID, err)
 	}
 	m, err := d.machineFor(vm, spec.CPUs, spec.MemoryMiB, golden, runtime)
 	if err != nil {
-		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
+		return obs, d.startFailed(spec.ID, err)
 	}
 	gcfg := protocol.GuestConfig{DotID: spec.ID.Namespace + "/" + spec.ID.Name, Token: spec.Token, Hostname: spec.ID.Name}
 	env := protocol.EngineEnv{OpenRouterURL: d.cfg.EffectiveOpenRouterURL()}
-	if _, err := writeSeed(vm.Seed(), spec.ID, gcfg, env); err != nil {
-		return obs, fmt.Errorf("start %s: write the seed: %w", spec.ID, err)
+	if _, err := writeSeed(vm.Seed(), spec.ID, gcfg, env); d.home.NoteWrite(vm.Seed(), err) != nil {
+		return obs, d.startFailed(spec.ID, fmt.Errorf("write the seed: %w", err))
 	}
 	port, err := d.pickPort()
 	if err != nil {
-		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
+		return obs, d.startFailed(spec.ID, err)
 	}
 	m.GuestPort = port
 	if err := d.spawn(vm, m, golden, runtime); err != nil {
-		return obs, fmt.Errorf("start %s: %w", spec.ID, err)
+		return obs, d.startFailed(spec.ID, err)
 	}
 	o, _, err := d.observe(ctx, spec.ID)
 	return o, err
+}
+
+// startFailed is the error of a start that failed. One the disk refused says
+// so first, with what to do: nothing of the start is left half-written (each
+// record is written whole or not at all), and the start succeeds once there
+// is room again.
+func (d *Driver) startFailed(id home.VMID, err error) error {
+	if home.DiskFull(err) {
+		return fmt.Errorf("start %s: the disk is full: %w; fix: %s", id, err, d.home.DiskFullFix())
+	}
+	return fmt.Errorf("start %s: %w", id, err)
 }
 
 // runtimeFor is the runtime image a start uses: the spec's, else the newest

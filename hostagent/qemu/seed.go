@@ -72,7 +72,9 @@ func writeSeed(dest string, id home.VMID, cfg protocol.GuestConfig, env protocol
 		return "", err
 	}
 	if err := isofs.Write(dest, protocol.SeedVolumeLabel, files, home.PrivateFileMode); err != nil {
-		return "", err
+		// The ISO writer words some write errors ("writing files: ...")
+		// instead of wrapping them: a full disk is still a full disk.
+		return "", home.MarkDiskFull(err, err.Error())
 	}
 	return iid, nil
 }

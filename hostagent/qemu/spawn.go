@@ -148,7 +148,7 @@ func (d *Driver) spawn(vm home.VM, m machine, golden, runtime string) error {
 	// SetExternalCreatePending): an agent killed between the spawn and
 	// qemu.json leaves this, and the next driver on the home finds that
 	// QEMU by it (recoverStarts) instead of leaving it running unrecorded.
-	if err := writeRecord(vm.StartPending(), rec); err != nil {
+	if err := d.home.NoteWrite(vm.StartPending(), writeRecord(vm.StartPending(), rec)); err != nil {
 		logf.Close()
 		return err
 	}
@@ -192,7 +192,7 @@ func (d *Driver) spawn(vm home.VM, m machine, golden, runtime string) error {
 
 	crashpoint.Hit(crashpoint.QEMUSpawned)
 	rec.PID, rec.ProcStartTicks, rec.StartedAt = c.pid, c.startTicks, time.Now().UTC()
-	if err := writeRecord(vm.QEMUJSON(), rec); err != nil {
+	if err := d.home.NoteWrite(vm.QEMUJSON(), writeRecord(vm.QEMUJSON(), rec)); err != nil {
 		// Without its record the QEMU could not be told from a stranger:
 		// it goes now, while it is provably ours.
 		d.killChild(c)
