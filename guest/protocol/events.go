@@ -211,10 +211,18 @@ type ToolCalled struct {
 }
 
 // BrowserIdentityEvent is the data of every browser.identity.* event.
+// Reason is on browser.identity.closed only, and only when the identity was
+// not asked to close: BrowserClosedCrashed, its browser or the browser's
+// server ended under it (ref 6: closed once, and the calls say crashed).
 type BrowserIdentityEvent struct {
-	IdentityID string `json:"identity_id"`
-	Name       string `json:"name"`
+	IdentityID string  `json:"identity_id"`
+	Name       string  `json:"name"`
+	Reason     *string `json:"reason,omitempty"`
 }
+
+// BrowserClosedCrashed is the reason of a browser.identity.closed whose
+// browser crashed.
+const BrowserClosedCrashed = "crashed"
 
 // AutomationNextRun is the data of automation.next_run; a nil time (no
 // enabled job is due) travels as null, never as an absent key.
@@ -349,6 +357,10 @@ func checkOutbound(v any) error {
 	case *MCPServerAdded:
 		if !isJSONObject(d.Arguments) {
 			return fmt.Errorf("arguments are not a JSON object")
+		}
+	case *BrowserIdentityEvent:
+		if d.Reason != nil && *d.Reason != BrowserClosedCrashed {
+			return fmt.Errorf("unknown reason %q", *d.Reason)
 		}
 	}
 	return nil

@@ -89,6 +89,7 @@ func wireShapes() []OutboundEvent {
 	add(EventMemoryUpdated, MemoryUpdated{Conversations: 1, Changed: false, SpentUSD: f(0.025)})
 	add(EventMCPServerAdded, MCPServerAdded{Arguments: json.RawMessage(`{"name":"time","command":"uvx","args":["mcp-server-time"],"reason":"to tell the time"}`)})
 	add(EventOutboxReset, OutboxReset{Cursor: 120, LastSeq: 3})
+	add(EventBrowserIdentityClosed, BrowserIdentityEvent{IdentityID: "id-1", Name: "work", Reason: s(BrowserClosedCrashed)})
 	out := make([]OutboundEvent, 0, len(datas))
 	for i, d := range datas {
 		raw, err := json.Marshal(d.data)
@@ -193,6 +194,8 @@ func TestParseOutboundRefuses(t *testing.T) {
 		"long target":      {ev(EventToolCalled, `{"tool":"exec","permission":"computer.exec","decision":"allow","ok":true,"duration_ms":1,"target":"`+long+`"}`), "longer than 160"},
 		"two-line target":  {ev(EventToolCalled, `{"tool":"exec","permission":"computer.exec","decision":"allow","ok":true,"duration_ms":1,"target":"a\nb"}`), "more than one line"},
 		"null next run ok": {ev(EventAutomationNextRun, `{"next_run_at_ms":null}`), ""},
+		"crashed ok":       {ev(EventBrowserIdentityClosed, `{"identity_id":"i","name":"n","reason":"crashed"}`), ""},
+		"unknown reason":   {ev(EventBrowserIdentityClosed, `{"identity_id":"i","name":"n","reason":"bored"}`), "unknown reason"},
 		"absent next run":  {ev(EventAutomationNextRun, `{}`), `lacks "next_run_at_ms"`},
 		"seq zero":         {OutboundEvent{Seq: 0, ID: "e", Type: EventAgentStarted, TS: "t", Data: json.RawMessage(`{}`)}, "seq 0"},
 	}

@@ -118,7 +118,11 @@ type Options struct {
 	// FrameWait is how long a frame waits for the call in flight
 	// (protocol.BrowserFrameWaitSeconds when zero).
 	FrameWait time.Duration
-	Log       *slog.Logger
+	// Watch finds the browser a launch opened with the profile profile and
+	// watches it (WatchChromium when nil), so a browser that dies under a
+	// living server is a crash, never a browser the server reopens blank.
+	Watch func(ctx context.Context, profile string) (Process, error)
+	Log   *slog.Logger
 }
 
 // Manager keeps the identities and their open browsers.
@@ -133,12 +137,17 @@ type Manager struct {
 	launching    int
 	tools        []mcphost.Tool // the server's tools, as it last listed them
 	instructions string         // what the server said at initialize, as it last said it
+	// crashed holds the identities whose browser or server ended without
+	// being asked, with what ended, until a launch opens them again: every
+	// call and frame says so meanwhile.
+	crashed map[string]string
 }
 
 // session is one open identity: its server and the call in flight on it.
 type session struct {
 	id, name string
 	srv      *mcphost.Server
+	proc     Process       // the browser the server launched; nil when it could not be found
 	busy     chan struct{} // a one-slot semaphore held by a call or a frame
 	used     time.Time     // for the least-recently-used order; a frame does not move it
 }
@@ -154,7 +163,10 @@ func New(o Options) *Manager {
 	if o.Offered == nil {
 		o.Offered = func(name string) bool { _, ok := tools.BrowserPageTools[name]; return ok }
 	}
-	return &Manager{o: o, open: map[string]*session{}, ops: map[string]*sync.Mutex{}}
+	if o.Watch == nil {
+		o.Watch = WatchChromium
+	}
+	return &Manager{o: o, open: map[string]*session{}, ops: map[string]*sync.Mutex{}, crashed: map[string]string{}}
 }
 
 // Dir is an identity's directory; the profile and the server's output are
@@ -351,25 +363,81 @@ func (m *Manager) detach(id string) *session {
 	return s
 }
 
-// reap closes, as a call that found out would, the sessions whose server
-// ended (the browser crashed or was closed from its own window).
+// reap closes, as a call that found out would, the sessions whose browser or
+// server ended (a crash, or the browser's last window closed). The watch of
+// each browser does so as it happens; this is the check of the moment.
 func (m *Manager) reap(ctx context.Context) {
 	m.mu.Lock()
 	var gone []*session
-	for id, s := range m.open {
-		if s.srv.Status().State != protocol.MCPConnected {
+	for _, s := range m.open {
+		if m.gone(s) != "" {
 			gone = append(gone, s)
-			delete(m.open, id)
 		}
 	}
 	m.mu.Unlock()
 	for _, s := range gone {
-		m.ended(ctx, s, false)
+		m.crash(ctx, s, m.gone(s))
 	}
 }
 
-// ended stops a detached session and records browser.identity.closed; asked
-// is whether the browser is asked to close first (it is gone otherwise).
+// gone says what of an open session ended, "" when both its browser and its
+// server run.
+func (m *Manager) gone(s *session) string {
+	if s.proc != nil && !s.proc.Alive() {
+		return "its Chromium ended"
+	}
+	if s.srv.Status().State != protocol.MCPConnected {
+		return "its browser's server ended"
+	}
+	return ""
+}
+
+// watch closes s as crashed as soon as its browser ends.
+func (m *Manager) watch(s *session) {
+	if s.proc == nil {
+		return
+	}
+	go func() {
+		<-s.proc.Done()
+		m.crash(context.Background(), s, "its Chromium ended")
+	}()
+}
+
+// crash closes an open session whose browser or server ended without being
+// asked (ref 6): its server is stopped at once, so it cannot launch a new
+// browser on a blank page at the next call, browser.identity.closed says
+// crashed, and the identity answers crashed until a launch. A session
+// already closed (a close, a delete, the LRU, an earlier crash) is left
+// alone.
+func (m *Manager) crash(ctx context.Context, s *session, why string) {
+	m.mu.Lock()
+	if m.open[s.id] != s {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.open, s.id)
+	m.crashed[s.id] = why
+	m.mu.Unlock()
+	m.o.Log.Warn("browser crashed", "identity", s.id, "why", why)
+	m.ended(ctx, s, false)
+}
+
+// crashedText is what a call or a frame of a crashed identity answers.
+func crashedText(id, why string) string {
+	return fmt.Sprintf("The browser of %s crashed (%s), so the identity is closed and the call was not made again; "+
+		"call browser_identity_launch to open it again, as the same person, on a blank page.", id, why)
+}
+
+// crashedWhy is what ended an identity that crashed, "" when it did not.
+func (m *Manager) crashedWhy(id string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.crashed[id]
+}
+
+// ended stops a detached session and records browser.identity.closed (with
+// the reason crashed when its browser or server ended unasked); asked is
+// whether the browser is asked to close first (it is gone otherwise).
 func (m *Manager) ended(ctx context.Context, s *session, asked bool) {
 	if asked {
 		// The browser closes its pages and flushes its profile before the
@@ -385,11 +453,19 @@ func (m *Manager) ended(ctx context.Context, s *session, asked bool) {
 		cancel()
 	}
 	s.srv.Close()
+	if s.proc != nil {
+		s.proc.Close()
+	}
+	ev := protocol.BrowserIdentityEvent{IdentityID: s.id, Name: s.name}
+	if !asked {
+		reason := protocol.BrowserClosedCrashed
+		ev.Reason = &reason
+	}
 	// Recorded even when the call that found out was cancelled: the browser
 	// is gone either way.
 	wctx := context.WithoutCancel(ctx)
 	err := m.o.Store.Write(wctx, "browser-closed", func(tx *store.Tx) error {
-		_, err := tx.Emit(wctx, protocol.EventBrowserIdentityClosed, protocol.BrowserIdentityEvent{IdentityID: s.id, Name: s.name})
+		_, err := tx.Emit(wctx, protocol.EventBrowserIdentityClosed, ev)
 		return err
 	})
 	if err != nil {
@@ -445,13 +521,19 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("remove the profile of browser identity %s: %w", id, err)
 		}
 	}
-	return m.o.Store.Write(ctx, "browser-delete", func(tx *store.Tx) error {
+	err = m.o.Store.Write(ctx, "browser-delete", func(tx *store.Tx) error {
 		if _, err := tx.Exec(ctx, "DELETE FROM dots_browser_identities WHERE id = ?", id); err != nil {
 			return fmt.Errorf("delete browser identity %s: %w", id, err)
 		}
 		_, err := tx.Emit(ctx, protocol.EventBrowserIdentityDeleted, protocol.BrowserIdentityEvent{IdentityID: id, Name: r.name})
 		return err
 	})
+	if err == nil {
+		m.mu.Lock()
+		delete(m.crashed, id)
+		m.mu.Unlock()
+	}
+	return err
 }
 
 // serverConfig is how an identity's server is started: its profile and
@@ -563,11 +645,19 @@ func (m *Manager) Launch(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	s := &session{id: id, name: r.name, srv: srv, busy: make(chan struct{}, 1)}
+	profile := path.Join(m.Dir(id), profileDirName)
+	if s.proc, err = m.o.Watch(ctx, profile); err != nil {
+		// The server's own end is still heard; only a browser that dies
+		// under a living server would go unnoticed.
+		m.o.Log.Warn("the browser's process is not watched", "identity", id, "err", err)
+	}
 	m.mu.Lock()
 	m.open[id] = s
+	delete(m.crashed, id)
 	m.tools = srv.Status().Tools
 	m.instructions = srv.Status().Instructions
 	m.mu.Unlock()
+	m.watch(s)
 	m.touch(ctx, s)
 	err = m.o.Store.Write(ctx, "browser-launched", func(tx *store.Tx) error {
 		_, err := tx.Emit(ctx, protocol.EventBrowserIdentityLaunch, protocol.BrowserIdentityEvent{IdentityID: id, Name: r.name})
@@ -628,13 +718,14 @@ type Result struct {
 // that alone.
 func (m *Manager) Call(ctx context.Context, tool string, args map[string]any) Result {
 	id, _ := args[tools.BrowserIdentityArg].(string)
-	if m.session(id) == nil {
-		m.reap(ctx)
-	}
+	m.reap(ctx)
 	s := m.session(id)
 	if s == nil {
 		if _, err := m.row(ctx, id); err != nil {
 			return Result{Text: err.Error() + "."}
+		}
+		if why := m.crashedWhy(id); why != "" {
+			return Result{Text: crashedText(id, why)}
 		}
 		return Result{Text: notOpenText}
 	}
@@ -659,11 +750,17 @@ func (m *Manager) Call(ctx context.Context, tool string, args map[string]any) Re
 	m.touch(ctx, s)
 	res := s.srv.Call(ctx, tool, raw)
 	<-s.busy
-	if (res.Gone || s.srv.Status().State != protocol.MCPConnected) && m.detach(id) == s {
-		// The server went away under the call: the identity is closed, and
-		// the model launches it again if it wants to.
-		m.ended(ctx, s, false)
-		res.Text += fmt.Sprintf("\nThe browser of %s ended, so the identity is closed now; call browser_identity_launch to open it again.", id)
+	why := m.gone(s)
+	if why == "" && res.Gone {
+		why = "its browser's server ended"
+	}
+	if why != "" {
+		// The browser or its server went away under the call: what the
+		// server answered is of a browser that is gone (or of one it
+		// launched again, blank), so the model is told the browser crashed
+		// and launches it again if it wants to.
+		m.crash(ctx, s, why)
+		return Result{Text: crashedText(id, cmp.Or(m.crashedWhy(id), why))}
 	}
 	text, urls := images.Attach(res.Text, res.Images)
 	return Result{Text: text, OK: res.OK, ImageURLs: urls}
@@ -682,8 +779,12 @@ func (m *Manager) Frame(ctx context.Context, id string) ([]byte, error) {
 	if _, err := m.row(ctx, id); err != nil {
 		return nil, err
 	}
+	m.reap(ctx)
 	s := m.session(id)
 	if s == nil {
+		if why := m.crashedWhy(id); why != "" {
+			return nil, refuse(protocol.ErrCrashed, "%s", crashedText(id, why))
+		}
 		return nil, refuse(protocol.ErrNotOpen, "browser identity %s is not open", id)
 	}
 	t := time.NewTimer(m.o.FrameWait)
@@ -697,11 +798,13 @@ func (m *Manager) Frame(ctx context.Context, id string) ([]byte, error) {
 	}
 	res := s.srv.Call(ctx, toolScreenshot, json.RawMessage(`{"type":"jpeg"}`))
 	<-s.busy
-	if res.Gone || s.srv.Status().State != protocol.MCPConnected {
-		if m.detach(id) == s {
-			m.ended(ctx, s, false)
-		}
-		return nil, refuse(protocol.ErrNotOpen, "browser identity %s is not open: its browser ended", id)
+	why := m.gone(s)
+	if why == "" && res.Gone {
+		why = "its browser's server ended"
+	}
+	if why != "" {
+		m.crash(ctx, s, why)
+		return nil, refuse(protocol.ErrCrashed, "%s", crashedText(id, cmp.Or(m.crashedWhy(id), why)))
 	}
 	if !res.OK || len(res.Images) == 0 {
 		return nil, refuse(protocol.ErrFrameFailed, "the browser of %s gave no frame: %s", id, res.Text)
@@ -856,6 +959,8 @@ func (m *Manager) IdentityTool(ctx context.Context, name string, args map[string
 			it := item{ID: bi.ID, Name: bi.Name, Status: "available", HasProxy: bi.HasProxy}
 			if bi.Open {
 				it.Status = "open"
+			} else if m.crashedWhy(bi.ID) != "" {
+				it.Status = "crashed"
 			}
 			if bi.LastUsedAtMS != nil {
 				it.LastUsed = time.UnixMilli(*bi.LastUsedAtMS).UTC().Format(time.RFC3339)

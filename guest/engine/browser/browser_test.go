@@ -41,6 +41,9 @@ type fakeServer struct {
 	// failStarts is how many of the next starts fail, as a server that
 	// does not come up would.
 	failStarts int
+	// onPress runs inside browser_press_key (a browser that dies during a
+	// call, which the real server would answer from a new, blank one).
+	onPress func()
 }
 
 type fakeStart struct {
@@ -78,6 +81,15 @@ func (f *fakeServer) dial(cfg protocol.MCPServerConfig, secrets map[string]strin
 		tool("browser_close", func(anyArgs) *sdk.CallToolResult { return text("closed") })
 		tool("browser_navigate", func(a anyArgs) *sdk.CallToolResult { return text("navigated to " + a["url"].(string)) })
 		tool("browser_run_code_unsafe", func(anyArgs) *sdk.CallToolResult { return text("ran") })
+		tool("browser_press_key", func(anyArgs) *sdk.CallToolResult {
+			f.mu.Lock()
+			on := f.onPress
+			f.mu.Unlock()
+			if on != nil {
+				on()
+			}
+			return text("pressed on about:blank")
+		})
 		tool("browser_wait_for", func(anyArgs) *sdk.CallToolResult {
 			f.mu.Lock()
 			ch := f.release
@@ -125,11 +137,41 @@ func (f *fakeServer) count(tool string) int {
 	return n
 }
 
+// fakeChromium stands in for the Chromium a launch opened: the test ends it
+// with kill.
+type fakeChromium struct {
+	profile string
+	dead    chan struct{}
+	once    sync.Once
+}
+
+func (p *fakeChromium) Done() <-chan struct{} { return p.dead }
+func (p *fakeChromium) Close()                {}
+func (p *fakeChromium) kill()                 { p.once.Do(func() { close(p.dead) }) }
+func (p *fakeChromium) Alive() bool {
+	select {
+	case <-p.dead:
+		return false
+	default:
+		return true
+	}
+}
+
 type rig struct {
 	m       *Manager
 	st      *store.Store
 	fake    *fakeServer
 	removed []string
+
+	mu       sync.Mutex
+	browsers []*fakeChromium // one per launch, in order
+}
+
+// browser is the fake Chromium of the i-th launch.
+func (r *rig) browser(i int) *fakeChromium {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.browsers[i]
 }
 
 func newRig(t *testing.T) *rig {
@@ -145,6 +187,13 @@ func newRig(t *testing.T) *rig {
 		Remove:    func(_ context.Context, dir string) error { r.removed = append(r.removed, dir); return nil },
 		Offered:   func(name string) bool { return name != "browser_run_code_unsafe" && name != "browser_close" },
 		FrameWait: 200 * time.Millisecond,
+		Watch: func(_ context.Context, profile string) (Process, error) {
+			p := &fakeChromium{profile: profile, dead: make(chan struct{})}
+			r.mu.Lock()
+			r.browsers = append(r.browsers, p)
+			r.mu.Unlock()
+			return p, nil
+		},
 		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	t.Cleanup(func() { r.m.CloseAll(context.Background()) })
@@ -167,7 +216,11 @@ func (r *rig) browserEvents(t *testing.T) []string {
 		if strings.HasPrefix(ev.Type, "browser.identity.") {
 			var d protocol.BrowserIdentityEvent
 			json.Unmarshal(ev.Data, &d)
-			out = append(out, strings.TrimPrefix(ev.Type, "browser.identity.")+" "+d.Name)
+			line := strings.TrimPrefix(ev.Type, "browser.identity.") + " " + d.Name
+			if d.Reason != nil {
+				line += " (" + *d.Reason + ")"
+			}
+			out = append(out, line)
 		}
 	}
 	return out
@@ -427,7 +480,7 @@ func TestPageToolsOffered(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if d := cmp.Diff([]string{"browser_hover", "browser_navigate", "browser_tabs", "browser_take_screenshot", "browser_wait_for"}, names); d != "" {
+	if d := cmp.Diff([]string{"browser_hover", "browser_navigate", "browser_press_key", "browser_tabs", "browser_take_screenshot", "browser_wait_for"}, names); d != "" {
 		t.Errorf("offered page tools (-want +got):\n%s", d)
 	}
 	if r.fake.starts[0].cfg.Args[0] != "--isolated" {
@@ -484,7 +537,10 @@ func TestLaunchWithoutABrowser(t *testing.T) {
 	}
 }
 
-func TestABrowserThatDiesIsClosed(t *testing.T) {
+// crashedSays is how a call on a crashed identity begins.
+const crashedSays = "crashed ("
+
+func TestABrowserWhoseServerDiesIsCrashed(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	id := r.create(t, "fragile", nil).ID
@@ -492,20 +548,105 @@ func TestABrowserThatDiesIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := r.m.Call(ctx, "browser_hover", map[string]any{"identity_id": id, "element": "x", "target": "e1"})
-	if res.OK || !strings.Contains(res.Text, "the identity is closed now; call browser_identity_launch to open it again") {
-		t.Errorf("a call whose browser died = %+v", res)
+	if res.OK || !strings.Contains(res.Text, crashedSays+"its browser's server ended)") || !strings.Contains(res.Text, "call browser_identity_launch to open it again") {
+		t.Errorf("a call whose server died = %+v", res)
 	}
-	if res := r.m.Call(ctx, "browser_tabs", map[string]any{"identity_id": id, "action": "list"}); res.Text != notOpenText {
-		t.Errorf("the next call = %+v, want not open: a lost browser is never reopened behind the Dot's back", res)
+	if res := r.m.Call(ctx, "browser_tabs", map[string]any{"identity_id": id, "action": "list"}); res.OK || !strings.Contains(res.Text, crashedSays) {
+		t.Errorf("the next call = %+v, want crashed: a lost browser is never reopened behind the Dot's back", res)
 	}
-	if _, err := r.m.Frame(ctx, id); codeOf(err) != protocol.ErrNotOpen {
-		t.Errorf("frame after the crash = %v, want not_open", err)
+	if _, err := r.m.Frame(ctx, id); codeOf(err) != protocol.ErrCrashed {
+		t.Errorf("frame after the crash = %v, want crashed", err)
 	}
-	if d := cmp.Diff([]string{"created fragile", "launched fragile", "closed fragile"}, r.browserEvents(t)); d != "" {
+	if d := cmp.Diff([]string{"created fragile", "launched fragile", "closed fragile (crashed)"}, r.browserEvents(t)); d != "" {
 		t.Errorf("events (-want +got):\n%s", d)
 	}
 	if len(r.fake.starts) != 1 {
 		t.Errorf("the server was started %d times, want once (no restart)", len(r.fake.starts))
+	}
+}
+
+// TestAChromiumThatDiesUnderALivingServerIsCrashed: @playwright/mcp would
+// launch a new, blank browser at the next call; the manager hears the
+// browser's end itself, stops the server, and says crashed until a launch.
+func TestAChromiumThatDiesUnderALivingServerIsCrashed(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	id := r.create(t, "fragile", nil).ID
+	other := r.create(t, "steady", nil).ID
+	for _, x := range []string{id, other} {
+		if _, err := r.m.Launch(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := r.browser(0).profile; p != "/home/dot/browsers/"+id+"/profile" {
+		t.Errorf("the watch looked for the profile %s", p)
+	}
+
+	// It dies while nothing runs on it: closed at once, as crashed, once.
+	r.browser(0).kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Contains(r.browserEvents(t), "closed fragile (crashed)") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	want := []string{"created fragile", "created steady", "launched fragile", "launched steady", "closed fragile (crashed)"}
+	if d := cmp.Diff(want, r.browserEvents(t)); d != "" {
+		t.Fatalf("events after the browser died (-want +got):\n%s", d)
+	}
+	if got := r.m.Counts(ctx); got.Open != 1 {
+		t.Errorf("open after the crash = %d, want 1: its slot is free", got.Open)
+	}
+	before := r.fake.count("browser_navigate")
+	res := r.m.Call(ctx, "browser_navigate", map[string]any{"identity_id": id, "url": "https://example.com/"})
+	if res.OK || !strings.Contains(res.Text, "The browser of "+id+" crashed (its Chromium ended)") ||
+		!strings.Contains(res.Text, "call browser_identity_launch to open it again, as the same person, on a blank page") {
+		t.Errorf("a call after the browser died = %+v", res)
+	}
+	if r.fake.count("browser_navigate") != before {
+		t.Errorf("the call reached the server, which would have opened a blank browser")
+	}
+	if _, err := r.m.Frame(ctx, id); codeOf(err) != protocol.ErrCrashed || !strings.Contains(err.Error(), "browser_identity_launch") {
+		t.Errorf("frame of the crashed identity = %v, want crashed", err)
+	}
+	if err := r.m.Close(ctx, id); err != nil {
+		t.Errorf("close of the crashed identity = %v", err)
+	}
+	list := r.m.IdentityTool(ctx, "browser_identity_list", map[string]any{})
+	if !strings.Contains(list.Text, `"status": "crashed"`) || !strings.Contains(list.Text, `"status": "open"`) {
+		t.Errorf("the list says:\n%s\nwant one crashed and one open", list.Text)
+	}
+	if res := r.m.Call(ctx, "browser_tabs", map[string]any{"identity_id": other, "action": "list"}); !res.OK {
+		t.Errorf("the other identity = %+v", res)
+	}
+
+	// Only a launch clears it.
+	if _, err := r.m.Launch(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.m.Call(ctx, "browser_navigate", map[string]any{"identity_id": id, "url": "https://example.com/"}); !res.OK {
+		t.Errorf("a call after the launch = %+v", res)
+	}
+
+	// It dies during a call, which the server answers from a new, blank
+	// browser: the model is told it crashed, not what the blank page said.
+	third := r.browser(2)
+	r.fake.mu.Lock()
+	r.fake.onPress = third.kill
+	r.fake.mu.Unlock()
+	res = r.m.Call(ctx, "browser_press_key", map[string]any{"identity_id": id, "key": "Enter"})
+	if res.OK || strings.Contains(res.Text, "about:blank") || !strings.Contains(res.Text, crashedSays+"its Chromium ended)") {
+		t.Errorf("a call during which the browser died = %+v", res)
+	}
+	want = append(want, "launched fragile", "closed fragile (crashed)")
+	deadline = time.Now().Add(5 * time.Second)
+	for len(r.browserEvents(t)) < len(want) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // a second closed would come from the watch now
+	if d := cmp.Diff(want, r.browserEvents(t)); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
+	if len(r.fake.starts) != 3 {
+		t.Errorf("%d starts, want 3 (two launches of fragile, one of steady)", len(r.fake.starts))
 	}
 }
 

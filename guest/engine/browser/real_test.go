@@ -13,12 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
 // EnvPlaywrightMCPDir names a directory where `npm ci` already installed
@@ -81,11 +83,17 @@ func installPlaywrightMCP(t *testing.T) string {
 // TestMain removes the dot-agentd the real test built.
 func TestMain(m *testing.M) { os.Exit(agentdtest.Main(m)) }
 
-// TestRealPlaywrightMCPKeepsTheProfile runs the golden image's
-// @playwright/mcp on this machine's Chromium, through the real dot-agentd
-// relay: a cookie a page sets in one launch of an identity is sent again by
-// the next launch of the same profile.
-func TestRealPlaywrightMCPKeepsTheProfile(t *testing.T) {
+// realBrowser is the golden image's @playwright/mcp on this machine's
+// Chromium (headless) through a real dot-agentd relay.
+type realBrowser struct {
+	m     *Manager
+	st    *store.Store
+	home  string
+	agent *agentdtest.Agentd
+}
+
+func newRealBrowser(t *testing.T) *realBrowser {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a real browser")
 	}
@@ -115,7 +123,28 @@ func TestRealPlaywrightMCPKeepsTheProfile(t *testing.T) {
 	if os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox")
 	}
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	l := mcphost.Launcher{RelayPath: bin, AgentdSocket: socket, Cwd: home, Path: os.Getenv("PATH"), TerminateAfter: 2 * time.Second}
+	m := New(Options{
+		Store: st, Command: wrapper, Args: args, Home: home, Dial: l.Dialer, Remove: RelayRemover(l),
+		StartupTimeout: 2 * time.Minute, CallTimeout: time.Minute,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	t.Cleanup(func() { m.CloseAll(context.Background()) })
+	return &realBrowser{m: m, st: st, home: home, agent: agentd}
+}
 
+// TestRealPlaywrightMCPKeepsTheProfile runs the golden image's
+// @playwright/mcp on this machine's Chromium, through the real dot-agentd
+// relay: a cookie a page sets in one launch of an identity is sent again by
+// the next launch of the same profile.
+func TestRealPlaywrightMCPKeepsTheProfile(t *testing.T) {
+	rb := newRealBrowser(t)
+	m, home := rb.m, rb.home
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := "none"
 		if c, err := r.Cookie("visit"); err == nil {
@@ -126,18 +155,6 @@ func TestRealPlaywrightMCPKeepsTheProfile(t *testing.T) {
 	}))
 	defer site.Close()
 
-	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), store.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	l := mcphost.Launcher{RelayPath: bin, AgentdSocket: socket, Cwd: home, Path: os.Getenv("PATH"), TerminateAfter: 2 * time.Second}
-	m := New(Options{
-		Store: st, Command: wrapper, Args: args, Home: home, Dial: l.Dialer, Remove: RelayRemover(l),
-		StartupTimeout: 2 * time.Minute, CallTimeout: time.Minute,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	defer m.CloseAll(context.Background())
 	ctx := context.Background()
 	if err := m.Probe(ctx); err != nil {
 		t.Fatalf("Probe: %v", err)
@@ -194,5 +211,77 @@ func TestRealPlaywrightMCPKeepsTheProfile(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(home, "browsers", bi.ID)); !os.IsNotExist(err) {
 		t.Errorf("the identity's directory is still there after its delete: %v", err)
+	}
+}
+
+// TestRealChromiumThatDiesIsCrashed kills the Chromium of an open identity
+// under its living @playwright/mcp: the identity is closed as crashed at
+// once, no new browser is launched on its profile (the server, which would
+// open a blank one at the next call, is stopped), calls say crashed, and a
+// launch opens the same profile again.
+func TestRealChromiumThatDiesIsCrashed(t *testing.T) {
+	rb := newRealBrowser(t)
+	m := rb.m
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "<!doctype html><title>crash test</title><p>still here</p>")
+	}))
+	defer site.Close()
+	ctx := context.Background()
+	bi, err := m.Create(ctx, "fragile", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Launch(ctx, bi.ID); err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	if res := m.Call(ctx, "browser_navigate", map[string]any{"identity_id": bi.ID, "url": site.URL}); !res.OK {
+		t.Fatalf("browser_navigate = %s", res.Text)
+	}
+	profile := filepath.Join(rb.home, "browsers", bi.ID, "profile")
+	pid, err := findChromium("/proc", profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	closed := func() bool {
+		evs, _ := rb.st.EventsAfter(ctx, 0, 1000)
+		for _, ev := range evs {
+			if ev.Type == protocol.EventBrowserIdentityClosed && strings.Contains(string(ev.Data), `"reason":"crashed"`) {
+				return true
+			}
+		}
+		return false
+	}
+	for !closed() && time.Since(start) < 30*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !closed() {
+		t.Fatal("no browser.identity.closed (crashed) 30 s after Chromium was killed")
+	}
+	t.Logf("browser.identity.closed (crashed) %s after Chromium was killed", time.Since(start).Round(time.Millisecond))
+	res := m.Call(ctx, "browser_navigate", map[string]any{"identity_id": bi.ID, "url": site.URL})
+	if res.OK || !strings.Contains(res.Text, "crashed (its Chromium ended)") {
+		t.Errorf("a call after the crash = %+v", res)
+	}
+	if _, err := m.Frame(ctx, bi.ID); codeOf(err) != protocol.ErrCrashed {
+		t.Errorf("frame after the crash = %v, want crashed", err)
+	}
+	time.Sleep(time.Second)
+	if pid, err := findChromium("/proc", profile); err == nil {
+		t.Errorf("a Chromium (%d) runs on the crashed identity's profile again", pid)
+	}
+	if _, err := m.Launch(ctx, bi.ID); err != nil {
+		t.Fatalf("Launch after the crash: %v", err)
+	}
+	if res := m.Call(ctx, "browser_navigate", map[string]any{"identity_id": bi.ID, "url": site.URL}); !res.OK {
+		t.Fatalf("browser_navigate after the launch = %s", res.Text)
+	}
+	// (A cookie the page set just before the kill is not asserted: Chromium
+	// writes its cookies to the profile lazily, and a SIGKILL loses them.)
+	if res := m.Call(ctx, "browser_snapshot", map[string]any{"identity_id": bi.ID}); !res.OK || !strings.Contains(res.Text, "crash test") {
+		t.Errorf("the page after the crash and a launch:\n%s", res.Text)
 	}
 }

@@ -118,6 +118,10 @@ type Deps struct {
 	// BrowserDial, when set, reaches the browser's MCP server instead of
 	// the relay (a test's fake @playwright/mcp).
 	BrowserDial func(cfg protocol.MCPServerConfig, secrets map[string]string) mcphost.Dialer
+	// BrowserWatch, when set, watches the browser a launch opened instead
+	// of looking for its Chromium (browser.WatchChromium); with BrowserDial
+	// set and this nil, nothing is watched (a fake server runs no Chromium).
+	BrowserWatch func(ctx context.Context, profile string) (browser.Process, error)
 	// Ready, when set, is called once the API serves.
 	Ready func()
 }
@@ -158,8 +162,15 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if browserDial == nil {
 		browserDial = launcher.Dialer
 	}
+	browserWatch := deps.BrowserWatch
+	if browserWatch == nil && deps.BrowserDial != nil {
+		browserWatch = func(context.Context, string) (browser.Process, error) {
+			return nil, errors.New("the test's browser server runs no Chromium")
+		}
+	}
 	browsers := browser.New(browser.Options{
-		Store: st, Command: cfg.MCPCommand, Home: home, Dial: browserDial, Remove: browser.RelayRemover(launcher), Log: log,
+		Store: st, Command: cfg.MCPCommand, Home: home, Dial: browserDial, Remove: browser.RelayRemover(launcher),
+		Watch: browserWatch, Log: log,
 	})
 	// A stop closes the browsers (work.Options.Browsers); this is the last
 	// word when the engine ends some other way.
