@@ -194,7 +194,7 @@ func newRig(t *testing.T) *rig {
 			r.mu.Unlock()
 			return p, nil
 		},
-		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	t.Cleanup(func() { r.m.CloseAll(context.Background()) })
 	return r
