@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -17,6 +18,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/postgres"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 	"github.com/invisible-dots/invisible-dots/internal/webui"
 	"github.com/invisible-dots/invisible-dots/web"
@@ -88,6 +90,7 @@ for kubectl:
 			if err != nil {
 				return err
 			}
+			ctx, lost := stopWhenDatabaseLost(ctx, cp.DB)
 			defer func() {
 				log.Info("stopping the control plane")
 				cp.Stop(context.WithoutCancel(ctx))
@@ -121,8 +124,7 @@ for kubectl:
 				case <-apiStoppedOrNever(cp):
 					return fmt.Errorf("the API server stopped")
 				}
-				log.Info("signal received, shutting down")
-				return nil
+				return shutdownCause(log, lost)
 			}
 			if hostName == "" {
 				if hostName, err = agent.DefaultHostName(); err != nil {
@@ -149,8 +151,7 @@ for kubectl:
 			if err != nil && ctx.Err() == nil {
 				return err
 			}
-			log.Info("signal received, shutting down")
-			return nil
+			return shutdownCause(log, lost)
 		},
 	}
 	cmd.Flags().BoolVar(&noWeb, "no-web", false, "do not serve the web client")
@@ -159,6 +160,39 @@ for kubectl:
 	cmd.Flags().StringVar(&hostName, "host", os.Getenv(envHost), "the name of this machine's Host (default: $"+envHost+", else the machine's host name)")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 = events only)")
 	return cmd
+}
+
+// stopWhenDatabaseLost ends ctx when the control plane's database is lost
+// for good (another control plane took its lock while this one was cut off
+// from it: two must never reconcile the same Dots). A PostgreSQL that dies
+// or a session that is cut is not that: the database's watcher brings them
+// back. lost says why ctx ended, nil for a signal.
+func stopWhenDatabaseLost(ctx context.Context, db *postgres.Instance) (context.Context, func() error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case err := <-db.Failed():
+			cancel(err)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() error {
+		if cause := context.Cause(ctx); errors.Is(cause, postgres.ErrLockTaken) {
+			return cause
+		}
+		return nil
+	}
+}
+
+// shutdownCause logs why the server stops and returns the error it exits
+// with: nil after a signal.
+func shutdownCause(log logr.Logger, lost func() error) error {
+	if err := lost(); err != nil {
+		log.Error(err, "shutting down")
+		return err
+	}
+	log.Info("signal received, shutting down")
+	return nil
 }
 
 // startWeb serves the web client on addr with the control plane's own

@@ -138,6 +138,15 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, sc streamS
 	}
 	ctx := r.Context()
 	s := &streamer{h: h, scope: sc, out: w, rc: http.NewResponseController(w)}
+	if sc.query.After != nil {
+		// A resume replays from the database: while it does not answer
+		// (PostgreSQL being started again), say so before the answer
+		// begins, so the client tries again rather than reading an empty
+		// stream.
+		if err := h.store.Ping(ctx); err != nil && ctx.Err() == nil {
+			return apiErrorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "the event log's database does not answer yet; try again")
+		}
+	}
 	if sc.query.After == nil {
 		// Subscribed before the answer begins: a stream from the end of
 		// the log replays nothing, so a refusal can still be an answer.

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -43,14 +44,24 @@ type Options struct {
 }
 
 // Instance is a running database with the schema applied and the control-plane
-// lock held.
+// lock held. While it runs, a watcher keeps it so (watch.go): a managed
+// PostgreSQL that dies is started again, and a control-plane lock whose
+// session was lost is taken again.
 type Instance struct {
 	dsn     string
 	target  string // where the database is, for messages; never a password
-	managed *managed
+	home    string
+	managed *managed // replaced by the watcher; read through current()
 	pool    *pgxpool.Pool
-	lock    *InstanceLock
+	lock    *InstanceLock // the watcher's alone until it stops
 	log     logr.Logger
+
+	mu          sync.Mutex
+	stopWatch   context.CancelFunc
+	watchDone   chan struct{}
+	failed      chan error
+	restarts    int
+	lockRetaken int
 }
 
 // Start brings the database up: the managed server (initdb on first start) or
@@ -62,7 +73,7 @@ func Start(ctx context.Context, opts Options) (_ *Instance, err error) {
 	if log.GetSink() == nil {
 		log = logr.Discard()
 	}
-	inst := &Instance{log: log}
+	inst := &Instance{log: log, home: opts.Home, failed: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			_ = inst.Stop(context.Background())
@@ -115,6 +126,7 @@ func Start(ctx context.Context, opts Options) (_ *Instance, err error) {
 	if err != nil {
 		return nil, scrub(fmt.Errorf("open a connection pool to %s: %w", inst.target, err), inst.dsn)
 	}
+	inst.startWatch()
 	return inst, nil
 }
 
@@ -140,7 +152,14 @@ func kineForm(dsn string) string {
 func (i *Instance) Target() string { return i.target }
 
 // Managed is true when the database is our own child PostgreSQL.
-func (i *Instance) Managed() bool { return i.managed != nil }
+func (i *Instance) Managed() bool { return i.current() != nil }
+
+// current is the managed server now running, nil for an external one.
+func (i *Instance) current() *managed {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.managed
+}
 
 // Pool is a small connection pool for internal/store; Stop closes it.
 func (i *Instance) Pool() *pgxpool.Pool { return i.pool }
@@ -154,6 +173,9 @@ func (i *Instance) Stop(ctx context.Context) error {
 	if ctx.Err() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
+	// The watcher first: it must not start again what is being stopped,
+	// and the lock's connection is its alone until it returns.
+	i.endWatch()
 	var errs []error
 	if i.pool != nil {
 		i.pool.Close()

@@ -21,8 +21,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -325,23 +327,7 @@ func TestDotWork(t *testing.T) {
 	parent := t
 	t.Run("a server killed while a task runs", func(t *testing.T) {
 		sw := w.on(t)
-		out := sw.cli(time.Minute, "task", "add", name, "run the slow tests")
-		task := sw.taskOf(out)
-		uid := string(sw.task(task).UID)
-		// Running: its task.created was delivered; its command takes 20 s.
-		for deadline := time.Now().Add(3 * time.Minute); sw.task(task).Status.Phase != dotsv1.TaskRunning; time.Sleep(200 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				sw.fail("task %s did not start running", task)
-			}
-		}
-		// Ten clients follow the Dot's live stream across the kill.
-		dots := sw.dots()
-		last, err := dots.Events(context.Background(), "default", name, wire.EventsQuery{Order: wire.OrderDesc, Limit: 1})
-		if err != nil || len(last.Events) != 1 {
-			t.Fatalf("read the log's last event: %v", err)
-		}
-		from := last.Events[0].ID
-		followers := followStream(t, dots, name, from, 10)
+		run := sw.startSlowTask(name)
 		sw.k.s.kill9()
 		t.Log("the server was killed with SIGKILL while the task ran; starting it again")
 		// On the same address, so the stream's clients find it again; it
@@ -349,44 +335,43 @@ func TestDotWork(t *testing.T) {
 		srv := startServer(parent, sw.k.s.home, "INVISIBLE_DOTS_LISTEN="+sw.k.s.addr)
 		srv.addr = sw.k.s.addr
 		w.k.s, k.s, sw.k.s = srv, srv, srv
-		got := sw.waitTask(task, 4*time.Minute)
-		if got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != testsPassed {
-			sw.fail("task %s ended %s %q %q; want COMPLETED with %q", task, got.Status.Phase, got.Status.Summary, got.Status.Error, testsPassed)
-		}
-		if n := sw.lines(slowFile); n != 1 {
-			sw.fail("%s holds %d lines; want the one line of the command run once", slowFile, n)
-		}
-		story, err := sw.dots().Events(context.Background(), "default", name, wire.EventsQuery{Task: uid, Limit: wire.MaxEventsPage})
+		sw.checkSlowTaskRanOnce(run)
+	})
+
+	t.Run("PostgreSQL killed while a task runs", func(t *testing.T) {
+		sw := w.on(t)
+		run := sw.startSlowTask(name)
+		b, err := os.ReadFile(filepath.Join(sw.home.DB(), "postmaster.pid"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		count := map[string]int{}
-		for _, e := range story.Events {
-			count[e.Source+" "+e.Type]++
-		}
-		for _, typ := range []string{"host " + wire.EventTaskCreated, "guest " + protocol.EventTaskStarted, "guest " + protocol.EventToolCalled, "guest " + protocol.EventTaskCompleted} {
-			if count[typ] != 1 {
-				sw.fail("the task's story holds %d %s events; want exactly one (%v)", count[typ], typ, count)
-			}
-		}
-		// Each stream client resumed with Last-Event-ID and holds the log
-		// after its start, in order, none twice.
-		after, err := dots.Events(context.Background(), "default", name, wire.EventsQuery{After: from, Limit: wire.MaxEventsPage})
+		first, _, _ := strings.Cut(string(b), "\n")
+		pid, err := strconv.Atoi(strings.TrimSpace(first))
 		if err != nil {
+			t.Fatalf("postmaster.pid: %q", b)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		var want []int64
-		for _, e := range after.Events {
-			want = append(want, e.ID)
-		}
-		for i, f := range followers {
-			// More may come after the log was read (the agent going idle):
-			// the first ones are the log's, and all are in order, once.
-			got := f.wait(len(want), time.Minute)
-			if len(got) < len(want) || !slices.Equal(got[:len(want)], want) || !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
-				sw.fail("stream client %d got the events %v across the kill; want the log's %v, in order, none twice", i, got, want)
+		killed := time.Now()
+		t.Log("the server's PostgreSQL was killed with SIGKILL while the task ran; the server starts it again")
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := run.dots.Events(ctx, "default", name, wire.EventsQuery{Order: wire.OrderDesc, Limit: 1})
+			cancel()
+			if err == nil {
+				break
 			}
+			if time.Since(killed) > 2*time.Minute {
+				sw.fail("the Dot's events were not served within 2 minutes of PostgreSQL's kill: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
+		t.Logf("FIGURE PostgreSQL killed to the first event served again: %v", time.Since(killed).Round(time.Millisecond))
+		if sw.k.s.exited(0) {
+			sw.fail("the server exited when its PostgreSQL was killed")
+		}
+		sw.checkSlowTaskRanOnce(run)
 	})
 
 	t.Run("an idle Dot sleeps and a message wakes it", func(t *testing.T) {
@@ -606,6 +591,84 @@ func (w work) lines(file string) int {
 		w.t.Fatalf("read %s in the guest: %v", file, err)
 	}
 	return strings.Count(ex.Stdout, "ran\n")
+}
+
+// slowRun is a slow task under way, with ten clients following its Dot's
+// stream from the log's end when it began running.
+type slowRun struct {
+	task, uid string
+	// lines is what slowFile held before the task ran.
+	lines     int
+	from      int64
+	dots      *client.Client
+	followers []*follower
+}
+
+// startSlowTask gives dot the task whose command takes 20 s, waits until
+// it runs, and starts ten stream clients after the log's last event.
+func (w work) startSlowTask(dot string) slowRun {
+	before := w.lines(slowFile)
+	out := w.cli(time.Minute, "task", "add", dot, "run the slow tests")
+	task := w.taskOf(out)
+	run := slowRun{task: task, uid: string(w.task(task).UID), lines: before, dots: w.dots()}
+	// Running: its task.created was delivered; its command takes 20 s.
+	for deadline := time.Now().Add(3 * time.Minute); w.task(task).Status.Phase != dotsv1.TaskRunning; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			w.fail("task %s did not start running", task)
+		}
+	}
+	last, err := run.dots.Events(context.Background(), "default", dot, wire.EventsQuery{Order: wire.OrderDesc, Limit: 1})
+	if err != nil || len(last.Events) != 1 {
+		w.t.Fatalf("read the log's last event: %v", err)
+	}
+	run.from = last.Events[0].ID
+	run.followers = followStream(w.t, run.dots, dot, run.from, 10)
+	return run
+}
+
+// checkSlowTaskRanOnce waits for the slow task across whatever the caller
+// did to the server meanwhile: it completed, its command ran exactly once,
+// its story holds each of its events once, and every stream client resumed
+// with Last-Event-ID and holds the log after its start, in order, none
+// twice.
+func (w work) checkSlowTaskRanOnce(run slowRun) {
+	got := w.waitTask(run.task, 4*time.Minute)
+	if got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != testsPassed {
+		w.fail("task %s ended %s %q %q; want COMPLETED with %q", run.task, got.Status.Phase, got.Status.Summary, got.Status.Error, testsPassed)
+	}
+	if n := w.lines(slowFile); n != run.lines+1 {
+		w.fail("%s holds %d lines; want the %d before it and the one line of the command run once", slowFile, n, run.lines)
+	}
+	dots := w.dots()
+	story, err := dots.Events(context.Background(), "default", w.dot, wire.EventsQuery{Task: run.uid, Limit: wire.MaxEventsPage})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, e := range story.Events {
+		count[e.Source+" "+e.Type]++
+	}
+	for _, typ := range []string{"host " + wire.EventTaskCreated, "guest " + protocol.EventTaskStarted, "guest " + protocol.EventToolCalled, "guest " + protocol.EventTaskCompleted} {
+		if count[typ] != 1 {
+			w.fail("the task's story holds %d %s events; want exactly one (%v)", count[typ], typ, count)
+		}
+	}
+	after, err := dots.Events(context.Background(), "default", w.dot, wire.EventsQuery{After: run.from, Limit: wire.MaxEventsPage})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var want []int64
+	for _, e := range after.Events {
+		want = append(want, e.ID)
+	}
+	for i, f := range run.followers {
+		// More may come after the log was read (the agent going idle):
+		// the first ones are the log's, and all are in order, once.
+		got := f.wait(len(want), time.Minute)
+		if len(got) < len(want) || !slices.Equal(got[:len(want)], want) || !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
+			w.fail("stream client %d got the events %v; want the log's %v, in order, none twice", i, got, want)
+		}
+	}
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
