@@ -45,6 +45,8 @@ import (
 	"k8s.io/kubernetes/pkg/controlplane/apiserver/options"
 	"k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
+
+	"github.com/invisible-dots/invisible-dots/internal/objectsize"
 )
 
 // AdminUser is the user the API token authenticates as. It is in
@@ -290,8 +292,10 @@ func jsonLoopback(upstream *rest.Config) *rest.Config {
 // 2 MiB a message (etcd's client default), and an object is stored with its
 // metadata and managed fields beside what the request held. Upstream's 3 MiB
 // would let a Dot within every field's bound fail as a 500 with gRPC's text;
-// this way it is a 413 that names the limit.
-const MaxRequestBodyBytes = 3 << 19 // 1.5 MiB, etcd's own default request bound
+// this way it is a 413 that names the limit. A patch within it that grows
+// an object past it is refused by the objectsize admission plugin, with the
+// same bound.
+const MaxRequestBodyBytes = objectsize.MaxBytes
 
 // buildServerChain composes aggregator -> generic control plane ->
 // apiextensions -> not found, like the upstream generic sample, with one

@@ -29,6 +29,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/hostrestriction"
+	"github.com/invisible-dots/invisible-dots/internal/objectsize"
 	"github.com/invisible-dots/invisible-dots/internal/pidlock"
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
 	"github.com/invisible-dots/invisible-dots/internal/store"
@@ -176,8 +177,11 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		KineSocket:     o.Home.Run() + "/kine.sock",
 		Log:            log,
 		RequestTimeout: o.RequestTimeout,
-		Admission:      []apiserver.AdmissionPlugin{{Name: hostrestriction.Name, Plugin: hostrestriction.New(cp.loopbackReader)}},
-		Mounts:         []apiserver.Mount{mount},
+		Admission: []apiserver.AdmissionPlugin{
+			{Name: hostrestriction.Name, Plugin: hostrestriction.New(cp.loopbackReader)},
+			{Name: objectsize.Name, Plugin: objectsize.New()},
+		},
+		Mounts: []apiserver.Mount{mount},
 	})
 	if err != nil {
 		return nil, err

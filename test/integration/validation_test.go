@@ -248,5 +248,14 @@ var _ = Describe("What the control plane cannot store", func() {
 		d.Spec.MCPServers = mcp(1400 << 10)
 		Expect(k8sClient.Create(suiteCtx, d)).To(Succeed(), "a Dot of 1.4 MiB is stored")
 		DeferCleanup(func() { _ = k8sClient.Delete(suiteCtx, d) })
+
+		// A patch within the request bound that grows the Dot past what
+		// the store takes is a 413 too, and the Dot is left as it was.
+		grow := fmt.Sprintf(`[{"op":"add","path":"/spec/mcpServers/-","value":{"name":"more","command":"run","args":[%q]}}]`, strings.Repeat("b", 700<<10))
+		err = k8sClient.Patch(suiteCtx, d, client.RawPatch(types.JSONPatchType, []byte(grow)))
+		Expect(apierrors.IsRequestEntityTooLargeError(err)).To(BeTrue(), "want 413, got %v", err)
+		Expect(err.Error()).To(And(ContainSubstring("Dot default/"+d.Name), ContainSubstring("1.50 MiB")))
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(d), d)).To(Succeed())
+		Expect(d.Spec.MCPServers).To(HaveLen(1))
 	})
 })
