@@ -148,6 +148,6 @@ func TestHostRebootFaked(t *testing.T) {
 	if n := len(h.Running()); n != wanted {
 		t.Errorf("%d QEMUs run on the host after the reboot; want %d", n, wanted)
 	}
-	t.Logf("host reboot, 20 Computers: %d of %d that should come back are RUNNING (%.0f %%), after %d passes, in %v of reconciling (fake driver)",
+	t.Logf("FIGURE host reboot, 20 Computers: %d of %d that should come back are RUNNING (%.0f %%), after %d passes, in %v of reconciling (fake driver)",
 		cameBack, wanted, 100*float64(cameBack)/float64(wanted), rounds, took)
 }

@@ -122,14 +122,19 @@ func TestTwoHosts(t *testing.T) {
 		t.Errorf("on-b has a directory in host-a's home")
 	}
 
-	t.Log("the second agent's credential: its Computers, not Dots, not other namespaces' Secrets")
+	t.Log("the second agent's credential: its Computers, its own guests' Secrets by name, not Dots, not other namespaces' Secrets")
 	srv.mustKubectl("create", "namespace", "elsewhere")
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"get", "computers", "-n", "default"}, "yes"},
-		{[]string{"get", "secrets", "-n", "default"}, "yes"},
+		// Its own guests' Secrets by name (the node authorizer's rule):
+		// not every Secret of the namespace, not host-a's guest's token.
+		{[]string{"get", "secrets", "-n", "default"}, "no"},
+		{[]string{"list", "secrets", "-n", "default"}, "no"},
+		{[]string{"get", "secret/" + dotsv1.GuestTokenSecretName("on-b"), "-n", "default"}, "yes"},
+		{[]string{"get", "secret/" + dotsv1.GuestTokenSecretName("on-a"), "-n", "default"}, "no"},
 		{[]string{"get", "secrets", "-n", "elsewhere"}, "no"},
 		{[]string{"get", "secrets", "-n", dotsv1.SystemNamespace}, "no"},
 		// The default OpenRouter key, by name, and no other Secret there.
