@@ -167,6 +167,7 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Clock:    o.Clock,
 		Log:      o.Log.WithName("heartbeat"),
 		Interval: o.HeartbeatInterval,
+		Home:     o.Home,
 	}); err != nil {
 		return nil, err
 	}

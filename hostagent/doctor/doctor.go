@@ -1,8 +1,9 @@
 // Package doctor checks that this host can run Dots (ref 11.1, Linux): QEMU
 // and its version, qemu-img, the accelerator (confirmed by actually running
 // QEMU), the CPU model, the home path, the images, PostgreSQL, and the
-// OpenRouter key stored (asked of the server the home's kubeconfig names). It never
-// changes anything and creates nothing. Every row that is not ok names the
+// OpenRouter key stored (asked of the server the home's kubeconfig names). It
+// changes nothing: the one file it writes, a probe of the home's filesystem,
+// is removed at once. Every row that is not ok names the
 // command that fixes it. The CLI and the server's /dots/v1/doctor render the
 // same Report.
 package doctor
@@ -420,6 +421,20 @@ func homeDir(d Deps) Check {
 		return Check{Name: RowHome, Status: Failed, Detail: fmt.Sprintf("%s: cannot read free space: %v", root, err), Fix: "check that " + p + " is readable"}
 	}
 	detail := fmt.Sprintf("%s, %.1f GiB free", root, float64(free)/(1<<30))
+	if p == root {
+		// What the filesystem says is free is not always what it gives
+		// (reserved blocks, a quota, a read-only remount): a small file is
+		// written, synced and removed.
+		if err := home.ProbeWrite(root); home.DiskFull(err) {
+			return Check{Name: RowHome, Status: Failed, Detail: detail + "; the disk is full: " + err.Error(), Fix: d.Home.DiskFullFix()}
+		} else if err != nil {
+			return Check{Name: RowHome, Status: Failed, Detail: detail + "; the home cannot be written: " + err.Error(), Fix: "ls -ld " + root + "  (the home must be writable by the user who runs the server; fix its owner or mount)"}
+		}
+	}
+	if w, ok := d.Home.LastFullWrite(); ok {
+		// The server's doctor remembers what its agent met.
+		return Check{Name: RowHome, Status: Failed, Detail: detail + "; the disk refused a write: " + w.String(), Fix: d.Home.DiskFullFix()}
+	}
 	if free < MinFreeBytes {
 		return Check{Name: RowHome, Status: Failed, Detail: detail + fmt.Sprintf(" (under %d GiB)", MinFreeBytes>>30), Fix: "free space on the file system of " + p + ", or set " + home.EnvHome + " to a larger one"}
 	}

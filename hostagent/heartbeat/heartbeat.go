@@ -9,7 +9,9 @@ package heartbeat
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
 	"github.com/invisible-dots/invisible-dots/internal/version"
 )
@@ -62,6 +65,10 @@ type Facts struct {
 	// Problem says why this host cannot run VMs (what the doctor found);
 	// empty when it can.
 	Problem string
+	// FullWrite says which write in the home the disk refused for want of
+	// space, when, and what to do; empty when none is remembered (none
+	// failed, or one succeeded since, or space returned).
+	FullWrite string
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=hosts,verbs=get;create
@@ -80,6 +87,11 @@ type Heartbeat struct {
 	Log   logr.Logger
 	// Interval between beats; 10 s when zero (a quarter of the Lease).
 	Interval time.Duration
+	// Home is the host's home. Each beat writes a small probe file in it,
+	// and a write there the disk refused (the probe's, or one of the
+	// agent's: a VM's records, its overlay, an image) turns DiskPressure
+	// True until a write succeeds or space returns. Empty: no probe.
+	Home home.Layout
 }
 
 // NeedLeaderElection: every agent beats for its own host.
@@ -117,6 +129,9 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	facts, err := h.Facts(ctx)
 	if err != nil {
 		return fmt.Errorf("read this machine's facts: %w", err)
+	}
+	if facts.FullWrite == "" && h.Home.Root != "" {
+		facts.FullWrite = fullWrite(h.Home)
 	}
 	host := &dotsv1.Host{}
 	err = h.Reader.Get(ctx, client.ObjectKey{Name: h.HostName}, host)
@@ -172,6 +187,38 @@ func setStatus(host *dotsv1.Host, f Facts, now time.Time) {
 	needDisk := int64(protocol.Bounds.DiskGiB.Default) << 30
 	pressure(host, now, dotsv1.MemoryPressureCondition, f.MemAvailable-ReservedMemory, needMem, "memory available")
 	pressure(host, now, dotsv1.DiskPressureCondition, f.DiskFree-ReservedDisk, needDisk, "free space in the home's filesystem")
+	if f.FullWrite != "" {
+		// A write refused is pressure whatever the free space says: a
+		// filesystem may count space it cannot give (reserved blocks, a
+		// quota), and this is what a start or a registration met.
+		patch.SetCondition(host, now, dotsv1.DiskPressureCondition, metav1.ConditionTrue, dotsv1.DiskFullReason, "the disk refused a write in the home for want of space: "+f.FullWrite)
+	}
+}
+
+// fullWrite says which write in the home the disk refused last (one of the
+// agent's that no write since has cleared, else a small probe write of its
+// own), with what to do; empty when the disk takes writes.
+func fullWrite(h home.Layout) string {
+	w, ok := h.LastFullWrite()
+	if !ok {
+		// The probe's failure is remembered like the agent's writes; a
+		// probe that passes clears nothing, since a write larger than it
+		// (an overlay) may still fail: only a real write or space
+		// returning does.
+		if err := home.ProbeWrite(h.Root); home.DiskFull(err) {
+			probe := h.Root
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				probe = pe.Path
+			}
+			h.NoteWrite(probe, err)
+			w, ok = h.LastFullWrite()
+		}
+	}
+	if !ok {
+		return ""
+	}
+	return w.String() + "; fix: " + h.DiskFullFix()
 }
 
 // pressure sets a pressure condition: True when what is left is under what

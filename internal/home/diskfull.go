@@ -92,8 +92,14 @@ func (h Layout) NoteWrite(path string, err error) error {
 		fullWrites.Unlock()
 	case DiskFull(err):
 		free, _ := freeBytes(h.Root)
+		w := FullWrite{Path: path, Err: err.Error(), At: time.Now(), FreeBytes: free}
 		fullWrites.Lock()
-		fullWrites.last[h.Root] = FullWrite{Path: path, Err: err.Error(), At: time.Now(), FreeBytes: free}
+		if prev, ok := fullWrites.last[h.Root]; ok && prev.Path == path {
+			// The same write failing again (a start retried) is one
+			// failure since the first: what reports it does not change.
+			w.At = prev.At
+		}
+		fullWrites.last[h.Root] = w
 		fullWrites.Unlock()
 	}
 	return err
