@@ -158,8 +158,8 @@ func Register(h home.Layout, manifestPath string) (Image, error) {
 	if img, registered, err := sameRegistered(h, kind, m); registered {
 		return img, err
 	}
-	if err := os.MkdirAll(h.Images(), 0o755); err != nil {
-		return Image{}, fmt.Errorf("make %s: %w", h.Images(), err)
+	if err := h.NoteWrite(h.Images(), os.MkdirAll(h.Images(), 0o755)); err != nil {
+		return Image{}, registerFailed(h, fmt.Errorf("make %s: %w", h.Images(), err))
 	}
 	src := filepath.Dir(manifestPath)
 	img := Image{Kind: kind, Version: m.Version, File: h.ImageFile(kind, m.Version), ManifestPath: h.ImageManifest(kind, m.Version)}
@@ -173,17 +173,38 @@ func Register(h home.Layout, manifestPath string) (Image, error) {
 		m.Boot = &boot
 	}
 	copies = append(copies, fileCopy{filepath.Join(src, m.File), img.File, m.SHA256})
-	for _, c := range copies {
-		if err := copyImageFile(c.from, c.to, c.sha256); err != nil {
-			return Image{}, err
+	// A registration that fails takes back the files it wrote: without
+	// their manifest they are no image, and on a full disk they hold the
+	// space a person is freeing.
+	var written []string
+	takeBack := func() {
+		for _, p := range written {
+			_ = os.Remove(p)
 		}
+	}
+	for _, c := range copies {
+		if err := h.NoteWrite(c.to, copyImageFile(c.from, c.to, c.sha256)); err != nil {
+			takeBack()
+			return Image{}, registerFailed(h, err)
+		}
+		written = append(written, c.to)
 	}
 	crashpoint.Hit(crashpoint.ImageFileWritten)
 	m.File = filepath.Base(img.File)
-	if err := artifact.WriteManifest(img.ManifestPath, m); err != nil {
-		return Image{}, err
+	if err := h.NoteWrite(img.ManifestPath, artifact.WriteManifest(img.ManifestPath, m)); err != nil {
+		takeBack()
+		return Image{}, registerFailed(h, err)
 	}
 	return img, nil
+}
+
+// registerFailed is the error of a registration that failed; one the disk
+// refused says so, with what to do.
+func registerFailed(h home.Layout, err error) error {
+	if home.DiskFull(err) {
+		return fmt.Errorf("the disk is full: %w; fix: %s", err, h.DiskFullFix())
+	}
+	return err
 }
 
 // ErrRegistered: an image of that kind and version is registered already,
