@@ -61,7 +61,32 @@ func ParseListen(s string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s=%q is not host:port with a port from 1 to 65535 (for example %s): %v", EnvListen, s, DefaultListen, err)
 	}
+	if err := guestsCannotReach(host); err != nil {
+		return "", fmt.Errorf("%s=%q: %v", EnvListen, s, err)
+	}
 	return s, nil
+}
+
+// guestsCannotReach refuses an address where the web client would serve
+// someone other than the machine's owner: it acts with the server's admin
+// credential for whoever reaches it, so a Dot's model that reached it could
+// read every Secret and approve its own calls. Every guest reaches this
+// machine's 127.0.0.1 (and ::1) as 10.0.2.2 through QEMU's user network,
+// and any other machine reaches a non-loopback address; another loopback
+// address of 127.0.0.0/8 is reached by neither. People's own sign-in is
+// what will open other addresses.
+func guestsCannotReach(host string) error {
+	ip := net.ParseIP(host)
+	const instead = "listen on another loopback address such as " + DefaultListen + " (from another machine, through an SSH tunnel to it)"
+	switch {
+	case ip == nil:
+		return fmt.Errorf("the web client listens on an IP address, not a name (%q may stand for an address every Dot's guest or another machine reaches, and it acts with the server's admin credential): %s", host, instead)
+	case ip.Equal(net.IPv4(127, 0, 0, 1)) || ip.Equal(net.IPv6loopback):
+		return fmt.Errorf("every Dot's guest reaches this machine's %s (as 10.0.2.2), and the web client acts with the server's admin credential for whoever reaches it: %s", host, instead)
+	case !ip.IsLoopback():
+		return fmt.Errorf("%s is reached from other machines, and the web client acts with the server's admin credential for whoever reaches it (people's own sign-in is not built yet): %s", host, instead)
+	}
+	return nil
 }
 
 // ParseAllowedHosts reads EnvAllowedHosts' value.

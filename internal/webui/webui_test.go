@@ -22,14 +22,20 @@ func TestParseListen(t *testing.T) {
 		in, want string
 		wantErr  bool
 	}{
-		"default":      {in: "", want: DefaultListen},
-		"set":          {in: "127.0.0.3:8080", want: "127.0.0.3:8080"},
-		"ipv6":         {in: "[::1]:3000", want: "[::1]:3000"},
-		"no port":      {in: "127.0.0.2", wantErr: true},
-		"port zero":    {in: "127.0.0.2:0", wantErr: true},
-		"port too big": {in: "127.0.0.2:70000", wantErr: true},
-		"no host":      {in: ":3000", wantErr: true},
-		"not a number": {in: "127.0.0.2:web", wantErr: true},
+		"default": {in: "", want: DefaultListen},
+		"set":     {in: "127.0.0.3:8080", want: "127.0.0.3:8080"},
+		// Where a guest or another machine would reach the admin's
+		// credential: refused.
+		"guests' loopback":      {in: "127.0.0.1:3000", wantErr: true},
+		"guests' ipv6 loopback": {in: "[::1]:3000", wantErr: true},
+		"every address":         {in: "0.0.0.0:3000", wantErr: true},
+		"a LAN address":         {in: "192.168.1.20:3000", wantErr: true},
+		"a name":                {in: "localhost:3000", wantErr: true},
+		"no port":               {in: "127.0.0.2", wantErr: true},
+		"port zero":             {in: "127.0.0.2:0", wantErr: true},
+		"port too big":          {in: "127.0.0.2:70000", wantErr: true},
+		"no host":               {in: ":3000", wantErr: true},
+		"not a number":          {in: "127.0.0.2:web", wantErr: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -274,5 +280,18 @@ func TestLive(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantPaths, paths); diff != "" {
 		t.Errorf("what reached the API server (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseListenSaysWhyAndWhatInstead(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:3000": "every Dot's guest reaches this machine's 127.0.0.1 (as 10.0.2.2)",
+		"0.0.0.0:3000":   "reached from other machines",
+		"localhost:3000": "not a name",
+	} {
+		_, err := ParseListen(in)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "such as "+DefaultListen) {
+			t.Errorf("ParseListen(%q): %v; want it to say %q and what to listen on instead", in, err, want)
+		}
 	}
 }
