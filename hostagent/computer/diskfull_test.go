@@ -3,10 +3,12 @@ package computer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,4 +165,121 @@ func registerBlankImages(t *testing.T, bin qemu.Binaries, h home.Layout) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestComputerOnAFullDiskRunsWhenSpaceReturns boots the test image: the
+// Computer's first start meets the full disk (DiskFull), and once the space
+// returns the reconciles that follow the retry time start it and its guest
+// answers: RUNNING and Ready.
+func TestComputerOnAFullDiskRunsWhenSpaceReturns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a VM")
+	}
+	bin, err := qemu.FindBinaries(os.Getenv)
+	if err != nil {
+		t.Skipf("QEMU is not installed (%v); CI installs qemu-system-x86 and qemu-utils", err)
+	}
+	src := testImageHome(t)
+	root, ok := smallfs.Mount(t, "8m")
+	if !ok {
+		return
+	}
+	h := home.Layout{Root: filepath.Join(root, "home")}
+	if err := h.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(src.Images())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		// The images stay on the roomy disk: registered images are
+		// read-only inputs, and the home's own writes are the test.
+		if err := os.Symlink(filepath.Join(src.Images(), e.Name()), filepath.Join(h.Images(), e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := hostconfig.Config{Accelerator: hostconfig.TCG}
+	ctx := context.Background()
+	d, err := qemu.New(ctx, qemu.Options{Home: h, Config: &cfg, Binaries: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp := testComputer("full", dotsv1.RunAlways)
+	comp.Spec.CPU, comp.Spec.Memory = 1, resource.MustParse("512Mi")
+	r, c := newTestReconciler(d, comp)
+	clk := r.Clock.(*clocktesting.FakePassiveClock)
+	t.Cleanup(func() {
+		if _, err := d.Kill(context.Background(), VMID(comp)); err != nil {
+			t.Errorf("kill the VM at the end of the test: %v", err)
+		}
+		if err := d.Destroy(context.Background(), VMID(comp)); err != nil {
+			t.Errorf("destroy the VM at the end of the test: %v", err)
+		}
+	})
+
+	filler := smallfs.Fill(t, root)
+	reconcileOnce(t, r, comp.Name)
+	got := getComputer(c, comp.Name)
+	if ready := meta.FindStatusCondition(got.Status.Conditions, dotsv1.ReadyCondition); ready == nil || ready.Reason != dotsv1.DiskFullReason {
+		t.Fatalf("Ready on a full disk = %+v; want reason %s", ready, dotsv1.DiskFullReason)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(clk.Now().Add(diskFullRetry))
+	start := time.Now()
+	deadline := start.Add(90 * time.Second)
+	for {
+		reconcileOnce(t, r, comp.Name)
+		got = getComputer(c, comp.Name)
+		if got.Status.State == dotsv1.ComputerRunning && meta.IsStatusConditionTrue(got.Status.Conditions, dotsv1.ReadyCondition) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not RUNNING and Ready %s after the space returned: state %s, Ready %+v", time.Since(start), got.Status.State, meta.FindStatusCondition(got.Status.Conditions, dotsv1.ReadyCondition))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("RUNNING and Ready %s after the space returned (tcg)", time.Since(start).Round(100*time.Millisecond))
+	if got.Status.StartFailure != nil {
+		t.Errorf("startFailure %+v after the guest answered; want it cleared", got.Status.StartFailure)
+	}
+}
+
+var (
+	imageOnce sync.Once
+	imageHome string
+	imageErr  error
+	imageSkip string
+)
+
+// testImageHome is a home with the test image registered, built once per
+// test binary as the driver's tests build it (the builder's cache under
+// _output makes every build after the first quick).
+func testImageHome(t *testing.T) home.Layout {
+	t.Helper()
+	imageOnce.Do(func() {
+		wd, _ := os.Getwd()
+		repo := filepath.Join(wd, "..", "..")
+		if _, err := os.Stat(filepath.Join(repo, "hostagent/images/cmd/test-image/main.go")); err != nil {
+			imageSkip = "the test image builder (hostagent/images/cmd/test-image) is not in this checkout"
+			return
+		}
+		if imageHome, imageErr = os.MkdirTemp("", "computer-image-home-"); imageErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "run", "./hostagent/images/cmd/test-image", "--home", imageHome)
+		cmd.Dir = repo
+		if out, err := cmd.CombinedOutput(); err != nil {
+			imageErr = errors.New("building the test image failed: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if imageSkip != "" {
+		t.Skip(imageSkip)
+	}
+	if imageErr != nil {
+		t.Fatal(imageErr)
+	}
+	return home.Layout{Root: imageHome}
 }
