@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/version"
 )
 
 // subcommands lists the constructors of every top-level command. A new command
@@ -36,6 +37,7 @@ var subcommands = []func() *cobra.Command{
 	func() *cobra.Command { return newDecisionCommand(dotsv1.Reject) },
 	newSecretCommand,
 	newImageCommand,
+	newVersionCommand,
 }
 
 // PluginName is the name the binary answers to as a kubectl plugin: kubectl
@@ -46,12 +48,19 @@ const PluginName = "kubectl-dots"
 
 // NewRootCommand builds the invisible-dots command tree.
 func NewRootCommand() *cobra.Command {
+	dropUpstreamVersionFlag()
 	root := &cobra.Command{
 		Use:           "invisible-dots",
 		Short:         "Persistent AI agents, each with a computer of its own, managed as Kubernetes resources",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what the version command prints.
+		Version: version.Version,
 	}
+	root.SetVersionTemplate("invisible-dots {{.Version}}\n")
+	// Without cobra's -v shorthand, which is the log verbosity of server
+	// and agent.
+	root.Flags().Bool("version", false, "print this build's version (invisible-dots version --output json: the build's details)")
 	if filepath.Base(os.Args[0]) == PluginName {
 		root.Use = "dots"
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl dots"}

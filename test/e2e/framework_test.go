@@ -48,7 +48,8 @@ func runMain(m *testing.M) int {
 	} else {
 		// The same flags as `make build`, so kubectl version shows the
 		// embedded version.
-		ldflags := "-X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
+		ldflags := "-X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" +
+			" -X github.com/invisible-dots/invisible-dots/internal/version.Version=" + e2eVersion
 		build := exec.Command("go", "build", "-ldflags", ldflags, "-o", binary, ".")
 		build.Dir = repoRoot
 		build.Stdout, build.Stderr = os.Stdout, os.Stderr
