@@ -242,7 +242,8 @@ func pendingRecord(path string, body []byte) (*renameio.PendingFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("write the lock %s: %w", path, err)
 	}
-	if _, err := f.Write(body); err == nil {
+	_, err = f.Write(body)
+	if err == nil {
 		err = f.Sync()
 	}
 	if err != nil {
