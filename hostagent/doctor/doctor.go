@@ -56,9 +56,26 @@ type Check struct {
 // Report is the doctor's answer.
 type Report struct {
 	Checks []Check `json:"checks"`
-	// OK is true when no row is missing or failed (warnings allowed).
+	// OK is true when no row is missing or failed (warnings allowed): the
+	// host can run Dots.
 	OK bool `json:"ok"`
+	// Ready is true when every row is ok (ref 11.1): what a script that
+	// gates on the doctor asks. ExitCode is the command's: ExitReady,
+	// ExitWarnings or ExitNotOK.
+	Ready    bool `json:"ready"`
+	ExitCode int  `json:"exitCode"`
 }
+
+// The doctor command's exit codes.
+const (
+	// ExitReady: every check is ok.
+	ExitReady = 0
+	// ExitNotOK: a check is missing or failed.
+	ExitNotOK = 1
+	// ExitWarnings: nothing is missing or failed, but a row warns (tcg,
+	// the server down, the web client not built).
+	ExitWarnings = 2
+)
 
 // Row returns the check of a name, for setup and tests.
 func (r Report) Row(name string) (Check, bool) {
@@ -290,11 +307,20 @@ func Run(ctx context.Context, d Deps) Report {
 		add(openRouterKey(ctx, d))
 	}
 
-	rep := Report{Checks: rows, OK: true}
+	rep := Report{Checks: rows, OK: true, Ready: true}
 	for _, c := range rows {
 		if c.Status == Missing || c.Status == Failed {
 			rep.OK = false
 		}
+		if c.Status != OK {
+			rep.Ready = false
+		}
+	}
+	switch {
+	case !rep.OK:
+		rep.ExitCode = ExitNotOK
+	case !rep.Ready:
+		rep.ExitCode = ExitWarnings
 	}
 	return rep
 }

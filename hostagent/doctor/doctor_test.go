@@ -256,6 +256,20 @@ func TestDoctor(t *testing.T) {
 			if rep.OK != tc.ok {
 				t.Errorf("%s: OK = %v, want %v", tc.reason, rep.OK, tc.ok)
 			}
+			// Ref 11.1: exit 0 only when every row is ok; a warning alone
+			// is its own code, so a script gating on it stops there too.
+			wantExit := ExitReady
+			for _, st := range tc.want {
+				if st != OK {
+					wantExit = ExitWarnings
+				}
+			}
+			if !tc.ok {
+				wantExit = ExitNotOK
+			}
+			if rep.ExitCode != wantExit || rep.Ready != (wantExit == ExitReady) {
+				t.Errorf("%s: exit code %d, ready %v; want %d", tc.reason, rep.ExitCode, rep.Ready, wantExit)
+			}
 			for _, c := range rep.Checks {
 				if c.Status != OK && c.Fix == "" {
 					t.Errorf("%s: row %q is %s without a fix", tc.reason, c.Name, c.Status)

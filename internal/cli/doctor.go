@@ -19,7 +19,9 @@ func newDoctorCommand() *cobra.Command {
 		Long: `doctor checks QEMU (7.2 or newer), qemu-img, the accelerator (by running QEMU with the
 Dots' machine, accelerator and CPU model), the home directory, the images, PostgreSQL
 and the OpenRouter key stored (asked of the server this home runs).
-It changes nothing. Exit code 0 when no check is missing or failed (warnings allowed).`,
+It changes nothing. Exit code 0 only when every check is ok, 1 when a check is missing
+or failed, 2 when none is but a check warns (accelerator tcg, the server not running);
+--json says the same in "ready" and "exitCode".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			h, err := home.FromEnv()
@@ -37,8 +39,11 @@ It changes nothing. Exit code 0 when no check is missing or failed (warnings all
 			} else {
 				fmt.Fprint(out, doctor.Render(rep))
 			}
-			if !rep.OK {
-				return &exitError{code: 1, err: errors.New("some checks are missing or failed: run the fix lines, or invisible-dots setup")}
+			switch rep.ExitCode {
+			case doctor.ExitNotOK:
+				return &exitError{code: rep.ExitCode, err: errors.New("some checks are missing or failed: run the fix lines, or invisible-dots setup")}
+			case doctor.ExitWarnings:
+				return &exitError{code: rep.ExitCode, err: errors.New("nothing is missing, but some checks warn (exit code 2): see their lines")}
 			}
 			return nil
 		},
