@@ -38,6 +38,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd"
 	"github.com/invisible-dots/invisible-dots/guest/engine/images"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
@@ -96,6 +97,11 @@ type Options struct {
 	Command string
 	// Args are added to every start of Command (a test's --headless).
 	Args []string
+	// Forwarder is dot-agentd as dot runs it (INVISIBLE_DOTS_AGENTD_BIN):
+	// an identity whose proxy has a user and password starts Command under
+	// its `proxy-forward` (package proxyfwd), which gives the browser a
+	// proxy on the loopback without credentials. "" refuses such a launch.
+	Forwarder string
 	// Home is the Dot's home; the profiles are under Home/browsers.
 	Home string
 	// Dial reaches a server started from cfg with its secrets (the
@@ -539,8 +545,11 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 // serverConfig is how an identity's server is started: its profile and
 // output under its directory, headed on the Dot's desktop, the images of its
 // answers sent, and its proxy, when it has one, named as a secret so its
-// value is only in the relay's environment.
-func (m *Manager) serverConfig(id string, proxy sql.NullString) (protocol.MCPServerConfig, map[string]string) {
+// value is only in the relay's environment. A proxy with a user and password,
+// which Chromium cannot give (SOCKS5 not at all, HTTP(S) not through
+// @playwright/mcp, which hands it one URL), goes to the forwarder instead,
+// which runs the server and gives it a proxy of its own on the loopback.
+func (m *Manager) serverConfig(id string, proxy sql.NullString) (protocol.MCPServerConfig, map[string]string, error) {
 	dir := m.Dir(id)
 	c := protocol.MCPServerConfig{
 		Command: m.o.Command,
@@ -557,11 +566,21 @@ func (m *Manager) serverConfig(id string, proxy sql.NullString) (protocol.MCPSer
 		Env: map[string]string{"DISPLAY": Display},
 	}
 	secrets := map[string]string{}
-	if proxy.Valid {
+	switch {
+	case proxy.Valid && proxyfwd.NeedsForwarding(proxy.String):
+		if m.o.Forwarder == "" {
+			return c, nil, refuse(protocol.ErrLaunchFailed, "the proxy of %s has a user and password, which Chromium cannot give, "+
+				"and this computer has no forwarder for it (%s)", id, protocol.EnvAgentdBin)
+		}
+		c.Args = append([]string{proxyfwd.Subcommand, "--as", EnvProxy, "--", c.Command}, c.Args...)
+		c.Command = m.o.Forwarder
+		c.Secrets = []string{proxyfwd.EnvUpstream}
+		secrets[proxyfwd.EnvUpstream] = proxy.String
+	case proxy.Valid:
 		c.Secrets = []string{EnvProxy}
 		secrets[EnvProxy] = proxy.String
 	}
-	return c, secrets
+	return c, secrets, nil
 }
 
 func (m *Manager) start(name string, c protocol.MCPServerConfig, secrets map[string]string) *mcphost.Server {
@@ -581,7 +600,10 @@ func (m *Manager) start(name string, c protocol.MCPServerConfig, secrets map[str
 func (m *Manager) openServer(ctx context.Context, id string, proxy sql.NullString) (*mcphost.Server, error) {
 	wait, patience := cmp.Or(m.o.LaunchRetry, launchRetry), cmp.Or(m.o.LaunchPatience, launchPatience)
 	began := time.Now()
-	c, secrets := m.serverConfig(id, proxy)
+	c, secrets, err := m.serverConfig(id, proxy)
+	if err != nil {
+		return nil, err
+	}
 	for try := 1; ; try++ {
 		srv := m.start("browser "+id, c, secrets)
 		srv.Wait(ctx)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image"
 	"image/jpeg"
 	"image/png"
@@ -21,12 +22,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
-const secretProxy = "socks5://alice:pa55word@proxy.example:1080"
+const (
+	secretProxy = "socks5://alice:pa55word@proxy.example:1080"
+	forwarder   = "/opt/invisible-dots/bin/dot-agentd"
+)
 
 // fakeServer stands in for @playwright/mcp: an SDK server in memory with a
 // few of its tools, recording how each start was configured and what was
@@ -183,7 +188,7 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(func() { st.Close() })
 	r := &rig{st: st, fake: &fakeServer{}}
 	r.m = New(Options{
-		Store: st, Command: "/usr/local/bin/playwright-mcp", Home: "/home/dot", Dial: r.fake.dial,
+		Store: st, Command: "/usr/local/bin/playwright-mcp", Forwarder: forwarder, Home: "/home/dot", Dial: r.fake.dial,
 		Remove:    func(_ context.Context, dir string) error { r.removed = append(r.removed, dir); return nil },
 		Offered:   func(name string) bool { return name != "browser_run_code_unsafe" && name != "browser_close" },
 		FrameWait: 200 * time.Millisecond,
@@ -320,16 +325,20 @@ func TestLaunchCallCloseAndTheLeastRecentlyUsed(t *testing.T) {
 		}
 	}
 	// How a start is configured: the profile of the identity, headed on the
-	// desktop, the proxy only as a named secret.
+	// desktop; a's proxy (with a password) only as a named secret of the
+	// forwarder that runs its server.
 	first := r.fake.starts[0]
 	dir := "/home/dot/browsers/" + ids["a"]
 	wantArgs := []string{"--user-data-dir", dir + "/profile", "--output-dir", dir + "/output", "--output-max-size", "67108864", "--viewport-size", "1280x720", "--image-responses", "allow"}
-	if d := cmp.Diff(protocol.MCPServerConfig{Command: "/usr/local/bin/playwright-mcp", Args: wantArgs, Env: map[string]string{"DISPLAY": ":0"},
-		Secrets: []string{EnvProxy}}, first.cfg); d != "" {
+	if d := cmp.Diff(protocol.MCPServerConfig{Command: forwarder,
+		Args:    append([]string{"proxy-forward", "--as", EnvProxy, "--", "/usr/local/bin/playwright-mcp"}, wantArgs...),
+		Env:     map[string]string{"DISPLAY": ":0"},
+		Secrets: []string{proxyfwd.EnvUpstream}}, first.cfg); d != "" {
 		t.Errorf("the server of a (-want +got):\n%s", d)
 	}
-	if first.secrets[EnvProxy] != secretProxy || len(r.fake.starts[1].cfg.Secrets) != 0 || len(r.fake.starts[1].secrets) != 0 {
-		t.Errorf("the proxy goes as the secret %s of a only: %v / %v", EnvProxy, first.secrets, r.fake.starts[1].secrets)
+	if first.secrets[proxyfwd.EnvUpstream] != secretProxy || len(r.fake.starts[1].cfg.Secrets) != 0 || len(r.fake.starts[1].secrets) != 0 ||
+		r.fake.starts[1].cfg.Command != "/usr/local/bin/playwright-mcp" {
+		t.Errorf("the proxy goes as the secret %s of a only: %v / %v", proxyfwd.EnvUpstream, first.secrets, r.fake.starts[1].secrets)
 	}
 	if r.fake.count("browser_tabs") != 3 {
 		t.Errorf("each launch opens its window with browser_tabs: %d calls", r.fake.count("browser_tabs"))
@@ -406,6 +415,43 @@ func TestLaunchCallCloseAndTheLeastRecentlyUsed(t *testing.T) {
 	b, _ := json.Marshal(list)
 	if strings.Contains(string(b), "pa55word") || strings.Contains(text, "pa55word") {
 		t.Errorf("the list or a launch says the proxy: %s", b)
+	}
+}
+
+// TestAProxyWithCredentialsGoesThroughTheForwarder: a proxy Chromium can use
+// as it is goes to the server as before; one with a user and password, in
+// any scheme the forwarder speaks, goes to the forwarder only.
+func TestAProxyWithCredentialsGoesThroughTheForwarder(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	for i, tc := range []struct {
+		proxy, command, secret string
+	}{
+		{"socks5://proxy.example:1080", "/usr/local/bin/playwright-mcp", EnvProxy},
+		{"http://proxy.example:3128", "/usr/local/bin/playwright-mcp", EnvProxy},
+		{"socks5://alice:pa55word@proxy.example:1080", forwarder, proxyfwd.EnvUpstream},
+		{"http://alice:pa55word@proxy.example:3128", forwarder, proxyfwd.EnvUpstream},
+		{"https://alice:pa55word@proxy.example", forwarder, proxyfwd.EnvUpstream},
+	} {
+		p := tc.proxy
+		id := r.create(t, fmt.Sprintf("p%d", i), &p).ID
+		if _, err := r.m.Launch(ctx, id); err != nil {
+			t.Fatalf("%s: %v", tc.proxy, err)
+		}
+		st := r.fake.starts[len(r.fake.starts)-1]
+		if st.cfg.Command != tc.command || !slices.Equal(st.cfg.Secrets, []string{tc.secret}) || st.secrets[tc.secret] != tc.proxy || len(st.secrets) != 1 {
+			t.Errorf("%s: started %s with secrets %v", tc.proxy, st.cfg.Command, st.cfg.Secrets)
+		}
+		if strings.Contains(strings.Join(st.cfg.Args, " "), "pa55word") {
+			t.Errorf("%s: the password is on the command line: %v", tc.proxy, st.cfg.Args)
+		}
+		r.m.Close(ctx, id)
+	}
+	r.m.o.Forwarder = ""
+	p := secretProxy
+	id := r.create(t, "no forwarder", &p).ID
+	if _, err := r.m.Launch(ctx, id); codeOf(err) != protocol.ErrLaunchFailed || strings.Contains(err.Error(), "pa55word") {
+		t.Errorf("a proxy with a password and no forwarder: %v, want launch_failed without the password", err)
 	}
 }
 

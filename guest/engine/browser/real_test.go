@@ -12,12 +12,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
+	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd"
+	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd/proxyfwdtest"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -130,7 +133,7 @@ func newRealBrowser(t *testing.T) *realBrowser {
 	t.Cleanup(func() { st.Close() })
 	l := mcphost.Launcher{RelayPath: bin, AgentdSocket: socket, Cwd: home, Path: os.Getenv("PATH"), TerminateAfter: 2 * time.Second}
 	m := New(Options{
-		Store: st, Command: wrapper, Args: args, Home: home, Dial: l.Dialer, Remove: RelayRemover(l),
+		Store: st, Command: wrapper, Args: args, Forwarder: bin, Home: home, Dial: l.Dialer, Remove: RelayRemover(l),
 		StartupTimeout: 2 * time.Minute, CallTimeout: time.Minute,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -284,4 +287,100 @@ func TestRealChromiumThatDiesIsCrashed(t *testing.T) {
 	if res := m.Call(ctx, "browser_snapshot", map[string]any{"identity_id": bi.ID}); !res.OK || !strings.Contains(res.Text, "crash test") {
 		t.Errorf("the page after the crash and a launch:\n%s", res.Text)
 	}
+}
+
+// TestRealProxyWithCredentials loads a page on the loopback through stand-in
+// proxies that require a user and password, a SOCKS5 one (which Chromium
+// cannot authenticate to at all) and an HTTP one (which it cannot through
+// @playwright/mcp): the forwarder carries the credentials, the page is served
+// under a name only the stand-ins resolve, and no command line holds the
+// password.
+func TestRealProxyWithCredentials(t *testing.T) {
+	rb := newRealBrowser(t)
+	m := rb.m
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "<!doctype html><title>proxied</title><p>served to %s for %s</p>", r.Host, r.URL.Path)
+	}))
+	defer site.Close()
+	ctx := context.Background()
+	socks := proxyfwdtest.StartFakeSOCKS5Proxy(t, site.Listener.Addr().String())
+	httpp := proxyfwdtest.StartFakeHTTPProxy(t, site.Listener.Addr().String(), false)
+	for _, tc := range []struct {
+		name  string
+		proxy string
+		seen  func() proxyfwdtest.Seen
+	}{
+		{"socks5", socks.URL(proxyfwdtest.User, proxyfwdtest.Password), socks.Seen},
+		{"http", httpp.URL(proxyfwdtest.User, proxyfwdtest.Password), httpp.Seen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bi, err := m.Create(ctx, "behind "+tc.name, &tc.proxy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if _, err := m.Launch(ctx, bi.ID); err != nil {
+				t.Fatalf("Launch: %v", err)
+			}
+			t.Logf("launch behind the forwarder took %s", time.Since(start).Round(time.Millisecond))
+			page := "http://" + proxyfwdtest.SiteName + "/through-" + tc.name
+			if res := m.Call(ctx, "browser_navigate", map[string]any{"identity_id": bi.ID, "url": page}); !res.OK {
+				t.Fatalf("browser_navigate = %s", res.Text)
+			}
+			res := m.Call(ctx, "browser_snapshot", map[string]any{"identity_id": bi.ID})
+			if want := "served to " + proxyfwdtest.SiteName + " for /through-" + tc.name; !res.OK || !strings.Contains(res.Text, want) {
+				t.Fatalf("browser_snapshot:\n%s\nwant %q", res.Text, want)
+			}
+			seen := tc.seen()
+			if !slices.Contains(seen.Auths, proxyfwdtest.User+":"+proxyfwdtest.Password) {
+				t.Errorf("the stand-in proxy was given %q, not the identity's credentials", seen.Auths)
+			}
+			if !slices.Contains(seen.Dests, proxyfwdtest.SiteName+":80") {
+				t.Errorf("the stand-in proxy was asked for %q, not the page", seen.Dests)
+			}
+			if pids := commandLinesHolding(proxyfwdtest.Password); len(pids) > 0 {
+				t.Errorf("the proxy's password is on the command line of %v", pids)
+			}
+			if n := len(forwarders()); n != 1 {
+				t.Errorf("%d forwarders run for the one identity behind a proxy", n)
+			}
+			if err := m.Close(ctx, bi.ID); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for len(forwarders()) > 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if left := forwarders(); len(left) > 0 {
+				t.Errorf("the forwarder outlived its server: %v", left)
+			}
+		})
+	}
+}
+
+// commandLinesHolding are the processes whose command line holds s.
+func commandLinesHolding(s string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), s) {
+			out = append(out, e.Name()+" "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}
+
+// forwarders are the running `dot-agentd proxy-forward` processes (not the
+// relays that name one).
+func forwarders() []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if args := strings.Split(string(b), "\x00"); err == nil && len(args) > 1 && args[1] == proxyfwd.Subcommand {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

@@ -169,8 +169,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 	}
 	browsers := browser.New(browser.Options{
-		Store: st, Command: cfg.MCPCommand, Home: home, Dial: browserDial, Remove: browser.RelayRemover(launcher),
-		Watch: browserWatch, Log: log,
+		Store: st, Command: cfg.MCPCommand, Forwarder: cfg.AgentdBin, Home: home, Dial: browserDial,
+		Remove: browser.RelayRemover(launcher), Watch: browserWatch, Log: log,
 	})
 	// A stop closes the browsers (work.Options.Browsers); this is the last
 	// word when the engine ends some other way.

@@ -3,6 +3,12 @@
 //
 //	dot-agentd [--listen :1024] [--socket P] [--config F] [--run-as dot]
 //	dot-agentd relay [--socket P] [--cwd DIR] [--tty] [--env N=V]... [--env-from N]... -- PROGRAM [ARGS...]
+//	dot-agentd proxy-forward --as NAME -- PROGRAM [ARGS...]
+//
+// proxy-forward runs PROGRAM (a browser identity's @playwright/mcp, as dot)
+// with NAME set to a SOCKS5 proxy of its own on the loopback that forwards
+// through the proxy in INVISIBLE_DOTS_UPSTREAM_PROXY with its credentials
+// (package proxyfwd), and ends with it.
 package main
 
 import (
@@ -16,12 +22,16 @@ import (
 	"syscall"
 
 	"github.com/invisible-dots/invisible-dots/guest/agentd"
+	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "relay" {
 		os.Exit(relay(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == proxyfwd.Subcommand {
+		os.Exit(proxyForward(os.Args[2:]))
 	}
 	args := os.Args[1:]
 	if len(args) > 0 && args[0] == "serve" {
@@ -78,6 +88,24 @@ func relay(args []string) int {
 	}
 	o.Env, o.EnvFrom, o.Argv = env, envFrom, fs.Args()
 	code, err := agentd.Relay(context.Background(), o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dot-agentd", err)
+	}
+	return code
+}
+
+func proxyForward(args []string) int {
+	fs := flag.NewFlagSet("dot-agentd "+proxyfwd.Subcommand, flag.ContinueOnError)
+	o := proxyfwd.Options{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ()}
+	fs.StringVar(&o.As, "as", "", "the variable PROGRAM is given the local proxy in")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return proxyfwd.ExitUsage
+	}
+	o.Argv = fs.Args()
+	code, err := proxyfwd.Run(context.Background(), o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dot-agentd", err)
 	}
