@@ -289,7 +289,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	} else {
 		h.log.V(1).Info("a Dots API request was refused", "method", r.Method, "path", r.URL.Path, "status", ae.status, "code", ae.code)
 	}
-	writeJSON(w, ae.status, wire.Error{Code: ae.code, Message: ae.message})
+	writeJSON(w, ae.status, wire.NewError(ae.status, ae.code, ae.message))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -16,6 +16,9 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -267,8 +270,30 @@ func (e *env) call(t *testing.T, who, method, path, contentType, body string) (a
 			t.Fatalf("%s %s: error answer %q is not JSON: %v", method, path, data, err)
 		}
 		a.Code, a.Message = we.Code, we.Message
+		checkIsAStatus(t, resp.StatusCode, we, data)
 	}
 	return a, data
+}
+
+// statusDecoder reads a Kubernetes Status as client-go does.
+var statusDecoder = func() runtime.Decoder {
+	scheme := runtime.NewScheme()
+	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+	return serializer.NewCodecFactory(scheme).UniversalDeserializer()
+}()
+
+// checkIsAStatus: every error answer is also a Kubernetes Status carrying
+// the same message, so kubectl get --raw shows it.
+func checkIsAStatus(t *testing.T, httpStatus int, we wire.Error, data []byte) {
+	t.Helper()
+	obj, _, err := statusDecoder.Decode(data, nil, nil)
+	st, ok := obj.(*metav1.Status)
+	if err != nil || !ok {
+		t.Fatalf("error answer %q is not a Kubernetes Status: %v", data, err)
+	}
+	if st.Status != metav1.StatusFailure || int(st.Code) != httpStatus || st.Message != we.Message || st.Reason == "" {
+		t.Errorf("error answer %q as a Status: %+v; want Failure, code %d, a reason and the message", data, st, httpStatus)
+	}
 }
 
 // matches compares an answer with the wanted one, Message as a fragment.

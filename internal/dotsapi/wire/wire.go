@@ -101,10 +101,49 @@ type GuestEventRefused struct {
 }
 
 // Error is every error answer: a 4xx or 5xx status with a code of the list
-// below and a text for people (ref 9.6). Neither ever holds a secret.
+// below and a text for people (ref 9.6). Neither ever holds a secret. It is
+// also a Kubernetes Status (kind, apiVersion, status, reason, code), so
+// kubectl get --raw and client-go show its message instead of "the server
+// rejected our request for an unknown reason"; this product's clients read
+// error and message.
 type Error struct {
-	Code    string `json:"error"`
-	Message string `json:"message"`
+	Kind       string `json:"kind"`
+	APIVersion string `json:"apiVersion"`
+	Status     string `json:"status"`
+	Reason     string `json:"reason,omitempty"`
+	HTTPCode   int    `json:"code"`
+	Code       string `json:"error"`
+	Message    string `json:"message"`
+}
+
+// NewError is the answer of an HTTP status with its code and message.
+func NewError(httpStatus int, code, message string) Error {
+	return Error{
+		Kind: "Status", APIVersion: "v1", Status: "Failure",
+		Reason: statusReasons[httpStatus], HTTPCode: httpStatus,
+		Code: code, Message: message,
+	}
+}
+
+// statusReasons are Kubernetes' StatusReason words for the HTTP statuses
+// the Dots API answers with.
+var statusReasons = map[int]string{
+	400: "BadRequest",
+	401: "Unauthorized",
+	403: "Forbidden",
+	404: "NotFound",
+	405: "MethodNotAllowed",
+	406: "NotAcceptable",
+	409: "Conflict",
+	410: "Gone",
+	413: "RequestEntityTooLarge",
+	415: "UnsupportedMediaType",
+	422: "Invalid",
+	429: "TooManyRequests",
+	500: "InternalError",
+	502: "InternalError",
+	503: "ServiceUnavailable",
+	504: "Timeout",
 }
 
 // Error codes.
