@@ -25,7 +25,18 @@ type ModelRef struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._:/-]+$`
 	// +required
 	ID string `json:"id"`
+
+	// reasoning is the reasoning effort asked of the model on every request
+	// (OpenRouter's reasoning.effort; none turns it off); absent is the
+	// model's own default.
+	// +optional
+	Reasoning ReasoningEffort `json:"reasoning,omitempty"`
 }
+
+// ReasoningEffort is how hard a Dot's model reasons (guest/protocol's
+// ReasoningEfforts).
+// +kubebuilder:validation:Enum=none;low;medium;high
+type ReasoningEffort string
 
 // Decision is what a Dot's configuration says about one permission.
 // +kubebuilder:validation:Enum=allow;ask;deny

@@ -40,8 +40,9 @@ func RuntimeConfig(dot *dotsv1.Dot) (protocol.RuntimeConfig, error) {
 		Name:         dot.Name,
 		Instructions: spec.Instructions,
 		Model: protocol.ModelRef{
-			Provider: cmp.Or(string(spec.Model.Provider), protocol.ProviderOpenRouter),
-			ID:       spec.Model.ID,
+			Provider:  cmp.Or(string(spec.Model.Provider), protocol.ProviderOpenRouter),
+			ID:        spec.Model.ID,
+			Reasoning: string(spec.Model.Reasoning),
 		},
 		Models:      maps.Clone(spec.Models),
 		Permissions: protocol.ResolvePermissions(listed, names),

@@ -69,6 +69,20 @@ func TestRuntimeConfig(t *testing.T) {
 				Limits:      protocol.Limits{MaxStepsPerTask: 60, MaxCostPerTaskUSD: 1},
 			},
 		},
+		"reasoning": {
+			reason: "spec.model.reasoning is asked of the model as it is written; absent (the cases above) is the model's own default",
+			dot:    base(func(s *dotsv1.DotSpec) { s.Model.Reasoning = "high" }),
+			want: protocol.RuntimeConfig{
+				Name: "fare-watch", Model: protocol.ModelRef{Provider: "openrouter", ID: "z-ai/glm-5.3-flash", Reasoning: "high"},
+				Permissions: defaults(nil),
+				Limits:      protocol.Limits{MaxStepsPerTask: 60, MaxCostPerTaskUSD: 1},
+			},
+		},
+		"reasoning the guest refuses": {
+			reason:  "a value past the CRD's enum (a typed client, an older API server) is refused here as the guest would refuse it",
+			dot:     base(func(s *dotsv1.DotSpec) { s.Model.Reasoning = "extreme" }),
+			wantErr: "model.reasoning",
+		},
 		"listed permissions and limits": {
 			reason: "listed permissions override their defaults and the others keep theirs; instructions, the summary model and the limits are carried as they are",
 			dot: base(func(s *dotsv1.DotSpec) {
@@ -150,5 +164,18 @@ func TestRuntimeConfig(t *testing.T) {
 				t.Errorf("%s\nthe guest reads another configuration -pushed +read:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// TestEveryReasoningEffortPassesThrough: each value the CRD's enum accepts
+// reaches the guest unchanged and is one the guest accepts.
+func TestEveryReasoningEffortPassesThrough(t *testing.T) {
+	for _, effort := range protocol.ReasoningEfforts {
+		d := &dotsv1.Dot{ObjectMeta: metav1.ObjectMeta{Name: "d"}, Spec: dotsv1.DotSpec{
+			Model: dotsv1.ModelRef{ID: "openai/gpt-5", Reasoning: dotsv1.ReasoningEffort(effort)}}}
+		got, err := RuntimeConfig(d)
+		if err != nil || got.Model.Reasoning != effort {
+			t.Errorf("reasoning %q: RuntimeConfig = %q, %v", effort, got.Model.Reasoning, err)
+		}
 	}
 }
