@@ -49,6 +49,14 @@ const defaultShutdownTimeout = 10 * time.Second
 // minutes for their Computers.
 const concurrentReconciles = 4
 
+// On the embedded API server the leader Lease outlives a database restart
+// (see NewManager): its holder keeps trying to renew it for
+// embeddedRenewDeadline before it gives up its lead.
+const (
+	embeddedLeaseDuration = 75 * time.Second
+	embeddedRenewDeadline = 60 * time.Second
+)
+
 // LeaderElectionID names the central controllers' leader Lease in
 // dotsv1.SystemNamespace.
 const LeaderElectionID = "invisible-dots-controllers"
@@ -100,7 +108,7 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	o.Log.Info("central controllers: waiting for the leader Lease", "lease", dotsv1.SystemNamespace+"/"+LeaderElectionID, "identity", identity)
-	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
+	opts := ctrl.Options{
 		Scheme:                              Scheme,
 		Logger:                              o.Log,
 		Metrics:                             metricsserver.Options{BindAddress: "0"},
@@ -116,7 +124,18 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 			&rbacv1.RoleBinding{}: {Label: hostAccessSelector},
 			&rbacv1.Role{}:        {Label: hostAccessSelector},
 		}},
-	})
+	}
+	if o.Embedded {
+		// One server per database (it holds the database's advisory lock),
+		// so no other process can take the Lease: a PostgreSQL that dies
+		// and is started again under the server must not cost the
+		// controllers their lead, which would stop the whole server. A
+		// server that is killed frees its Lease at the next start
+		// (releaseStaleEmbedded), so the longer Lease delays nothing.
+		opts.LeaseDuration = ptr.To(embeddedLeaseDuration)
+		opts.RenewDeadline = ptr.To(embeddedRenewDeadline)
+	}
+	mgr, err := ctrl.NewManager(o.Config, opts)
 	if err != nil {
 		return nil, fmt.Errorf("create the controller manager: %w", err)
 	}
