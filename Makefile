@@ -34,10 +34,17 @@ run: deps build
 # root, kubectl, a Node.js new enough for the web client), installed when
 # missing; a second run does nothing. A Node.js it had to fetch is in
 # _output/deps/bin, first on PATH for every recipe here.
-.PHONY: deps
+.PHONY: deps test-fresh
 export PATH := $(CURDIR)/_output/deps/bin:$(PATH)
 deps:
 	@hack/deps
+
+# A fresh Debian 12 machine (hack/test-fresh, as root): mmdebstrap makes one
+# with Debian's Node.js 18 and no PostgreSQL or QEMU; in a chroot there,
+# hack/deps installs what is missing and `make run` gets to a ready API.
+# Several minutes; not part of `make test`.
+test-fresh:
+	hack/test-fresh
 
 # The web client (web/README.md): Node's dependencies from the lock file,
 # then the Vite build into web/dist/app, which prints the first load's size.
