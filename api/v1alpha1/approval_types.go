@@ -101,7 +101,7 @@ type ApprovalStatus struct {
 // Approval is a tool call waiting for a person's decision.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=appr,categories=dots
+// +kubebuilder:resource:shortName=appr,categories=invisible-dots
 // +kubebuilder:printcolumn:name="Dot",type=string,JSONPath=`.spec.dotName`
 // +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.spec.tool`
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision`

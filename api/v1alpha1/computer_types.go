@@ -212,7 +212,7 @@ type ComputerStatus struct {
 // Computer is the QEMU virtual machine a Dot owns.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=comp,categories=dots
+// +kubebuilder:resource:shortName=comp,categories=invisible-dots
 // +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.runStrategy`

@@ -282,7 +282,7 @@ type DotStatus struct {
 // Dot is a persistent AI agent that owns a computer.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=dot,categories=dots
+// +kubebuilder:resource:shortName=dot,categories=invisible-dots
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model.id`
 // +kubebuilder:printcolumn:name="Computer",type=string,JSONPath=`.status.computerState`

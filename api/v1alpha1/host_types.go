@@ -97,10 +97,12 @@ type HostStatus struct {
 }
 
 // Host is a machine that runs Computers, registered and kept up to date by
-// its host agent (like a Node).
+// its host agent (like a Node). Not of the invisible-dots category: a
+// person given a namespace lists that category there, and a cluster-scoped
+// kind in it would be Forbidden to them (kubectl get hosts lists them).
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,categories=dots
+// +kubebuilder:resource:scope=Cluster
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Accel",type=string,JSONPath=`.status.accelerator`
 // +kubebuilder:printcolumn:name="CPU",type=integer,JSONPath=`.status.allocatable.cpu`

@@ -105,7 +105,7 @@ type TaskStatus struct {
 // Task is a piece of work handed to a Dot.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=tk,categories=dots
+// +kubebuilder:resource:shortName=tk,categories=invisible-dots
 // +kubebuilder:printcolumn:name="Dot",type=string,JSONPath=`.spec.dotName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=10

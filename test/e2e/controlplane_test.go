@@ -85,20 +85,49 @@ func TestControlPlaneWithKubectl(t *testing.T) {
 		}
 	})
 
-	t.Run("the dots category lists every kind", func(t *testing.T) {
-		// DESIGN.md 3: "kubectl get dots" lists every kind of the category;
-		// "kubectl get dot" (or dots.dots.invisible.dev) is the Dot kind alone.
-		out := s.mustKubectl("api-resources", "--categories", "dots", "-o", "name")
+	t.Run("the invisible-dots category lists every kind, and dots is the Dots", func(t *testing.T) {
+		// DESIGN.md 3: "kubectl get invisible-dots" lists every namespaced
+		// kind; "kubectl get dots" is the Dot kind alone, so -w works.
+		out := s.mustKubectl("api-resources", "--categories", "invisible-dots", "-o", "name")
 		for _, kind := range []string{"dots.dots.invisible.dev", "computers.dots.invisible.dev", "tasks.dots.invisible.dev", "approvals.dots.invisible.dev"} {
 			if !strings.Contains(out, kind) {
-				t.Errorf("the dots category has no %s:\n%s", kind, out)
+				t.Errorf("the invisible-dots category has no %s:\n%s", kind, out)
+			}
+		}
+		if strings.Contains(out, "hosts.") {
+			t.Errorf("the invisible-dots category holds the cluster-scoped Hosts, which a person with a namespace is refused:\n%s", out)
+		}
+		out = s.mustKubectl("get", "invisible-dots")
+		for _, want := range []string{"dot.dots.invisible.dev/fare-watch", "computer.dots.invisible.dev/fare-watch", "task.dots.invisible.dev/check-lisbon-fares"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("kubectl get invisible-dots does not list %s:\n%s", want, out)
 			}
 		}
 		out = s.mustKubectl("get", "dots")
-		for _, want := range []string{"dot.dots.invisible.dev/fare-watch", "computer.dots.invisible.dev/fare-watch", "task.dots.invisible.dev/check-lisbon-fares"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("kubectl get dots does not list %s:\n%s", want, out)
+		if !strings.Contains(out, "fare-watch") || strings.Contains(out, "computer.dots.invisible.dev") || strings.Contains(out, "task.dots.invisible.dev") {
+			t.Errorf("kubectl get dots lists more than the Dots:\n%s", out)
+		}
+	})
+
+	t.Run("a person with a namespace lists and watches its Dots", func(t *testing.T) {
+		file := filepath.Join(filepath.Dir(home), "carol.kubeconfig")
+		if out, err := exec.Command(binary, "user", "add", "carol", "--namespace", "default", "--role", "viewer",
+			"--kubeconfig", s.kubeconfig(), "--output", file).CombinedOutput(); err != nil {
+			t.Fatalf("user add carol: %v\n%s", err, out)
+		}
+		for _, args := range [][]string{{"get", "dots"}, {"get", "invisible-dots", "-n", "default"}} {
+			out, err := runKubectl(file, args...)
+			if err != nil || !strings.Contains(out, "fare-watch") {
+				t.Errorf("carol: kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 			}
+		}
+		// A watch runs until it is stopped: what it printed by then.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		watch := exec.CommandContext(ctx, "kubectl", "--kubeconfig", file, "get", "dots", "-w")
+		out, _ := watch.CombinedOutput()
+		if !strings.Contains(string(out), "fare-watch") || strings.Contains(string(out), "error") {
+			t.Errorf("carol: kubectl get dots -w printed:\n%s", out)
 		}
 	})
 
