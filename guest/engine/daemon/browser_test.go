@@ -20,6 +20,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd"
 	"github.com/invisible-dots/invisible-dots/guest/engine/browser"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -259,7 +260,8 @@ func TestBrowserIdentitiesThroughTheEngine(t *testing.T) {
 		t.Errorf("the conversation file holds the proxy, or not the call:\n%s", conv)
 	}
 
-	// The identity with a proxy launches with it as a secret of the server.
+	// The identity with a proxy launches with it as a secret of the server:
+	// of the forwarder that runs it, since it has a password.
 	h.send("m6", protocol.InboundUserMessage, protocol.UserMessage{Text: `run browser_identity_launch {"identity_id":"` + far.ID + `"}`})
 	s.waitFor(t, "the second launch", func(evs []protocol.OutboundEvent) bool {
 		return countType(evs, protocol.EventBrowserIdentityLaunch) >= 2
@@ -267,7 +269,7 @@ func TestBrowserIdentitiesThroughTheEngine(t *testing.T) {
 	fp.mu.Lock()
 	var proxied int
 	for _, st := range fp.starts {
-		if st["PLAYWRIGHT_MCP_PROXY_SERVER"] == browserProxy {
+		if st[proxyfwd.EnvUpstream] == browserProxy {
 			proxied++
 		}
 	}
