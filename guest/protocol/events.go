@@ -143,6 +143,11 @@ type TaskCancelled struct {
 
 // Outbound data shapes. Optional keys are pointers with omitempty, so an
 // absent key and a zero value stay distinct on the wire.
+//
+// reasoning_tokens, beside spent_usd on the events that carry it, is the
+// reasoning tokens the model reported (completion_tokens_details.
+// reasoning_tokens, a part of the completion) from the same ledger and over
+// the same span as spent_usd; absent while none was reported.
 
 // AgentStarted is the data of agent.started: always {}.
 type AgentStarted struct{}
@@ -154,9 +159,10 @@ type AgentStateChanged struct {
 
 // MessageAssistant is the data of message.assistant.
 type MessageAssistant struct {
-	Text      string   `json:"text"`
-	InReplyTo *string  `json:"in_reply_to,omitempty"`
-	SpentUSD  *float64 `json:"spent_usd,omitempty"`
+	Text            string   `json:"text"`
+	InReplyTo       *string  `json:"in_reply_to,omitempty"`
+	SpentUSD        *float64 `json:"spent_usd,omitempty"`
+	ReasoningTokens *int64   `json:"reasoning_tokens,omitempty"`
 }
 
 // TaskStarted is the data of task.started.
@@ -166,23 +172,26 @@ type TaskStarted struct {
 
 // TaskProgress is the data of task.progress.
 type TaskProgress struct {
-	TaskID   string   `json:"task_id"`
-	Text     string   `json:"text"`
-	SpentUSD *float64 `json:"spent_usd,omitempty"`
+	TaskID          string   `json:"task_id"`
+	Text            string   `json:"text"`
+	SpentUSD        *float64 `json:"spent_usd,omitempty"`
+	ReasoningTokens *int64   `json:"reasoning_tokens,omitempty"`
 }
 
 // TaskCompleted is the data of task.completed.
 type TaskCompleted struct {
-	TaskID   string   `json:"task_id"`
-	Summary  string   `json:"summary"`
-	SpentUSD *float64 `json:"spent_usd,omitempty"`
+	TaskID          string   `json:"task_id"`
+	Summary         string   `json:"summary"`
+	SpentUSD        *float64 `json:"spent_usd,omitempty"`
+	ReasoningTokens *int64   `json:"reasoning_tokens,omitempty"`
 }
 
 // TaskFailed is the data of task.failed.
 type TaskFailed struct {
-	TaskID   string   `json:"task_id"`
-	Error    string   `json:"error"`
-	SpentUSD *float64 `json:"spent_usd,omitempty"`
+	TaskID          string   `json:"task_id"`
+	Error           string   `json:"error"`
+	SpentUSD        *float64 `json:"spent_usd,omitempty"`
+	ReasoningTokens *int64   `json:"reasoning_tokens,omitempty"`
 }
 
 // ApprovalRequested is the data of approval.requested. Arguments are the
@@ -232,9 +241,10 @@ type AutomationNextRun struct {
 
 // MemoryUpdated is the data of memory.updated.
 type MemoryUpdated struct {
-	Conversations int      `json:"conversations"`
-	Changed       bool     `json:"changed"`
-	SpentUSD      *float64 `json:"spent_usd,omitempty"`
+	Conversations   int      `json:"conversations"`
+	Changed         bool     `json:"changed"`
+	SpentUSD        *float64 `json:"spent_usd,omitempty"`
+	ReasoningTokens *int64   `json:"reasoning_tokens,omitempty"`
 }
 
 // MCPServerAdded is the data of mcp.server.added: the add_mcp_server call's
@@ -350,6 +360,7 @@ func checkOutbound(v any) error {
 		if utf8.RuneCountInString(d.Text) > TaskProgressMax {
 			return fmt.Errorf("text is longer than %d characters", TaskProgressMax)
 		}
+		return checkReasoningTokens(d.ReasoningTokens)
 	case *ApprovalRequested:
 		if !isJSONObject(d.Arguments) {
 			return fmt.Errorf("arguments are not a JSON object")
@@ -358,10 +369,25 @@ func checkOutbound(v any) error {
 		if !isJSONObject(d.Arguments) {
 			return fmt.Errorf("arguments are not a JSON object")
 		}
+	case *MessageAssistant:
+		return checkReasoningTokens(d.ReasoningTokens)
+	case *TaskCompleted:
+		return checkReasoningTokens(d.ReasoningTokens)
+	case *TaskFailed:
+		return checkReasoningTokens(d.ReasoningTokens)
+	case *MemoryUpdated:
+		return checkReasoningTokens(d.ReasoningTokens)
 	case *BrowserIdentityEvent:
 		if d.Reason != nil && *d.Reason != BrowserClosedCrashed {
 			return fmt.Errorf("unknown reason %q", *d.Reason)
 		}
+	}
+	return nil
+}
+
+func checkReasoningTokens(n *int64) error {
+	if n != nil && *n < 0 {
+		return fmt.Errorf("reasoning_tokens is %d, below zero", *n)
 	}
 	return nil
 }

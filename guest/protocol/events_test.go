@@ -90,6 +90,12 @@ func wireShapes() []OutboundEvent {
 	add(EventMCPServerAdded, MCPServerAdded{Arguments: json.RawMessage(`{"name":"time","command":"uvx","args":["mcp-server-time"],"reason":"to tell the time"}`)})
 	add(EventOutboxReset, OutboxReset{Cursor: 120, LastSeq: 3})
 	add(EventBrowserIdentityClosed, BrowserIdentityEvent{IdentityID: "id-1", Name: "work", Reason: s(BrowserClosedCrashed)})
+	n := func(v int64) *int64 { return &v }
+	add(EventMessageAssistant, MessageAssistant{Text: "Done.", InReplyTo: s("msg-1"), SpentUSD: f(0.01234567), ReasoningTokens: n(812)})
+	add(EventTaskProgress, TaskProgress{TaskID: "task-1", Text: "Checking the fares page.", SpentUSD: f(0.002), ReasoningTokens: n(64)})
+	add(EventTaskCompleted, TaskCompleted{TaskID: "task-1", Summary: "Three fares under 100 EUR.", SpentUSD: f(0.05), ReasoningTokens: n(2048)})
+	add(EventTaskFailed, TaskFailed{TaskID: "task-1", Error: "stopped: the task was interrupted 3 times", SpentUSD: f(0.5), ReasoningTokens: n(4096)})
+	add(EventMemoryUpdated, MemoryUpdated{Conversations: 1, Changed: true, SpentUSD: f(0.025), ReasoningTokens: n(128)})
 	out := make([]OutboundEvent, 0, len(datas))
 	for i, d := range datas {
 		raw, err := json.Marshal(d.data)
@@ -196,6 +202,7 @@ func TestParseOutboundRefuses(t *testing.T) {
 		"null next run ok": {ev(EventAutomationNextRun, `{"next_run_at_ms":null}`), ""},
 		"crashed ok":       {ev(EventBrowserIdentityClosed, `{"identity_id":"i","name":"n","reason":"crashed"}`), ""},
 		"unknown reason":   {ev(EventBrowserIdentityClosed, `{"identity_id":"i","name":"n","reason":"bored"}`), "unknown reason"},
+		"negative tokens":  {ev(EventTaskCompleted, `{"task_id":"t","summary":"s","reasoning_tokens":-1}`), "below zero"},
 		"absent next run":  {ev(EventAutomationNextRun, `{}`), `lacks "next_run_at_ms"`},
 		"seq zero":         {OutboundEvent{Seq: 0, ID: "e", Type: EventAgentStarted, TS: "t", Data: json.RawMessage(`{}`)}, "seq 0"},
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -246,6 +247,60 @@ func TestReasoningGoesBackAndStaysOutOfTheFiles(t *testing.T) {
 	for _, secret := range []string{"ENCRYPTED-BLOB", "Thinking it over", "Planned the step", "sig-call_0"} {
 		if strings.Contains(file, secret) {
 			t.Errorf("the conversation file shows the reasoning (%q):\n%s", secret, file)
+		}
+	}
+}
+
+// TestReasoningTokensAreCounted: the reasoning tokens the model reports
+// (completion_tokens_details.reasoning_tokens) are added up in the ledger of
+// the spend and sent beside spent_usd, over the same span: the chat's since
+// its last answer, a task's whole run; a model that reports none sends no
+// key.
+func TestReasoningTokensAreCounted(t *testing.T) {
+	or := newFakeOpenRouter(t)
+	h := startEngine(t, t.TempDir(), or, nil)
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(nil))
+	tokens := func(ev protocol.OutboundEvent) string {
+		var d struct {
+			ReasoningTokens *int64 `json:"reasoning_tokens"`
+		}
+		json.Unmarshal(ev.Data, &d)
+		if d.ReasoningTokens == nil {
+			return "absent"
+		}
+		return strconv.FormatInt(*d.ReasoningTokens, 10)
+	}
+
+	h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: "hello"})
+	evs := s.waitFor(t, "the first answer", hasType(protocol.EventMessageAssistant))
+	if got := tokens(ofType(evs, protocol.EventMessageAssistant)[0]); got != "absent" {
+		t.Errorf("an answer of a model that reports no reasoning carries reasoning_tokens %s", got)
+	}
+
+	or.mu.Lock()
+	or.reasoning = true // 3 reasoning tokens a response
+	or.mu.Unlock()
+	h.send("m2", protocol.InboundUserMessage, protocol.UserMessage{Text: `run fake_write {"path":"a"}`})
+	evs = s.waitFor(t, "the second answer", func(evs []protocol.OutboundEvent) bool { return countType(evs, protocol.EventMessageAssistant) >= 2 })
+	if got := tokens(ofType(evs, protocol.EventMessageAssistant)[1]); got != "6" {
+		t.Errorf("an answer after two requests of 3 reasoning tokens carries %s, want 6", got)
+	}
+	h.send("m3", protocol.InboundUserMessage, protocol.UserMessage{Text: "hello again"})
+	evs = s.waitFor(t, "the third answer", func(evs []protocol.OutboundEvent) bool { return countType(evs, protocol.EventMessageAssistant) >= 3 })
+	if got := tokens(ofType(evs, protocol.EventMessageAssistant)[2]); got != "3" {
+		t.Errorf("the next answer carries %s, want 3: the chat's count starts again with each answer, as its spend does", got)
+	}
+
+	h.send("t1", protocol.InboundTaskCreated, protocol.TaskCreated{TaskID: "job", Description: `run fake_write {"path":"b"}`})
+	evs = s.waitFor(t, "the task's end", hasType(protocol.EventTaskCompleted))
+	done := ofType(evs, protocol.EventTaskCompleted)[0]
+	if got := tokens(done); got != "6" {
+		t.Errorf("task.completed carries reasoning_tokens %s, want 6 (%s)", got, done.Data)
+	}
+	for _, ev := range evs {
+		if _, err := protocol.ParseOutbound(ev); err != nil {
+			t.Errorf("the host refuses %s: %v", ev.Type, err)
 		}
 	}
 }

@@ -76,6 +76,14 @@ CREATE TABLE IF NOT EXISTS dots_spend (
 	usd      REAL NOT NULL DEFAULT 0,
 	unpriced INTEGER NOT NULL DEFAULT 0
 );
+-- The reasoning tokens of a session's ledger (completion_tokens_details.
+-- reasoning_tokens, part of the completion), beside dots_spend's money and
+-- emptied with it: a table of its own so that a database made before it
+-- needs no ALTER.
+CREATE TABLE IF NOT EXISTS dots_spend_tokens (
+	session   TEXT PRIMARY KEY,
+	reasoning INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS dots_browser_identities (
 	id           TEXT PRIMARY KEY,
 	name         TEXT NOT NULL,

@@ -303,7 +303,7 @@ func (p *MemoryPass) pass(ctx context.Context) error {
 			return err
 		}
 		usd := protocol.RoundUSD(sp.USD)
-		ev := protocol.MemoryUpdated{Conversations: len(fresh), Changed: written != before, SpentUSD: &usd}
+		ev := protocol.MemoryUpdated{Conversations: len(fresh), Changed: written != before, SpentUSD: &usd, ReasoningTokens: sp.reasoning()}
 		if _, err := tx.Emit(bg, protocol.EventMemoryUpdated, ev); err != nil {
 			return err
 		}
@@ -394,7 +394,7 @@ func (p *MemoryPass) request(ctx context.Context, key, model string, lim openrou
 	// was spent.
 	bg := context.WithoutCancel(ctx)
 	if err := e.st.Write(bg, "memory-spend", func(tx *store.Tx) error {
-		return addSpend(bg, tx, memorySession, resp.Usage.CostUSD)
+		return addSpend(bg, tx, memorySession, resp.Usage.CostUSD, resp.Usage.ReasoningTokens)
 	}); err != nil {
 		return "", err
 	}

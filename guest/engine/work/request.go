@@ -380,7 +380,7 @@ func (e *Engine) summarize(ctx context.Context, t *turn, l limits, th thread) er
 	last := th.msgs[len(th.msgs)-1].ID
 	return e.st.Write(ctx, "summary", func(tx *store.Tx) error {
 		if err == nil {
-			if err := addSpend(ctx, tx, t.session, resp.Usage.CostUSD); err != nil {
+			if err := addSpend(ctx, tx, t.session, resp.Usage.CostUSD, resp.Usage.ReasoningTokens); err != nil {
 				return err
 			}
 		}

@@ -120,27 +120,40 @@ func sessionSummary(ctx context.Context, q querier, session string) (string, int
 	return summary.String, upto, nil
 }
 
-// spend is a session's ledger row (ref 8.2).
+// spend is a session's ledger row (ref 8.2), with the reasoning tokens its
+// responses reported.
 type spend struct {
-	USD      float64
-	Unpriced bool
+	USD             float64
+	Unpriced        bool
+	ReasoningTokens int64
+}
+
+// reasoning is the reasoning_tokens an event carries beside spent_usd:
+// absent while the session's model reported none.
+func (s spend) reasoning() *int64 {
+	if s.ReasoningTokens <= 0 {
+		return nil
+	}
+	n := s.ReasoningTokens
+	return &n
 }
 
 func readSpend(ctx context.Context, q querier, session string) (spend, error) {
 	var s spend
 	err := q.QueryRowContext(ctx, "SELECT usd, unpriced FROM dots_spend WHERE session = ?", session).Scan(&s.USD, &s.Unpriced)
-	if errors.Is(err, sql.ErrNoRows) {
-		return spend{}, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return spend{}, fmt.Errorf("read spend of %s: %w", session, err)
+	}
+	err = q.QueryRowContext(ctx, "SELECT reasoning FROM dots_spend_tokens WHERE session = ?", session).Scan(&s.ReasoningTokens)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return spend{}, fmt.Errorf("read reasoning tokens of %s: %w", session, err)
 	}
 	return s, nil
 }
 
-// addSpend adds a response's cost to the session's ledger; a nil cost marks
-// the ledger unpriced.
-func addSpend(ctx context.Context, tx *store.Tx, session string, cost *float64) error {
+// addSpend adds a response's cost and reasoning tokens to the session's
+// ledger; a nil cost marks the ledger unpriced.
+func addSpend(ctx context.Context, tx *store.Tx, session string, cost *float64, reasoningTokens int) error {
 	usd, unpriced := 0.0, 0
 	if cost != nil {
 		usd = *cost
@@ -153,12 +166,22 @@ func addSpend(ctx context.Context, tx *store.Tx, session string, cost *float64) 
 	if err != nil {
 		return fmt.Errorf("record spend of %s: %w", session, err)
 	}
+	if reasoningTokens > 0 {
+		_, err := tx.Exec(ctx, `INSERT INTO dots_spend_tokens(session, reasoning) VALUES (?, ?)
+			ON CONFLICT(session) DO UPDATE SET reasoning = reasoning + excluded.reasoning`, session, reasoningTokens)
+		if err != nil {
+			return fmt.Errorf("record reasoning tokens of %s: %w", session, err)
+		}
+	}
 	return nil
 }
 
 func resetSpend(ctx context.Context, tx *store.Tx, session string) error {
 	if _, err := tx.Exec(ctx, "DELETE FROM dots_spend WHERE session = ?", session); err != nil {
 		return fmt.Errorf("reset spend of %s: %w", session, err)
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM dots_spend_tokens WHERE session = ?", session); err != nil {
+		return fmt.Errorf("reset reasoning tokens of %s: %w", session, err)
 	}
 	return nil
 }

@@ -323,7 +323,7 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		var assistantID int64
 		err = e.st.Write(ctx, "assistant", func(tx *store.Tx) error {
 			out, reason, calls, assistantID = -1, "", nil, 0
-			if err := addSpend(ctx, tx, t.session, resp.Usage.CostUSD); err != nil {
+			if err := addSpend(ctx, tx, t.session, resp.Usage.CostUSD, resp.Usage.ReasoningTokens); err != nil {
 				return err
 			}
 			if t.taskID != "" {
@@ -391,7 +391,7 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 				}
 				usd := protocol.RoundUSD(sp.USD)
 				if _, err := tx.Emit(ctx, protocol.EventTaskProgress, protocol.TaskProgress{
-					TaskID: t.taskID, Text: cutText(text, protocol.TaskProgressMax), SpentUSD: &usd}); err != nil {
+					TaskID: t.taskID, Text: cutText(text, protocol.TaskProgressMax), SpentUSD: &usd, ReasoningTokens: sp.reasoning()}); err != nil {
 					return err
 				}
 			}
@@ -434,7 +434,8 @@ func (e *Engine) sayWait(t *turn) func(openrouter.Wait) {
 				return err
 			}
 			usd := protocol.RoundUSD(sp.USD)
-			_, err = tx.Emit(t.ctx, protocol.EventTaskProgress, protocol.TaskProgress{TaskID: t.taskID, Text: text, SpentUSD: &usd})
+			_, err = tx.Emit(t.ctx, protocol.EventTaskProgress, protocol.TaskProgress{TaskID: t.taskID, Text: text, SpentUSD: &usd,
+				ReasoningTokens: sp.reasoning()})
 			return err
 		})
 		if err != nil {
@@ -651,7 +652,8 @@ func (e *Engine) finalAnswer(ctx context.Context, tx *store.Tx, t *turn, msgID i
 		if _, err := tx.Exec(ctx, "UPDATE dots_tasks SET status = 'completed' WHERE task_id = ?", t.taskID); err != nil {
 			return fmt.Errorf("complete task %s: %w", t.taskID, err)
 		}
-		_, err = tx.Emit(ctx, protocol.EventTaskCompleted, protocol.TaskCompleted{TaskID: t.taskID, Summary: text, SpentUSD: &usd})
+		_, err = tx.Emit(ctx, protocol.EventTaskCompleted, protocol.TaskCompleted{TaskID: t.taskID, Summary: text, SpentUSD: &usd,
+			ReasoningTokens: sp.reasoning()})
 		return err
 	}
 	return e.answerChat(ctx, tx, text)
@@ -671,7 +673,7 @@ func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string) erro
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("read the message answered: %w", err)
 	}
-	ev := protocol.MessageAssistant{Text: text, SpentUSD: &usd}
+	ev := protocol.MessageAssistant{Text: text, SpentUSD: &usd, ReasoningTokens: sp.reasoning()}
 	if replyTo.Valid {
 		ev.InReplyTo = &replyTo.String
 	}
@@ -717,6 +719,7 @@ func (e *Engine) failTask(ctx context.Context, tx *store.Tx, taskID, reason stri
 		return err
 	}
 	usd := protocol.RoundUSD(sp.USD)
-	_, err = tx.Emit(ctx, protocol.EventTaskFailed, protocol.TaskFailed{TaskID: taskID, Error: reason, SpentUSD: &usd})
+	_, err = tx.Emit(ctx, protocol.EventTaskFailed, protocol.TaskFailed{TaskID: taskID, Error: reason, SpentUSD: &usd,
+		ReasoningTokens: sp.reasoning()})
 	return err
 }
