@@ -45,9 +45,10 @@ func TestHomeRowOnAFullDisk(t *testing.T) {
 	if c.Status != Failed || !strings.Contains(c.Detail, "the disk is full") || !strings.Contains(c.Detail, "no space left on device") {
 		t.Errorf("home row on a full disk = %+v; want failed, saying the disk is full", c)
 	}
-	if !strings.HasPrefix(c.Fix, "df -h "+h.Root) || !strings.Contains(c.Fix, "free space") {
-		t.Errorf("home row's fix %q; want `df -h %s` and the step beside it", c.Fix, h.Root)
+	if c.Fix != "df -h "+h.Root || !strings.Contains(c.FixWhy, "free space") {
+		t.Errorf("home row's fix %q (%q); want `df -h %s` and the step beside it", c.Fix, c.FixWhy, h.Root)
 	}
+	checkFixes(t, "a full disk", Report{Checks: []Check{c}})
 	t.Logf("on a full disk:\n%s", Render(Report{Checks: []Check{c}}))
 	if leftovers, _ := filepath.Glob(filepath.Join(h.Root, ".write-probe-*")); len(leftovers) != 0 {
 		t.Errorf("the probe left %v behind", leftovers)

@@ -3,9 +3,10 @@
 // QEMU), the CPU model, the home path, the images, PostgreSQL, and the
 // OpenRouter key stored (asked of the server the home's kubeconfig names). It
 // changes nothing: the one file it writes, a probe of the home's filesystem,
-// is removed at once. Every row that is not ok names the
-// command that fixes it. The CLI and the server's /dots/v1/doctor render the
-// same Report.
+// is removed at once. Every row that is not ok names the command that fixes
+// it, one a person pastes into a shell as it is, and beside it what the
+// command does and what else to do (FixWhy). The CLI and the server's
+// /dots/v1/doctor render the same Report.
 package doctor
 
 import (
@@ -49,8 +50,13 @@ type Check struct {
 	Name   string `json:"name"`
 	Status Status `json:"status"`
 	Detail string `json:"detail"`
-	// Fix is the command (or the step) that fixes a row that is not ok.
+	// Fix is the command that fixes a row that is not ok: one shell
+	// command line, pasted as it is (no prose, no placeholder). A test
+	// parses every fix the doctor can give.
 	Fix string `json:"fix,omitempty"`
+	// FixWhy is what the command does, and what else to do around it
+	// (log in again, the other way): the words beside the command.
+	FixWhy string `json:"fixWhy,omitempty"`
 }
 
 // Report is the doctor's answer.
@@ -234,22 +240,52 @@ func postgresDirs() []string {
 	return append(dirs, matches...)
 }
 
-// The fixes, named once.
-const (
-	fixInstallQEMU     = "sudo apt-get install -y qemu-system-x86 (or: invisible-dots setup)"
-	fixInstallQEMUImg  = "sudo apt-get install -y qemu-utils (or: invisible-dots setup)"
-	fixInstallPostgres = "sudo apt-get install -y postgresql (or: invisible-dots setup), or set DATABASE_URL to an existing server"
-	fixKVMGroup        = "sudo usermod -aG kvm $USER, then log in again"
-	fixKVMModule       = "enable virtualization (VT-x/AMD-V) in the firmware, then sudo modprobe kvm_intel (or kvm_amd)"
-	fixRecordCPUModel  = "invisible-dots setup (records cpuModel " + hostconfig.CPUModelNoArchCapabilities + " in host.yaml)"
-	fixTCG             = "remove 'accelerator: tcg' from %s to use kvm (tcg is for test hosts only)"
+// The fixes, named once: each a command and the words beside it.
+var (
+	fixInstallQEMU = fix{"sudo apt-get install -y qemu-system-x86",
+		"installs QEMU (invisible-dots setup installs every package the doctor finds missing)"}
+	fixInstallQEMUImg = fix{"sudo apt-get install -y qemu-utils",
+		"installs qemu-img (invisible-dots setup installs every package the doctor finds missing)"}
+	fixInstallPostgres = fix{"sudo apt-get install -y postgresql",
+		"installs PostgreSQL's server, which invisible-dots server runs in its home; or set DATABASE_URL to an existing server instead (invisible-dots setup installs every package the doctor finds missing)"}
+	fixKVMGroup = fix{"sudo usermod -aG kvm $USER",
+		"adds you to the kvm group, which may open /dev/kvm; log out and in again for it to apply (invisible-dots setup says the same)"}
+	fixKVMModule = fix{"sudo modprobe kvm_intel || sudo modprobe kvm_amd",
+		"loads KVM for an Intel or an AMD processor; when neither loads, enable virtualization (VT-x or AMD-V) in the firmware's settings first"}
+	fixKVMRuns = fix{"lsmod | grep -E 'kvm|vbox|vmw'",
+		"shows the KVM modules loaded, and another hypervisor's (VirtualBox, VMware) that may hold VT-x: KVM must run guests here (nested virtualization enabled on a VM host, no other hypervisor running, virtualization enabled in the firmware)"}
+	fixRecordCPUModel = fix{"invisible-dots setup",
+		"records cpuModel " + hostconfig.CPUModelNoArchCapabilities + " in host.yaml, the model the probe runs here"}
 	// The golden row wants a full golden image, which only image build
 	// makes; the runtime ISO is built by either.
-	fixGolden        = "invisible-dots image build"
-	fixRuntime       = "invisible-dots image build (or make test-image)"
-	fixOpenRouterKey = "invisible-dots secret openrouter"
-	fixStartServer   = "start invisible-dots server, then: invisible-dots secret openrouter"
+	fixGolden  = fix{"invisible-dots image build", "builds the golden image with the desktop and the runtime ISO, and registers them (it takes a while)"}
+	fixRuntime = fix{"invisible-dots image build", "builds the runtime ISO and the golden image, and registers them (in a checkout, make test-image builds the small test images instead)"}
+	// The key is read on standard input: the command asks for it.
+	fixOpenRouterKey = fix{"invisible-dots secret openrouter",
+		"stores the host-wide OpenRouter key, the key of every Dot without its own: it asks for the key (or reads it piped in) and never echoes it"}
+	fixStartServer = fix{"invisible-dots server",
+		"starts the server this home runs; the key is stored through it, then: invisible-dots secret openrouter"}
 )
+
+// fix is a command and the words beside it.
+type fix struct{ cmd, why string }
+
+// on sets the fix of a row.
+func (f fix) on(c Check) Check {
+	c.Fix, c.FixWhy = f.cmd, f.why
+	return c
+}
+
+// shellQuote quotes a word for a POSIX shell when it needs it: a path
+// given in a fix is pasted as it is.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@%+=,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
 
 // Run checks the host. It never fails: a check that cannot run is a row.
 func Run(ctx context.Context, d Deps) Report {
@@ -263,15 +299,15 @@ func Run(ctx context.Context, d Deps) Report {
 	qemuOK := false
 	switch {
 	case bins.System == "" || (findErr != nil && !fileExists(bins.System)):
-		add(Check{Name: RowQEMU, Status: Missing, Detail: errText(findErr), Fix: fixFor(d, bins, fixInstallQEMU)})
+		add(fixFor(d, bins, fixInstallQEMU).on(Check{Name: RowQEMU, Status: Missing, Detail: errText(findErr)}))
 	default:
 		res, err := d.Run(ctx, 10*time.Second, bins.System, "--version")
 		v, perr := qemu.ParseVersion(res.Output)
 		switch {
 		case err != nil || res.ExitCode != 0 || perr != nil:
-			add(Check{Name: RowQEMU, Status: Failed, Detail: fmt.Sprintf("%s --version did not answer: %s", bins.System, firstLine(errText(err)+res.Output)), Fix: fixFor(d, bins, fixInstallQEMU)})
+			add(fixFor(d, bins, fixInstallQEMU).on(Check{Name: RowQEMU, Status: Failed, Detail: fmt.Sprintf("%s --version did not answer: %s", bins.System, firstLine(errText(err)+res.Output))}))
 		case v.Less(hostconfig.MinQEMU):
-			add(Check{Name: RowQEMU, Status: Failed, Detail: fmt.Sprintf("%s is QEMU %s; %s or newer is needed", bins.System, v, hostconfig.MinQEMU), Fix: fixFor(d, bins, fixInstallQEMU)})
+			add(fixFor(d, bins, fixInstallQEMU).on(Check{Name: RowQEMU, Status: Failed, Detail: fmt.Sprintf("%s is QEMU %s; %s or newer is needed", bins.System, v, hostconfig.MinQEMU)}))
 		default:
 			qemuOK = true
 			add(Check{Name: RowQEMU, Status: OK, Detail: fmt.Sprintf("%s, QEMU %s", bins.System, v)})
@@ -282,7 +318,7 @@ func Run(ctx context.Context, d Deps) Report {
 	if bins.Img != "" && fileExists(bins.Img) {
 		add(Check{Name: RowQEMUImg, Status: OK, Detail: bins.Img})
 	} else {
-		add(Check{Name: RowQEMUImg, Status: Missing, Detail: "qemu-img not found", Fix: fixFor(d, bins, fixInstallQEMUImg)})
+		add(fixFor(d, bins, fixInstallQEMUImg).on(Check{Name: RowQEMUImg, Status: Missing, Detail: "qemu-img not found"}))
 	}
 
 	// Accelerator and CPU model.
@@ -325,12 +361,14 @@ func Run(ctx context.Context, d Deps) Report {
 	return rep
 }
 
-// fixFor names the QEMU directory when INVISIBLE_DOTS_QEMU_DIR chose it.
-func fixFor(_ Deps, b Binaries, fix string) string {
+// fixFor names the QEMU directory when INVISIBLE_DOTS_QEMU_DIR chose it:
+// the command uses the system's QEMU instead, and the words say the other way.
+func fixFor(_ Deps, b Binaries, f fix) fix {
 	if b.Dir != "" {
-		return "install QEMU into " + b.Dir + " or unset " + home.EnvQEMUDir + "; " + fix
+		return fix{"unset " + home.EnvQEMUDir + " && " + f.cmd,
+			home.EnvQEMUDir + " chooses " + b.Dir + ", which holds no usable QEMU: the command drops it for the system's QEMU, which it installs (then start the server from that shell); or install QEMU into " + b.Dir}
 	}
-	return fix
+	return f
 }
 
 // Binaries is qemu.Binaries, named here for fixFor's signature.
@@ -367,7 +405,10 @@ func Probe(ctx context.Context, d Deps, binary, accel, cpuModel string) error {
 
 func accelerator(ctx context.Context, d Deps, cfg hostconfig.Config, cfgErr error, bins Binaries, qemuOK bool) []Check {
 	if cfgErr != nil {
-		return []Check{{Name: RowAccelerator, Status: Failed, Detail: cfgErr.Error(), Fix: "fix or remove " + d.Home.HostConfig() + ", then invisible-dots setup"}}
+		cfgFile := shellQuote(d.Home.HostConfig())
+		return []Check{fix{"mv " + cfgFile + " " + cfgFile + ".bad && invisible-dots setup",
+			"host.yaml cannot be read (the detail says why): the command sets it aside and setup writes it again; or correct it by hand"}.on(
+			Check{Name: RowAccelerator, Status: Failed, Detail: cfgErr.Error()})}
 	}
 	accel, model := cfg.EffectiveAccelerator(), cfg.EffectiveCPUModel()
 	modelRow := Check{Name: RowCPUModel, Status: OK, Detail: model + " (default for " + accel + ")"}
@@ -380,12 +421,14 @@ func accelerator(ctx context.Context, d Deps, cfg hostconfig.Config, cfgErr erro
 	}
 	if !qemuOK {
 		return []Check{
-			{Name: RowAccelerator, Status: Failed, Detail: "not probed: QEMU is not usable", Fix: fixInstallQEMU},
+			fixInstallQEMU.on(Check{Name: RowAccelerator, Status: Failed, Detail: "not probed: QEMU is not usable"}),
 			modelRow,
 		}
 	}
 	if accel == hostconfig.TCG {
-		row := Check{Name: RowAccelerator, Status: Warning, Fix: fmt.Sprintf(fixTCG, d.Home.HostConfig())}
+		row := fix{"sed -i '/^accelerator:/d' " + shellQuote(d.Home.HostConfig()),
+			"removes 'accelerator: tcg' from host.yaml, so the Dots use kvm (tcg is for test hosts only)"}.on(
+			Check{Name: RowAccelerator, Status: Warning})
 		if err := Probe(ctx, d, bins.System, accel, model); err != nil {
 			row.Status, row.Detail = Failed, err.Error()
 		} else {
@@ -407,9 +450,9 @@ func accelerator(ctx context.Context, d Deps, cfg hostconfig.Config, cfgErr erro
 	if kvmErr != nil {
 		row := Check{Name: RowAccelerator, Status: Missing, Detail: "/dev/kvm does not open read-write: " + kvmErr.Error()}
 		if errors.Is(kvmErr, os.ErrNotExist) {
-			row.Fix = fixKVMModule
+			row = fixKVMModule.on(row)
 		} else {
-			row.Fix = fixKVMGroup
+			row = fixKVMGroup.on(row)
 		}
 		return []Check{row, modelRow}
 	}
@@ -419,20 +462,22 @@ func accelerator(ctx context.Context, d Deps, cfg hostconfig.Config, cfgErr erro
 		// the default model fails (MSR 0x10a) and this one runs.
 		if Probe(ctx, d, bins.System, accel, hostconfig.CPUModelNoArchCapabilities) == nil {
 			row.Detail += "; the probe passes with " + hostconfig.CPUModelNoArchCapabilities
-			row.Fix = fixRecordCPUModel
-			modelRow.Status, modelRow.Fix = Failed, fixRecordCPUModel
+			row = fixRecordCPUModel.on(row)
+			modelRow = fixRecordCPUModel.on(modelRow)
+			modelRow.Status = Failed
 			modelRow.Detail = model + " does not run here; " + hostconfig.CPUModelNoArchCapabilities + " does"
 			return []Check{row, modelRow}
 		}
 	}
-	row.Fix = "check that KVM runs guests on this host (nested virtualization enabled, no other hypervisor holding VT-x); " + fixKVMModule
-	return []Check{row, modelRow}
+	return []Check{fixKVMRuns.on(row), modelRow}
 }
 
 func homeDir(d Deps) Check {
 	root := d.Home.Root
 	if err := home.QEMUPathProblem(root); err != nil {
-		return Check{Name: RowHome, Status: Failed, Detail: err.Error(), Fix: "export " + home.EnvHome + "=/a/plain/ascii/path (no comma)"}
+		return fix{"export " + home.EnvHome + "=" + shellQuote(plainPath(root)),
+			"QEMU cannot be given this path: the command names the same place without the characters QEMU refuses (any plain ASCII path without a comma will do); start the server and the commands from that shell"}.on(
+			Check{Name: RowHome, Status: Failed, Detail: err.Error()})
 	}
 	// The home may not exist yet: measure the nearest existing parent.
 	p := root
@@ -444,7 +489,8 @@ func homeDir(d Deps) Check {
 	}
 	free, err := d.FreeBytes(p)
 	if err != nil {
-		return Check{Name: RowHome, Status: Failed, Detail: fmt.Sprintf("%s: cannot read free space: %v", root, err), Fix: "check that " + p + " is readable"}
+		return fix{"ls -ld " + shellQuote(p), "shows the owner and the mode of " + p + ", whose free space could not be read: it must be readable by the user who runs the server"}.on(
+			Check{Name: RowHome, Status: Failed, Detail: fmt.Sprintf("%s: cannot read free space: %v", root, err)})
 	}
 	detail := fmt.Sprintf("%s, %.1f GiB free", root, float64(free)/(1<<30))
 	if p == root {
@@ -452,17 +498,19 @@ func homeDir(d Deps) Check {
 		// (reserved blocks, a quota, a read-only remount): a small file is
 		// written, synced and removed.
 		if err := home.ProbeWrite(root); home.DiskFull(err) {
-			return Check{Name: RowHome, Status: Failed, Detail: detail + "; the disk is full: " + err.Error(), Fix: d.Home.DiskFullFix()}
+			return diskFull(d.Home).on(Check{Name: RowHome, Status: Failed, Detail: detail + "; the disk is full: " + err.Error()})
 		} else if err != nil {
-			return Check{Name: RowHome, Status: Failed, Detail: detail + "; the home cannot be written: " + err.Error(), Fix: "ls -ld " + root + "  (the home must be writable by the user who runs the server; fix its owner or mount)"}
+			return fix{"ls -ld " + shellQuote(root), "shows the home's owner and mode: the home must be writable by the user who runs the server (fix its owner, its mode or its mount)"}.on(
+				Check{Name: RowHome, Status: Failed, Detail: detail + "; the home cannot be written: " + err.Error()})
 		}
 	}
 	if w, ok := d.Home.LastFullWrite(); ok {
 		// The server's doctor remembers what its agent met.
-		return Check{Name: RowHome, Status: Failed, Detail: detail + "; the disk refused a write: " + w.String(), Fix: d.Home.DiskFullFix()}
+		return diskFull(d.Home).on(Check{Name: RowHome, Status: Failed, Detail: detail + "; the disk refused a write: " + w.String()})
 	}
 	if free < MinFreeBytes {
-		return Check{Name: RowHome, Status: Failed, Detail: detail + fmt.Sprintf(" (under %d GiB)", MinFreeBytes>>30), Fix: "free space on the file system of " + p + ", or set " + home.EnvHome + " to a larger one"}
+		return fix{"df -h " + shellQuote(p), fmt.Sprintf("shows how full the filesystem of %s is: free at least %d GiB there, or set %s to a home on a larger one", p, MinFreeBytes>>30, home.EnvHome)}.on(
+			Check{Name: RowHome, Status: Failed, Detail: detail + fmt.Sprintf(" (under %d GiB)", MinFreeBytes>>30)})
 	}
 	return Check{Name: RowHome, Status: OK, Detail: detail}
 }
@@ -478,7 +526,7 @@ func goldenImage(d Deps) Check {
 		if test, err := images.Latest(d.Home, home.Golden); err == nil {
 			detail += " (" + filepath.Base(test.File) + " is the test image: no desktop, no browser)"
 		}
-		return Check{Name: RowGolden, Status: Missing, Detail: detail, Fix: fixGolden}
+		return fixGolden.on(Check{Name: RowGolden, Status: Missing, Detail: detail})
 	}
 	return verified(RowGolden, img, fixGolden)
 }
@@ -490,16 +538,16 @@ func runtimeImage(d Deps) Check {
 		if errors.Is(err, images.ErrNoImage) {
 			st = Missing
 		}
-		return Check{Name: RowRuntime, Status: st, Detail: err.Error(), Fix: fixRuntime}
+		return fixRuntime.on(Check{Name: RowRuntime, Status: st, Detail: err.Error()})
 	}
 	return verified(RowRuntime, img, fixRuntime)
 }
 
 // verified re-hashes a registered image against its manifest.
-func verified(row string, img images.Image, fix string) Check {
+func verified(row string, img images.Image, f fix) Check {
 	m, err := img.Verify()
 	if err != nil {
-		return Check{Name: row, Status: Failed, Detail: err.Error(), Fix: fix}
+		return f.on(Check{Name: row, Status: Failed, Detail: err.Error()})
 	}
 	detail := filepath.Base(img.File) + " matches its manifest"
 	if m.Description != "" {
@@ -517,7 +565,7 @@ func postgres(d Deps) Check {
 			return Check{Name: RowPostgres, Status: OK, Detail: "server binaries in " + dir}
 		}
 	}
-	return Check{Name: RowPostgres, Status: Missing, Detail: "no PostgreSQL server binaries (initdb, postgres) on PATH or in /usr/lib/postgresql/*/bin", Fix: fixInstallPostgres}
+	return fixInstallPostgres.on(Check{Name: RowPostgres, Status: Missing, Detail: "no PostgreSQL server binaries (initdb, postgres) on PATH or in /usr/lib/postgresql/*/bin"})
 }
 
 func openRouterKey(ctx context.Context, d Deps) Check {
@@ -526,11 +574,28 @@ func openRouterKey(ctx context.Context, d Deps) Check {
 	switch {
 	case err != nil:
 		// Not a failure of the host: the key is stored through the server.
-		return Check{Name: RowOpenRouterKey, Status: Warning, Detail: err.Error(), Fix: fixStartServer}
+		return fixStartServer.on(Check{Name: RowOpenRouterKey, Status: Warning, Detail: err.Error()})
 	case !stored:
-		return Check{Name: RowOpenRouterKey, Status: Missing, Detail: "no default key in " + where + ": a Dot without a key of its own waits for one", Fix: fixOpenRouterKey}
+		return fixOpenRouterKey.on(Check{Name: RowOpenRouterKey, Status: Missing, Detail: "no default key in " + where + ": a Dot without a key of its own waits for one"})
 	}
 	return Check{Name: RowOpenRouterKey, Status: OK, Detail: "the default key is in " + where}
+}
+
+// diskFull is the fix of a full disk under the home: the command that shows
+// the filesystem, and the step (internal/home says both).
+func diskFull(h home.Layout) fix {
+	return fix{"df -h " + shellQuote(h.Root), h.DiskFullWhy()}
+}
+
+// plainPath is path with what QEMU refuses (a comma, a character that is
+// not printable ASCII) turned into a dash: the same place, a path QEMU takes.
+func plainPath(path string) string {
+	return strings.Map(func(r rune) rune {
+		if r == ',' || r < 0x20 || r > 0x7e {
+			return '-'
+		}
+		return r
+	}, path)
 }
 
 func fileExists(p string) bool {
@@ -556,8 +621,9 @@ func firstLine(s string) string {
 	return s
 }
 
-// Render writes the report as one line per check, and the fix under a row
-// that is not ok.
+// Render writes the report as one line per check, and under a row that is
+// not ok its fix: the command on a line of its own (copied as it is), and
+// what it does on the next.
 func Render(r Report) string {
 	var b strings.Builder
 	width := 0
@@ -570,6 +636,9 @@ func Render(r Report) string {
 		fmt.Fprintf(&b, "%-7s %-*s  %s\n", c.Status, width, c.Name, c.Detail)
 		if c.Fix != "" && c.Status != OK {
 			fmt.Fprintf(&b, "        %-*s  fix: %s\n", width, "", c.Fix)
+			if c.FixWhy != "" {
+				fmt.Fprintf(&b, "        %-*s  why: %s\n", width, "", c.FixWhy)
+			}
 		}
 	}
 	return b.String()

@@ -19,7 +19,6 @@ func webClient(d Deps) Check {
 	if d.WebClientBuilt() {
 		return Check{Name: RowWebClient, Status: OK, Detail: "this binary serves the web client"}
 	}
-	return Check{Name: RowWebClient, Status: Warning,
-		Detail: "this binary was built without the web client; its page says to build it",
-		Fix:    "make build (npm ci and the client's build, then the binary)"}
+	return fix{"make build", "in the checkout this binary was built from: installs the web client's packages (npm ci), builds it and then the binary, which serves it"}.on(
+		Check{Name: RowWebClient, Status: Warning, Detail: "this binary was built without the web client; its page says to build it"})
 }

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -21,9 +22,10 @@ func TestWebClientRow(t *testing.T) {
 		if !ok || row.Status != want {
 			t.Errorf("built %v: row %+v (present %v); want %s", built, row, ok, want)
 		}
-		if !built && row.Fix == "" {
-			t.Errorf("a missing client's row says no fix")
+		if !built && row.Fix != "make build" {
+			t.Errorf("a missing client's row says fix %q, want make build", row.Fix)
 		}
+		checkFixes(t, fmt.Sprintf("built %v", built), rep)
 	}
 	// Without the dependency the row is left out, as the key's is.
 	d := goodMachine(t).deps(t, home.Layout{Root: t.TempDir()})

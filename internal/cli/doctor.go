@@ -19,6 +19,9 @@ func newDoctorCommand() *cobra.Command {
 		Long: `doctor checks QEMU (7.2 or newer), qemu-img, the accelerator (by running QEMU with the
 Dots' machine, accelerator and CPU model), the home directory, the images, PostgreSQL
 and the OpenRouter key stored (asked of the server this home runs).
+Under a row that is not ok, "fix:" is the command that fixes it, one line to paste into a
+shell as it is, and "why:" what that command does and what else to do (--json: "fix" and
+"fixWhy").
 It changes nothing. Exit code 0 only when every check is ok, 1 when a check is missing
 or failed, 2 when none is but a check warns (accelerator tcg, the server not running);
 --json says the same in "ready" and "exitCode".`,
@@ -41,7 +44,7 @@ or failed, 2 when none is but a check warns (accelerator tcg, the server not run
 			}
 			switch rep.ExitCode {
 			case doctor.ExitNotOK:
-				return &exitError{code: rep.ExitCode, err: errors.New("some checks are missing or failed: run the fix lines, or invisible-dots setup")}
+				return &exitError{code: rep.ExitCode, err: errors.New("some checks are missing or failed: run their fix commands, or invisible-dots setup")}
 			case doctor.ExitWarnings:
 				return &exitError{code: rep.ExitCode, err: errors.New("nothing is missing, but some checks warn (exit code 2): see their lines")}
 			}

@@ -49,7 +49,13 @@ func (markedFull) Is(target error) bool { return target == ErrDiskFull }
 // DiskFullFix is what a person does about a full disk under this home: the
 // command that shows the filesystem, and the step.
 func (h Layout) DiskFullFix() string {
-	return fmt.Sprintf("df -h %s  (how full the home's filesystem is; free space there, `du -xsh %s/*` shows what the home holds, or move the home to a larger filesystem with %s)", h.Root, h.Root, EnvHome)
+	return "df -h " + h.Root + "  (" + h.DiskFullWhy() + ")"
+}
+
+// DiskFullWhy is the step beside DiskFullFix's command: what df shows, and
+// what to do.
+func (h Layout) DiskFullWhy() string {
+	return fmt.Sprintf("how full the home's filesystem is; free space there, `du -xsh %s/*` shows what the home holds, or move the home to a larger filesystem with %s", h.Root, EnvHome)
 }
 
 // FullWrite is a write under a home that the disk refused.
