@@ -154,6 +154,7 @@ type session struct {
 	id, name string
 	srv      *mcphost.Server
 	proc     Process       // the browser the server launched; nil when it could not be found
+	stop     chan struct{} // closed when the session ends, which ends its watch
 	busy     chan struct{} // a one-slot semaphore held by a call or a frame
 	used     time.Time     // for the least-recently-used order; a frame does not move it
 }
@@ -404,8 +405,11 @@ func (m *Manager) watch(s *session) {
 		return
 	}
 	go func() {
-		<-s.proc.Done()
-		m.crash(context.Background(), s, "its Chromium ended")
+		select {
+		case <-s.proc.Done():
+			m.crash(context.Background(), s, "its Chromium ended")
+		case <-s.stop:
+		}
 	}()
 }
 
@@ -459,6 +463,7 @@ func (m *Manager) ended(ctx context.Context, s *session, asked bool) {
 		cancel()
 	}
 	s.srv.Close()
+	close(s.stop)
 	if s.proc != nil {
 		s.proc.Close()
 	}
@@ -666,7 +671,7 @@ func (m *Manager) Launch(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s := &session{id: id, name: r.name, srv: srv, busy: make(chan struct{}, 1)}
+	s := &session{id: id, name: r.name, srv: srv, busy: make(chan struct{}, 1), stop: make(chan struct{})}
 	profile := path.Join(m.Dir(id), profileDirName)
 	if s.proc, err = m.o.Watch(ctx, profile); err != nil {
 		// The server's own end is still heard; only a browser that dies
