@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
@@ -42,6 +44,18 @@ func TestPutOpenRouterKey(t *testing.T) {
 		t.Fatalf("a refused request stored a key")
 	}
 
+	// The Dot with a key of its own runs too: it keeps its own key.
+	own := &dotsv1.Dot{}
+	if err := e.client.Get(context.Background(), mcpDot, own); err != nil {
+		t.Fatal(err)
+	}
+	ownComputer := &dotsv1.Computer{ObjectMeta: metav1.ObjectMeta{Namespace: mcpDot.Namespace, Name: mcpDot.Name,
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(own, dotsv1.GroupVersion.WithKind("Dot"))}}}
+	ownComputer.Status.State = dotsv1.ComputerRunning
+	if err := e.client.Create(context.Background(), ownComputer); err != nil {
+		t.Fatal(err)
+	}
+
 	got, body := e.call(t, "admin", http.MethodPut, path, "application/json", `{"key":"`+key+`\n"}`)
 	if got.Status != http.StatusOK || strings.Contains(string(body), key) {
 		t.Fatalf("store: %+v %s", got, body)
@@ -49,6 +63,23 @@ func TestPutOpenRouterKey(t *testing.T) {
 	var out OpenRouterKeyStored
 	if err := json.Unmarshal(body, &out); err != nil || !out.Created || out.Secret != dotsv1.SystemNamespace+"/"+dotsv1.DefaultKeySecretName {
 		t.Errorf("answer %s (%v)", body, err)
+	}
+	// Running with no key of their own: the runner, the booting one and the
+	// one on another host; not the sleeper, nor the one with its own key.
+	if out.RunningDots == nil || *out.RunningDots != 3 {
+		t.Errorf("answer %s: want running_dots 3", body)
+	}
+	for _, d := range []struct {
+		key       types.NamespacedName
+		announced bool
+	}{{runningDot, true}, {bootingDot, true}, {remoteDot, true}, {stoppedDot, false}, {mcpDot, false}, {unplacedDot, false}} {
+		dot := &dotsv1.Dot{}
+		if err := e.client.Get(context.Background(), d.key, dot); err != nil {
+			t.Fatal(err)
+		}
+		if got := dot.Annotations[dotsv1.SecretsChangedAnnotation] != ""; got != d.announced {
+			t.Errorf("Dot %s told of the new key: %v, want %v (its host agent pushes it at once)", d.key, got, d.announced)
+		}
 	}
 	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: dotsv1.SystemNamespace, Name: dotsv1.DefaultKeySecretName}, sec); err != nil {
 		t.Fatal(err)
