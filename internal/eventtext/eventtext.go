@@ -63,11 +63,20 @@ func Cut(s string, max int) string {
 	return s
 }
 
-func spent(v *float64) string {
-	if v == nil || *v == 0 {
+// spent words what a step cost: its spend and the reasoning tokens the
+// model reported for it, when either is known.
+func spent(v *float64, reasoning *int64) string {
+	var parts []string
+	if v != nil && *v != 0 {
+		parts = append(parts, fmt.Sprintf("$%.4f", *v))
+	}
+	if reasoning != nil && *reasoning > 0 {
+		parts = append(parts, fmt.Sprintf("%d reasoning tokens", *reasoning))
+	}
+	if len(parts) == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" ($%.4f)", *v)
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func task(id *string) string {
@@ -90,7 +99,7 @@ func short(uid string) string {
 var describers = map[string]func(e wire.Event) (string, error){
 	wire.EventMessageUser: of(func(d wire.MessageUser) string { return "you: " + Cut(d.Text, 300) }),
 	protocol.EventMessageAssistant: of(func(d protocol.MessageAssistant) string {
-		return "dot: " + Cut(d.Text, 300) + spent(d.SpentUSD)
+		return "dot: " + Cut(d.Text, 300) + spent(d.SpentUSD, d.ReasoningTokens)
 	}),
 	wire.EventGuestRefused: of(func(d wire.GuestEventRefused) string {
 		return "the guest sent a " + d.Type + " event the protocol refuses: " + Cut(d.Reason, 200)
@@ -109,15 +118,15 @@ var describers = map[string]func(e wire.Event) (string, error){
 	}),
 	protocol.EventTaskStarted: of(func(d protocol.TaskStarted) string { return "task " + short(d.TaskID) + " started" }),
 	protocol.EventTaskProgress: of(func(d protocol.TaskProgress) string {
-		return "task " + short(d.TaskID) + ": " + Cut(d.Text, 200) + spent(d.SpentUSD)
+		return "task " + short(d.TaskID) + ": " + Cut(d.Text, 200) + spent(d.SpentUSD, d.ReasoningTokens)
 	}),
 	protocol.EventTaskCompleted: of(func(d protocol.TaskCompleted) string {
-		return "task " + short(d.TaskID) + " completed: " + Cut(d.Summary, 200) + spent(d.SpentUSD)
+		return "task " + short(d.TaskID) + " completed: " + Cut(d.Summary, 200) + spent(d.SpentUSD, d.ReasoningTokens)
 	}),
 	// The guest's task.failed and the host's (a task given up) share the
 	// name and the two fields worded here.
 	protocol.EventTaskFailed: of(func(d protocol.TaskFailed) string {
-		return "task " + short(d.TaskID) + " failed: " + Cut(d.Error, 200) + spent(d.SpentUSD)
+		return "task " + short(d.TaskID) + " failed: " + Cut(d.Error, 200) + spent(d.SpentUSD, d.ReasoningTokens)
 	}),
 	protocol.EventToolCalled: of(func(d protocol.ToolCalled) string {
 		return ToolLine(d) + fmt.Sprintf(" in %s", time.Duration(d.DurationMS)*time.Millisecond) + task(d.TaskID)
@@ -174,7 +183,12 @@ var describers = map[string]func(e wire.Event) (string, error){
 	protocol.EventBrowserIdentityCreated: browser("made the browser identity"),
 	protocol.EventBrowserIdentityDeleted: browser("deleted the browser identity"),
 	protocol.EventBrowserIdentityLaunch:  browser("opened the browser identity"),
-	protocol.EventBrowserIdentityClosed:  browser("closed the browser identity"),
+	protocol.EventBrowserIdentityClosed: of(func(d protocol.BrowserIdentityEvent) string {
+		if d.Reason != nil && *d.Reason == protocol.BrowserClosedCrashed {
+			return "the browser of the identity " + d.Name + " crashed; it opens again only when launched"
+		}
+		return "closed the browser identity " + d.Name
+	}),
 	protocol.EventAutomationNextRun: of(func(d protocol.AutomationNextRun) string {
 		if d.NextRunAtMS == nil {
 			return "no automation is due"
@@ -183,9 +197,9 @@ var describers = map[string]func(e wire.Event) (string, error){
 	}),
 	protocol.EventMemoryUpdated: of(func(d protocol.MemoryUpdated) string {
 		if !d.Changed {
-			return fmt.Sprintf("memory read %d conversations; nothing new", d.Conversations) + spent(d.SpentUSD)
+			return fmt.Sprintf("memory read %d conversations; nothing new", d.Conversations) + spent(d.SpentUSD, d.ReasoningTokens)
 		}
-		return fmt.Sprintf("memory updated from %d conversations", d.Conversations) + spent(d.SpentUSD)
+		return fmt.Sprintf("memory updated from %d conversations", d.Conversations) + spent(d.SpentUSD, d.ReasoningTokens)
 	}),
 	protocol.EventMCPServerAdded: of(func(d protocol.MCPServerAdded) string {
 		return "added an MCP server " + Cut(string(d.Arguments), 200)
