@@ -59,8 +59,14 @@ func (r *ApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	phase := approvalPhase(a.Spec.Decision)
-	if phase == dotsv1.ApprovalPending && a.Status.Phase == dotsv1.ApprovalExpired {
+	switch {
+	case phase == dotsv1.ApprovalPending && a.Status.Phase == dotsv1.ApprovalExpired:
 		phase = dotsv1.ApprovalExpired // its task ended without a decision
+	case phase == dotsv1.ApprovalPending && a.Status.Phase == "" && a.Spec.RequestID != "":
+		// A guest's request: the work reconciler writes its first phase,
+		// Pending or, when its task had ended already, Expired, so an
+		// Approval that never waited is never seen Pending.
+		phase = ""
 	}
 	decided := phase != a.Status.Phase && phase != dotsv1.ApprovalPending && a.Status.DecidedAt == nil
 	if decided {

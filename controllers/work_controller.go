@@ -638,8 +638,12 @@ func ApprovalName(dot, requestID string) string {
 	return dot + "-" + hex.EncodeToString(sum[:5])
 }
 
-// makeApprovals makes an Approval for each request of the log, and marks
-// Expired those whose task ended without a decision.
+// makeApprovals makes an Approval for each request of the log and writes
+// its first phase at once: Pending, or Expired when its task ended before
+// the Approval was made (a request read from the log after its task's end),
+// so it is never seen waiting. It marks Expired those whose task ended
+// later without a decision. The Approval reconciler leaves the first phase
+// of a guest's request to this one.
 func (r *WorkReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, view *lifecycle.View, tasks []dotsv1.Task, have []dotsv1.Approval) error {
 	byRequest := map[string]*dotsv1.Approval{}
 	for i := range have {
@@ -651,6 +655,7 @@ func (r *WorkReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, vie
 	}
 	for _, reqID := range view.ApprovalOrder {
 		av := view.Approvals[reqID]
+		expired := view.Expired(av)
 		a, ok := byRequest[reqID]
 		if !ok {
 			a = &dotsv1.Approval{
@@ -666,22 +671,34 @@ func (r *WorkReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, vie
 			if err := controllerutil.SetControllerReference(dot, a, r.Client.Scheme()); err != nil {
 				return err
 			}
-			if err := r.Client.Create(ctx, a); err != nil && !apierrors.IsAlreadyExists(err) {
+			if err := r.Client.Create(ctx, a); err != nil {
+				if apierrors.IsAlreadyExists(err) {
+					continue // made meanwhile: its phase is the next pass's
+				}
 				return fmt.Errorf("make the Approval of request %s: %w", reqID, err)
 			}
-			r.Recorder.Eventf(dot, a, corev1.EventTypeNormal, "ApprovalRequested", "Ask", "Dot %s asks to use %s (%s): Approval %s", dot.Name, av.Requested.Tool, av.Requested.Permission, a.Name)
-			continue
-		}
-		// A request whose task ended without a decision is moot.
-		if a.Spec.Decision != "" || a.Status.Phase == dotsv1.ApprovalExpired || av.Requested.TaskID == nil {
-			continue
-		}
-		if t, ok := view.Tasks[*av.Requested.TaskID]; ok && (t.Phase == dotsv1.TaskCompleted || t.Phase == dotsv1.TaskFailed || t.Phase == dotsv1.TaskCancelled) {
-			helper := patch.NewHelper(r.Client, approvalWorkWriter, a)
-			a.Status.Phase = dotsv1.ApprovalExpired
-			if _, err := helper.Patch(ctx, a); err != nil {
-				return err
+			if expired {
+				r.Recorder.Eventf(dot, a, corev1.EventTypeNormal, "ApprovalExpired", "Ask", "Dot %s asked to use %s (%s) for a task that had ended: Approval %s is Expired", dot.Name, av.Requested.Tool, av.Requested.Permission, a.Name)
+			} else {
+				r.Recorder.Eventf(dot, a, corev1.EventTypeNormal, "ApprovalRequested", "Ask", "Dot %s asks to use %s (%s): Approval %s", dot.Name, av.Requested.Tool, av.Requested.Permission, a.Name)
 			}
+		}
+		phase := a.Status.Phase
+		switch {
+		case a.Spec.Decision != "" || phase == dotsv1.ApprovalExpired:
+			continue // answered (the Approval reconciler's) or moot already
+		case expired:
+			// A request whose task ended without a decision is moot.
+			phase = dotsv1.ApprovalExpired
+		case phase == "":
+			phase = dotsv1.ApprovalPending
+		default:
+			continue
+		}
+		helper := patch.NewHelper(r.Client, approvalWorkWriter, a)
+		a.Status.Phase = phase
+		if _, err := helper.Patch(ctx, a); err != nil && !apierrors.IsNotFound(err) {
+			return err
 		}
 	}
 	return nil

@@ -136,15 +136,27 @@ func (v *View) CurrentTask() string {
 	return ""
 }
 
-// PendingApprovals counts the approvals asked and not resolved.
+// PendingApprovals counts the approvals asked, not resolved and not
+// expired: an approval whose task ended waits for nobody.
 func (v *View) PendingApprovals() int {
 	n := 0
 	for _, a := range v.Approvals {
-		if !a.Resolved {
+		if !a.Resolved && !v.Expired(a) {
 			n++
 		}
 	}
 	return n
+}
+
+// Expired says whether an approval asked is moot: not resolved, and asked
+// for a task that has ended (completed, failed or cancelled), whether the
+// end came before the request was read or after.
+func (v *View) Expired(a *ApprovalView) bool {
+	if a.Resolved || a.Requested.TaskID == nil {
+		return false
+	}
+	t, ok := v.Tasks[*a.Requested.TaskID]
+	return ok && ended(t.Phase)
 }
 
 func ended(p dotsv1.TaskPhase) bool {

@@ -86,3 +86,36 @@ func TestProjectionFromARecordedLog(t *testing.T) {
 		t.Errorf("folded in pieces with a repeat -whole +pieces:\n%s", diff)
 	}
 }
+
+// An approval asked for a task that ended without an answer, before or
+// after the request was read, waits for nobody: it is expired and not
+// counted; one asked in the chat, or for a running task, waits.
+func TestExpiredApprovals(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	var log []Event
+	add := func(host bool, typ, data string) {
+		log = append(log, Event{ID: int64(len(log) + 1), Type: typ, Host: host, Data: json.RawMessage(data), At: t0.Add(time.Duration(len(log)) * time.Second)})
+	}
+	add(true, wire.EventTaskCreated, `{"task_id":"t1","run":1}`)
+	add(false, protocol.EventTaskStarted, `{"task_id":"t1"}`)
+	add(false, protocol.EventApprovalRequested, `{"approval_id":"during","task_id":"t1","tool":"exec","permission":"computer.exec","arguments":{}}`)
+	add(false, protocol.EventTaskFailed, `{"task_id":"t1","error":"gave up"}`)
+	// Read after the task's end (the guest's events arrive in a batch).
+	add(false, protocol.EventApprovalRequested, `{"approval_id":"after","task_id":"t1","tool":"exec","permission":"computer.exec","arguments":{}}`)
+	add(true, wire.EventTaskCreated, `{"task_id":"t2","run":1}`)
+	add(false, protocol.EventTaskStarted, `{"task_id":"t2"}`)
+	add(false, protocol.EventApprovalRequested, `{"approval_id":"running","task_id":"t2","tool":"exec","permission":"computer.exec","arguments":{}}`)
+	add(false, protocol.EventApprovalRequested, `{"approval_id":"chat","tool":"exec","permission":"computer.exec","arguments":{}}`)
+	v := NewView()
+	v.Fold(log...)
+	got := map[string]bool{}
+	for id, a := range v.Approvals {
+		got[id] = v.Expired(a)
+	}
+	if diff := cmp.Diff(map[string]bool{"during": true, "after": true, "running": false, "chat": false}, got); diff != "" {
+		t.Errorf("expired -want +got:\n%s", diff)
+	}
+	if n := v.PendingApprovals(); n != 2 {
+		t.Errorf("pending %d; want 2 (the running task's and the chat's)", n)
+	}
+}
