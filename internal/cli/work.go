@@ -26,6 +26,7 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/eventtext"
@@ -273,9 +274,18 @@ func newDecisionCommand(decision dotsv1.ApprovalDecision) *cobra.Command {
 	return cmd
 }
 
-// decide writes a decision; a second one is refused by the API server. The
-// control plane writes the Approval too (its status), so a write that meets
-// a newer version reads it again and tries once more.
+// ExitAlreadyAnswered is the exit code of approve and reject when the
+// Approval was answered already (or its task ended and it no longer waits):
+// nothing was written, and the answer that counts is the one it names.
+const ExitAlreadyAnswered = 3
+
+// decide writes a decision over the version of the Approval it read, so an
+// answer given elsewhere meanwhile (the web client, kubectl patch, a chat)
+// is never answered again: an Approval with a decision, read here or met by
+// the API server's 409 already_resolved, is said with what it was and exits
+// ExitAlreadyAnswered. The control plane writes the Approval too (its
+// status), so a write that meets a newer version only for that reads it
+// again and tries once more.
 func decide(ctx context.Context, c *clients, name string, decision dotsv1.ApprovalDecision, always bool, note string, out io.Writer) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		a := &dotsv1.Approval{}
@@ -286,11 +296,22 @@ func decide(ctx context.Context, c *clients, name string, decision dotsv1.Approv
 			return err
 		}
 		if a.Spec.Decision != "" {
-			return fmt.Errorf("approval %s was already decided: %s", name, a.Spec.Decision)
+			return &exitError{code: ExitAlreadyAnswered, err: fmt.Errorf("approval %s was already answered: %s; nothing was changed", name, approvalonce.Answered(a))}
+		}
+		if a.Status.Phase == dotsv1.ApprovalExpired {
+			return &exitError{code: ExitAlreadyAnswered, err: fmt.Errorf("approval %s no longer waits: its task ended before anyone answered (Expired); nothing was changed", name)}
 		}
 		base := a.DeepCopy()
 		a.Spec.Decision, a.Spec.Always, a.Spec.Note = decision, always, note
-		return c.kube.Patch(ctx, a, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		err := c.kube.Patch(ctx, a, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if approvalonce.IsAlreadyResolved(err) {
+			// Answered between the read and the write. Not the API's
+			// error itself: a Conflict would be tried again.
+			var s apierrors.APIStatus
+			errors.As(err, &s)
+			return &exitError{code: ExitAlreadyAnswered, err: errors.New(strings.TrimPrefix(s.Status().Message, wire.CodeAlreadyResolved+": "))}
+		}
+		return err
 	})
 	if err != nil {
 		return err
@@ -428,5 +449,12 @@ func askApproval(ctx context.Context, c *clients, dot string, d protocol.Approva
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	return decide(ctx, c, name, decision, always, "", out)
+	err := decide(ctx, c, name, decision, always, "", out)
+	var coded *exitError
+	if errors.As(err, &coded) && coded.code == ExitAlreadyAnswered {
+		// Answered elsewhere meanwhile: said, and the talk goes on.
+		fmt.Fprintln(out, "    "+coded.Error())
+		return nil
+	}
+	return err
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/apiserver"
+	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -180,6 +181,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		Admission: []apiserver.AdmissionPlugin{
 			{Name: hostrestriction.Name, Plugin: hostrestriction.New(cp.loopbackReader)},
 			{Name: objectsize.Name, Plugin: objectsize.New()},
+			{Name: approvalonce.Name, Plugin: approvalonce.New()},
 		},
 		Mounts: []apiserver.Mount{mount},
 	})

@@ -161,6 +161,12 @@ const (
 	CodeDotChanged = "dot_changed"
 	// CodeDotDeleting: the Dot is being deleted and takes no new work (409).
 	CodeDotDeleting = "dot_deleting"
+	// CodeAlreadyResolved: the Approval was answered already, here or
+	// elsewhere (409). Approvals are answered through the resource API (a
+	// merge patch of spec.decision, as kubectl patch does): the API server's
+	// Conflict for a second answer has a message that starts with this
+	// code and a colon, and a cause of this type.
+	CodeAlreadyResolved = "already_resolved"
 	// CodeNotPending: the outbox row was delivered or dropped meanwhile (a
 	// cancel won the race): a send must not begin (409).
 	CodeNotPending = "not_pending"
