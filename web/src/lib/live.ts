@@ -301,9 +301,16 @@ export function startLive() {
   void runLive();
 }
 
-/** The approvals that wait for the person, the one that waited longest first. */
+/** The Approval waits for a person: the control plane says Pending and nobody answered it. */
+export const isWaiting = (a: Approval) => !a.spec.decision && a.status?.phase === 'Pending';
+
+/**
+ * The approvals that wait for the person, the one that waited longest first:
+ * those the control plane says are Pending, so one made for a task that had
+ * already ended (made Expired at once) never shows as a card.
+ */
 export function waiting(all: Map<string, Approval>): Approval[] {
   return [...all.values()]
-    .filter((a) => !a.spec.decision && (a.status?.phase ?? 'Pending') === 'Pending')
+    .filter(isWaiting)
     .sort((a, b) => (a.metadata.creationTimestamp ?? '').localeCompare(b.metadata.creationTimestamp ?? ''));
 }

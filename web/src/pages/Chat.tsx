@@ -1,6 +1,6 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ApiError, dotPath, getJSON, postJSON, says } from '../lib/api';
-import { approvals, computers, onStreamEvent, onUnpark, useCell, waiting } from '../lib/live';
+import { approvals, computers, isWaiting, onStreamEvent, onUnpark, useCell, waiting } from '../lib/live';
 import { ApprovalCard } from './Inbox';
 import type { Approval, LogEvent, Message } from '../lib/types';
 import { Markdown } from '../lib/markdown';
@@ -316,7 +316,7 @@ function ThreadRow({ row, approvalOf, answers }: { row: Row; approvalOf: (reques
 
 /** An approval where it was asked: its card while it waits, then a receipt of the answer. */
 function ApprovalRow({ row, approval, answer }: { row: Extract<Row, { kind: 'approval' }>; approval?: Approval; answer?: Answer }) {
-  if (approval && !approval.spec.decision && (approval.status?.phase ?? 'Pending') === 'Pending' && !answer) {
+  if (approval && isWaiting(approval) && !answer) {
     return (
       <ul class="flex flex-col" aria-label="Waiting for your answer" data-testid="placed-approval" data-event-id={row.id}>
         <ApprovalCard approval={approval} />
@@ -325,7 +325,16 @@ function ApprovalRow({ row, approval, answer }: { row: Extract<Row, { kind: 'app
   }
   const decision = answer?.decision ?? approval?.spec.decision;
   const always = answer?.always ?? approval?.spec.always;
-  const words = decision === 'approve' ? (always ? 'Allowed for good' : 'Allowed once') : decision === 'reject' ? 'Denied' : 'Asked; no answer yet';
+  const words =
+    decision === 'approve'
+      ? always
+        ? 'Allowed for good'
+        : 'Allowed once'
+      : decision === 'reject'
+        ? 'Denied'
+        : approval?.status?.phase === 'Expired'
+          ? 'No longer needed: its task ended'
+          : 'Asked; no answer yet';
   const note = approval?.spec.note;
   return (
     <p class="px-2 text-xs text-muted" data-testid="approval-receipt" data-event-id={row.id}>

@@ -1,5 +1,6 @@
 import { useRef, useState } from 'preact/hooks';
-import { GROUP, mergePatch, says } from '../lib/api';
+import { says } from '../lib/api';
+import { AnsweredElsewhere, answerApproval, answeredHere, type Answer } from '../lib/approvals';
 import { approvals, inView, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
 import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
@@ -11,11 +12,6 @@ import { fileChanges } from '../lib/diff';
 // A command and the deletion of a browser identity are not allowed by a key
 // alone: a moves the focus to Allow once, whose press is the confirmation.
 const DESTRUCTIVE = new Set(['computer.exec', 'browser.identity.delete']);
-
-type Answer = { decision: 'approve' | 'reject'; always?: boolean; note?: string };
-
-const approvalPath = (a: Approval) =>
-  `${GROUP}/namespaces/${encodeURIComponent(a.metadata.namespace ?? 'default')}/approvals/${encodeURIComponent(a.metadata.name)}`;
 
 const HISTORY_PAGE = 50;
 
@@ -32,6 +28,7 @@ const answeredAt = (a: Approval) => a.status?.decidedAt ?? a.metadata.creationTi
 
 export function Inbox() {
   const as = useCell(approvals);
+  const mine = useCell(answeredHere);
   const chosen = useCell(viewNamespace);
   const q = useQuery();
   const tab = q.get('tab') === 'history' ? 'history' : 'waiting';
@@ -143,6 +140,7 @@ export function Inbox() {
                 <li key={a.metadata.uid} class="rounded-card border border-dashed border-border px-4 py-2 text-sm text-muted" data-testid="answered-receipt">
                   {a.spec.dotName}'s <code class="font-mono">{a.spec.tool}</code>:{' '}
                   {a.spec.decision === 'approve' ? (a.spec.always ? 'allowed for good' : 'allowed once') : a.spec.decision === 'reject' ? 'denied' : 'no longer waiting'}
+                  {a.spec.decision && !mine.has(a.metadata.uid) && ' (answered somewhere else)'}
                 </li>
               ),
             )}
@@ -236,10 +234,9 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
     setBusy(true);
     setError('');
     try {
-      await mergePatch(approvalPath(a), { spec: { decision: ans.decision, always: ans.always || undefined, note: ans.note || undefined } });
+      await answerApproval(a, ans);
     } catch (err) {
-      const msg = (err as Error).message;
-      setError(/immutable|already/i.test(msg) ? 'This approval was answered somewhere else.' : says(err, 'Try again.'));
+      setError(err instanceof AnsweredElsewhere ? err.message : says(err, 'Try again.'));
     } finally {
       setBusy(false);
     }
