@@ -76,6 +76,12 @@ Ctrl-C stops it and registers nothing.`,
 			if repo, err = filepath.Abs(repo); err != nil {
 				return err
 			}
+			if work != "" {
+				// The run under sudo is given it; make's is relative.
+				if work, err = filepath.Abs(work); err != nil {
+					return err
+				}
+			}
 			if os.Geteuid() != 0 {
 				return imageBuildAsRoot(ctx, cmd.ErrOrStderr(), p, repo, work, guestBins{})
 			}

@@ -115,6 +115,10 @@ func allSteps(p home.Person, out io.Writer) ([]setup.Step, func()) {
 			}
 		}
 		b, err := buildGuestBins(ctx, r, binsDir)
+		if err != nil && p.GiveBack && ctx.Err() == nil {
+			// sudo's PATH and HOME are root's: its go, its module cache.
+			return fmt.Errorf("%w\n(under sudo, Go is root's: run invisible-dots setup --all as %s, who builds with their own Go and calls sudo for the build)", err, p.Name)
+		}
 		if err != nil {
 			return err
 		}
