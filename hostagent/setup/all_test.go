@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -243,5 +245,42 @@ func TestReadWriteForAnotherUser(t *testing.T) {
 	}
 	if err := readWriteFor(nobody, dev+".missing"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("readWriteFor(missing) = %v; want not exist", err)
+	}
+}
+
+// The image build under sudo: Ctrl-C (a cancelled context) reaches it as
+// SIGTERM through sudo, and the run waits for it to stop.
+func TestRunElevatedPassesTheStopOn(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	script := "#!/bin/sh\necho \"$@\" > " + log + "\ntrap 'echo stopped >> " + log + "; exit 130' TERM\nwhile :; do sleep 0.1; done\n"
+	if err := os.WriteFile(filepath.Join(dir, "sudo"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		done <- RunElevated(ctx, []string{"sudo", "/bin/invisible-dots", "image", "build"}, nil, &bytes.Buffer{})
+	}()
+	for i := 0; i < 100; i++ {
+		if b, _ := os.ReadFile(log); len(b) > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 130 {
+			t.Errorf("RunElevated() = %v; want the build's own exit 130 after its stop", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunElevated did not return after the stop")
+	}
+	b, _ := os.ReadFile(log)
+	if string(b) != "/bin/invisible-dots image build\nstopped\n" {
+		t.Errorf("the fake sudo saw %q; want the command line, then the stop", b)
 	}
 }

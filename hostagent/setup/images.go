@@ -1,7 +1,11 @@
 package setup
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"os/exec"
+	"syscall"
 
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -51,4 +55,16 @@ func ImagesDone(h home.Layout, runtimeSum string) (string, bool) {
 		return "no runtime ISO of this checkout's dot-agentd and engine in " + h.Images(), false
 	}
 	return fmt.Sprintf("golden image %s, runtime ISO %s", g.Version, m.Version), true
+}
+
+// RunElevated runs argv (a sudo command line) with the person's terminal as
+// its input and out as its output, and waits for it. A cancelled ctx sends
+// sudo SIGTERM, which sudo passes on to the command (a Ctrl-C at the
+// terminal reaches both already), and waits for the command to stop: sudo
+// is never killed, or the command would go on without it.
+func RunElevated(ctx context.Context, argv []string, in io.Reader, out io.Writer) error {
+	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	c.Stdin, c.Stdout, c.Stderr = in, out, out
+	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
+	return c.Run()
 }

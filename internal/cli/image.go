@@ -194,12 +194,7 @@ func imageBuildAsRoot(ctx context.Context, errOut io.Writer, p home.Person, repo
 	}
 	argv := setup.SudoImageBuild(exe, p, repo, work, bins.agentd, bins.engine)
 	fmt.Fprintf(errOut, "the golden image build needs root:\n$ %s\n", strings.Join(argv, " "))
-	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	c.Stdin, c.Stdout, c.Stderr = os.Stdin, errOut, errOut
-	// Never SIGKILL sudo: the build would go on without it. SIGTERM is
-	// passed on to the build, which stops and cleans up; wait for it.
-	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
-	err = c.Run()
+	err = setup.RunElevated(ctx, argv, os.Stdin, errOut)
 	if ctx.Err() != nil {
 		return &exitError{code: 130, err: errors.New("image build stopped: nothing was registered")}
 	}
