@@ -82,6 +82,9 @@ Ctrl-C stops it and registers nothing.`,
 					return err
 				}
 			}
+			if err := home.QEMUPathProblem(p.Home.Root); err != nil {
+				return err
+			}
 			if os.Geteuid() != 0 {
 				return imageBuildAsRoot(ctx, cmd.ErrOrStderr(), p, repo, work, guestBins{})
 			}
