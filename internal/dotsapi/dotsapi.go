@@ -193,6 +193,8 @@ func (h *Handler) routes() []route {
 		{"health", map[string]handlerFunc{http.MethodGet: h.health}},
 		{"doctor", map[string]handlerFunc{http.MethodGet: h.runDoctor}},
 		{"secrets/openrouter", map[string]handlerFunc{http.MethodPut: h.putOpenRouterKey}},
+		{"namespaces/{ns}/approvals/{approval}/approve", map[string]handlerFunc{http.MethodPost: h.answerApproval(dotsv1.Approve)}},
+		{"namespaces/{ns}/approvals/{approval}/reject", map[string]handlerFunc{http.MethodPost: h.answerApproval(dotsv1.Reject)}},
 	}
 }
 
@@ -340,7 +342,7 @@ func pathValues(r *http.Request, names ...string) ([]string, error) {
 		switch n {
 		case "ns":
 			problems = validation.IsDNS1123Label(v)
-		case "name", "host":
+		case "name", "host", "approval":
 			problems = validation.IsDNS1123Subdomain(v)
 		case "id":
 			if v == "" || len(v) > 253 || strings.ContainsAny(v, "/\x00") {
@@ -355,7 +357,7 @@ func pathValues(r *http.Request, names ...string) ([]string, error) {
 	return out, nil
 }
 
-var pathNames = map[string]string{"ns": "the namespace", "name": "the Dot's name", "host": "the host", "id": "the outbox row id"}
+var pathNames = map[string]string{"ns": "the namespace", "name": "the Dot's name", "host": "the host", "id": "the outbox row id", "approval": "the Approval's name"}
 
 func callerOf(r *http.Request) (user.Info, error) {
 	u, ok := request.UserFrom(r.Context())

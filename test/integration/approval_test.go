@@ -19,6 +19,8 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
 	"github.com/invisible-dots/invisible-dots/internal/cli"
+	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -83,6 +85,38 @@ var _ = Describe("An Approval answered once", func() {
 			Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(a), got)).To(Succeed())
 			return got.Status.Phase
 		}).Should(Equal(dotsv1.ApprovalApproved))
+	})
+
+	It("answers the Dots API's second answer, the same decision included, with a 409 already_resolved naming the first", func() {
+		a := newApproval()
+		dc, err := dotsclient.New(cp.Config)
+		Expect(err).NotTo(HaveOccurred())
+		got, err := dc.AnswerApproval(suiteCtx, a.Namespace, a.Name, wire.DecisionApprove, wire.ApprovalAnswer{Note: "go ahead", Always: true})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(got).To(Equal(wire.ApprovalAnswered{Namespace: a.Namespace, Name: a.Name, Decision: "approve", Note: "go ahead", Always: true}))
+
+		for _, second := range []string{wire.DecisionApprove, wire.DecisionReject} {
+			_, err := dc.AnswerApproval(suiteCtx, a.Namespace, a.Name, second, wire.ApprovalAnswer{})
+			Expect(dotsclient.StatusOf(err)).To(Equal(409), "%s: %v", second, err)
+			Expect(dotsclient.CodeOf(err)).To(Equal(wire.CodeAlreadyResolved))
+			Expect(err.Error()).To(And(
+				ContainSubstring("Approval default/"+a.Name+" was already answered elsewhere: approve, always"),
+				ContainSubstring(`with the note "go ahead"`),
+				ContainSubstring("(by invisible-dots-api/")), second)
+		}
+		now := &dotsv1.Approval{}
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(a), now)).To(Succeed())
+		Expect(now.Spec.Decision).To(Equal(dotsv1.Approve))
+
+		By("what the route refuses before it writes")
+		other := newApproval()
+		_, err = dc.AnswerApproval(suiteCtx, other.Namespace, other.Name, wire.DecisionReject, wire.ApprovalAnswer{Always: true})
+		Expect(dotsclient.StatusOf(err)).To(Equal(400), "%v", err)
+		_, err = dc.AnswerApproval(suiteCtx, other.Namespace, "nobody-asked", wire.DecisionReject, wire.ApprovalAnswer{})
+		Expect(dotsclient.StatusOf(err)).To(Equal(404), "%v", err)
+		_, err = dc.AnswerApproval(suiteCtx, other.Namespace, other.Name, wire.DecisionReject, wire.ApprovalAnswer{Note: "no\x00"})
+		Expect(dotsclient.StatusOf(err)).To(Equal(400), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("NUL"))
 	})
 
 	It("tells the command line's second answer, the same or another, what the first was, and exits 3", func() {

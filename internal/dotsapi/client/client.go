@@ -194,3 +194,12 @@ func errorOf(status int, data []byte) error {
 	}
 	return &Error{Status: status, Message: msg}
 }
+
+// AnswerApproval answers the Approval namespace/name with decision
+// (wire.DecisionApprove or wire.DecisionReject). An Approval answered
+// already is an *Error with Status 409 and Code wire.CodeAlreadyResolved.
+func (c *Client) AnswerApproval(ctx context.Context, namespace, name, decision string, answer wire.ApprovalAnswer) (wire.ApprovalAnswered, error) {
+	var out wire.ApprovalAnswered
+	err := c.do(ctx, http.MethodPost, wire.ApprovalAnswerPath(namespace, name, decision), "", answer, http.StatusOK, &out)
+	return out, err
+}
