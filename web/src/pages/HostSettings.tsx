@@ -2,9 +2,10 @@
 // the OpenRouter key as a write-only field, the namespaces the person can
 // see and which one the pages show, and what this server is.
 import { useEffect, useState } from 'preact/hooks';
-import { getJSON, request, says } from '../lib/api';
+import { getJSON, says } from '../lib/api';
 import { dots, setViewNamespace, useCell, viewNamespace } from '../lib/live';
-import { Command } from '../components/SetupChecklist';
+import { Command, type Check } from '../components/SetupChecklist';
+import { KeyField } from '../components/KeyField';
 import { btn, input } from '../lib/ui';
 
 interface Health {
@@ -15,13 +16,6 @@ interface Health {
   database_kind: string;
   home: string;
   logs_dir: string;
-}
-
-interface Check {
-  name: string;
-  status: string;
-  detail: string;
-  fix?: string;
 }
 
 const TONE: Record<string, string> = { ok: 'text-ok', warning: 'text-warn' };
@@ -114,13 +108,13 @@ export function HostSettings() {
                   <span class="font-medium">{c.name}</span> <span class={TONE[c.status] ?? 'text-danger'}>{c.status}</span>
                   <span class="text-muted">: {c.detail}</span>
                 </p>
-                {c.fix && c.status !== 'ok' && <Command text={c.fix} />}
+                {c.fix && c.status !== 'ok' && <Command text={c.fix} why={c.fixWhy} />}
               </li>
             ))}
         </ul>
       </section>
 
-      <KeyField stored={health?.openrouter_configured} onStored={() => void readHealth()} />
+      <KeySection stored={health?.openrouter_configured} onStored={() => void readHealth()} />
       <NamespaceSwitch />
 
       {health && (
@@ -148,54 +142,14 @@ export function HostSettings() {
 }
 
 /** The key goes in once and is never read back: the field empties at once. */
-function KeyField({ stored, onStored }: { stored?: boolean; onStored: () => void }) {
-  const [key, setKey] = useState('');
-  const [busy, setBusy] = useState(false);
-  const [message, setMessage] = useState<{ ok: boolean; text: string }>();
-  async function save(e: Event) {
-    e.preventDefault();
-    const value = key;
-    setKey('');
-    setBusy(true);
-    try {
-      await request('/dots/v1/secrets/openrouter', { method: 'PUT', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: value }) });
-      setMessage({ ok: true, text: 'Stored. Every Dot without a key of its own uses it; running Dots get it from their host.' });
-      onStored();
-    } catch (err) {
-      setMessage({ ok: false, text: `${(err as Error).message} Paste the key again.` });
-    } finally {
-      setBusy(false);
-    }
-  }
+function KeySection({ stored, onStored }: { stored?: boolean; onStored: () => void }) {
   return (
-    <form onSubmit={save} aria-labelledby="key-h" class="mt-5 rounded-card border border-border bg-surface p-4">
-      <h2 id="key-h" class="font-semibold">
+    <section aria-labelledby="key-h" class="mt-5 rounded-card border border-border bg-surface p-4">
+      <h2 id="key-h" class="mb-1 font-semibold">
         OpenRouter key
       </h2>
-      <p class="mt-1 text-sm" data-testid="key-state">
-        {stored === undefined ? '' : stored ? 'A key is stored. A new one replaces it.' : 'No key is stored: a Dot cannot call its models.'}
-      </p>
-      <label for="f-key" class="mt-2 block text-sm">
-        Key (never shown again once stored)
-      </label>
-      <div class="mt-1 flex flex-wrap gap-2">
-        <input
-          id="f-key"
-          type="password"
-          autoComplete="off"
-          spellcheck={false}
-          class={`min-w-0 flex-1 ${input}`}
-          value={key}
-          onInput={(e) => setKey((e.target as HTMLInputElement).value)}
-        />
-        <button type="submit" class={btn.primary} disabled={busy || !key}>
-          Store the key
-        </button>
-      </div>
-      <p role="status" class={`mt-1 min-h-5 text-sm ${message?.ok ? 'text-ok' : 'text-danger'}`}>
-        {message?.text}
-      </p>
-    </form>
+      <KeyField id="f-key" stored={stored} onStored={onStored} />
+    </section>
   );
 }
 
