@@ -3,7 +3,7 @@
 // failed in the last 24 hours, less what the person dismissed in this browser.
 import { GROUP, getJSON, says } from './api';
 import { Cell, approvals, dots, inView, onStreamEvent, onUnpark, useCell, viewNamespace, waiting } from './live';
-import type { Approval, Dot, Task } from './types';
+import { taskEnded, type Approval, type Dot, type Task } from './types';
 
 const DAY_MS = 24 * 3600_000;
 const DISMISSED_KEY = 'dots.dismissed';
@@ -24,7 +24,9 @@ export function dismiss(key: string) {
   dismissed.set(next);
 }
 
-const finished = (t: Task) => Date.parse(t.status?.runs?.at(-1)?.finished ?? t.metadata.creationTimestamp ?? '');
+// When it failed (status.completionTime), not when it was made: a task made
+// two days ago that failed today needs the person today.
+const finished = (t: Task) => Date.parse(taskEnded(t) ?? '');
 
 async function readFailed() {
   try {

@@ -54,6 +54,10 @@ export interface Task {
   status?: {
     phase?: TaskPhase;
     runs?: { number: number; started?: string; delivered?: string; finished?: string; outcome?: string }[];
+    /** When the task was first given to its Dot (its first run): the time in the queue is not counted. */
+    startTime?: string;
+    /** When the task ended (COMPLETED, FAILED or CANCELLED). */
+    completionTime?: string;
     summary?: string;
     error?: string;
     spentUSD?: number;
@@ -122,3 +126,18 @@ export interface Skill {
   path: string;
   content: string;
 }
+
+/**
+ * When the task started: status.startTime, which the controllers derive
+ * from the log (its first run). Never its creation, which counts the time
+ * it waited in the queue; undefined until it was given to its Dot.
+ */
+export const taskStarted = (t: Task): string | undefined => t.status?.startTime ?? t.status?.runs?.[0]?.started;
+
+/**
+ * When the task ended: status.completionTime. A task that was never given
+ * to its Dot and is cancelled before the controllers wrote an end has none;
+ * then its creation stands in, so it still has a place in the History.
+ */
+export const taskEnded = (t: Task): string | undefined =>
+  t.status?.completionTime ?? t.status?.runs?.at(-1)?.finished ?? t.metadata.creationTimestamp;

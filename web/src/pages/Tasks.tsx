@@ -7,7 +7,7 @@ import { Markdown } from '../lib/markdown';
 import { btn, Confirm, input } from '../lib/ui';
 import { ApprovalCard } from './Inbox';
 import { dispatchOrder } from '../lib/order';
-import type { ActivityEvent, Approval, Task } from '../lib/types';
+import { taskEnded, taskStarted, type ActivityEvent, type Approval, type Task } from '../lib/types';
 
 const HISTORY_PAGE = 20;
 const taskPath = (t: Task) =>
@@ -17,7 +17,8 @@ const phaseOf = (t: Task) => t.status?.phase ?? 'PENDING';
 const isActive = (t: Task) => phaseOf(t) === 'RUNNING' || phaseOf(t) === 'WAITING_APPROVAL';
 const isDone = (t: Task) => ['COMPLETED', 'FAILED', 'CANCELLED'].includes(phaseOf(t));
 
-const finishedAt = (t: Task) => t.status?.runs?.at(-1)?.finished ?? t.metadata.creationTimestamp ?? '';
+// History is in the order the tasks ended (status.completionTime), the last first.
+const finishedAt = (t: Task) => taskEnded(t) ?? '';
 
 function money(n?: number) {
   return `$${(n ?? 0).toFixed(2)}`;
@@ -67,8 +68,8 @@ export function Tasks({ ns, name, open }: { ns: string; name: string; open?: str
             <p class="mt-1 truncate text-sm" data-testid="task-progress">
               {t.status?.progress || 'Started; no progress reported yet.'}
             </p>
-            <p class="mt-1 text-xs text-muted">
-              Spent {money(t.status?.spentUSD)} · running for {duration(t.status?.runs?.at(-1)?.started ?? t.metadata.creationTimestamp, now)}
+            <p class="mt-1 text-xs text-muted" data-testid="task-running-for">
+              Spent {money(t.status?.spentUSD)} · {taskStarted(t) ? `running for ${duration(taskStarted(t), now)}` : 'being given to the Dot'}
             </p>
           </TaskCard>
         ))}
@@ -155,7 +156,7 @@ function TaskCard({ task: t, ns, name, asks, children }: { task: Task; ns: strin
         <span class="text-xs text-muted">
           {phase.toLowerCase().replace('_', ' ')}
           {t.spec.cancelRequested && !isDone(t) ? ' · cancel asked' : ''}
-          {t.spec.priority ? ` · priority ${t.spec.priority}` : ''} · {ago(t.metadata.creationTimestamp)}
+          {t.spec.priority ? ` · priority ${t.spec.priority}` : ''} · {isDone(t) && t.status?.completionTime ? `ended ${ago(t.status.completionTime)}` : ago(t.metadata.creationTimestamp)}
         </span>
       </div>
       {children}
@@ -362,6 +363,8 @@ function TaskDrawer({ ns, name, id, task, loaded, asks }: { ns: string; name: st
           <>
             <p class="mt-1 text-sm text-muted" data-testid="task-state">
               {phase.toLowerCase().replace('_', ' ')} · spent {money(task.status?.spentUSD)} · made {ago(task.metadata.creationTimestamp)}
+              {taskStarted(task) ? ` · started ${ago(taskStarted(task))}` : ''}
+              {task.status?.completionTime ? ` · ended ${ago(task.status.completionTime)}` : ''}
               {task.spec.priority ? ` · priority ${task.spec.priority}` : ''}
             </p>
             {task.spec.description.includes('\n') && <p class="mt-2 text-sm whitespace-pre-wrap">{task.spec.description}</p>}
