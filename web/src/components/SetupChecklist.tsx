@@ -149,7 +149,7 @@ export function Command({ text, why }: { text: string; why?: string }) {
   return (
     <div class="mt-1 grid grid-cols-1 gap-1 sm:grid-cols-[minmax(0,3fr)_minmax(0,2fr)] sm:gap-3">
       <div class="flex min-w-0 items-start gap-2">
-        <code class="min-w-0 flex-1 rounded-card bg-surface-2 px-2 py-1 font-mono text-xs break-all whitespace-pre-wrap" data-testid="fix-command">
+        <code class="min-w-0 flex-1 rounded-card bg-surface-2 px-2 py-1 font-mono text-xs wrap-anywhere whitespace-pre-wrap" data-testid="fix-command">
           {text}
         </code>
         <button
