@@ -59,6 +59,14 @@ when the Dot has none). The host agents push it to each running Dot's computer.
 					return fmt.Errorf("store the default OpenRouter key: %w", err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "stored the OpenRouter key in Secret %s: every Dot without a key of its own uses it\n", stored.Secret)
+				switch n, err := keystore.AnnounceDefault(cmd.Context(), c); {
+				case err != nil:
+					fmt.Fprintf(cmd.OutOrStdout(), "the running Dots could not be counted (%v): they get the key at their host agent's next poll\n", err)
+				case n == 1:
+					fmt.Fprintln(cmd.OutOrStdout(), "1 running Dot got the new key")
+				default:
+					fmt.Fprintf(cmd.OutOrStdout(), "%d running Dots got the new key\n", n)
+				}
 				return nil
 			}
 			if stored, err = keystore.StoreForDot(cmd.Context(), c, types.NamespacedName{Namespace: namespace, Name: dot}, key); err != nil {
