@@ -124,3 +124,16 @@ test('Host settings give the doctor rows as commands with their words, and say h
     await deleteDefaultKey();
   }
 });
+
+test("Create a Dot's preflight takes the key in place too, without submitting the Dot's form", async ({ page }) => {
+  await page.goto(harness().url + '/new');
+  const keyRow = page.getByTestId('setup-checklist').locator('[data-check="OpenRouter key"]');
+  try {
+    await keyRow.getByLabel(/Paste your OpenRouter key/).fill('sk-or-v1-0123456789abcdef');
+    await keyRow.getByLabel(/Paste your OpenRouter key/).press('Enter');
+    await expect(keyRow).toHaveAttribute('data-status', 'ok');
+    await expect(page).toHaveURL(/\/new$/);
+  } finally {
+    await deleteDefaultKey();
+  }
+});

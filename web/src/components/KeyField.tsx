@@ -24,9 +24,9 @@ export function KeyField({ id, label, stored, onStored }: { id: string; label?: 
   const [key, setKey] = useState('');
   const [busy, setBusy] = useState(false);
   const [message, setMessage] = useState<{ ok: boolean; text: string }>();
-  async function save(e: Event) {
-    e.preventDefault();
+  async function save() {
     const value = key;
+    if (!value || busy) return;
     setKey('');
     setBusy(true);
     try {
@@ -44,7 +44,8 @@ export function KeyField({ id, label, stored, onStored }: { id: string; label?: 
     }
   }
   return (
-    <form onSubmit={save} data-testid="key-field">
+    // Not a form of its own: the checklist also sits inside Create a Dot's form.
+    <div data-testid="key-field">
       {stored !== undefined && (
         <p class="text-sm" data-testid="key-state">
           {stored ? 'A key is stored. A new one replaces it.' : 'No key is stored: a Dot cannot call its models.'}
@@ -62,14 +63,19 @@ export function KeyField({ id, label, stored, onStored }: { id: string; label?: 
           class={`min-w-0 flex-1 ${input}`}
           value={key}
           onInput={(e) => setKey((e.target as HTMLInputElement).value)}
+          onKeyDown={(e) => {
+            if (e.key !== 'Enter') return;
+            e.preventDefault();
+            void save();
+          }}
         />
-        <button type="submit" class={btn.primary} disabled={busy || !key}>
+        <button type="button" class={btn.primary} disabled={busy || !key} onClick={() => void save()}>
           Store the key
         </button>
       </div>
       <p role="status" class={`mt-1 min-h-5 text-sm ${message?.ok ? 'text-ok' : 'text-danger'}`} data-testid="key-message">
         {message?.text}
       </p>
-    </form>
+    </div>
   );
 }
