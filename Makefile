@@ -42,7 +42,7 @@ deps:
 # A fresh Debian 12 machine (hack/test-fresh, as root): mmdebstrap makes one
 # with Debian's Node.js 18 and no PostgreSQL or QEMU; in a chroot there,
 # hack/deps installs what is missing and `make run` gets to a ready API.
-# About 18 minutes on 2 cores; not part of `make test`.
+# 15 to 18 minutes on 2 cores; not part of `make test`.
 test-fresh:
 	hack/test-fresh
 
