@@ -140,6 +140,10 @@ func (l *InstanceLock) Release(ctx context.Context) error {
 	}
 	conn := l.conn
 	l.conn = nil
+	if conn.IsClosed() {
+		// The session ended, and a session's advisory lock with it.
+		return nil
+	}
 	_, _ = conn.Exec(ctx, "DELETE FROM control_plane_holder WHERE backend_pid = pg_backend_pid()")
 	_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", migrate.LockClass, migrate.LockControlPlane)
 	if cerr := conn.Close(ctx); err == nil {

@@ -125,7 +125,11 @@ func (i *Instance) lockHeld(ctx context.Context) bool {
 	if i.lock == nil || i.lock.conn == nil || i.lock.conn.IsClosed() {
 		return false
 	}
-	check, cancel := context.WithTimeout(ctx, lockCheckInterval)
+	// Not under ctx: pgx closes a connection whose query is cancelled, and
+	// a stop that cancelled a ping would close the lock's session before
+	// Stop releases it. The stop waits for the ping instead (at most
+	// lockCheckInterval).
+	check, cancel := context.WithTimeout(context.Background(), lockCheckInterval)
 	defer cancel()
 	// A watcher being stopped judges nothing.
 	return i.lock.conn.Ping(check) == nil || ctx.Err() != nil
