@@ -79,13 +79,20 @@ test("a card's power menu on Home stops the computer, asking first, and the card
   const card = page.locator('[data-dot="default/menu-dot"]');
   const menu = card.getByTestId('power-menu');
   await expect(menu).toBeVisible();
-  const before = await card.boundingBox();
+  // The card's place on the page, not in the window: a click scrolls what
+  // it presses into view, which moves every box in the window.
+  const place = () =>
+    card.evaluate((el) => {
+      const r = el.getBoundingClientRect();
+      return { x: r.x + window.scrollX, y: r.y + window.scrollY, width: r.width, height: r.height };
+    });
+  const before = await place();
   await menu.locator('summary').click();
   await menu.getByRole('button', { name: 'Stop', exact: true }).click();
   await menu.getByRole('button', { name: 'Stop the computer' }).click();
   await expect.poll(async () => (await getResource('computers', 'menu-dot')).spec.runStrategy).toBe('Halted');
   await expect(menu).toContainText('stopped by a person');
-  expect(await card.boundingBox()).toEqual(before);
+  expect(await place()).toEqual(before);
   await menu.getByRole('button', { name: 'Start', exact: true }).click();
   await expect.poll(async () => (await getResource('computers', 'menu-dot')).spec.runStrategy).toBe('OnDemand');
 });
