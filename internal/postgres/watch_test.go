@@ -106,27 +106,28 @@ WHERE datname = current_database() AND application_name LIKE $1`, applicationNam
 // another control plane took the lock meanwhile, Failed says so.
 func TestLockSessionLost(t *testing.T) {
 	ctx := context.Background()
-	t.Run("taken again", func(t *testing.T) {
+	// cut starts a control plane on a database of its own and ends its
+	// lock's session.
+	cut := func(t *testing.T) (*Instance, string) {
 		dsn := newDatabase(t)
 		inst, err := Start(ctx, Options{Home: t.TempDir(), DatabaseURL: dsn})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer inst.Stop(ctx)
+		t.Cleanup(func() { _ = inst.Stop(ctx) })
 		terminateLockSession(t, dsn)
+		return inst, dsn
+	}
+	t.Run("taken again", func(t *testing.T) {
+		inst, dsn := cut(t)
 		waitFor(t, "the lock taken again", time.Minute, func() bool { _, l := inst.Recoveries(); return l == 1 })
 		if _, err := HoldInstanceLock(ctx, dsn, Holder{PID: 2, Host: "other"}); !errors.Is(err, ErrLocked) {
 			t.Errorf("a second control plane after the retake: %v; want ErrLocked", err)
 		}
 	})
 	t.Run("taken by another", func(t *testing.T) {
-		dsn := newDatabase(t)
-		inst, err := Start(ctx, Options{Home: t.TempDir(), DatabaseURL: dsn})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer inst.Stop(ctx)
-		terminateLockSession(t, dsn)
+		inst, dsn := cut(t)
+		var err error
 		// Another control plane takes the lock before the watcher's next
 		// look (every lockCheckInterval).
 		var other *InstanceLock
