@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +20,6 @@ import (
 	"time"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd/proxyfwdtest"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
@@ -214,25 +212,6 @@ func TestGoldenDotReady(t *testing.T) {
 		}
 	})
 
-	t.Run("a browser identity goes through a SOCKS5 proxy with a user and a password", func(t *testing.T) {
-		w := w.on(t)
-		// Chromium cannot authenticate to a SOCKS5 proxy: the guest's
-		// forwarder does, as dot, for this identity alone.
-		proxy := proxyfwdtest.StartFakeSOCKS5Proxy(t, fmt.Sprintf("127.0.0.1:%d", site.port))
-		site.proxy = strings.Replace(proxy.URL(proxyfwdtest.User, proxyfwdtest.Password), "@127.0.0.1:", "@10.0.2.2:", 1)
-		task := w.taskOf(w.cli(time.Minute, "task", "add", name, proxiedTask))
-		got := w.waitTask(task, 10*time.Minute)
-		if want := "the site says: not logged in"; got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != want {
-			w.fail("task %s: phase %s, summary %q; want COMPLETED, %q (the page read through the proxy)", task, got.Status.Phase, got.Status.Summary, want)
-		}
-		seen := proxy.Seen()
-		if !slices.Contains(seen.Auths, proxyfwdtest.User+":"+proxyfwdtest.Password) || !slices.Contains(seen.Dests, proxyfwdtest.SiteName+":80") {
-			w.fail("the proxy saw %+v; want the identity's credentials and %s:80", seen, proxyfwdtest.SiteName)
-		}
-		if out := w.cli(time.Minute, "logs", name); strings.Contains(out, proxyfwdtest.Password) {
-			w.fail("the log holds the proxy's password:\n%s", out)
-		}
-	})
 }
 
 // The login site: a page the test serves on the host's loopback, which a
@@ -244,18 +223,11 @@ const (
 	loggedIn  = "logged in as e2e"
 	// identityName is the identity the model makes for the site.
 	identityName = "e2e-site"
-	// proxiedTask reads /whoami through a SOCKS5 proxy with a user and a
-	// password, with an identity of its own.
-	proxiedTask     = "check the e2e site through the proxy"
-	proxiedIdentity = "e2e-proxied"
 )
 
 type loginSite struct {
 	port   int
 	logins atomic.Int32
-	// proxy, when set, is the proxy the proxied task's identity is made
-	// with, as the guest reaches it.
-	proxy string
 	// onOpen, when set, runs once when the model is asked its next step
 	// after the login task's browser opened.
 	onOpen func()
@@ -313,7 +285,6 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 	var task, id, read string
 	// tools is what the tools answered, for a failed read to show.
 	var tools []string
-	name := identityName
 	for i := range req.Messages {
 		text := req.text(i)
 		switch {
@@ -321,11 +292,9 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 			task = loginTask
 		case req.Messages[i].Role == "user" && strings.Contains(text, checkTask):
 			task = checkTask
-		case req.Messages[i].Role == "user" && strings.Contains(text, proxiedTask):
-			task, name = proxiedTask, proxiedIdentity
 		case req.Messages[i].Role == "tool":
 			tools = append(tools, text)
-			if found := identityIDOf(text, name); found != "" {
+			if found := identityIDOf(text, identityName); found != "" {
 				id = found
 			}
 			if strings.Contains(text, loggedIn) {
@@ -346,21 +315,13 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 	}
 	ident := fmt.Sprintf(`{"identity_id":%q}`, id)
 	url := site.url("/login")
-	switch task {
-	case checkTask:
+	if task == checkTask {
 		url = site.url("/whoami")
-	case proxiedTask:
-		// A name only the proxy resolves: the page loads through it or not
-		// at all.
-		url = "http://" + proxyfwdtest.SiteName + "/whoami"
 	}
 	switch req.lastCall() {
 	case "":
-		switch task {
-		case loginTask:
+		if task == loginTask {
 			return call("browser_identity_create", `{"name":"`+identityName+`"}`)
-		case proxiedTask:
-			return call("browser_identity_create", fmt.Sprintf(`{"name":%q,"proxy":%q}`, proxiedIdentity, site.proxy))
 		}
 		return call("browser_identity_list", `{}`)
 	case "browser_identity_create", "browser_identity_list":
