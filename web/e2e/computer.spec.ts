@@ -79,20 +79,29 @@ test("a card's power menu on Home stops the computer, asking first, and the card
   const card = page.locator('[data-dot="default/menu-dot"]');
   const menu = card.getByTestId('power-menu');
   await expect(menu).toBeVisible();
-  // The card's place on the page, not in the window: a click scrolls what
-  // it presses into view, which moves every box in the window.
-  const place = () =>
+  // The card keeps its place: Home orders its cards by name, never by state,
+  // and a card's box does not change with its computer's power. (Its place on
+  // the page is not compared: a Dot an earlier test deleted may leave the list
+  // while this one runs, and every card after it moves up.)
+  const order = () => page.locator('[data-testid="dot-card"]').evaluateAll((els) => els.map((el) => el.getAttribute('data-dot')));
+  const size = () =>
     card.evaluate((el) => {
       const r = el.getBoundingClientRect();
-      return { x: r.x + window.scrollX, y: r.y + window.scrollY, width: r.width, height: r.height };
+      return { width: r.width, height: r.height };
     });
-  const before = await place();
+  const byName = (names: (string | null)[]) => [...names].sort((a, b) => (a ?? '').localeCompare(b ?? ''));
+  const before = await size();
+  const first = await order();
+  expect(first).toEqual(byName(first));
   await menu.locator('summary').click();
   await menu.getByRole('button', { name: 'Stop', exact: true }).click();
   await menu.getByRole('button', { name: 'Stop the computer' }).click();
   await expect.poll(async () => (await getResource('computers', 'menu-dot')).spec.runStrategy).toBe('Halted');
   await expect(menu).toContainText('stopped by a person');
-  expect(await place()).toEqual(before);
+  expect(await size()).toEqual(before);
+  const after = await order();
+  expect(after).toContain('default/menu-dot');
+  expect(after).toEqual(byName(after));
   await menu.getByRole('button', { name: 'Start', exact: true }).click();
   await expect.poll(async () => (await getResource('computers', 'menu-dot')).spec.runStrategy).toBe('OnDemand');
 });
