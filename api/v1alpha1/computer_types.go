@@ -72,6 +72,7 @@ const (
 
 // ComputerSpec is the VM a Dot owns.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot change once set: the VM's disk lives on that host",fieldPath=".nodeName",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.disk) || !has(self.disk) || quantity(string(self.disk)).compareTo(quantity(string(oldSelf.disk))) >= 0",messageExpression="'disks only grow: ' + string(self.disk) + ' is smaller than the ' + string(oldSelf.disk) + ' this computer has (what is on a disk stays on it): keep ' + string(oldSelf.disk) + ' or set more'",fieldPath=".disk",reason=FieldValueForbidden
 type ComputerSpec struct {
 	// cpu is the number of virtual CPUs.
 	// +kubebuilder:validation:Minimum=1
@@ -85,7 +86,9 @@ type ComputerSpec struct {
 	// +optional
 	Memory resource.Quantity `json:"memory,omitempty"`
 
-	// disk is the size of the guest's disk.
+	// disk is the size of the guest's disk. It can grow, never shrink: a
+	// larger value grows the VM's disk at its next start (the golden image's
+	// root file system grows to it at boot).
 	// +kubebuilder:default="40Gi"
 	// +optional
 	Disk resource.Quantity `json:"disk,omitempty"`
@@ -95,7 +98,9 @@ type ComputerSpec struct {
 	// +optional
 	GoldenImage string `json:"goldenImage,omitempty"`
 
-	// runtimeImage is the version of the runtime ISO; empty takes the newest.
+	// runtimeImage pins the version of the runtime ISO; empty takes the
+	// newest registered one at every start (status.conditions RuntimeCurrent
+	// says when a newer one waits for a restart).
 	// +optional
 	RuntimeImage string `json:"runtimeImage,omitempty"`
 
@@ -129,6 +134,10 @@ type StartFailure struct {
 
 // GuestSystem is what dot-agentd reported of the guest (GET /v1/system).
 type GuestSystem struct {
+	// runtimeVersion is the version of the runtime ISO the guest mounted,
+	// as dot-agentd read it from the ISO's manifest.
+	// +optional
+	RuntimeVersion    string `json:"runtimeVersion,omitempty"`
 	Hostname          string `json:"hostname,omitempty"`
 	CPUs              int32  `json:"cpus,omitempty"`
 	MemTotalBytes     int64  `json:"memTotalBytes,omitempty"`
@@ -223,6 +232,8 @@ type ComputerStatus struct {
 // +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.spec.memory`,priority=10
 // +kubebuilder:printcolumn:name="PID",type=integer,JSONPath=`.status.pid`,priority=10
 // +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.status.guestPort`,priority=10
+// +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.status.runtimeImage`,priority=10
+// +kubebuilder:printcolumn:name="Runtime-Current",type=string,JSONPath=`.status.conditions[?(@.type=="RuntimeCurrent")].status`,priority=10
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Computer struct {
 	metav1.TypeMeta   `json:",inline"`

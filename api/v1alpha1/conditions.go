@@ -167,6 +167,25 @@ const (
 	ProvisionPendingReason = "Pending"
 )
 
+// RuntimeCurrentCondition is a running Computer's: whether its VM runs the
+// newest runtime ISO registered on its host (ref 3.3: a new version of our
+// code is a new ISO and a VM restart). A Computer starts on the newest one;
+// one that runs an older one says so until it is restarted (`invisible-dots
+// computer reboot`). It is set only while the VM runs.
+const RuntimeCurrentCondition = "RuntimeCurrent"
+
+const (
+	// RuntimeCurrentReason (True): the VM runs the newest runtime ISO.
+	RuntimeCurrentReason = "Current"
+	// RuntimePinnedReason (True): spec.runtimeImage names the version the VM
+	// runs; newer ones are not taken.
+	RuntimePinnedReason = "Pinned"
+	// RuntimeRestartPendingReason (False): a newer runtime ISO is registered
+	// and the VM takes it at its next start; the message says which and how
+	// to apply it now.
+	RuntimeRestartPendingReason = "RestartPending"
+)
+
 // Reasons of a Computer's Ready condition set from outside its host.
 const (
 	// HostUnreachableReason (Ready Unknown): the Lease of the Computer's host

@@ -47,6 +47,7 @@ type Decision string
 // (a zero Quantity would be sent as "0").
 // +kubebuilder:validation:XValidation:rule="!has(self.memory) || (quantity(string(self.memory)).compareTo(quantity('2Gi')) >= 0 && quantity(string(self.memory)).compareTo(quantity('64Gi')) <= 0)",message="memory must be between 2Gi and 64Gi",fieldPath=".memory",reason=FieldValueInvalid
 // +kubebuilder:validation:XValidation:rule="!has(self.disk) || (quantity(string(self.disk)).compareTo(quantity('20Gi')) >= 0 && quantity(string(self.disk)).compareTo(quantity('1024Gi')) <= 0)",message="disk must be between 20Gi and 1024Gi",fieldPath=".disk",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.disk) || !has(self.disk) || quantity(string(self.disk)).compareTo(quantity(string(oldSelf.disk))) >= 0",messageExpression="'disks only grow: ' + string(self.disk) + ' is smaller than the ' + string(oldSelf.disk) + ' the computer has (what is on a disk stays on it): keep ' + string(oldSelf.disk) + ' or set more'",fieldPath=".disk",reason=FieldValueForbidden
 type DotComputer struct {
 	// cpu is the number of virtual CPUs, 1 to 16.
 	// +kubebuilder:validation:Minimum=1

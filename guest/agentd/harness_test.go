@@ -50,6 +50,8 @@ func newRig(t *testing.T, edit func(*Config)) *rig {
 	cfg.X11SocketDir = filepath.Join(dir, "x11")
 	cfg.PoweroffArgv = []string{"/bin/sh", "-c", "echo off > " + filepath.Join(dir, "powered-off")}
 	cfg.Shell = "/bin/sh"
+	// No runtime ISO is mounted here unless a test writes its manifest.
+	cfg.RuntimeManifest = filepath.Join(dir, "runtime-manifest.json")
 	cfg.Log = slog.New(slog.NewTextHandler(logs, nil))
 	if edit != nil {
 		edit(&cfg)

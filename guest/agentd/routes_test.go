@@ -105,9 +105,13 @@ func TestHealth(t *testing.T) {
 		a := r.do("GET", protocol.PathHealth, nil, !local, local)
 		var h protocol.HealthResponse
 		a.decode(t, &h)
-		if a.status != 200 || h.Agentd != protocol.AgentdOK || string(h.Agent) != "null" {
-			t.Fatalf("health without an engine (local %v) = %d %s, want agentd ok and agent null", local, a.status, a.body)
+		if a.status != 200 || h.Agentd != protocol.AgentdOK || string(h.Agent) != "null" || h.RuntimeVersion != "" {
+			t.Fatalf("health without an engine or a runtime ISO (local %v) = %d %s, want agentd ok, agent null and no runtime_version", local, a.status, a.body)
 		}
+	}
+	// The runtime ISO's manifest says which of our code the guest runs.
+	if err := os.WriteFile(r.srv.cfg.RuntimeManifest, []byte(`{"version":"20261204T120000Z-0123456789abcdef","files":{}}`), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	engine := `{"status":"ok","state":"IDLE","openrouter_configured":true}`
 	fakeEngine(t, r.srv.cfg.AgentSocket, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -122,6 +126,9 @@ func TestHealth(t *testing.T) {
 	a.decode(t, &h)
 	if string(h.Agent) != engine {
 		t.Fatalf("health agent = %s, want the engine's answer %s", h.Agent, engine)
+	}
+	if h.RuntimeVersion != "20261204T120000Z-0123456789abcdef" {
+		t.Fatalf("health runtime_version = %q, want the version in the runtime ISO's manifest", h.RuntimeVersion)
 	}
 }
 

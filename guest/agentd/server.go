@@ -49,20 +49,24 @@ type Config struct {
 	PoweroffArgv []string
 	// Shell runs POST /v1/exec commands as Shell -lc COMMAND.
 	Shell string
-	Log   *slog.Logger
+	// RuntimeManifest is the mounted runtime ISO's manifest.json: the
+	// version in it is what GET /v1/health reports as runtime_version.
+	RuntimeManifest string
+	Log             *slog.Logger
 }
 
 // DefaultConfig is the product's configuration before the token, the user
 // and the home are filled in.
 func DefaultConfig() Config {
 	return Config{
-		Home:           protocol.DefaultDotHome,
-		AgentSocket:    protocol.AgentSocketPath,
-		Display:        protocol.DefaultDisplay,
-		X11SocketDir:   "/tmp/.X11-unix",
-		ScreenshotArgv: []string{"/usr/bin/import", "-silent", "-window", "root", "-display", protocol.DefaultDisplay, "png:-"},
-		PoweroffArgv:   protocol.PoweroffArgv,
-		Shell:          protocol.ExecShell,
+		Home:            protocol.DefaultDotHome,
+		AgentSocket:     protocol.AgentSocketPath,
+		Display:         protocol.DefaultDisplay,
+		X11SocketDir:    "/tmp/.X11-unix",
+		ScreenshotArgv:  []string{"/usr/bin/import", "-silent", "-window", "root", "-display", protocol.DefaultDisplay, "png:-"},
+		PoweroffArgv:    protocol.PoweroffArgv,
+		Shell:           protocol.ExecShell,
+		RuntimeManifest: protocol.RuntimeMountPoint + "/" + protocol.RuntimeManifestFile,
 	}
 }
 
@@ -213,7 +217,26 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if agent, err := s.agentHealth(r.Context()); err == nil {
 		resp.Agent = agent
 	}
+	resp.RuntimeVersion = s.runtimeVersion()
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// runtimeVersion is the version in the runtime ISO's manifest, read at each
+// ask (a small file on a read-only disk): empty when the ISO is not mounted
+// or its manifest does not parse, which the host shows as not reported.
+func (s *Server) runtimeVersion() string {
+	if s.cfg.RuntimeManifest == "" {
+		return ""
+	}
+	b, err := os.ReadFile(s.cfg.RuntimeManifest)
+	if err != nil {
+		return ""
+	}
+	var m protocol.RuntimeContents
+	if json.Unmarshal(b, &m) != nil {
+		return ""
+	}
+	return m.Version
 }
 
 // agentHealth asks the engine's GET /health; its answer is passed on as is.

@@ -144,10 +144,14 @@ const AgentdOK = "ok"
 // /health answer, passed through unchanged (ref 5.3: status, state,
 // openrouter_configured, browser, checks), or JSON null when the engine's
 // socket does not answer: a guest without an engine is up but not READY.
+// RuntimeVersion is the version of the runtime ISO the guest mounted (its
+// manifest.json), so the host knows which of our code a guest runs; empty
+// when there is none.
 type HealthResponse struct {
-	Agentd  string          `json:"agentd"`
-	Agent   json.RawMessage `json:"agent"`
-	UptimeS int64           `json:"uptime_s"`
+	Agentd         string          `json:"agentd"`
+	Agent          json.RawMessage `json:"agent"`
+	UptimeS        int64           `json:"uptime_s"`
+	RuntimeVersion string          `json:"runtime_version,omitempty"`
 }
 
 // SystemResponse answers GET /v1/system: facts of the guest, not decisions.

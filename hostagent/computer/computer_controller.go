@@ -47,7 +47,7 @@ func TokenSecretName(computer string) string { return dotsv1.GuestTokenSecretNam
 
 // writer owns what the host says of a Computer; the host lifecycle
 // controller stands in for Ready while the host is out of reach.
-var writer = patch.Writer{Name: ControllerName, Conditions: []string{dotsv1.ReadyCondition, dotsv1.ProvisionedCondition}}
+var writer = patch.Writer{Name: ControllerName, Conditions: []string{dotsv1.ReadyCondition, dotsv1.ProvisionedCondition, dotsv1.RuntimeCurrentCondition}}
 
 // How often a Computer is looked at again without a watch event. QEMU's
 // death is noticed by this poll (the driver reads qemu.json and /proc; there
@@ -180,7 +180,11 @@ type scope struct {
 	kill     driver.KillResult
 	// health is the guest's answer when asked; healthErr why it did not.
 	healthAsked bool
+	health      protocol.HealthResponse
 	healthErr   error
+	// newestRuntime is the newest runtime ISO registered on the host, read
+	// while the VM runs (RuntimeCurrent); empty when it could not be read.
+	newestRuntime string
 	// stuck: this reconcile counted a start whose guest never answered.
 	stuck bool
 	// deleting: the VM is being destroyed; deleteErr why it is not yet.
@@ -259,7 +263,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	// asked again now, it is rebooted if it still does not answer.
 	stuck := false
 	if obs.State == driver.Running && c.Status.State == dotsv1.ComputerStarting && startCounted(c, obs) {
-		if err := r.health(ctx, c, token); err != nil {
+		if _, err := r.health(ctx, c, token); err != nil {
 			stuck = true
 		}
 	}
@@ -384,7 +388,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 
 	if s.obs.State == driver.Running && c.Status.StopDeadline == nil {
 		s.healthAsked = true
-		s.healthErr = r.health(ctx, c, token)
+		s.health, s.healthErr = r.health(ctx, c, token)
+		s.newestRuntime = r.newestRuntime(ctx)
 		timeout := r.StartTimeout
 		if timeout == 0 {
 			timeout = defaultStartTimeout
@@ -434,7 +439,7 @@ func (r *Reconciler) observeAgain(ctx context.Context, s *scope) {
 const defaultStartTimeout = 5 * time.Minute
 
 // health asks the guest GET /v1/health through the proven channel.
-func (r *Reconciler) health(ctx context.Context, c *dotsv1.Computer, token string) error {
+func (r *Reconciler) health(ctx context.Context, c *dotsv1.Computer, token string) (protocol.HealthResponse, error) {
 	timeout := healthCall
 	if c.Status.State != dotsv1.ComputerRunning {
 		timeout = startingHealthCall
@@ -445,7 +450,24 @@ func (r *Reconciler) health(ctx context.Context, c *dotsv1.Computer, token strin
 	if err == nil && h.Agentd != protocol.AgentdOK {
 		err = fmt.Errorf("dot-agentd answered health with agentd %q, not %q", h.Agentd, protocol.AgentdOK)
 	}
-	return err
+	return h, err
+}
+
+// newestRuntime is the newest runtime ISO registered on this host (image
+// versions begin with their build time), or empty when the host's images
+// cannot be listed: RuntimeCurrent is then left as it was.
+func (r *Reconciler) newestRuntime(ctx context.Context) string {
+	imgs, err := r.Driver.Images(ctx)
+	if err != nil {
+		return ""
+	}
+	newest := ""
+	for _, img := range imgs {
+		if img.Kind == home.Runtime && img.Version > newest {
+			newest = img.Version
+		}
+	}
+	return newest
 }
 
 // startCounted: the running QEMU's start is already counted in
@@ -538,9 +560,10 @@ func (r *Reconciler) backoffLeft(c *dotsv1.Computer) time.Duration {
 	return left
 }
 
-// startSpec is the driver's Spec for a Computer: the images the spec names,
-// else the ones in use (a newer registration does not change a Computer's
-// disk under it), else the driver's choice.
+// startSpec is the driver's Spec for a Computer: the images the spec names;
+// else the golden image in use (a newer registration does not change a
+// Computer's disk under it) and the newest runtime ISO, the driver's choice
+// (ref 3.3: a new version of our code reaches every Dot at its next start).
 func (r *Reconciler) startSpec(c *dotsv1.Computer, token string) driver.Spec {
 	cpus, mem := specShape(c)
 	return driver.Spec{
@@ -550,7 +573,7 @@ func (r *Reconciler) startSpec(c *dotsv1.Computer, token string) driver.Spec {
 		MemoryMiB:    mem,
 		DiskBytes:    c.Spec.Disk.Value(),
 		GoldenImage:  cmp.Or(c.Spec.GoldenImage, c.Status.GoldenImage),
-		RuntimeImage: cmp.Or(c.Spec.RuntimeImage, c.Status.RuntimeImage),
+		RuntimeImage: c.Spec.RuntimeImage,
 		Token:        token,
 	}
 }

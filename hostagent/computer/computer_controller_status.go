@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
@@ -226,8 +227,50 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 	default:
 		patch.SetCondition(c, now, dotsv1.ProvisionedCondition, metav1.ConditionFalse, dotsv1.ProvisionPendingReason, "the VM's disk is made at its first start")
 	}
+	r.setRuntimeCurrent(s, now)
 	if reconciled {
 		st.ObservedGeneration = gen
+	}
+}
+
+// setRuntimeCurrent records the runtime version the guest reports and says
+// whether the VM runs the newest runtime ISO of its host (ref 3.3): a
+// Computer starts on the newest one, and one that runs an older one says so,
+// with the command that applies it, until it is restarted. The condition is
+// only of a VM that runs; the guest's report only of a guest that answers.
+func (r *Reconciler) setRuntimeCurrent(s *scope, now time.Time) {
+	c := s.computer
+	st := &c.Status
+	if st.State != dotsv1.ComputerRunning && st.State != dotsv1.ComputerStarting {
+		st.System = nil
+		conds := c.GetConditions()
+		meta.RemoveStatusCondition(&conds, dotsv1.RuntimeCurrentCondition)
+		c.SetConditions(conds)
+		return
+	}
+	if s.healthAsked && s.healthErr == nil {
+		if s.health.RuntimeVersion == "" {
+			st.System = nil
+		} else {
+			st.System = &dotsv1.GuestSystem{RuntimeVersion: s.health.RuntimeVersion}
+		}
+	}
+	running := s.obs.RuntimeImage
+	set := func(status metav1.ConditionStatus, reason, msg string) {
+		patch.SetCondition(c, now, dotsv1.RuntimeCurrentCondition, status, reason, msg)
+	}
+	switch {
+	case running == "":
+	case c.Spec.RuntimeImage != "":
+		set(metav1.ConditionTrue, dotsv1.RuntimePinnedReason, fmt.Sprintf("runs runtime ISO %s, which spec.runtimeImage pins: newer ones are not taken", running))
+	case s.newestRuntime == "":
+		// The host's images could not be listed: the condition stays as it was.
+	case running >= s.newestRuntime:
+		set(metav1.ConditionTrue, dotsv1.RuntimeCurrentReason, fmt.Sprintf("runs runtime ISO %s, the newest on host %s", running, r.HostName))
+	default:
+		set(metav1.ConditionFalse, dotsv1.RuntimeRestartPendingReason, fmt.Sprintf(
+			"runs runtime ISO %s; %s is registered on host %s and is taken at the next start: `invisible-dots computer reboot %s -n %s` applies it now",
+			running, s.newestRuntime, r.HostName, c.Name, c.Namespace))
 	}
 }
 

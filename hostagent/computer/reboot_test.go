@@ -3,16 +3,20 @@ package computer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
 )
 
@@ -150,4 +154,73 @@ func TestHostRebootFaked(t *testing.T) {
 	}
 	t.Logf("FIGURE host reboot, 20 Computers: %d of %d that should come back are RUNNING (%.0f %%), after %d passes, in %v of reconciling (fake driver)",
 		cameBack, wanted, 100*float64(cameBack)/float64(wanted), rounds, took)
+}
+
+// TestANewerRuntimeWaitsForARestartAndTheRebootTakesIt (ref 3.3): a running
+// VM whose host registers a newer runtime ISO says so in RuntimeCurrent,
+// with the command that applies it; a reboot starts it on the newest, which
+// its guest reports. A pinned runtime is never replaced.
+func TestANewerRuntimeWaitsForARestartAndTheRebootTakesIt(t *testing.T) {
+	h := fake.NewHost()
+	old, newer := "20261201T000000Z-aaaa", "20261204T000000Z-bbbb"
+	h.SetImages([]driver.Image{{Kind: home.Golden, Version: "g1"}, {Kind: home.Runtime, Version: old}})
+	r, c := newTestReconciler(h, testComputer("u", dotsv1.RunOnDemand), testComputer("p", dotsv1.RunOnDemand))
+	pinned := getComputer(c, "p")
+	pinned.Spec.RuntimeImage = old
+	if err := c.Update(context.Background(), pinned); err != nil {
+		t.Fatal(err)
+	}
+	condition := func(name string) metav1.Condition {
+		got := getComputer(c, name)
+		cond := meta.FindStatusCondition(got.Status.Conditions, dotsv1.RuntimeCurrentCondition)
+		if cond == nil {
+			t.Fatalf("%s has no %s condition: %+v", name, dotsv1.RuntimeCurrentCondition, got.Status.Conditions)
+		}
+		return *cond
+	}
+	for _, name := range []string{"u", "p"} {
+		reconcileOnce(t, r, name)
+	}
+	if got := getComputer(c, "u"); got.Status.RuntimeImage != old || got.Status.System == nil || got.Status.System.RuntimeVersion != old {
+		t.Fatalf("after the start: runtimeImage %q, system %+v; want %s, reported by the guest", got.Status.RuntimeImage, got.Status.System, old)
+	}
+	if cond := condition("u"); cond.Status != metav1.ConditionTrue || cond.Reason != dotsv1.RuntimeCurrentReason {
+		t.Errorf("on the newest runtime: %+v; want True, %s", cond, dotsv1.RuntimeCurrentReason)
+	}
+
+	h.SetImages([]driver.Image{{Kind: home.Golden, Version: "g1"}, {Kind: home.Runtime, Version: old}, {Kind: home.Runtime, Version: newer}})
+	for _, name := range []string{"u", "p"} {
+		reconcileOnce(t, r, name)
+	}
+	cond := condition("u")
+	if cond.Status != metav1.ConditionFalse || cond.Reason != dotsv1.RuntimeRestartPendingReason ||
+		!strings.Contains(cond.Message, newer) || !strings.Contains(cond.Message, "invisible-dots computer reboot u -n default") {
+		t.Errorf("a newer runtime registered: %+v; want False, %s, naming %s and the reboot command", cond, dotsv1.RuntimeRestartPendingReason, newer)
+	}
+	if cond := condition("p"); cond.Status != metav1.ConditionTrue || cond.Reason != dotsv1.RuntimePinnedReason {
+		t.Errorf("a pinned runtime: %+v; want True, %s", cond, dotsv1.RuntimePinnedReason)
+	}
+
+	comp := getComputer(c, "u")
+	before := comp.Status.PID
+	metav1.SetMetaDataAnnotation(&comp.ObjectMeta, dotsv1.RebootRequestedAnnotation, "1")
+	if err := c.Update(context.Background(), comp); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		reconcileOnce(t, r, "u")
+		if got := getComputer(c, "u"); got.Status.State == dotsv1.ComputerRunning && got.Status.PID != before {
+			break
+		}
+	}
+	got := getComputer(c, "u")
+	if got.Status.PID == before || got.Status.RuntimeImage != newer || got.Status.System == nil || got.Status.System.RuntimeVersion != newer {
+		t.Fatalf("after the reboot: pid %d (was %d), runtimeImage %q, system %+v; want a new QEMU on %s, reported by the guest", got.Status.PID, before, got.Status.RuntimeImage, got.Status.System, newer)
+	}
+	if cond := condition("u"); cond.Status != metav1.ConditionTrue {
+		t.Errorf("after the reboot: %+v; want True", cond)
+	}
+	if got := getComputer(c, "p"); got.Status.RuntimeImage != old {
+		t.Errorf("the pinned Computer runs %q; want %s", got.Status.RuntimeImage, old)
+	}
 }

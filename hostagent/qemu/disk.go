@@ -16,11 +16,22 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
-// ensureDisk creates the overlay on first use and returns the golden image
-// version it sits on.
+// ensureDisk creates the overlay on first use, grows an existing one to a
+// larger spec.DiskBytes (ref 9.7: a disk grows, never shrinks; the golden
+// image's root file system grows to it at boot, x-systemd.growfs), and
+// returns the golden image version it sits on.
 func (d *Driver) ensureDisk(ctx context.Context, vm home.VM, spec driver.Spec) (string, error) {
 	if _, err := os.Stat(vm.Disk()); err == nil {
-		return d.backingVersion(ctx, vm.Disk())
+		info, err := d.overlayInfo(ctx, vm.Disk())
+		if err != nil {
+			return "", err
+		}
+		if spec.DiskBytes > info.size {
+			if err := d.growDisk(ctx, vm, info.size, spec.DiskBytes); err != nil {
+				return "", err
+			}
+		}
+		return info.golden, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", err
 	}
@@ -77,22 +88,45 @@ func (d *Driver) runImg(ctx context.Context, args ...string) (string, error) {
 	return string(out), err
 }
 
-// backingVersion reads which golden image an existing overlay sits on.
-func (d *Driver) backingVersion(ctx context.Context, disk string) (string, error) {
+// overlay is what qemu-img says of a VM's overlay.
+type overlay struct {
+	// golden is the version of the golden image it sits on.
+	golden string
+	// size is its virtual size in bytes: the disk the guest sees.
+	size int64
+}
+
+// overlayInfo reads which golden image an existing overlay sits on, and its
+// size.
+func (d *Driver) overlayInfo(ctx context.Context, disk string) (overlay, error) {
 	// -U: a running QEMU holds the image's lock; info only reads.
 	out, err := d.runImg(ctx, "info", "-U", "--output=json", disk)
 	if err != nil {
-		return "", fmt.Errorf("read the overlay %s: %w: %s", disk, err, strings.TrimSpace(out))
+		return overlay{}, fmt.Errorf("read the overlay %s: %w: %s", disk, err, strings.TrimSpace(out))
 	}
 	var info struct {
-		Backing string `json:"backing-filename"`
+		Backing     string `json:"backing-filename"`
+		VirtualSize int64  `json:"virtual-size"`
 	}
 	if err := json.Unmarshal([]byte(out), &info); err != nil {
-		return "", fmt.Errorf("read the overlay %s: %w", disk, err)
+		return overlay{}, fmt.Errorf("read the overlay %s: %w", disk, err)
 	}
 	kind, version, ok := home.ParseImageFile(filepath.Base(info.Backing))
 	if !ok || kind != home.Golden {
-		return "", fmt.Errorf("the overlay %s sits on %q, not on a registered golden image: destroy the VM to make a new disk", disk, info.Backing)
+		return overlay{}, fmt.Errorf("the overlay %s sits on %q, not on a registered golden image: destroy the VM to make a new disk", disk, info.Backing)
 	}
-	return version, nil
+	return overlay{golden: version, size: info.VirtualSize}, nil
+}
+
+// growDisk makes a stopped VM's overlay larger (qemu-img resize; a qcow2
+// takes no room on the host for the added space until the guest writes it).
+// It is never made smaller: the API refuses a smaller disk, and a spec from
+// before that rule is left as the disk is.
+func (d *Driver) growDisk(ctx context.Context, vm home.VM, from, to int64) error {
+	if out, err := d.runImg(ctx, "resize", "-q", vm.Disk(), fmt.Sprintf("%d", to)); err != nil {
+		err = home.MarkDiskFull(err, out)
+		return d.home.NoteWrite(vm.Disk(), fmt.Errorf("grow the disk %s from %d to %d bytes: %w: %s", vm.Disk(), from, to, err, strings.TrimSpace(out)))
+	}
+	d.home.NoteWrite(vm.Disk(), nil)
+	return nil
 }

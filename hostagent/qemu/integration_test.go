@@ -490,6 +490,15 @@ func TestRealQEMUImagesChosenByTheDriver(t *testing.T) {
 	if obs.GoldenImage != newer || obs.RuntimeImage != newest {
 		t.Errorf("second Start() = golden %q, runtime %q; want the disk's own golden %q and the newest runtime %q", obs.GoldenImage, obs.RuntimeImage, newer, newest)
 	}
+	if got, err := RuntimesInUse(d.home); err != nil || got[id] != newest {
+		t.Errorf("RuntimesInUse() = %v, %v; want %s running %s", got, err, id, newest)
+	}
+	if _, err := stopVM(ctx, d, id, testToken, blankGrace); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := RuntimesInUse(d.home); err != nil || len(got) != 0 {
+		t.Errorf("RuntimesInUse() with the VM stopped = %v, %v; want none", got, err)
+	}
 }
 
 // registerBlank registers a blank golden image and a runtime ISO holding
@@ -506,4 +515,39 @@ func registerBlank(t testing.TB, bin Binaries, h home.Layout, version string) {
 		t.Fatal(err)
 	}
 	registerManifest(t, h, home.Runtime, version, runtime)
+}
+
+// TestRealQEMUDiskGrowsNeverShrinks (ref 9.7): a larger DiskBytes grows the
+// overlay at the next start; a smaller one leaves it as it is.
+func TestRealQEMUDiskGrowsNeverShrinks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs QEMU")
+	}
+	ctx := context.Background()
+	d := realDriver(t)
+	id := home.VMID{Namespace: "default", Name: "grows"}
+	cleanupVM(t, d, id)
+	size := func() int64 {
+		t.Helper()
+		info, err := d.overlayInfo(ctx, d.home.VM(id).Disk())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.size
+	}
+	spec := blankSpec(id)
+	for _, step := range []struct {
+		ask, want int64
+	}{{ask: 96 << 20, want: 96 << 20}, {ask: 160 << 20, want: 160 << 20}, {ask: 128 << 20, want: 160 << 20}} {
+		spec.DiskBytes = step.ask
+		if _, err := d.Start(ctx, spec); err != nil {
+			t.Fatalf("Start() with a %d-byte disk = %v", step.ask, err)
+		}
+		if got := size(); got != step.want {
+			t.Errorf("asked for %d bytes: the overlay is %d; want %d", step.ask, got, step.want)
+		}
+		if _, err := stopVM(ctx, d, id, testToken, blankGrace); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/image/testimage"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
+	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/hostagent/setup"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/pidlock"
@@ -276,5 +278,43 @@ func buildImages(ctx context.Context, h home.Layout, repo, work string, bins gue
 		logf("golden image %s registered: %s", img.Version, img.File)
 	}
 	logf("image build finished in %s", time.Since(start).Round(time.Second))
+	logf("%s", runtimeRollout(h))
 	return nil
+}
+
+// runtimeRollout says how many of the home's running VMs run an older
+// runtime ISO than the newest registered: each takes it at its next start
+// (ref 3.3), and a reboot applies it now.
+func runtimeRollout(h home.Layout) string {
+	newest, err := images.Latest(h, home.Runtime)
+	if err != nil {
+		return "the running Dots could not be compared with the newest runtime ISO: " + err.Error()
+	}
+	inUse, err := qemu.RuntimesInUse(h)
+	if err != nil {
+		return "the running Dots could not be read: " + err.Error()
+	}
+	return rolloutText(newest.Version, inUse)
+}
+
+// rolloutText says which of the running VMs (their runtime ISO versions by
+// VM) wait for the runtime ISO newest.
+func rolloutText(newest string, inUse map[home.VMID]string) string {
+	var waiting []string
+	for id, v := range inUse {
+		if v < newest {
+			waiting = append(waiting, id.Namespace+"/"+id.Name)
+		}
+	}
+	slices.Sort(waiting)
+	const apply = "apply it now with `invisible-dots computer reboot NAME -n NAMESPACE` (`kubectl get computers -o wide` shows RUNTIME-CURRENT)"
+	switch {
+	case len(inUse) == 0:
+		return fmt.Sprintf("runtime ISO %s: no Dot of this host runs now; each takes it at its next start", newest)
+	case len(waiting) == 0:
+		return fmt.Sprintf("runtime ISO %s: every running Dot of this host (%d) runs it", newest, len(inUse))
+	case len(waiting) == 1:
+		return fmt.Sprintf("runtime ISO %s: 1 running Dot waits for it (%s) and takes it at its next start; %s", newest, waiting[0], apply)
+	}
+	return fmt.Sprintf("runtime ISO %s: %d running Dots wait for it (%s) and take it at their next start; %s", newest, len(waiting), strings.Join(waiting, ", "), apply)
 }

@@ -213,13 +213,19 @@ func (s *server) client() (dynamic.Interface, error) {
 // stop sends SIGINT (the server's clean stop) and waits; after timeout it
 // kills. It returns how long the clean stop took.
 func (s *server) stop(timeout time.Duration) (time.Duration, error) {
+	return s.stopWith(syscall.SIGINT, timeout)
+}
+
+// stopWith is stop with another of the server's stop signals (SIGINT,
+// SIGTERM, SIGHUP).
+func (s *server) stopWith(sig syscall.Signal, timeout time.Duration) (time.Duration, error) {
 	select {
 	case <-s.exited:
 		return 0, fmt.Errorf("the server had already exited (%v); its log %s ends:\n%s", s.waitErr, s.logPath, s.logTail(30))
 	default:
 	}
 	start := time.Now()
-	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := s.cmd.Process.Signal(sig); err != nil {
 		return 0, fmt.Errorf("signal the server: %w", err)
 	}
 	select {
@@ -232,7 +238,7 @@ func (s *server) stop(timeout time.Duration) (time.Duration, error) {
 	case <-time.After(timeout):
 		_ = s.cmd.Process.Kill()
 		<-s.exited
-		return 0, fmt.Errorf("the server did not stop within %s of SIGINT and was killed; its log %s ends:\n%s", timeout, s.logPath, s.logTail(30))
+		return 0, fmt.Errorf("the server did not stop within %s of %v and was killed; its log %s ends:\n%s", timeout, sig, s.logPath, s.logTail(30))
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"time"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd/proxyfwdtest"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
@@ -172,6 +175,29 @@ func TestGoldenDotReady(t *testing.T) {
 		}
 	})
 
+	t.Run("a larger disk grows at the next start; a smaller one is refused", func(t *testing.T) {
+		w := w.on(t)
+		k.run("patch", "dot", name, "--type", "merge", "-p", `{"spec":{"computer":{"disk":"24Gi"}}}`)
+		k.waitComputer(name, time.Minute, func(c *dotsv1.Computer) bool { return c.Spec.Disk.String() == "24Gi" })
+		before := k.getComputer(name).Status.PID
+		w.cli(time.Minute, "computer", "reboot", name)
+		k.waitComputer(name, goldenReadyTimeout, func(c *dotsv1.Computer) bool {
+			return c.Status.PID != before && c.Status.State == dotsv1.ComputerRunning
+		})
+		k.waitDot(name, goldenReadyTimeout, readyDot)
+		got := w.exec("df -B1 --output=size / | tail -n 1")
+		size, err := strconv.ParseInt(strings.TrimSpace(got.Stdout), 10, 64)
+		// The file system's own structures take a little of the disk.
+		if min := int64(24<<30) * 9 / 10; err != nil || size < min {
+			w.fail("df / in the guest printed %q (stderr %q); want at least %d bytes, the 24Gi disk grown into", got.Stdout, got.Stderr, min)
+		}
+		t.Logf("the guest's root file system is %d bytes on a 24Gi disk", size)
+		out, err := k.try("patch", "dot", name, "--type", "merge", "-p", `{"spec":{"computer":{"disk":"22Gi"}}}`)
+		if err == nil || !strings.Contains(out, "disks only grow: 22Gi is smaller than the 24Gi") {
+			w.fail("kubectl patch to a smaller disk printed %q (%v); want it refused, saying disks only grow", out, err)
+		}
+	})
+
 	t.Run("a browser identity keeps its login across a reboot", func(t *testing.T) {
 		w := w.on(t)
 		// The memory the guest uses with the desktop idle, and again while
@@ -212,6 +238,25 @@ func TestGoldenDotReady(t *testing.T) {
 		}
 	})
 
+	t.Run("a browser identity goes through a SOCKS5 proxy with a user and a password", func(t *testing.T) {
+		w := w.on(t)
+		// Chromium cannot authenticate to a SOCKS5 proxy: the guest's
+		// forwarder does, as dot, for this identity alone.
+		proxy := proxyfwdtest.StartFakeSOCKS5Proxy(t, fmt.Sprintf("127.0.0.1:%d", site.port))
+		site.proxy = strings.Replace(proxy.URL(proxyfwdtest.User, proxyfwdtest.Password), "@127.0.0.1:", "@10.0.2.2:", 1)
+		task := w.taskOf(w.cli(time.Minute, "task", "add", name, proxiedTask))
+		got := w.waitTask(task, 10*time.Minute)
+		if want := "the site says: not logged in"; got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != want {
+			w.fail("task %s: phase %s, summary %q; want COMPLETED, %q (the page read through the proxy)", task, got.Status.Phase, got.Status.Summary, want)
+		}
+		seen := proxy.Seen()
+		if !slices.Contains(seen.Auths, proxyfwdtest.User+":"+proxyfwdtest.Password) || !slices.Contains(seen.Dests, proxyfwdtest.SiteName+":80") {
+			w.fail("the proxy saw %+v; want the identity's credentials and %s:80", seen, proxyfwdtest.SiteName)
+		}
+		if out := w.cli(time.Minute, "logs", name); strings.Contains(out, proxyfwdtest.Password) {
+			w.fail("the log holds the proxy's password:\n%s", out)
+		}
+	})
 }
 
 // The login site: a page the test serves on the host's loopback, which a
@@ -223,11 +268,18 @@ const (
 	loggedIn  = "logged in as e2e"
 	// identityName is the identity the model makes for the site.
 	identityName = "e2e-site"
+	// proxiedTask reads /whoami through a SOCKS5 proxy with a user and a
+	// password, with an identity of its own.
+	proxiedTask     = "read the e2e site through a proxy"
+	proxiedIdentity = "e2e-proxied"
 )
 
 type loginSite struct {
 	port   int
 	logins atomic.Int32
+	// proxy, when set, is the proxy the proxied task's identity is made
+	// with, as the guest reaches it.
+	proxy string
 	// onOpen, when set, runs once when the model is asked its next step
 	// after the login task's browser opened.
 	onOpen func()
@@ -285,16 +337,22 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 	var task, id, read string
 	// tools is what the tools answered, for a failed read to show.
 	var tools []string
+	name := identityName
+	// A task's message starts what the stand-in reads: a conversation may
+	// hold earlier tasks, whose tools answered other pages.
+	begin := func(t, n string) { task, name, id, read, tools = t, n, "", "", nil }
 	for i := range req.Messages {
 		text := req.text(i)
 		switch {
 		case req.Messages[i].Role == "user" && strings.Contains(text, loginTask):
-			task = loginTask
+			begin(loginTask, identityName)
+		case req.Messages[i].Role == "user" && strings.Contains(text, proxiedTask):
+			begin(proxiedTask, proxiedIdentity)
 		case req.Messages[i].Role == "user" && strings.Contains(text, checkTask):
-			task = checkTask
+			begin(checkTask, identityName)
 		case req.Messages[i].Role == "tool":
 			tools = append(tools, text)
-			if found := identityIDOf(text, identityName); found != "" {
+			if found := identityIDOf(text, name); found != "" {
 				id = found
 			}
 			if strings.Contains(text, loggedIn) {
@@ -315,13 +373,21 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 	}
 	ident := fmt.Sprintf(`{"identity_id":%q}`, id)
 	url := site.url("/login")
-	if task == checkTask {
+	switch task {
+	case checkTask:
 		url = site.url("/whoami")
+	case proxiedTask:
+		// A name only the proxy resolves: the page loads through it or not
+		// at all.
+		url = "http://" + proxyfwdtest.SiteName + "/whoami"
 	}
 	switch req.lastCall() {
 	case "":
-		if task == loginTask {
+		switch task {
+		case loginTask:
 			return call("browser_identity_create", `{"name":"`+identityName+`"}`)
+		case proxiedTask:
+			return call("browser_identity_create", fmt.Sprintf(`{"name":%q,"proxy":%q}`, proxiedIdentity, site.proxy))
 		}
 		return call("browser_identity_list", `{}`)
 	case "browser_identity_create", "browser_identity_list":

@@ -28,12 +28,17 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
+	"github.com/invisible-dots/invisible-dots/guest/image/isofs"
+	"github.com/invisible-dots/invisible-dots/guest/image/runtimeiso"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
@@ -380,6 +385,37 @@ func TestDotWork(t *testing.T) {
 			sw.fail("the server exited when its PostgreSQL was killed")
 		}
 		sw.checkSlowTaskRanOnce(run)
+	})
+
+	t.Run("a new runtime ISO reaches the Dot at its reboot", func(t *testing.T) {
+		w := w.on(t)
+		current := func(c *dotsv1.Computer) *metav1.Condition {
+			return meta.FindStatusCondition(c.Status.Conditions, dotsv1.RuntimeCurrentCondition)
+		}
+		c := k.waitComputer(name, time.Minute, func(c *dotsv1.Computer) bool {
+			cond := current(c)
+			return c.Status.State == dotsv1.ComputerRunning && cond != nil && cond.Status == metav1.ConditionTrue
+		})
+		old := c.Status.RuntimeImage
+		if c.Status.System == nil || c.Status.System.RuntimeVersion != old {
+			w.fail("the guest reports runtime %+v; want %s, the one its VM was started with", c.Status.System, old)
+		}
+		newer := registerRuntimeAgain(t, w.home, old)
+		t.Logf("runtime ISO %s registered beside %s", newer, old)
+		k.waitComputer(name, time.Minute, func(c *dotsv1.Computer) bool {
+			cond := current(c)
+			return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == dotsv1.RuntimeRestartPendingReason && strings.Contains(cond.Message, newer)
+		})
+		if out := k.run("get", "computer", name, "-o", "wide"); !strings.Contains(out, "RUNTIME-CURRENT") || !strings.Contains(out, "False") || !strings.Contains(out, old) {
+			w.fail("kubectl get computer -o wide printed:\n%s\nwant the RUNTIME and RUNTIME-CURRENT columns, %s and False", out, old)
+		}
+		w.cli(time.Minute, "computer", "reboot", name)
+		k.waitComputer(name, 3*time.Minute, func(c *dotsv1.Computer) bool {
+			cond := current(c)
+			return c.Status.State == dotsv1.ComputerRunning && c.Status.RuntimeImage == newer &&
+				c.Status.System != nil && c.Status.System.RuntimeVersion == newer && cond != nil && cond.Status == metav1.ConditionTrue
+		})
+		k.waitDot(name, vmReadyTimeout, readyDot)
 	})
 
 	t.Run("an idle Dot sleeps and a message wakes it", func(t *testing.T) {
@@ -772,4 +808,31 @@ func (w work) guestUsedMiB() (uint64, error) {
 		return 0, fmt.Errorf("the guest's system route: %w", err)
 	}
 	return (sys.MemTotalBytes - sys.MemAvailableBytes) >> 20, nil
+}
+
+// registerRuntimeAgain registers, in the home h, the runtime ISO of version
+// old built again now: the same files under a newer version, as an `image
+// build` after a change to our code registers one. It returns the version.
+func registerRuntimeAgain(t testing.TB, h home.Layout, old string) string {
+	t.Helper()
+	img, err := images.Get(h, home.Runtime, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, files, err := isofs.Read(img.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(files, protocol.RuntimeManifestFile)
+	// A version is the build's second: one built in the same second as
+	// the old one would have its version.
+	time.Sleep(time.Second)
+	mp, m, err := runtimeiso.Build(t.TempDir(), files, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := images.Register(h, mp); err != nil {
+		t.Fatal(err)
+	}
+	return m.Version
 }

@@ -165,6 +165,31 @@ var _ = Describe("Dot validation", func() {
 	})
 })
 
+var _ = Describe("Disks only grow", func() {
+	It("refuses a smaller disk for a Dot and a Computer, saying so, and takes a larger one", func() {
+		d := validDot()
+		d.Spec.Computer.Disk = ptr.To(resource.MustParse("30Gi"))
+		Expect(k8sClient.Create(suiteCtx, d)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(suiteCtx, d) })
+		err := k8sClient.Patch(suiteCtx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"computer":{"disk":"25Gi"}}}`)))
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("disks only grow: 25Gi is smaller than the 30Gi the computer has"))
+		Expect(k8sClient.Patch(suiteCtx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"computer":{"disk":"32212254720"}}}`)))).To(Succeed(), "the same size in bytes")
+		Expect(k8sClient.Patch(suiteCtx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"computer":{"disk":"35Gi"}}}`)))).To(Succeed(), "a larger disk")
+
+		c := &dotsv1.Computer{
+			ObjectMeta: metav1.ObjectMeta{Name: "c-" + rand.String(6), Namespace: "default"},
+			Spec:       dotsv1.ComputerSpec{Disk: resource.MustParse("40Gi")},
+		}
+		Expect(k8sClient.Create(suiteCtx, c)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(suiteCtx, c) })
+		err = k8sClient.Patch(suiteCtx, c, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"disk":"20Gi"}}`)))
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("disks only grow: 20Gi is smaller than the 40Gi"))
+		Expect(k8sClient.Patch(suiteCtx, c, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"disk":"41Gi"}}`)))).To(Succeed(), "a larger disk")
+	})
+})
+
 var _ = Describe("Task and Approval immutability", func() {
 	It("keeps a Task's dotName and description", func() {
 		t := &dotsv1.Task{

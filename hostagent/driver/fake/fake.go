@@ -5,6 +5,7 @@
 package fake
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -245,15 +246,20 @@ func (h *Host) Start(_ context.Context, spec driver.Spec) (driver.Observation, e
 		v = &vm{}
 		h.vms[spec.ID] = v
 	}
+	// The golden image: the spec's, else the first registered; the runtime
+	// ISO: the spec's, else the newest (versions start with their build
+	// time), as the QEMU driver chooses.
 	golden, runtime := spec.GoldenImage, spec.RuntimeImage
+	newest := ""
 	for _, img := range h.images {
 		if golden == "" && img.Kind == home.Golden {
 			golden = img.Version
 		}
-		if runtime == "" && img.Kind == home.Runtime {
-			runtime = img.Version
+		if img.Kind == home.Runtime && img.Version > newest {
+			newest = img.Version
 		}
 	}
+	runtime = cmp.Or(runtime, newest)
 	if golden == "" || runtime == "" {
 		return v.obs, fmt.Errorf("fake host: no image registered")
 	}
@@ -337,7 +343,8 @@ func (h *Host) Health(_ context.Context, id home.VMID, _ string) (protocol.Healt
 	if err := h.Unhealthy[id]; err != nil {
 		return protocol.HealthResponse{}, err
 	}
-	return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage(`{"status":"ok"}`), UptimeS: 1}, nil
+	v := h.vms[id]
+	return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage(`{"status":"ok"}`), UptimeS: 1, RuntimeVersion: v.obs.RuntimeImage}, nil
 }
 
 // GuestTarget implements driver.Driver: a running VM's port and pid, its
