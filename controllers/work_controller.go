@@ -406,19 +406,16 @@ func (r *WorkReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view 
 		f.LastActivity = dot.CreationTimestamp.Time
 	}
 	decision := lifecycle.Decide(f)
-	stamp := now.UTC().Format(time.RFC3339Nano)
 	switch decision.Action {
 	case lifecycle.Wake:
 		if c.RequestPending(dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) {
 			return decision.After, nil
 		}
+		// The start a person asks for, by the same rule: a person's work
+		// wakes a computer a person stopped, and from that start on it
+		// sleeps and wakes like any other (ref 9.5).
 		woken := c.DeepCopy()
-		metav1.SetMetaDataAnnotation(&woken.ObjectMeta, dotsv1.StartRequestedAnnotation, stamp)
-		if woken.Spec.RunStrategy == dotsv1.RunHalted {
-			// A person's work wakes a computer a person stopped, and from
-			// that start on it sleeps and wakes like any other (ref 9.5).
-			woken.Spec.RunStrategy = dotsv1.RunOnDemand
-		}
+		woken.RequestStart(now)
 		if err := r.Client.Patch(ctx, woken, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
 			return 0, err
 		}
@@ -428,7 +425,7 @@ func (r *WorkReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view 
 			return decision.After, nil
 		}
 		asleep := c.DeepCopy()
-		metav1.SetMetaDataAnnotation(&asleep.ObjectMeta, dotsv1.SleepRequestedAnnotation, stamp)
+		asleep.RequestSleep(now)
 		if err := r.Client.Patch(ctx, asleep, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
 			return 0, err
 		}

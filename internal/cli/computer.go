@@ -41,13 +41,16 @@ The same with kubectl:
 Follow it with: kubectl get computer NAME -w`,
 	}
 	addConnFlags(cmd.PersistentFlags(), &cn)
+	// Each verb is the Computer's own power rule (api/v1alpha1
+	// computer_power.go), so this command writes what the Dots API, the web
+	// client and the control plane write.
 	for _, a := range []struct {
 		use, short string
-		mutate     func(c *dotsv1.Computer, now string) error
+		mutate     func(c *dotsv1.Computer, now time.Time) error
 	}{
-		{"start NAME", "Start the computer (and lift a person's stop)", requestStart},
-		{"stop NAME", "Stop the computer for the person (runStrategy Halted; automations pause)", requestStop},
-		{"reboot NAME", "Reboot the computer (stop, then start)", requestReboot},
+		{"start NAME", "Start the computer (and lift a person's stop)", func(c *dotsv1.Computer, now time.Time) error { c.RequestStart(now); return nil }},
+		{"stop NAME", "Stop the computer for the person (runStrategy Halted; automations pause)", func(c *dotsv1.Computer, _ time.Time) error { c.Halt(); return nil }},
+		{"reboot NAME", "Reboot the computer (stop, then start)", (*dotsv1.Computer).RequestReboot},
 	} {
 		a := a
 		cmd.AddCommand(&cobra.Command{
@@ -72,38 +75,10 @@ Follow it with: kubectl get computer NAME -w`,
 	return cmd
 }
 
-func requestStart(c *dotsv1.Computer, now string) error {
-	if c.Spec.RunStrategy == dotsv1.RunHalted {
-		c.Spec.RunStrategy = dotsv1.RunOnDemand
-	}
-	setAnnotation(c, dotsv1.StartRequestedAnnotation, now)
-	return nil
-}
-
-func requestStop(c *dotsv1.Computer, _ string) error {
-	c.Spec.RunStrategy = dotsv1.RunHalted
-	return nil
-}
-
-func requestReboot(c *dotsv1.Computer, now string) error {
-	if c.Spec.RunStrategy == dotsv1.RunHalted {
-		return fmt.Errorf("it is stopped by a person (runStrategy Halted): start it with 'invisible-dots computer start %s'", c.Name)
-	}
-	setAnnotation(c, dotsv1.RebootRequestedAnnotation, now)
-	return nil
-}
-
-func setAnnotation(c *dotsv1.Computer, key, value string) {
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
-	}
-	c.Annotations[key] = value
-}
-
 // patchComputer reads the Computer, applies mutate, and writes the
 // difference as a merge patch with the resourceVersion it read (a
 // concurrent writer makes it fail instead of being overwritten).
-func patchComputer(ctx context.Context, c client.Client, key client.ObjectKey, mutate func(*dotsv1.Computer, string) error) error {
+func patchComputer(ctx context.Context, c client.Client, key client.ObjectKey, mutate func(*dotsv1.Computer, time.Time) error) error {
 	cur := &dotsv1.Computer{}
 	if err := c.Get(ctx, key, cur); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -112,7 +87,7 @@ func patchComputer(ctx context.Context, c client.Client, key client.ObjectKey, m
 		return err
 	}
 	base := cur.DeepCopy()
-	if err := mutate(cur, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+	if err := mutate(cur, time.Now()); err != nil {
 		return err
 	}
 	return c.Patch(ctx, cur, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))

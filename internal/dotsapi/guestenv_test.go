@@ -25,6 +25,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
@@ -124,9 +125,14 @@ func fakeAnswer(status int, body string) *http.Response {
 }
 
 // guestRBAC is rbac with the guest routes' subresources: the editor and the
-// viewer of team-a get them, and only the editor writes MCP secrets and
-// creates, closes and deletes browser identities.
+// viewer of team-a get them, and only the editor writes MCP secrets,
+// creates, closes and deletes browser identities, and patches Computers
+// (their power).
 var guestRBAC = authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	if a.GetNamespace() == "team-a" && a.GetAPIGroup() == dotsv1.GroupVersion.Group && a.GetResource() == "computers" && a.GetSubresource() == "" &&
+		a.GetUser().GetName() == "eddie" && a.GetVerb() == "patch" {
+		return authorizer.DecisionAllow, "", nil
+	}
 	read := []string{filesSubresource, screenshotSubresource, toolsSubresource, skillsSubresource, usageSubresource, mcpSecretsSubresource, browserIdentitiesSubresource}
 	if a.GetNamespace() == "team-a" && a.GetAPIGroup() == dotsv1.GroupVersion.Group && a.GetResource() == "dots" && slices.Contains(read, a.GetSubresource()) {
 		who, verb := a.GetUser().GetName(), a.GetVerb()
@@ -185,6 +191,9 @@ type guestEnvOptions struct {
 	defaultKey bool
 	// doctor is the doctor the server runs; none when nil.
 	doctor func(ctx context.Context) doctor.Report
+	// intercept steps into the fake API server's calls (a write made by
+	// someone else in between); none when its fields are nil.
+	intercept interceptor.Funcs
 }
 
 func newGuestEnv(t testing.TB, o guestEnvOptions) *guestEnv {
@@ -231,7 +240,7 @@ func newGuestEnv(t testing.TB, o guestEnvOptions) *guestEnv {
 			Data: map[string][]byte{dotsv1.OpenRouterKeySecretKey: []byte("sk-or-default")}})
 	}
 
-	c := fake.NewClientBuilder().WithScheme(controllers.Scheme).WithObjects(objs...).Build()
+	c := fake.NewClientBuilder().WithScheme(controllers.Scheme).WithObjects(objs...).WithInterceptorFuncs(o.intercept).Build()
 	e := &guestEnv{
 		env:        &env{dots: map[string]store.Dot{}, clock: clocktesting.NewFakePassiveClock(time.Now())},
 		guests:     newFakeGuests(localHost),

@@ -2,7 +2,7 @@ import AxeBuilder from '@axe-core/playwright';
 import { expect, test } from '@playwright/test';
 import { addTask, applyDot, fakeGuest, getResource, guestSays, harness, setComputerState } from './harness';
 
-test('the Computer page stops and starts the computer through its resource, as the command line does', async ({ page }) => {
+test('the Computer page stops, starts and reboots the computer through the Dots API, by the rule the command line follows', async ({ page }) => {
   await applyDot('power-dot');
   await page.goto(harness().url + '/dots/default/power-dot/computer');
   await expect(page.getByTestId('computer-state')).toBeVisible();

@@ -203,3 +203,14 @@ func (c *Client) AnswerApproval(ctx context.Context, namespace, name, decision s
 	err := c.do(ctx, http.MethodPost, wire.ApprovalAnswerPath(namespace, name, decision), "", answer, http.StatusOK, &out)
 	return out, err
 }
+
+// PowerComputer starts, stops or reboots the computer of the Dot
+// namespace/dot: action is wire.PowerStart, wire.PowerStop or
+// wire.PowerReboot. The server applies the Computer's power rule; a reboot
+// while a person's stop holds is an *Error with Status 409 and Code
+// wire.CodeComputerHalted (start it instead).
+func (c *Client) PowerComputer(ctx context.Context, namespace, dot, action string) (wire.ComputerPowered, error) {
+	var out wire.ComputerPowered
+	err := c.do(ctx, http.MethodPost, wire.ComputerPowerPath(namespace, dot, action), "", nil, http.StatusOK, &out)
+	return out, err
+}

@@ -1,56 +1,28 @@
-// The computer's power, written as the command line writes it
-// (internal/cli/computer.go): the one action behind every Start, Reboot and
-// Stop of the pages (components/PowerActions.tsx, the Dot header's error banner).
-import { ApiError, GROUP, getJSON, mergePatch } from './api';
-import type { Computer } from './types';
-
-// The annotations `invisible-dots computer start|reboot` writes
-// (api/v1alpha1: StartRequestedAnnotation, RebootRequestedAnnotation).
-const START = 'dots.invisible.dev/start-requested';
-const REBOOT = 'dots.invisible.dev/reboot-requested';
+// The computer's power, asked of the Dots API (POST .../computer/{start,stop,
+// reboot}): the one action behind every Start, Reboot and Stop of the pages
+// (components/PowerActions.tsx, the Dot header's error banner). The server
+// holds the rule (api/v1alpha1/computer_power.go), the one the command line
+// and the control plane follow too, and writes the Computer; the page only
+// names the action.
+import { ApiError, dotPath, postJSON } from './api';
 
 export type Power = 'start' | 'stop' | 'reboot';
 
-const computerPath = (ns: string, name: string) =>
-  `${GROUP}/namespaces/${encodeURIComponent(ns)}/computers/${encodeURIComponent(name)}`;
-
 /**
- * Writes the Computer as the command line does: stop sets runStrategy
- * Halted; start lifts a Halted and annotates a start; reboot annotates a
- * reboot, refused while a person's stop holds. The patch carries the
- * resourceVersion it read, so a change made meanwhile fails instead of
- * being overwritten.
+ * Asks for what on the computer of the Dot ns/name. The server reads the
+ * Computer, applies the rule and writes it over the version it read, reading
+ * again when something else wrote it meanwhile; the state follows on the
+ * page as the Computer's reconciler acts.
  */
-export async function power(ns: string, name: string, what: Power) {
-  // The resourceVersion moves with every status write too (the host agent
-  // and the controllers write it often), so a conflict is read again and
-  // decided again from the newer object, as client-go's RetryOnConflict does.
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await powerOnce(ns, name, what);
-    } catch (e) {
-      if (!(e instanceof ApiError && e.status === 409 && e.code === 'Conflict') || attempt === 3) throw e;
-    }
-  }
-}
-
-async function powerOnce(ns: string, name: string, what: Power) {
-  const c = await getJSON<Computer>(computerPath(ns, name));
-  const now = new Date().toISOString();
-  const patch: any = { metadata: { resourceVersion: c.metadata.resourceVersion } };
-  if (what === 'stop') patch.spec = { runStrategy: 'Halted' };
-  if (what === 'start') {
-    if (c.spec.runStrategy === 'Halted') patch.spec = { runStrategy: 'OnDemand' };
-    patch.metadata.annotations = { [START]: now };
-  }
-  if (what === 'reboot') {
-    if (c.spec.runStrategy === 'Halted') throw new ApiError('The computer is stopped by a person: start it instead.', 409);
-    patch.metadata.annotations = { [REBOOT]: now };
-  }
+export async function power(ns: string, name: string, what: Power): Promise<void> {
   try {
-    await mergePatch(computerPath(ns, name), patch);
+    await postJSON(`${dotPath(ns, name)}/computer/${what}`, {});
   } catch (e) {
-    if (e instanceof ApiError && e.status === 409) throw new ApiError('The computer kept changing meanwhile; look at its state.', 409, 'Conflict');
+    // The refusals a person can act on, in the page's words.
+    if (e instanceof ApiError && e.code === 'computer_halted')
+      throw new ApiError('The computer is stopped by a person: start it instead.', 409, e.code);
+    if (e instanceof ApiError && e.code === 'computer_changed')
+      throw new ApiError('The computer kept changing meanwhile; look at its state.', 409, e.code);
     throw e;
   }
 }
