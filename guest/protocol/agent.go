@@ -34,6 +34,9 @@ const (
 	EnvMCPCommand     = "INVISIBLE_DOTS_MCP_COMMAND"
 	EnvModelUser      = "INVISIBLE_DOTS_MODEL_USER"
 	EnvOpenRouterURL  = "INVISIBLE_DOTS_OPENROUTER_URL"
+	// EnvExitEchoURLs lists the address-echo services a browser launch
+	// asks for its exit's address, comma-separated (ref 6).
+	EnvExitEchoURLs = "INVISIBLE_DOTS_EXIT_ECHO_URLS"
 	DefaultModelUser  = "dot"
 	StreamAfterQuery  = "after"
 	StreamLastEventID = "Last-Event-ID"

@@ -223,10 +223,16 @@ type ToolCalled struct {
 // Reason is on browser.identity.closed only, and only when the identity was
 // not asked to close: BrowserClosedCrashed, its browser or the browser's
 // server ended under it (ref 6: closed once, and the calls say crashed).
+//
+// TimeZone and Locale are on browser.identity.launched only, when the
+// launch gave the browser its exit's (ref 6: they follow the exit the
+// browser uses); absent, it has the computer's.
 type BrowserIdentityEvent struct {
 	IdentityID string  `json:"identity_id"`
 	Name       string  `json:"name"`
 	Reason     *string `json:"reason,omitempty"`
+	TimeZone   *string `json:"timezone,omitempty"`
+	Locale     *string `json:"locale,omitempty"`
 }
 
 // BrowserClosedCrashed is the reason of a browser.identity.closed whose

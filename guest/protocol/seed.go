@@ -92,6 +92,10 @@ type EngineEnv struct {
 	// openrouterURL), EnvOpenRouterURL in the engine's environment; empty
 	// leaves the engine's default, DefaultOpenRouterURL.
 	OpenRouterURL string
+	// ExitEchoURLs are the address-echo services a browser launch asks for
+	// its exit's address (host.yaml exitEchoURLs), EnvExitEchoURLs joined
+	// with commas; empty leaves the engine's (api.ipify.org and two more).
+	ExitEchoURLs []string
 }
 
 // DefaultOpenRouterURL is OpenRouter's API, the engine's default.
@@ -100,10 +104,27 @@ const DefaultOpenRouterURL = "https://openrouter.ai/api/v1"
 // Validate refuses what cannot be one line of an environment file, and a URL
 // that is not http or https.
 func (e EngineEnv) Validate() error {
-	if e.OpenRouterURL == "" {
-		return nil
+	if e.OpenRouterURL != "" {
+		if err := ValidateOpenRouterURL(e.OpenRouterURL); err != nil {
+			return err
+		}
 	}
-	return ValidateOpenRouterURL(e.OpenRouterURL)
+	return ValidateEchoURLs(e.ExitEchoURLs)
+}
+
+// ValidateEchoURLs says what is wrong with a list of address-echo services:
+// each an absolute http or https URL of printable ASCII without spaces or
+// commas (the list is one line, comma-separated).
+func ValidateEchoURLs(urls []string) error {
+	for _, u := range urls {
+		if strings.Contains(u, ",") {
+			return fmt.Errorf("exit echo URL %q holds a comma", u)
+		}
+		if err := ValidateOpenRouterURL(u); err != nil {
+			return fmt.Errorf("exit echo URL: %w", err)
+		}
+	}
+	return nil
 }
 
 // ValidateOpenRouterURL says what is wrong with a base URL of OpenRouter's
@@ -129,6 +150,9 @@ func (e EngineEnv) Encode() []byte {
 	b.WriteString("# The engine's environment, from the Dot's seed (written by the host agent).\n")
 	if e.OpenRouterURL != "" {
 		b.WriteString(EnvOpenRouterURL + "=" + e.OpenRouterURL + "\n")
+	}
+	if len(e.ExitEchoURLs) > 0 {
+		b.WriteString(EnvExitEchoURLs + "=" + strings.Join(e.ExitEchoURLs, ",") + "\n")
 	}
 	return []byte(b.String())
 }

@@ -80,6 +80,13 @@ type Config struct {
 	// (http://10.0.2.2:PORT/api/v1). It reaches a guest through its seed, so
 	// a change applies from each VM's next start (and the agent's restart).
 	OpenRouterURL string `json:"openrouterURL,omitempty"`
+	// ExitEchoURLs are the address-echo services a browser launch in a
+	// guest asks for the exit's address, so the browser's time zone and
+	// locale follow it (ref 6); empty means api.ipify.org, icanhazip.com
+	// and checkip.amazonaws.com. A person who would rather not ask them
+	// names their own; tests name a stand-in. Applies from each VM's next
+	// start, like openrouterURL.
+	ExitEchoURLs []string `json:"exitEchoURLs,omitempty"`
 	// WakeLead is how long before one of its automations is due a
 	// sleeping Computer of this host is started (ref 9.5), a Go duration
 	// (90s); empty means lifecycle.DefaultWakeLead. A host whose guests
@@ -150,6 +157,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("host.yaml openrouterURL: %w", err)
 		}
 	}
+	if err := protocol.ValidateEchoURLs(c.ExitEchoURLs); err != nil {
+		return fmt.Errorf("host.yaml exitEchoURLs: %w", err)
+	}
 	if c.WakeLead != "" {
 		if d, err := time.ParseDuration(c.WakeLead); err != nil || d <= 0 || d > MaxWakeLead {
 			return fmt.Errorf("host.yaml wakeLead %q is not a duration from 1s to %s (90s, 2m)", c.WakeLead, MaxWakeLead)
@@ -185,6 +195,8 @@ const header = `# invisible-dots host settings (DESIGN.md 5). Written by "invisi
 #   cpuModel: recorded only when the default host,-vmx,-svm fails the probe
 #   openrouterURL: OpenRouter's API for every guest (default ` + protocol.DefaultOpenRouterURL + `);
 #     a stand-in on this host's loopback is http://10.0.2.2:PORT/... from a guest
+#   exitEchoURLs: the address-echo services a browser launch asks for its exit
+#     (default api.ipify.org, icanhazip.com, checkip.amazonaws.com)
 `
 
 // Save writes host.yaml atomically (temporary file, then rename), private to

@@ -338,7 +338,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Observatio
 		return obs, d.startFailed(spec.ID, err)
 	}
 	gcfg := protocol.GuestConfig{DotID: spec.ID.Namespace + "/" + spec.ID.Name, Token: spec.Token, Hostname: spec.ID.Name}
-	env := protocol.EngineEnv{OpenRouterURL: d.cfg.EffectiveOpenRouterURL()}
+	env := protocol.EngineEnv{OpenRouterURL: d.cfg.EffectiveOpenRouterURL(), ExitEchoURLs: d.cfg.ExitEchoURLs}
 	if _, err := writeSeed(vm.Seed(), spec.ID, gcfg, env); d.home.NoteWrite(vm.Seed(), err) != nil {
 		return obs, d.startFailed(spec.ID, fmt.Errorf("write the seed: %w", err))
 	}

@@ -182,7 +182,7 @@ var describers = map[string]func(e wire.Event) (string, error){
 	}),
 	protocol.EventBrowserIdentityCreated: browser("made the browser identity"),
 	protocol.EventBrowserIdentityDeleted: browser("deleted the browser identity"),
-	protocol.EventBrowserIdentityLaunch:  browser("opened the browser identity"),
+	protocol.EventBrowserIdentityLaunch:  of(launched),
 	protocol.EventBrowserIdentityClosed: of(func(d protocol.BrowserIdentityEvent) string {
 		if d.Reason != nil && *d.Reason == protocol.BrowserClosedCrashed {
 			return "the browser of the identity " + d.Name + " crashed; it opens again only when launched"
@@ -220,6 +220,23 @@ func of[T any](word func(T) string) func(e wire.Event) (string, error) {
 		}
 		return word(d), nil
 	}
+}
+
+// launched says where the launch placed the browser, when it did (ref 6:
+// the time zone and locale of its exit).
+func launched(d protocol.BrowserIdentityEvent) string {
+	text := "opened the browser identity " + d.Name
+	var place []string
+	if d.TimeZone != nil {
+		place = append(place, *d.TimeZone)
+	}
+	if d.Locale != nil {
+		place = append(place, *d.Locale)
+	}
+	if len(place) > 0 {
+		text += " (placed at its exit: " + strings.Join(place, ", ") + ")"
+	}
+	return text
 }
 
 func browser(what string) func(e wire.Event) (string, error) {

@@ -35,6 +35,8 @@ func TestLine(t *testing.T) {
 		{ev(protocol.EventTaskCompleted, `{"task_id":"9b1c-2","summary":"done","spent_usd":0.0042,"reasoning_tokens":812}`), "task 9b1c completed: done ($0.0042, 812 reasoning tokens)"},
 		{ev(protocol.EventMessageAssistant, `{"text":"hi","reasoning_tokens":5}`), "dot: hi (5 reasoning tokens)"},
 		{ev(protocol.EventBrowserIdentityClosed, `{"identity_id":"i","name":"work"}`), "closed the browser identity work"},
+		{ev(protocol.EventBrowserIdentityLaunch, `{"identity_id":"i","name":"work"}`), "opened the browser identity work"},
+		{ev(protocol.EventBrowserIdentityLaunch, `{"identity_id":"i","name":"work","timezone":"Europe/Amsterdam","locale":"nl-NL"}`), "opened the browser identity work (placed at its exit: Europe/Amsterdam, nl-NL)"},
 		{ev(protocol.EventBrowserIdentityClosed, `{"identity_id":"i","name":"work","reason":"crashed"}`), "the browser of the identity work crashed; it opens again only when launched"},
 		{ev(wire.EventComputerState, `{"state":"STOPPED","stop_reason":"idle"}`), "the computer is STOPPED (idle)"},
 		{ev(protocol.EventAgentState, `{"state":"THINKING"}`), "the agent is THINKING"},

@@ -24,6 +24,7 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd/proxyfwdtest"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -82,7 +83,11 @@ func TestGoldenDotReady(t *testing.T) {
 	}
 	name := "e2e-golden"
 	site := startLoginSite(t)
-	w := newWorkIn(t, goldenHome(t), name, func(req modelRequest) modelAnswer { return goldenModel(req, site) })
+	// A browser launch learns its exit from the site's echo, which only the
+	// test's proxy resolves: an identity behind it is placed where the
+	// echo says, the others keep the computer's time zone and locale.
+	w := newWorkIn(t, goldenHome(t), name, func(req modelRequest) modelAnswer { return goldenModel(req, site) },
+		func(c *hostconfig.Config) { c.ExitEchoURLs = []string{"http://" + proxyfwdtest.SiteName + "/ip"} })
 	k := w.k
 
 	t.Log("doctor's golden image row passes with the full golden image")
@@ -246,8 +251,14 @@ func TestGoldenDotReady(t *testing.T) {
 		site.proxy = strings.Replace(proxy.URL(proxyfwdtest.User, proxyfwdtest.Password), "@127.0.0.1:", "@10.0.2.2:", 1)
 		task := w.taskOf(w.cli(time.Minute, "task", "add", name, proxiedTask))
 		got := w.waitTask(task, 10*time.Minute)
-		if want := "the site says: not logged in"; got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != want {
+		// The page says where the browser appears to be: the time zone and
+		// locale of the proxy's exit (ref 6), the echo's address placed in
+		// the Netherlands by the guest's GeoIP database.
+		if want := "the site says: not logged in, placed in Europe/Amsterdam nl-NL"; got.Status.Phase != dotsv1.TaskCompleted || got.Status.Summary != want {
 			w.fail("task %s: phase %s, summary %q; want COMPLETED, %q (the page read through the proxy)", task, got.Status.Phase, got.Status.Summary, want)
+		}
+		if out := w.cli(time.Minute, "logs", name, "--types", "browser.identity.launched"); !strings.Contains(out, "opened the browser identity "+proxiedIdentity+" (placed at its exit: Europe/Amsterdam, nl-NL)") {
+			w.fail("the log's launches are:\n%s\nwant one with the exit's time zone", out)
 		}
 		seen := proxy.Seen()
 		if !slices.Contains(seen.Auths, proxyfwdtest.User+":"+proxyfwdtest.Password) || !slices.Contains(seen.Dests, proxyfwdtest.SiteName+":80") {
@@ -299,12 +310,21 @@ func startLoginSite(t *testing.T) *loginSite {
 		http.SetCookie(w, &http.Cookie{Name: "session", Value: "e2e", Path: "/", MaxAge: 86400, HttpOnly: true})
 		fmt.Fprint(w, "<!doctype html><title>login</title><p>welcome</p>")
 	})
+	// The page says where the browser appears to be, as a site would see
+	// it: its time zone and language.
+	const place = "<p id=place></p><script>document.getElementById('place').textContent = 'placed in ' + " +
+		"Intl.DateTimeFormat().resolvedOptions().timeZone + ' ' + navigator.language</script>"
 	mux.HandleFunc("GET /whoami", func(w http.ResponseWriter, r *http.Request) {
 		if c, err := r.Cookie("session"); err == nil && c.Value == "e2e" {
-			fmt.Fprint(w, "<!doctype html><title>whoami</title><p>"+loggedIn+"</p>")
+			fmt.Fprint(w, "<!doctype html><title>whoami</title><p>"+loggedIn+"</p>"+place)
 			return
 		}
-		fmt.Fprint(w, "<!doctype html><title>whoami</title><p>not logged in</p>")
+		fmt.Fprint(w, "<!doctype html><title>whoami</title><p>not logged in</p>"+place)
+	})
+	// The address-echo service a launch asks (host.yaml exitEchoURLs), as
+	// the proxy's exit: an address of the RIPE NCC in Amsterdam.
+	mux.HandleFunc("GET /ip", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "193.0.6.139")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(l) }()
@@ -324,6 +344,9 @@ func identityIDOf(text, name string) string {
 	return ""
 }
 
+// placedRE reads where the page says the browser appears to be.
+var placedRE = regexp.MustCompile(`placed in ([A-Za-z_/+-]+ [A-Za-z-]+)`)
+
 // browserSkill is how the built-in browser skill is listed in the system
 // prompt (ref 8.6: the first built-in skill says how to use the identities).
 const browserSkill = "- invisible-playwright: "
@@ -334,13 +357,13 @@ const browserSkill = "- invisible-playwright: "
 // what it read.
 // ok is false when the conversation is not a browser task.
 func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
-	var task, id, read string
+	var task, id, read, placed string
 	// tools is what the tools answered, for a failed read to show.
 	var tools []string
 	name := identityName
 	// A task's message starts what the stand-in reads: a conversation may
 	// hold earlier tasks, whose tools answered other pages.
-	begin := func(t, n string) { task, name, id, read, tools = t, n, "", "", nil }
+	begin := func(t, n string) { task, name, id, read, placed, tools = t, n, "", "", "", nil }
 	for i := range req.Messages {
 		text := req.text(i)
 		switch {
@@ -359,6 +382,9 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 				read = loggedIn
 			} else if strings.Contains(text, "not logged in") {
 				read = "not logged in"
+			}
+			if m := placedRE.FindStringSubmatch(text); m != nil {
+				placed = m[1]
 			}
 		}
 	}
@@ -411,6 +437,9 @@ func browserModel(req modelRequest, site *loginSite) (modelAnswer, bool) {
 			// Neither answer was in the page read: say what the tools
 			// answered, so a failed run shows why.
 			return modelAnswer{Text: fmt.Sprintf("the site says: (nothing read; the tools answered %.2000q)", strings.Join(tools, " | ")), Cost: answerCost}, true
+		}
+		if task == proxiedTask {
+			read += ", placed in " + placed
 		}
 		return modelAnswer{Text: "the site says: " + read, Cost: answerCost}, true
 	}

@@ -474,11 +474,16 @@ func newWork(t testing.TB, dot string, model func(modelRequest) modelAnswer) wor
 }
 
 // newWorkIn is newWork on the home h (the golden image's, for one).
-func newWorkIn(t testing.TB, h home.Layout, dot string, model func(modelRequest) modelAnswer) work {
+// Each of configs changes the host's configuration before the server starts.
+func newWorkIn(t testing.TB, h home.Layout, dot string, model func(modelRequest) modelAnswer, configs ...func(*hostconfig.Config)) work {
 	t.Helper()
 	stand := startStandIn(t, model)
-	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG, WakeLead: testWakeLead.String(),
-		OpenRouterURL: fmt.Sprintf("http://10.0.2.2:%d/api/v1", stand.port)}); err != nil {
+	cfg := hostconfig.Config{Accelerator: hostconfig.TCG, WakeLead: testWakeLead.String(),
+		OpenRouterURL: fmt.Sprintf("http://10.0.2.2:%d/api/v1", stand.port)}
+	for _, c := range configs {
+		c(&cfg)
+	}
+	if err := hostconfig.Save(h, cfg); err != nil {
 		t.Fatal(err)
 	}
 	vm := h.VM(home.VMID{Namespace: "default", Name: dot})

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"path"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd"
+	"github.com/invisible-dots/invisible-dots/guest/engine/browser/exitplace"
 	"github.com/invisible-dots/invisible-dots/guest/engine/images"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
@@ -128,7 +130,17 @@ type Options struct {
 	// watches it (WatchChromium when nil), so a browser that dies under a
 	// living server is a crash, never a browser the server reopens blank.
 	Watch func(ctx context.Context, profile string) (Process, error)
-	Log   *slog.Logger
+	// Place learns where an identity's browser meets the internet through
+	// its proxy ("": the computer's egress), at each launch, so its time
+	// zone and locale follow that exit (ref 6; package exitplace). Nil
+	// leaves every browser with the computer's.
+	Place func(ctx context.Context, proxy string) exitplace.Place
+	// ConfigDir holds each launch's @playwright/mcp configuration file (the
+	// exit's time zone and locale), which the server reads as dot: a
+	// directory the engine writes and every user reads (the engine's
+	// RuntimeDirectory). Empty places no browser.
+	ConfigDir string
+	Log       *slog.Logger
 }
 
 // Manager keeps the identities and their open browsers.
@@ -554,11 +566,11 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 // which Chromium cannot give (SOCKS5 not at all, HTTP(S) not through
 // @playwright/mcp, which hands it one URL), goes to the forwarder instead,
 // which runs the server and gives it a proxy of its own on the loopback.
-func (m *Manager) serverConfig(id string, proxy sql.NullString) (protocol.MCPServerConfig, map[string]string, error) {
+func (m *Manager) serverConfig(id string, proxy sql.NullString, extra []string) (protocol.MCPServerConfig, map[string]string, error) {
 	dir := m.Dir(id)
 	c := protocol.MCPServerConfig{
 		Command: m.o.Command,
-		Args: append([]string{
+		Args: append(append([]string{
 			"--user-data-dir", path.Join(dir, profileDirName),
 			"--output-dir", path.Join(dir, outputDirName),
 			// Every screenshot (a frame every few seconds while the owner
@@ -567,7 +579,7 @@ func (m *Manager) serverConfig(id string, proxy sql.NullString) (protocol.MCPSer
 			"--output-max-size", outputMaxSize,
 			"--viewport-size", ViewportSize,
 			"--image-responses", "allow",
-		}, m.o.Args...),
+		}, m.o.Args...), extra...),
 		Env: map[string]string{"DISPLAY": Display},
 	}
 	secrets := map[string]string{}
@@ -602,10 +614,10 @@ func (m *Manager) start(name string, c protocol.MCPServerConfig, secrets map[str
 // openServer starts an identity's server and opens its browser, asking again
 // after a failure (LaunchRetry doubling to launchRetryMax) until
 // LaunchPatience has gone by or ctx ends; the refusal says the last reason.
-func (m *Manager) openServer(ctx context.Context, id string, proxy sql.NullString) (*mcphost.Server, error) {
+func (m *Manager) openServer(ctx context.Context, id string, proxy sql.NullString, extra []string) (*mcphost.Server, error) {
 	wait, patience := cmp.Or(m.o.LaunchRetry, launchRetry), cmp.Or(m.o.LaunchPatience, launchPatience)
 	began := time.Now()
-	c, secrets, err := m.serverConfig(id, proxy)
+	c, secrets, err := m.serverConfig(id, proxy, extra)
 	if err != nil {
 		return nil, err
 	}
@@ -667,7 +679,8 @@ func (m *Manager) Launch(ctx context.Context, id string) (string, error) {
 		m.ended(ctx, victim, true)
 		closed = fmt.Sprintf(" %s (%s) was closed to make room: at most %d browsers are open at once.", victim.id, victim.name, protocol.BrowserMaxOpen)
 	}
-	srv, err := m.openServer(ctx, id, r.proxy)
+	place, extra := m.place(ctx, id, r.proxy)
+	srv, err := m.openServer(ctx, id, r.proxy, extra)
 	if err != nil {
 		return "", err
 	}
@@ -687,14 +700,69 @@ func (m *Manager) Launch(ctx context.Context, id string) (string, error) {
 	m.watch(s)
 	m.touch(ctx, s)
 	err = m.o.Store.Write(ctx, "browser-launched", func(tx *store.Tx) error {
-		_, err := tx.Emit(ctx, protocol.EventBrowserIdentityLaunch, protocol.BrowserIdentityEvent{IdentityID: id, Name: r.name})
+		ev := protocol.BrowserIdentityEvent{IdentityID: id, Name: r.name}
+		if place.TimeZone != "" {
+			ev.TimeZone = &place.TimeZone
+		}
+		if place.Locale != "" {
+			ev.Locale = &place.Locale
+		}
+		_, err := tx.Emit(ctx, protocol.EventBrowserIdentityLaunch, ev)
 		return err
 	})
 	if err != nil {
 		return "", err
 	}
-	m.o.Log.Info("browser launched", "identity", id)
-	return fmt.Sprintf("The browser of %s (%s) is open; act on it with the page tools and identity_id %q.%s", id, r.name, id, closed), nil
+	m.o.Log.Info("browser launched", "identity", id, "timezone", place.TimeZone, "locale", place.Locale, "unplaced", place.Why)
+	return fmt.Sprintf("The browser of %s (%s) is open%s; act on it with the page tools and identity_id %q.%s", id, r.name, placeText(place), id, closed), nil
+}
+
+// placeText is what the model reads of where the browser appears to be.
+func placeText(p exitplace.Place) string {
+	switch {
+	case p.TimeZone != "" && p.Locale != "":
+		return fmt.Sprintf(" (its time zone %s and locale %s follow its exit)", p.TimeZone, p.Locale)
+	case p.Locale != "":
+		return fmt.Sprintf(" (its locale %s follows its exit; the time zone is the computer's: %s)", p.Locale, p.Why)
+	case p.Why != "":
+		return " (with the computer's time zone and locale: " + p.Why + ")"
+	}
+	return ""
+}
+
+// place learns where the identity's browser meets the internet and writes
+// the server's configuration file with the exit's time zone and locale; it
+// returns the place and the server's arguments that name the file. A place
+// that cannot be told, or a file that cannot be written, leaves the browser
+// with the computer's time zone and locale: never a failed launch.
+func (m *Manager) place(ctx context.Context, id string, proxy sql.NullString) (exitplace.Place, []string) {
+	if m.o.Place == nil || m.o.ConfigDir == "" {
+		return exitplace.Place{}, nil
+	}
+	p := m.o.Place(ctx, proxy.String)
+	file := path.Join(m.o.ConfigDir, id+".json")
+	if !p.Placed() {
+		_ = os.Remove(file)
+		return p, nil
+	}
+	contextOptions := map[string]string{}
+	if p.TimeZone != "" {
+		contextOptions["timezoneId"] = p.TimeZone
+	}
+	if p.Locale != "" {
+		contextOptions["locale"] = p.Locale
+	}
+	b, _ := json.Marshal(map[string]any{"browser": map[string]any{"contextOptions": contextOptions}})
+	err := os.MkdirAll(m.o.ConfigDir, 0o755)
+	if err == nil {
+		// Read by the server as dot; it holds no secret.
+		err = os.WriteFile(file, b, 0o644)
+	}
+	if err != nil {
+		m.o.Log.Warn("the browser's place is not given to it", "identity", id, "err", err)
+		return exitplace.Place{Why: "its configuration could not be written: " + err.Error()}, nil
+	}
+	return p, []string{"--config", file}
 }
 
 // leastRecentlyUsed takes a place for a launch and detaches the open

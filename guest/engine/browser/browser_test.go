@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd"
+	"github.com/invisible-dots/invisible-dots/guest/engine/browser/exitplace"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -729,5 +731,69 @@ func TestALaunchThatFailsIsAskedAgain(t *testing.T) {
 	}
 	if err != nil && strings.Contains(err.Error(), "not started again") {
 		t.Errorf("the refusal %q speaks of a declared server's restarts", err)
+	}
+}
+
+// A launch gives the browser the time zone and locale of the exit it uses
+// (ref 6), learned through the identity's own proxy, in a configuration file
+// the server reads; an exit that cannot be placed leaves the computer's, and
+// the model is told which.
+func TestALaunchPlacesTheBrowserAtItsExit(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	var asked []string
+	r.m.o.ConfigDir = filepath.Join(t.TempDir(), "browsers")
+	r.m.o.Place = func(_ context.Context, proxy string) exitplace.Place {
+		asked = append(asked, proxy)
+		if proxy == "" {
+			return exitplace.Place{Why: "the exit's address could not be learned: no echo answered"}
+		}
+		return exitplace.Place{Address: "193.0.6.139", Country: "NL", TimeZone: "Europe/Amsterdam", Locale: "nl-NL"}
+	}
+	p := secretProxy
+	placed := r.create(t, "placed", &p).ID
+	text, err := r.m.Launch(ctx, placed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "time zone Europe/Amsterdam and locale nl-NL") {
+		t.Errorf("the launch answered %q; want the time zone and locale it gave the browser", text)
+	}
+	file := filepath.Join(r.m.o.ConfigDir, placed+".json")
+	st := r.fake.starts[len(r.fake.starts)-1]
+	if i := slices.Index(st.cfg.Args, "--config"); i < 0 || i+1 >= len(st.cfg.Args) || st.cfg.Args[i+1] != file {
+		t.Errorf("the server was started with %v; want --config %s", st.cfg.Args, file)
+	}
+	b, err := os.ReadFile(file)
+	if want := `{"browser":{"contextOptions":{"locale":"nl-NL","timezoneId":"Europe/Amsterdam"}}}`; err != nil || string(b) != want {
+		t.Errorf("%s holds %q (%v); want %s", file, b, err, want)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("%s: %v, %v; want it readable by the server's user (0644)", file, fi, err)
+	}
+	if !slices.Equal(asked, []string{secretProxy}) {
+		t.Errorf("the place was learned through %q; want the identity's own proxy", asked)
+	}
+	var launched protocol.BrowserIdentityEvent
+	for _, ev := range r.events(t) {
+		if ev.Type == protocol.EventBrowserIdentityLaunch {
+			json.Unmarshal(ev.Data, &launched)
+		}
+	}
+	if launched.TimeZone == nil || *launched.TimeZone != "Europe/Amsterdam" || launched.Locale == nil || *launched.Locale != "nl-NL" {
+		t.Errorf("browser.identity.launched = %+v; want the time zone and locale", launched)
+	}
+
+	unplaced := r.create(t, "unplaced", nil).ID
+	text, err = r.m.Launch(ctx, unplaced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = r.fake.starts[len(r.fake.starts)-1]
+	if slices.Contains(st.cfg.Args, "--config") || !strings.Contains(text, "computer's time zone and locale: the exit's address could not be learned") {
+		t.Errorf("an exit that cannot be placed: started with %v, answered %q; want no --config and why", st.cfg.Args, text)
+	}
+	if strings.Contains(text, "pa55word") {
+		t.Errorf("the launch's answer holds the proxy's password: %q", text)
 	}
 }

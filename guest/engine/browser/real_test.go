@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/agentd/agentdtest"
 	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd"
 	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd/proxyfwdtest"
+	"github.com/invisible-dots/invisible-dots/guest/engine/browser/exitplace"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -299,10 +301,26 @@ func TestRealProxyWithCredentials(t *testing.T) {
 	rb := newRealBrowser(t)
 	m := rb.m
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "<!doctype html><title>proxied</title><p>served to %s for %s</p>", r.Host, r.URL.Path)
+		if r.URL.Path == "/ip" {
+			// The address-echo service, as the proxy's exit.
+			fmt.Fprintln(w, "193.0.6.139")
+			return
+		}
+		fmt.Fprintf(w, "<!doctype html><title>proxied</title><p>served to %s for %s</p>"+
+			"<p id=place></p><script>document.getElementById('place').textContent = 'placed in ' + Intl.DateTimeFormat().resolvedOptions().timeZone + ' ' + navigator.language</script>", r.Host, r.URL.Path)
 	}))
 	defer site.Close()
 	ctx := context.Background()
+	// Each launch learns its exit through the identity's proxy and gives
+	// the browser its time zone and locale (ref 6); the country is the
+	// test's (exitplace's own test reads the real GeoIP database).
+	m.o.ConfigDir = filepath.Join(t.TempDir(), "browsers")
+	m.o.Place = func(ctx context.Context, proxy string) exitplace.Place {
+		return exitplace.Learn(ctx, exitplace.Options{
+			EchoURLs: []string{"http://" + proxyfwdtest.SiteName + "/ip"},
+			Country:  func(context.Context, netip.Addr) (string, error) { return "NL", nil },
+		}, proxy)
+	}
 	socks := proxyfwdtest.StartFakeSOCKS5Proxy(t, site.Listener.Addr().String())
 	httpp := proxyfwdtest.StartFakeHTTPProxy(t, site.Listener.Addr().String(), false)
 	for _, tc := range []struct {
@@ -330,6 +348,9 @@ func TestRealProxyWithCredentials(t *testing.T) {
 			res := m.Call(ctx, "browser_snapshot", map[string]any{"identity_id": bi.ID})
 			if want := "served to " + proxyfwdtest.SiteName + " for /through-" + tc.name; !res.OK || !strings.Contains(res.Text, want) {
 				t.Fatalf("browser_snapshot:\n%s\nwant %q", res.Text, want)
+			}
+			if want := "placed in Europe/Amsterdam nl-NL"; !strings.Contains(res.Text, want) {
+				t.Errorf("browser_snapshot:\n%s\nwant %q: the exit's time zone and locale", res.Text, want)
 			}
 			seen := tc.seen()
 			if !slices.Contains(seen.Auths, proxyfwdtest.User+":"+proxyfwdtest.Password) {

@@ -30,6 +30,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/engine/api"
 	"github.com/invisible-dots/invisible-dots/guest/engine/automation"
 	"github.com/invisible-dots/invisible-dots/guest/engine/browser"
+	"github.com/invisible-dots/invisible-dots/guest/engine/browser/exitplace"
 	"github.com/invisible-dots/invisible-dots/guest/engine/images"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
 	"github.com/invisible-dots/invisible-dots/guest/engine/memory"
@@ -71,6 +72,14 @@ type Config struct {
 	MCPCommand    string
 	ModelUser     string
 	OpenRouterURL string
+	// ExitEchoURLs are the address-echo services a browser launch asks
+	// (EnvExitEchoURLs; exitplace's defaults when empty).
+	ExitEchoURLs []string
+	// RuntimeDir is the engine's own directory that every user reads
+	// ($RUNTIME_DIRECTORY, which systemd's RuntimeDirectory= sets): the
+	// browsers' configuration files are written there. Empty places no
+	// browser.
+	RuntimeDir    string
 	BuiltinSkills string
 	CrashAt       string
 	Grace         time.Duration
@@ -90,11 +99,33 @@ func ConfigFromEnv(getenv func(string) string) Config {
 		MCPCommand:    getenv(protocol.EnvMCPCommand),
 		ModelUser:     cmp.Or(getenv(protocol.EnvModelUser), protocol.DefaultModelUser),
 		OpenRouterURL: cmp.Or(getenv(protocol.EnvOpenRouterURL), openrouter.DefaultBaseURL),
+		ExitEchoURLs:  splitList(getenv(protocol.EnvExitEchoURLs)),
+		RuntimeDir:    getenv("RUNTIME_DIRECTORY"),
 		BuiltinSkills: cmp.Or(getenv(EnvBuiltinSkills), DefaultBuiltinSkills),
 		CrashAt:       getenv(EnvTestCrashAt),
 		Grace:         parseDuration(getenv(EnvTestGrace)),
 		MemoryQuiet:   parseDuration(getenv(EnvTestMemoryQuiet)),
 	}
+}
+
+// browserConfigDir is where the browsers' configuration files go: under
+// the engine's runtime directory, or nowhere without one.
+func browserConfigDir(runtimeDir string) string {
+	if runtimeDir == "" {
+		return ""
+	}
+	return path.Join(runtimeDir, "browsers")
+}
+
+// splitList is a comma-separated list without its empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 func parseDuration(s string) time.Duration {
@@ -171,6 +202,10 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	browsers := browser.New(browser.Options{
 		Store: st, Command: cfg.MCPCommand, Forwarder: cfg.AgentdBin, Home: home, Dial: browserDial,
 		Remove: browser.RelayRemover(launcher), Watch: browserWatch, Log: log,
+		Place: func(ctx context.Context, proxy string) exitplace.Place {
+			return exitplace.Learn(ctx, exitplace.Options{EchoURLs: cfg.ExitEchoURLs}, proxy)
+		},
+		ConfigDir: browserConfigDir(cfg.RuntimeDir),
 	})
 	// A stop closes the browsers (work.Options.Browsers); this is the last
 	// word when the engine ends some other way.

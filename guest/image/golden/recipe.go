@@ -36,6 +36,11 @@ var Packages = []string{
 	"chromium", "nodejs",
 	// Fonts for pages and the desktop.
 	"fonts-dejavu-core", "fonts-liberation2", "fonts-noto-color-emoji",
+	// Where a browser's exit is (ref 6, guest/engine/browser/exitplace):
+	// the country of an address (geoiplookup, the country edition of the
+	// GeoIP database, Debian's last refresh of which is from 2019) and the
+	// time zones of a country (tzdata's zone.tab).
+	"geoip-bin", "geoip-database", "tzdata",
 }
 
 // RootLabel is the ext4 label of the image's root file system; the kernel
