@@ -25,18 +25,18 @@ const (
 // The environment the engine reads once at start (ref 8.8), and the names
 // of the event stream's resume parameters.
 const (
-	EnvAgentSocket    = "INVISIBLE_DOTS_AGENT_SOCKET"
-	EnvAgentdSocket   = "INVISIBLE_DOTS_AGENTD_SOCKET"
-	EnvAgentdBin      = "INVISIBLE_DOTS_AGENTD_BIN"
-	EnvWorkspace      = "INVISIBLE_DOTS_WORKSPACE"
-	EnvEngineState    = "INVISIBLE_DOTS_ENGINE_STATE"
-	EnvNetworkCheck   = "INVISIBLE_DOTS_NETWORK_CHECK"
-	EnvMCPCommand     = "INVISIBLE_DOTS_MCP_COMMAND"
-	EnvModelUser      = "INVISIBLE_DOTS_MODEL_USER"
-	EnvOpenRouterURL  = "INVISIBLE_DOTS_OPENROUTER_URL"
+	EnvAgentSocket   = "INVISIBLE_DOTS_AGENT_SOCKET"
+	EnvAgentdSocket  = "INVISIBLE_DOTS_AGENTD_SOCKET"
+	EnvAgentdBin     = "INVISIBLE_DOTS_AGENTD_BIN"
+	EnvWorkspace     = "INVISIBLE_DOTS_WORKSPACE"
+	EnvEngineState   = "INVISIBLE_DOTS_ENGINE_STATE"
+	EnvNetworkCheck  = "INVISIBLE_DOTS_NETWORK_CHECK"
+	EnvMCPCommand    = "INVISIBLE_DOTS_MCP_COMMAND"
+	EnvModelUser     = "INVISIBLE_DOTS_MODEL_USER"
+	EnvOpenRouterURL = "INVISIBLE_DOTS_OPENROUTER_URL"
 	// EnvExitEchoURLs lists the address-echo services a browser launch
 	// asks for its exit's address, comma-separated (ref 6).
-	EnvExitEchoURLs = "INVISIBLE_DOTS_EXIT_ECHO_URLS"
+	EnvExitEchoURLs   = "INVISIBLE_DOTS_EXIT_ECHO_URLS"
 	DefaultModelUser  = "dot"
 	StreamAfterQuery  = "after"
 	StreamLastEventID = "Last-Event-ID"
