@@ -4,48 +4,22 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 )
 
 // HostAccessControllerName names the host access reconciler.
 const HostAccessControllerName = "host-access-controller"
-
-// HostAccessLabel marks the Roles and RoleBindings this controller keeps,
-// with the host's name as the value.
-const HostAccessLabel = "dots.invisible.dev/host-access"
-
-// HostServiceAccount is the ServiceAccount (in dotsv1.SystemNamespace) whose
-// token a joined host's agent uses: `invisible-dots host join` makes it.
-func HostServiceAccount(host string) string { return "host-" + host }
-
-// HostOfUser is the host whose agent user (an authenticated user's name) is,
-// when it is one: the ServiceAccount HostServiceAccount(host) of the system
-// namespace. A ServiceAccount of that name in another namespace is not.
-func HostOfUser(user string) (string, bool) {
-	ns, name, err := serviceaccount.SplitUsername(user)
-	prefix := HostServiceAccount("")
-	if err != nil || ns != dotsv1.SystemNamespace || !strings.HasPrefix(name, prefix) || len(name) == len(prefix) {
-		return "", false
-	}
-	return strings.TrimPrefix(name, prefix), true
-}
-
-// HostAccessBindingName is the Role, and its RoleBinding, giving host its
-// guests' Secrets in a namespace. (The same name is the host's
-// ClusterRoleBinding, a kind of its own.)
-func HostAccessBindingName(host string) string { return "invisible-dots-host-" + host }
 
 // HostAccessReconciler keeps, in each namespace, a Role and its RoleBinding
 // per host that has Computers there, and removes those of hosts that no
@@ -68,7 +42,7 @@ func (r *HostAccessReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		switch o.(type) {
 		case *rbacv1.RoleBinding, *rbacv1.Role:
-			if o.GetLabels()[HostAccessLabel] == "" {
+			if o.GetLabels()[hostidentity.AccessLabel] == "" {
 				return nil
 			}
 		}
@@ -104,15 +78,15 @@ func (r *HostAccessReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	secrets := hostSecrets(computers.Items, secretRefs)
 
 	var bindings rbacv1.RoleBindingList
-	if err := r.Client.List(ctx, &bindings, client.InNamespace(ns), client.HasLabels{HostAccessLabel}); err != nil {
+	if err := r.Client.List(ctx, &bindings, client.InNamespace(ns), client.HasLabels{hostidentity.AccessLabel}); err != nil {
 		return ctrl.Result{}, err
 	}
 	var roles rbacv1.RoleList
-	if err := r.Client.List(ctx, &roles, client.InNamespace(ns), client.HasLabels{HostAccessLabel}); err != nil {
+	if err := r.Client.List(ctx, &roles, client.InNamespace(ns), client.HasLabels{hostidentity.AccessLabel}); err != nil {
 		return ctrl.Result{}, err
 	}
 	for _, b := range bindings.Items {
-		host := b.Labels[HostAccessLabel]
+		host := b.Labels[hostidentity.AccessLabel]
 		// A binding of an earlier version points at a ClusterRole that
 		// let a host read every Secret of the namespace: it goes.
 		if _, ok := secrets[host]; !ok || b.RoleRef.Kind != "Role" {
@@ -122,9 +96,9 @@ func (r *HostAccessReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 	for _, role := range roles.Items {
-		if _, ok := secrets[role.Labels[HostAccessLabel]]; !ok {
+		if _, ok := secrets[role.Labels[hostidentity.AccessLabel]]; !ok {
 			if err := r.Client.Delete(ctx, &role); client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, fmt.Errorf("remove host %s's role in namespace %s: %w", role.Labels[HostAccessLabel], ns, err)
+				return ctrl.Result{}, fmt.Errorf("remove host %s's role in namespace %s: %w", role.Labels[hostidentity.AccessLabel], ns, err)
 			}
 		}
 	}
@@ -175,14 +149,14 @@ func (r *HostAccessReconciler) ensureRole(ctx context.Context, want *rbacv1.Role
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil {
 		return fmt.Errorf("read the Role %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	if equality.Semantic.DeepEqual(have.Rules, want.Rules) && have.Labels[HostAccessLabel] == want.Labels[HostAccessLabel] {
+	if equality.Semantic.DeepEqual(have.Rules, want.Rules) && have.Labels[hostidentity.AccessLabel] == want.Labels[hostidentity.AccessLabel] {
 		return nil
 	}
 	have.Rules = want.Rules
 	if have.Labels == nil {
 		have.Labels = map[string]string{}
 	}
-	have.Labels[HostAccessLabel] = want.Labels[HostAccessLabel]
+	have.Labels[hostidentity.AccessLabel] = want.Labels[hostidentity.AccessLabel]
 	if err := r.Client.Update(ctx, have); err != nil {
 		return fmt.Errorf("update the Role %s/%s: %w", want.Namespace, want.Name, err)
 	}
@@ -192,8 +166,8 @@ func (r *HostAccessReconciler) ensureRole(ctx context.Context, want *rbacv1.Role
 func hostAccessRole(ns, host string, secrets []string) *rbacv1.Role {
 	return &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: HostAccessBindingName(host), Namespace: ns,
-			Labels: map[string]string{HostAccessLabel: host},
+			Name: hostidentity.AccessBindingName(host), Namespace: ns,
+			Labels: map[string]string{hostidentity.AccessLabel: host},
 		},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: secrets},
@@ -205,12 +179,12 @@ func hostAccessRole(ns, host string, secrets []string) *rbacv1.Role {
 func hostAccessBinding(ns, host string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: HostAccessBindingName(host), Namespace: ns,
-			Labels: map[string]string{HostAccessLabel: host},
+			Name: hostidentity.AccessBindingName(host), Namespace: ns,
+			Labels: map[string]string{hostidentity.AccessLabel: host},
 		},
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: HostAccessBindingName(host)},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: hostidentity.AccessBindingName(host)},
 		Subjects: []rbacv1.Subject{{
-			Kind: rbacv1.ServiceAccountKind, Name: HostServiceAccount(host), Namespace: dotsv1.SystemNamespace,
+			Kind: rbacv1.ServiceAccountKind, Name: hostidentity.ServiceAccount(host), Namespace: dotsv1.SystemNamespace,
 		}},
 	}
 }

@@ -12,9 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -25,20 +23,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
-
-// Scheme knows the built-in kinds and ours.
-var Scheme = runtime.NewScheme()
-
-func init() {
-	if err := clientgoscheme.AddToScheme(Scheme); err != nil {
-		panic(err)
-	}
-	if err := dotsv1.AddToScheme(Scheme); err != nil {
-		panic(err)
-	}
-}
 
 // defaultShutdownTimeout bounds how long the manager waits for running
 // reconciles when the server stops.
@@ -64,7 +52,7 @@ const LeaderElectionID = "invisible-dots-controllers"
 // hostAccessSelector selects the Roles and RoleBindings the host access reconciler
 // keeps.
 var hostAccessSelector = func() labels.Selector {
-	req, err := labels.NewRequirement(HostAccessLabel, selection.Exists, nil)
+	req, err := labels.NewRequirement(hostidentity.AccessLabel, selection.Exists, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -109,7 +97,7 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 	}
 	o.Log.Info("central controllers: waiting for the leader Lease", "lease", dotsv1.SystemNamespace+"/"+LeaderElectionID, "identity", identity)
 	opts := ctrl.Options{
-		Scheme:                              Scheme,
+		Scheme:                              scheme.Scheme,
 		Logger:                              o.Log,
 		Metrics:                             metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:              "0",

@@ -12,6 +12,7 @@ import (
 	clientfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 // TestMCPSecretsNoLongerNamedAreDeleted: the reconcile that sees a config
@@ -29,7 +30,7 @@ func TestMCPSecretsNoLongerNamedAreDeleted(t *testing.T) {
 		dotsv1.MCPSecretKey("search", "OLD"):    []byte("name dropped"),
 		dotsv1.MCPSecretKey("removed", "TOKEN"): []byte("server removed"),
 	}}
-	c := clientfake.NewClientBuilder().WithScheme(Scheme).WithObjects(sec).Build()
+	c := clientfake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(sec).Build()
 	r := &DotReconciler{Client: c, SecretReader: c}
 	gone, err := r.pruneMCPSecrets(context.Background(), dot)
 	if err != nil {

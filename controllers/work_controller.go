@@ -2,8 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -628,13 +626,6 @@ func (r *WorkReconciler) answer(ctx context.Context, a *dotsv1.Approval, id stor
 		store.Event{Dot: id, Type: wire.EventApprovalResolved, Source: store.SourceHost, Data: logged})
 }
 
-// ApprovalName is the name of the Approval of a guest's request: the Dot's
-// name and a digest of the request id, the same every time.
-func ApprovalName(dot, requestID string) string {
-	sum := sha256.Sum256([]byte(requestID))
-	return dot + "-" + hex.EncodeToString(sum[:5])
-}
-
 // makeApprovals makes an Approval for each request of the log and writes
 // its first phase at once: Pending, or Expired when its task ended before
 // the Approval was made (a request read from the log after its task's end),
@@ -656,7 +647,7 @@ func (r *WorkReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, vie
 		a, ok := byRequest[reqID]
 		if !ok {
 			a = &dotsv1.Approval{
-				ObjectMeta: metav1.ObjectMeta{Name: ApprovalName(dot.Name, reqID), Namespace: dot.Namespace, Labels: map[string]string{dotsv1.DotLabel: dot.Name}},
+				ObjectMeta: metav1.ObjectMeta{Name: dotsv1.ApprovalName(dot.Name, reqID), Namespace: dot.Namespace, Labels: map[string]string{dotsv1.DotLabel: dot.Name}},
 				Spec: dotsv1.ApprovalSpec{
 					DotName: dot.Name, RequestID: reqID, Tool: av.Requested.Tool, Permission: av.Requested.Permission,
 					Reason: av.Requested.Reason, Arguments: &apiextensionsv1.JSON{Raw: av.Requested.Arguments},

@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -115,6 +118,17 @@ type Approval struct {
 	Spec ApprovalSpec `json:"spec"`
 	// +optional
 	Status ApprovalStatus `json:"status,omitempty"`
+}
+
+// ApprovalName is the name of the Approval of a guest's request: the Dot's
+// name and a digest of the request id, the same every time. It is part of
+// the API, beside the types: the control plane makes the Approval under this
+// name (once per request, whoever reads the request first), and a client
+// that holds a request id (the command line's approve, a chat's ask) finds
+// the Approval by it without listing.
+func ApprovalName(dot, requestID string) string {
+	sum := sha256.Sum256([]byte(requestID))
+	return dot + "-" + hex.EncodeToString(sum[:5])
 }
 
 // ApprovalList is a list of Approvals.

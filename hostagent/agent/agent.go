@@ -33,7 +33,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/computer"
 	"github.com/invisible-dots/invisible-dots/hostagent/deliver"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
@@ -44,6 +43,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/pump"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 // Options are what a host agent needs.
@@ -135,7 +135,7 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		o.DriverProblem = errors.New("no VM driver")
 	}
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
-		Scheme:                 controllers.Scheme,
+		Scheme:                 scheme.Scheme,
 		Logger:                 o.Log,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",

@@ -21,11 +21,11 @@ import (
 	clientfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 var testNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -41,7 +41,7 @@ func testComputer(name string, strategy dotsv1.RunStrategy) *dotsv1.Computer {
 const testHost = "h1"
 
 func newTestReconciler(drv driver.Driver, objs ...client.Object) (*Reconciler, client.Client) {
-	c := clientfake.NewClientBuilder().WithScheme(controllers.Scheme).
+	c := clientfake.NewClientBuilder().WithScheme(scheme.Scheme).
 		WithStatusSubresource(&dotsv1.Computer{}).WithObjects(objs...).Build()
 	clk := clocktesting.NewFakePassiveClock(testNow)
 	if h, ok := drv.(*fake.Host); ok {

@@ -31,46 +31,28 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
-// Status of one check.
-type Status string
-
-const (
-	OK      Status = "ok"
-	Missing Status = "missing"
-	Failed  Status = "failed"
-	// Warning: works, but not as production should (accelerator: tcg).
-	Warning Status = "warning"
+// The report's types are the wire's: the command line prints them and the
+// server's /dots/v1/doctor answers them, and a client reads them without
+// linking this package.
+type (
+	// Status of one check.
+	Status = wire.DoctorStatus
+	// Check is one row of the report.
+	Check = wire.DoctorCheck
+	// Report is the doctor's answer.
+	Report = wire.DoctorReport
 )
 
-// Check is one row of the report.
-type Check struct {
-	Name   string `json:"name"`
-	Status Status `json:"status"`
-	Detail string `json:"detail"`
-	// Fix is the command that fixes a row that is not ok: one shell
-	// command line, pasted as it is (no prose, no placeholder). A test
-	// parses every fix the doctor can give.
-	Fix string `json:"fix,omitempty"`
-	// FixWhy is what the command does, and what else to do around it
-	// (log in again, the other way): the words beside the command.
-	FixWhy string `json:"fixWhy,omitempty"`
-}
-
-// Report is the doctor's answer.
-type Report struct {
-	Checks []Check `json:"checks"`
-	// OK is true when no row is missing or failed (warnings allowed): the
-	// host can run Dots.
-	OK bool `json:"ok"`
-	// Ready is true when every row is ok (ref 11.1): what a script that
-	// gates on the doctor asks. ExitCode is the command's: ExitReady,
-	// ExitWarnings or ExitNotOK.
-	Ready    bool `json:"ready"`
-	ExitCode int  `json:"exitCode"`
-}
+const (
+	OK      = wire.DoctorOK
+	Missing = wire.DoctorMissing
+	Failed  = wire.DoctorFailed
+	Warning = wire.DoctorWarning
+)
 
 // The doctor command's exit codes.
 const (
@@ -82,16 +64,6 @@ const (
 	// the server down, the web client not built).
 	ExitWarnings = 2
 )
-
-// Row returns the check of a name, for setup and tests.
-func (r Report) Row(name string) (Check, bool) {
-	for _, c := range r.Checks {
-		if c.Name == name {
-			return c, true
-		}
-	}
-	return Check{}, false
-}
 
 // Row names, in report order.
 const (

@@ -23,12 +23,12 @@ import (
 	clientfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/computer"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 const (
@@ -145,7 +145,7 @@ func recording(j *journal, g fake.GuestFns) fake.GuestFns {
 
 func newReconciler(t *testing.T, guest Guest, objs ...client.Object) (*Reconciler, client.Client) {
 	t.Helper()
-	c := clientfake.NewClientBuilder().WithScheme(controllers.Scheme).
+	c := clientfake.NewClientBuilder().WithScheme(scheme.Scheme).
 		WithStatusSubresource(&dotsv1.Dot{}, &dotsv1.Computer{}).WithObjects(objs...).Build()
 	r := &Reconciler{Client: c, APIReader: c, Guest: guest, VMs: recordsOf(c), HostName: testHost,
 		Recorder: events.NewFakeRecorder(100), Clock: clocktesting.NewFakePassiveClock(testNow)}

@@ -11,7 +11,7 @@ import (
 	clientfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 // TestPushAlwaysCarriesTheMCPSecrets: the push names every MCP secret in
@@ -43,7 +43,7 @@ func TestPushAlwaysCarriesTheMCPSecrets(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			c := clientfake.NewClientBuilder().WithScheme(controllers.Scheme).WithObjects(tc.secret).Build()
+			c := clientfake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(tc.secret).Build()
 			set, problem := readSecrets(context.Background(), c, tc.dot)
 			if problem != nil {
 				t.Fatalf("readSecrets: %s", problem.message)

@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 // newComputerCommand is `invisible-dots computer start|stop|reboot NAME`:
@@ -106,5 +106,5 @@ func homeClient() (client.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", h.Kubeconfig(), err)
 	}
-	return client.New(cfg, client.Options{Scheme: controllers.Scheme})
+	return client.New(cfg, client.Options{Scheme: scheme.Scheme})
 }

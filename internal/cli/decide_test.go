@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 func approvalNamed(name string, decision dotsv1.ApprovalDecision, phase dotsv1.ApprovalPhase) *dotsv1.Approval {
@@ -32,7 +32,7 @@ func approvalNamed(name string, decision dotsv1.ApprovalDecision, phase dotsv1.A
 func TestDecideAnswersOnce(t *testing.T) {
 	ctx := context.Background()
 	patches := 0
-	kube := fake.NewClientBuilder().WithScheme(controllers.Scheme).
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).
 		WithStatusSubresource(&dotsv1.Approval{}).
 		WithObjects(
 			approvalNamed("waiting", "", dotsv1.ApprovalPending),

@@ -19,7 +19,6 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
-	"github.com/invisible-dots/invisible-dots/internal/store"
 	"github.com/invisible-dots/invisible-dots/internal/webui"
 	"github.com/invisible-dots/invisible-dots/web"
 )
@@ -135,7 +134,7 @@ for kubectl:
 				Config:   cp.Config,
 				Log:      log.WithName("controllers"),
 				Embedded: kubeconfig == "",
-				Store:    store.New(cp.DB.Pool()),
+				Store:    cp.Store(),
 			})
 			if err != nil {
 				return err

@@ -24,14 +24,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/eventtext"
 	"github.com/invisible-dots/invisible-dots/internal/home"
-	"github.com/invisible-dots/invisible-dots/internal/store"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 // The commands that give a Dot work and answer it: task, approve, reject,
@@ -97,7 +96,7 @@ func (c conn) clients() (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	kube, err := client.New(cfg, client.Options{Scheme: controllers.Scheme})
+	kube, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +374,7 @@ func say(ctx context.Context, c *clients, dot, text string, timeout time.Duratio
 	if err != nil {
 		return fmt.Errorf("send the message: %w", err)
 	}
-	mine := store.MessageID(accepted.EventID)
+	mine := wire.MessageID(accepted.EventID)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// The Dot's live stream from the message on: its tool calls, its
@@ -418,7 +417,7 @@ func say(ctx context.Context, c *clients, dot, text string, timeout time.Duratio
 // person: approve? [y/N/always]. Scripted (ask nil), it names the Approval
 // to answer.
 func askApproval(ctx context.Context, c *clients, dot string, d protocol.ApprovalRequested, out io.Writer, ask *bufio.Scanner) error {
-	name := controllers.ApprovalName(dot, d.ApprovalID)
+	name := dotsv1.ApprovalName(dot, d.ApprovalID)
 	fmt.Fprintf(out, "  ? %s %s\n", dot, eventtext.ApprovalLine(d))
 	if ask == nil {
 		fmt.Fprintf(out, "    answer it with: invisible-dots approve %s [--always], or invisible-dots reject %s\n", name, name)

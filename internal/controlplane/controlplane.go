@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/apiserver"
 	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
@@ -33,6 +32,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/objectsize"
 	"github.com/invisible-dots/invisible-dots/internal/pidlock"
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -225,7 +225,7 @@ func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.F
 		Prefix:      wire.Prefix,
 		LongRunning: wire.IsLongRunningPath,
 		New: func(loopback *rest.Config, authz authorizer.Authorizer) (http.Handler, error) {
-			reader, err := client.New(loopback, client.Options{Scheme: controllers.Scheme})
+			reader, err := client.New(loopback, client.Options{Scheme: scheme.Scheme})
 			if err != nil {
 				return nil, fmt.Errorf("make the Dots API's client of the API server: %w", err)
 			}
@@ -246,6 +246,11 @@ func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.F
 	}
 }
 
+// Store is the event log and outbox on the control plane's database, for
+// the central controllers the server command starts beside it: the command
+// takes it from here instead of importing the store.
+func (cp *ControlPlane) Store() *store.Store { return store.New(cp.DB.Pool()) }
+
 // loopbackReader is a reader of the API server's objects with its loopback
 // credential, once the server runs.
 func (cp *ControlPlane) loopbackReader() (client.Reader, error) {
@@ -253,7 +258,7 @@ func (cp *ControlPlane) loopbackReader() (client.Reader, error) {
 	if loopback == nil {
 		return nil, errors.New("the API server is not running yet")
 	}
-	return client.New(loopback, client.Options{Scheme: controllers.Scheme})
+	return client.New(loopback, client.Options{Scheme: scheme.Scheme})
 }
 
 // clientAddress turns a listen address into one a client can dial: a

@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 )
 
 // HostAgentRole is the generated ClusterRole every host agent is bound to,
@@ -50,16 +50,16 @@ func JoinHost(ctx context.Context, admin clientcmdapi.Config, host string, ttl t
 	if err != nil {
 		return nil, err
 	}
-	sa := controllers.HostServiceAccount(host)
+	sa := hostidentity.ServiceAccount(host)
 	ns := dotsv1.SystemNamespace
 	_, err = cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
-		ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns, Labels: map[string]string{controllers.HostAccessLabel: host}},
+		ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns, Labels: map[string]string{hostidentity.AccessLabel: host}},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("create the ServiceAccount %s/%s: %w", ns, sa, err)
 	}
 	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: controllers.HostAccessBindingName(host), Labels: map[string]string{controllers.HostAccessLabel: host}},
+		ObjectMeta: metav1.ObjectMeta{Name: hostidentity.AccessBindingName(host), Labels: map[string]string{hostidentity.AccessLabel: host}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: HostAgentRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
 	}, metav1.CreateOptions{})

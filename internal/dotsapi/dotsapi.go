@@ -46,7 +46,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/pgtext"
@@ -102,7 +101,7 @@ type Options struct {
 	Server ServerInfo
 	// Doctor runs the doctor of the server's host (hostagent/doctor); nil
 	// answers the doctor route 501.
-	Doctor func(ctx context.Context) doctor.Report
+	Doctor func(ctx context.Context) wire.DoctorReport
 }
 
 // Handler serves every route under wire.Prefix.

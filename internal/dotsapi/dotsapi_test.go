@@ -30,10 +30,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
 	"github.com/invisible-dots/invisible-dots/internal/postgres/pgtest"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -52,10 +53,10 @@ var users = map[string]user.Info{
 	"viewer":  &user.DefaultInfo{Name: "vera", Groups: []string{user.AllAuthenticated}},
 	"nobody":  &user.DefaultInfo{Name: "nora", Groups: []string{user.AllAuthenticated}},
 	"admin":   &user.DefaultInfo{Name: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
-	"agent-1": &user.DefaultInfo{Name: serviceaccount.MakeUsername(dotsv1.SystemNamespace, controllers.HostServiceAccount("host-1"))},
-	"agent-2": &user.DefaultInfo{Name: serviceaccount.MakeUsername(dotsv1.SystemNamespace, controllers.HostServiceAccount("host-2"))},
+	"agent-1": &user.DefaultInfo{Name: serviceaccount.MakeUsername(dotsv1.SystemNamespace, hostidentity.ServiceAccount("host-1"))},
+	"agent-2": &user.DefaultInfo{Name: serviceaccount.MakeUsername(dotsv1.SystemNamespace, hostidentity.ServiceAccount("host-2"))},
 	// A ServiceAccount of another namespace named like a host agent is not one.
-	"impostor": &user.DefaultInfo{Name: serviceaccount.MakeUsername("team-a", controllers.HostServiceAccount("host-1"))},
+	"impostor": &user.DefaultInfo{Name: serviceaccount.MakeUsername("team-a", hostidentity.ServiceAccount("host-1"))},
 }
 
 // rbac stands in for the API server's authorizer: the editor has
@@ -193,7 +194,7 @@ func (e *env) start(t testing.TB) {
 	o := Options{
 		Store:      testStore,
 		Changes:    changes,
-		Reader:     fake.NewClientBuilder().WithScheme(controllers.Scheme).WithObjects(e.objs...).Build(),
+		Reader:     fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(e.objs...).Build(),
 		Authorizer: rbac,
 		Waker:      e.waker,
 		Clock:      e.clock,

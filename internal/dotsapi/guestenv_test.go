@@ -28,10 +28,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -240,7 +240,7 @@ func newGuestEnv(t testing.TB, o guestEnvOptions) *guestEnv {
 			Data: map[string][]byte{dotsv1.OpenRouterKeySecretKey: []byte("sk-or-default")}})
 	}
 
-	c := fake.NewClientBuilder().WithScheme(controllers.Scheme).WithObjects(objs...).WithInterceptorFuncs(o.intercept).Build()
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).WithInterceptorFuncs(o.intercept).Build()
 	e := &guestEnv{
 		env:        &env{dots: map[string]store.Dot{}, clock: clocktesting.NewFakePassiveClock(time.Now())},
 		guests:     newFakeGuests(localHost),

@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -27,7 +27,7 @@ import (
 // Dot's Computer is on that host.
 
 // hostDot checks the caller of a host route and returns the Dot it names.
-// A host agent (its ServiceAccount, controllers.HostServiceAccount) acts for
+// A host agent (its ServiceAccount, hostidentity.ServiceAccount) acts for
 // its own host only; anyone else must be allowed to write that host's status,
 // as an administrator is (the in-process agent of `invisible-dots server`
 // uses the admin loopback credential). The Dot's Computer must be on the
@@ -52,14 +52,14 @@ func (h *Handler) hostDot(r *http.Request) (host string, d *dotsv1.Dot, err erro
 }
 
 // checkHostCaller refuses a caller that may not act for host: a host
-// agent (its ServiceAccount, controllers.HostServiceAccount) acts for its
+// agent (its ServiceAccount, hostidentity.ServiceAccount) acts for its
 // own host only; anyone else must be allowed to write that host's status.
 func (h *Handler) checkHostCaller(r *http.Request, host string) error {
 	u, err := callerOf(r)
 	if err != nil {
 		return err
 	}
-	if agentOf, ok := controllers.HostOfUser(u.GetName()); ok {
+	if agentOf, ok := hostidentity.HostOfUser(u.GetName()); ok {
 		if agentOf != host {
 			return apiErrorf(http.StatusForbidden, wire.CodeForbidden, "%s may act for its own host only, not for host %q", u.GetName(), host)
 		}

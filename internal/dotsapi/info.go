@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/keystore"
 	"github.com/invisible-dots/invisible-dots/internal/version"
@@ -83,7 +82,7 @@ const doctorTimeout = 2 * time.Minute
 // share its report, so a burst of requests starts one QEMU probe, not one
 // each.
 type doctorRuns struct {
-	run func(ctx context.Context) doctor.Report
+	run func(ctx context.Context) wire.DoctorReport
 
 	mu      sync.Mutex
 	running *doctorRun
@@ -91,10 +90,10 @@ type doctorRuns struct {
 
 type doctorRun struct {
 	done chan struct{}
-	rep  doctor.Report
+	rep  wire.DoctorReport
 }
 
-func (d *doctorRuns) report(ctx context.Context) (doctor.Report, error) {
+func (d *doctorRuns) report(ctx context.Context) (wire.DoctorReport, error) {
 	d.mu.Lock()
 	cur := d.running
 	if cur == nil {
@@ -117,6 +116,6 @@ func (d *doctorRuns) report(ctx context.Context) (doctor.Report, error) {
 	case <-cur.done:
 		return cur.rep, nil
 	case <-ctx.Done():
-		return doctor.Report{}, ctx.Err()
+		return wire.DoctorReport{}, ctx.Err()
 	}
 }

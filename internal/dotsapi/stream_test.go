@@ -22,10 +22,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -584,7 +584,7 @@ func TestStreamRefusals(t *testing.T) {
 	})
 
 	t.Run("a server that does not follow the log", func(t *testing.T) {
-		h, err := New(Options{Store: testStore, Reader: fake.NewClientBuilder().WithScheme(controllers.Scheme).Build(), Authorizer: rbac, Log: logr.Discard()})
+		h, err := New(Options{Store: testStore, Reader: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build(), Authorizer: rbac, Log: logr.Discard()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,7 @@
 // keeps each kubelet to its own Node. RBAC cannot say "only the Host named
 // like you": the host agents' ClusterRole lets them write Hosts, Leases,
 // Computers and the status of Dots, and this plugin refuses a host agent
-// (controllers.HostServiceAccount of the system namespace) any of those
+// (hostidentity.ServiceAccount of the system namespace) any of those
 // writes about another host:
 //
 //   - a Host, or its status, other than its own;
@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 )
 
 // Name is the plugin's name in the server's admission chain.
@@ -67,7 +67,7 @@ var (
 
 // Validate refuses a host agent's write about another host.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	host, ok := controllers.HostOfUser(a.GetUserInfo().GetName())
+	host, ok := hostidentity.HostOfUser(a.GetUserInfo().GetName())
 	if !ok {
 		return nil
 	}

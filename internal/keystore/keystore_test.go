@@ -13,8 +13,8 @@ import (
 	clientfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 func TestReadKey(t *testing.T) {
@@ -55,7 +55,7 @@ func TestReadKey(t *testing.T) {
 
 func newClient(t *testing.T, objs ...client.Object) client.Client {
 	t.Helper()
-	return clientfake.NewClientBuilder().WithScheme(controllers.Scheme).WithObjects(objs...).Build()
+	return clientfake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build()
 }
 
 func dot(ref string) *dotsv1.Dot {

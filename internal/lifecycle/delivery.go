@@ -1,15 +1,20 @@
 package lifecycle
 
-import "time"
+import (
+	"time"
 
-// Kind is what an outbox row carries.
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// Kind is what an outbox row carries: the type of the inbound event the
+// guest receives, as guest/protocol names it.
 type Kind string
 
 const (
-	KindTask     Kind = "task.created"
-	KindMessage  Kind = "user.message"
-	KindDecision Kind = "approval.received"
-	KindSystem   Kind = "system.event"
+	KindTask     Kind = protocol.InboundTaskCreated
+	KindMessage  Kind = protocol.InboundUserMessage
+	KindDecision Kind = protocol.InboundApprovalReceived
+	KindSystem   Kind = protocol.InboundSystemEvent
 )
 
 // Outcome is how one send to the guest ended.

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/pgtext"
 	"github.com/invisible-dots/invisible-dots/internal/postgres/migrate"
 )
@@ -375,11 +376,9 @@ func ApprovalDecisionID(approvalUID string) string {
 }
 
 // MessageID is the outbox id of the user.message that delivers the person's
-// message logged as event eventID: the row follows from the logged event, and
-// the guest's answer names it (message.assistant's in_reply_to).
-func MessageID(eventID int64) string {
-	return "message-" + strconv.FormatInt(eventID, 10)
-}
+// message logged as event eventID: the Dots API's message id
+// (wire.MessageID), which a client knows from the event it posted.
+func MessageID(eventID int64) string { return wire.MessageID(eventID) }
 
 // storableJSON is b as jsonb can hold it (pgtext), {} when empty.
 func storableJSON(b json.RawMessage) json.RawMessage {

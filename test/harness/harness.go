@@ -16,9 +16,9 @@ import (
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 // ControlPlane is a started control plane for a test.
@@ -70,7 +70,7 @@ func StartWith(ctx context.Context, dir string, log logr.Logger, o Options) (*Co
 	if err != nil {
 		return nil, fmt.Errorf("start the test control plane: %w", err)
 	}
-	c, err := client.New(cp.Config, client.Options{Scheme: controllers.Scheme})
+	c, err := client.New(cp.Config, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		cp.Stop(ctx)
 		return nil, err

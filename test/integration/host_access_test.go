@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 )
 
 // A host reads its own guests' Secrets and no other host's, even in the
@@ -25,7 +25,7 @@ var _ = Describe("Host access to Secrets", func() {
 		agentOf := func(host string) kubernetes.Interface {
 			cfg := rest.CopyConfig(cp.Config)
 			cfg.Impersonate = rest.ImpersonationConfig{
-				UserName: serviceaccount.MakeUsername(dotsv1.SystemNamespace, controllers.HostServiceAccount(host)),
+				UserName: serviceaccount.MakeUsername(dotsv1.SystemNamespace, hostidentity.ServiceAccount(host)),
 				Groups:   []string{serviceaccount.AllServiceAccountsGroup, user.AllAuthenticated},
 			}
 			cs, err := kubernetes.NewForConfig(cfg)

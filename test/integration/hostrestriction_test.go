@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
+	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
 var _ = Describe("A host agent", Ordered, func() {
@@ -38,7 +38,7 @@ var _ = Describe("A host agent", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 		Expect(err).NotTo(HaveOccurred())
-		rogue, err = client.New(cfg, client.Options{Scheme: controllers.Scheme})
+		rogue, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
 		Expect(err).NotTo(HaveOccurred())
 
 		dot = createDot(newNamespace("restrict"))

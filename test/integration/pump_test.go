@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
@@ -120,7 +119,7 @@ var _ = Describe("The event pump and the deliverer", Ordered, func() {
 		t = taskOf(t)
 		var approval dotsv1.Approval
 		Eventually(func() error {
-			return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: controllers.ApprovalName(dot.Name, "req-"+string(t.UID))}, &approval)
+			return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: dotsv1.ApprovalName(dot.Name, "req-"+string(t.UID))}, &approval)
 		}).Should(Succeed())
 		Eventually(func() dotsv1.TaskPhase { return taskOf(t).Status.Phase }).Should(Equal(dotsv1.TaskWaitingApproval))
 		decided := approval.DeepCopy()

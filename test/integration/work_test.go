@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -292,7 +291,7 @@ func approvalFor(dot *dotsv1.Dot, requestID string) *dotsv1.Approval {
 	GinkgoHelper()
 	a := &dotsv1.Approval{}
 	Eventually(func() error {
-		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: controllers.ApprovalName(dot.Name, requestID)}, a)
+		return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: dotsv1.ApprovalName(dot.Name, requestID)}, a)
 	}).Should(Succeed())
 	return a
 }

@@ -9,7 +9,6 @@ import (
 	"net/url"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
-	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
 
@@ -145,8 +144,8 @@ func (c *Client) Health(ctx context.Context) (wire.Health, error) {
 }
 
 // Doctor runs the doctor of the server's host and reads its report.
-func (c *Client) Doctor(ctx context.Context) (doctor.Report, error) {
-	var out doctor.Report
+func (c *Client) Doctor(ctx context.Context) (wire.DoctorReport, error) {
+	var out wire.DoctorReport
 	err := c.do(ctx, http.MethodGet, wire.DoctorPath, "", nil, http.StatusOK, &out)
 	return out, err
 }

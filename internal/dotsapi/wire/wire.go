@@ -340,6 +340,15 @@ type Message struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// MessageID is the id the person's message logged as event eventID is
+// delivered to the guest with (its user.message's outbox id): a Message
+// carries it, and the guest's answer names it in InReplyTo
+// (message.assistant's in_reply_to). It follows from the logged event, so a
+// client that posted a message knows its id from the event id accepted.
+func MessageID(eventID int64) string {
+	return "message-" + strconv.FormatInt(eventID, 10)
+}
+
 // Messages answers GET MessagesPath.
 type Messages struct {
 	Messages []Message `json:"messages"`
