@@ -8,7 +8,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,14 +33,8 @@ func (h *Handler) powerComputer(action string) handlerFunc {
 		}
 		// A Dot's Computer has the Dot's name.
 		key := types.NamespacedName{Namespace: p[0], Name: p[1]}
-		u, err := callerOf(r)
+		u, err := h.callerMayPatch(r, "computers", key)
 		if err != nil {
-			return err
-		}
-		if err := h.authorize(r.Context(), authorizer.AttributesRecord{
-			User: u, Verb: "patch", Namespace: key.Namespace, Name: key.Name, ResourceRequest: true,
-			APIGroup: dotsv1.GroupVersion.Group, APIVersion: dotsv1.GroupVersion.Version, Resource: "computers",
-		}); err != nil {
 			return err
 		}
 		if len(r.URL.Query()) > 0 {
