@@ -618,13 +618,27 @@ func (r *Reconciler) ensureToken(ctx context.Context, c *dotsv1.Computer) (strin
 	} else if err != nil {
 		return "", fmt.Errorf("read the guest-token secret %s: %w", key, err)
 	}
+	tok, err := TokenIn(c, sec)
+	if err != nil {
+		return "", err
+	}
+	r.tokens.Store(c.UID, tok)
+	return tok, nil
+}
+
+// TokenIn is the guest token the Computer's token Secret holds: the one rule
+// of a usable token for every reader of it (this reconciler, which makes
+// it, and the guest link, which pushes with it). The Secret must be the
+// Computer's own, and the token one the guest's config accepts (at least
+// protocol.MinTokenLength printable characters). Never quotes the token.
+func TokenIn(c *dotsv1.Computer, sec *corev1.Secret) (string, error) {
+	key := client.ObjectKeyFromObject(sec)
 	if !metav1.IsControlledBy(sec, c) {
 		return "", fmt.Errorf("secret %s exists and does not belong to Computer %s: delete or rename it", key, c.Name)
 	}
 	tok := string(sec.Data[TokenSecretKey])
-	if len(tok) < 16 {
-		return "", fmt.Errorf("secret %s has no usable %q key (at least 16 characters): delete it and a new token is made", key, TokenSecretKey)
+	if err := (protocol.GuestConfig{DotID: "-", Token: tok}).Validate(); err != nil {
+		return "", fmt.Errorf("secret %s has no usable %q key (at least %d printable characters): delete it and a new token is made", key, TokenSecretKey, protocol.MinTokenLength)
 	}
-	r.tokens.Store(c.UID, tok)
 	return tok, nil
 }

@@ -703,12 +703,9 @@ func (r *Reconciler) token(ctx context.Context, c *dotsv1.Computer) (string, err
 	if err := r.APIReader.Get(ctx, key, sec); err != nil {
 		return "", fmt.Errorf("read the guest-token secret %s: %w", key, err)
 	}
-	if !metav1.IsControlledBy(sec, c) {
-		return "", fmt.Errorf("secret %s does not belong to Computer %s", key, c.Name)
-	}
-	tok := string(sec.Data[computer.TokenSecretKey])
-	if len(tok) < protocol.MinTokenLength {
-		return "", fmt.Errorf("secret %s has no usable %q key", key, computer.TokenSecretKey)
+	tok, err := computer.TokenIn(c, sec)
+	if err != nil {
+		return "", err
 	}
 	r.tokens.Store(c.UID, tok)
 	return tok, nil
