@@ -534,7 +534,7 @@ func (r *WorkReconciler) cancel(ctx context.Context, t *dotsv1.Task, id store.Do
 	}
 	uid := string(t.UID)
 	v, dispatched := view.Tasks[uid]
-	if dispatched && (v.Phase == dotsv1.TaskCompleted || v.Phase == dotsv1.TaskFailed || v.Phase == dotsv1.TaskCancelled) {
+	if dispatched && v.Phase.Ended() {
 		return nil
 	}
 	logged, _ := json.Marshal(map[string]any{"task_id": uid, "task": t.Name})

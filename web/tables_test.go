@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
 
 // generatedTables is the client's copy of the Go tables it shows (the
 // permissions with their words, risk and default, the config's bounds, and
-// the events whose spend the usage route sums):
+// the events whose spend the usage route sums, the phases in which a task
+// has ended):
 // written from Go, so the words have one owner. The test fails when the
 // file drifts; UPDATE_WEB_TABLES=1 writes it again.
 const generatedTables = "src/lib/generated.ts"
@@ -51,15 +54,62 @@ func tablesSource() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every phase the Task API admits, kept when Ended says so: the client's
+	// history and the dispatcher agree on what is over.
+	phases, err := taskPhases()
+	if err != nil {
+		return nil, err
+	}
+	var ended []dotsv1.TaskPhase
+	for _, p := range phases {
+		if p.Ended() {
+			ended = append(ended, p)
+		}
+	}
+	ej, err := json.Marshal(ended)
+	if err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
-	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds) and the Dots API (SpendEventTypes); do not edit.\n")
+	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) and the Task API (TaskPhase.Ended); do not edit.\n")
 	fmt.Fprintf(&out, "// UPDATE_WEB_TABLES=1 go test ./web writes it again.\n\n")
 	fmt.Fprintf(&out, "export type Decision = 'allow' | 'ask' | 'deny';\n\n")
 	fmt.Fprintf(&out, "export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision }[] = %s;\n\n", pj)
 	fmt.Fprintf(&out, "export const BOUNDS = %s as const;\n\n", bj)
 	fmt.Fprintf(&out, "/** The events whose spent_usd the usage route sums: a Dot's spend changes on these only. */\n")
-	fmt.Fprintf(&out, "export const SPEND_EVENT_TYPES: readonly string[] = %s;\n", sj)
+	fmt.Fprintf(&out, "export const SPEND_EVENT_TYPES: readonly string[] = %s;\n\n", sj)
+	fmt.Fprintf(&out, "/** The phases in which a task has ended: nothing leads out of them (api/v1alpha1 TaskPhase.Ended). */\n")
+	fmt.Fprintf(&out, "export const ENDED_TASK_PHASES = %s as const;\n\n", ej)
+	fmt.Fprintf(&out, "export type EndedTaskPhase = (typeof ENDED_TASK_PHASES)[number];\n")
 	return out.Bytes(), nil
+}
+
+// taskPhases reads the phases a Task may have from the Enum marker on
+// TaskPhase, the list the API server validates against, so a phase added
+// there is asked about here too.
+func taskPhases() ([]dotsv1.TaskPhase, error) {
+	const typesFile, marker = "../api/v1alpha1/task_types.go", "// +kubebuilder:validation:Enum="
+	src, err := os.ReadFile(typesFile)
+	if err != nil {
+		return nil, err
+	}
+	var last string
+	for line := range strings.Lines(string(src)) {
+		line = strings.TrimSpace(line)
+		if line == "type TaskPhase string" {
+			enum, ok := strings.CutPrefix(last, marker)
+			if !ok {
+				return nil, fmt.Errorf("%s: no Enum marker right above type TaskPhase", typesFile)
+			}
+			var phases []dotsv1.TaskPhase
+			for _, p := range strings.Split(enum, ";") {
+				phases = append(phases, dotsv1.TaskPhase(p))
+			}
+			return phases, nil
+		}
+		last = line
+	}
+	return nil, fmt.Errorf("%s: no type TaskPhase", typesFile)
 }
 
 func TestGeneratedTablesAreGoTables(t *testing.T) {

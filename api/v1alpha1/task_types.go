@@ -48,6 +48,15 @@ const (
 	TaskCancelled       TaskPhase = "CANCELLED"
 )
 
+// Ended says whether a task in phase p is over: it completed, failed or was
+// cancelled. These are the phases nothing leads out of: a later report from
+// the guest changes the task's spend, never its phase, a cancel has nothing
+// left to stop, and an approval asked for the task is moot. The web client
+// takes the same list from here (web/src/lib/generated.ts).
+func (p TaskPhase) Ended() bool {
+	return p == TaskCompleted || p == TaskFailed || p == TaskCancelled
+}
+
 // TaskRun is one delivery of the task to the guest.
 type TaskRun struct {
 	// number counts runs from 1.

@@ -156,11 +156,7 @@ func (v *View) Expired(a *ApprovalView) bool {
 		return false
 	}
 	t, ok := v.Tasks[*a.Requested.TaskID]
-	return ok && ended(t.Phase)
-}
-
-func ended(p dotsv1.TaskPhase) bool {
-	return p == dotsv1.TaskCompleted || p == dotsv1.TaskFailed || p == dotsv1.TaskCancelled
+	return ok && t.Phase.Ended()
 }
 
 func (v *View) task(id string) *TaskView {
@@ -222,17 +218,17 @@ func (v *View) foldHost(e Event) {
 		v.ComputerState = d.State
 	case wire.EventTaskCreated:
 		// The dispatcher gave the task to the Dot: a run opens.
-		if t := v.task(d.TaskID); !ended(t.Phase) {
+		if t := v.task(d.TaskID); !t.Phase.Ended() {
 			t.Phase, t.Runs = dotsv1.TaskRunning, max(t.Runs, d.Run, t.Runs+1)
 			t.openRun(t.Runs, e.At)
 		}
 	case wire.EventTaskCancelled:
-		if t := v.task(d.TaskID); !ended(t.Phase) {
+		if t := v.task(d.TaskID); !t.Phase.Ended() {
 			t.end(dotsv1.TaskCancelled, e.At)
 		}
 	case wire.EventTaskFailed:
 		// The deliverer gave the task up.
-		if t := v.task(d.TaskID); !ended(t.Phase) {
+		if t := v.task(d.TaskID); !t.Phase.Ended() {
 			t.end(dotsv1.TaskFailed, e.At)
 			t.Error = d.Error
 		}
@@ -289,7 +285,7 @@ func (v *View) foldGuest(e Event) {
 	case *protocol.AgentStateChanged:
 		v.AgentState = ev.State
 	case *protocol.TaskStarted:
-		if t := v.task(ev.TaskID); !ended(t.Phase) {
+		if t := v.task(ev.TaskID); !t.Phase.Ended() {
 			t.Phase = dotsv1.TaskRunning
 			t.delivered(e.At)
 		}
@@ -300,14 +296,14 @@ func (v *View) foldGuest(e Event) {
 	case *protocol.TaskCompleted:
 		t := v.task(ev.TaskID)
 		spent(t, ev.SpentUSD)
-		if !ended(t.Phase) {
+		if !t.Phase.Ended() {
 			t.end(dotsv1.TaskCompleted, e.At)
 			t.Summary = ev.Summary
 		}
 	case *protocol.TaskFailed:
 		t := v.task(ev.TaskID)
 		spent(t, ev.SpentUSD)
-		if !ended(t.Phase) {
+		if !t.Phase.Ended() {
 			t.end(dotsv1.TaskFailed, e.At)
 			t.Error = ev.Error
 		}

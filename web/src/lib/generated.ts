@@ -1,4 +1,4 @@
-// Written by web/tables_test.go from guest/protocol (Permissions, Bounds) and the Dots API (SpendEventTypes); do not edit.
+// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) and the Task API (TaskPhase.Ended); do not edit.
 // UPDATE_WEB_TABLES=1 go test ./web writes it again.
 
 export type Decision = 'allow' | 'ask' | 'deny';
@@ -135,3 +135,8 @@ export const BOUNDS = {
 
 /** The events whose spent_usd the usage route sums: a Dot's spend changes on these only. */
 export const SPEND_EVENT_TYPES: readonly string[] = ["task.completed","task.failed","message.assistant","memory.updated"];
+
+/** The phases in which a task has ended: nothing leads out of them (api/v1alpha1 TaskPhase.Ended). */
+export const ENDED_TASK_PHASES = ["COMPLETED","FAILED","CANCELLED"] as const;
+
+export type EndedTaskPhase = (typeof ENDED_TASK_PHASES)[number];

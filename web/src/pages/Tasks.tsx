@@ -7,6 +7,7 @@ import { Markdown } from '../lib/markdown';
 import { btn, Confirm, input } from '../lib/ui';
 import { ApprovalCard } from './Inbox';
 import { dispatchOrder } from '../lib/order';
+import { ENDED_TASK_PHASES, type EndedTaskPhase } from '../lib/generated';
 import { taskEnded, taskStarted, type ActivityEvent, type Approval, type Task } from '../lib/types';
 
 const HISTORY_PAGE = 20;
@@ -15,7 +16,7 @@ const taskPath = (t: Task) =>
 
 const phaseOf = (t: Task) => t.status?.phase ?? 'PENDING';
 const isActive = (t: Task) => phaseOf(t) === 'RUNNING' || phaseOf(t) === 'WAITING_APPROVAL';
-const isDone = (t: Task) => ['COMPLETED', 'FAILED', 'CANCELLED'].includes(phaseOf(t));
+const isDone = (t: Task) => (ENDED_TASK_PHASES as readonly string[]).includes(phaseOf(t));
 
 // History is in the order the tasks ended (status.completionTime), the last first.
 const finishedAt = (t: Task) => taskEnded(t) ?? '';
@@ -35,7 +36,7 @@ function duration(fromIso?: string, now = Date.now()) {
 export function Tasks({ ns, name, open }: { ns: string; name: string; open?: string }) {
   const all = useTasks();
   const as = useCell(approvals);
-  const [historyFilter, setHistoryFilter] = useState<'' | 'COMPLETED' | 'FAILED' | 'CANCELLED'>('');
+  const [historyFilter, setHistoryFilter] = useState<'' | EndedTaskPhase>('');
   const [shown, setShown] = useState(HISTORY_PAGE);
   const [, tick] = useState(0);
   useEffect(() => {
@@ -104,9 +105,11 @@ export function Tasks({ ns, name, open }: { ns: string; name: string; open?: str
             }}
           >
             <option value="">any way</option>
-            <option value="COMPLETED">completed</option>
-            <option value="FAILED">failed</option>
-            <option value="CANCELLED">cancelled</option>
+            {ENDED_TASK_PHASES.map((p) => (
+              <option key={p} value={p}>
+                {p.toLowerCase()}
+              </option>
+            ))}
           </select>
         </div>
         <ul class="mt-2 flex flex-col gap-2" data-testid="tasks-history">
