@@ -83,6 +83,12 @@ type HostStatus struct {
 	// agentVersion is the version of the host agent.
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
+	// guestEndpoint is where the host agent serves the guest routes of its
+	// Computers to the control plane (files, screenshot, browser identities,
+	// tools, skills): the one path by which the control plane reaches any
+	// guest, on any host. Empty until the agent serves it.
+	// +optional
+	GuestEndpoint *HostGuestEndpoint `json:"guestEndpoint,omitempty"`
 	// wakeLead is how long before one of its automations is due a sleeping
 	// Computer of this host is started (the host's host.yaml wakeLead);
 	// empty means the control plane's default, 90s.
@@ -94,6 +100,22 @@ type HostStatus struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// HostGuestEndpoint is a host agent's HTTPS endpoint of the guest routes.
+// Its serving certificate is the agent's own, made at its start; the control
+// plane trusts the certificate whose digest the Host says, since only the
+// host's own credential may write its Host's status (the host restriction
+// admission), as kubelet's serving certificate is trusted through the API.
+type HostGuestEndpoint struct {
+	// url is https://ADDRESS:PORT, as the control plane reaches it.
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^https://[^/?#\s]+$`
+	URL string `json:"url"`
+	// certificateSHA256 is the SHA-256 of the serving certificate's DER,
+	// in lowercase hex.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	CertificateSHA256 string `json:"certificateSHA256"`
 }
 
 // Host is a machine that runs Computers, registered and kept up to date by

@@ -38,7 +38,6 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
 	"github.com/invisible-dots/invisible-dots/hostagent/pump"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
@@ -80,11 +79,20 @@ type Options struct {
 	// DeliverInterval is the deliverer's periodic pass; its default when
 	// zero.
 	DeliverInterval time.Duration
-	// Offer, when set, is given the agent's guestproxy.Proxy: the Dots API
-	// of the server this agent runs in reaches this host's guests through
-	// it.
-	Offer *guestproxy.Late
+	// GuestListen is where the agent serves the guest routes of its
+	// Computers to the control plane (package guestendpoint): an address
+	// the control plane reaches, ":PORT" or "IP:PORT"; DefaultGuestListen
+	// when empty.
+	GuestListen string
+	// GuestAdvertise is the host (a name or an address) the control plane
+	// reaches the endpoint at; the listener's address when empty, which
+	// must then be one (not 0.0.0.0 or ::).
+	GuestAdvertise string
 }
+
+// DefaultGuestListen is the guest endpoint of an agent whose control plane
+// runs on the same machine: the loopback, a port the kernel picks.
+const DefaultGuestListen = "127.0.0.1:0"
 
 // Guest is what the host agent asks of its guests: the engine's routes (the
 // READY procedure's pushes, the deliverer's sends) and the raw event stream
@@ -155,15 +163,32 @@ func NewManager(o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create the host agent's manager: %w", err)
 	}
+	guest := o.Guest
+	if guest == nil {
+		guest = guestclient.New()
+	}
+	// The guest routes, for the control plane alone, through the agent's
+	// own endpoint: the one path to a guest on any host. Its address and
+	// certificate are published on the Host by the heartbeat.
+	guests := newGuests(o.HostName, guest)
+	endpoint, err := listenGuestEndpoint(o, guests, mgr.GetClient())
+	if err != nil {
+		return nil, err
+	}
 	facts := o.Facts
 	if facts == nil {
 		facts = machineFacts(o)
+	}
+	readFacts := func(ctx context.Context) (heartbeat.Facts, error) {
+		f, err := facts(ctx)
+		f.GuestEndpoint = endpoint.published.DeepCopy()
+		return f, err
 	}
 	if err := mgr.Add(&heartbeat.Heartbeat{
 		Client:   mgr.GetClient(),
 		Reader:   mgr.GetAPIReader(),
 		HostName: o.HostName,
-		Facts:    facts,
+		Facts:    readFacts,
 		Clock:    o.Clock,
 		Log:      o.Log.WithName("heartbeat"),
 		Interval: o.HeartbeatInterval,
@@ -182,10 +207,6 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		StopGrace:     o.StopGrace,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
-	}
-	guest := o.Guest
-	if guest == nil {
-		guest = guestclient.New()
 	}
 	// The READY procedure. Its RequestPush is what the event pump calls on
 	// a guest's agent.started, to push the key and the configuration again.
@@ -214,16 +235,12 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Host: o.HostName, Guest: guest, Outbox: dots, Clock: o.Clock, Interval: o.DeliverInterval,
 		Log: o.Log.WithName("deliver"),
 	}
-	link.Listeners = []guestlink.Listener{pumps, deliverer}
-	if o.Offer != nil {
-		proxy := newGuests(o.HostName, guest)
-		link.Listeners = append(link.Listeners, proxy)
-		o.Offer.Set(proxy)
-	}
+	link.Listeners = []guestlink.Listener{pumps, deliverer, guests}
 	if err := link.SetupWithManager(mgr); err != nil {
+		endpoint.Close()
 		return nil, err
 	}
-	for _, r := range []manager.Runnable{pumps, deliverer} {
+	for _, r := range []manager.Runnable{pumps, deliverer, endpoint} {
 		if err := mgr.Add(r); err != nil {
 			return nil, err
 		}

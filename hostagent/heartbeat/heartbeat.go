@@ -62,6 +62,9 @@ type Facts struct {
 	Images      []driver.Image
 	// WakeLead is host.yaml's wakeLead; 0 when it is not set.
 	WakeLead time.Duration
+	// GuestEndpoint is where the agent serves the guest routes; nil when
+	// it serves none.
+	GuestEndpoint *dotsv1.HostGuestEndpoint
 	// Problem says why this host cannot run VMs (what the doctor found);
 	// empty when it can.
 	Problem string
@@ -163,6 +166,7 @@ func setStatus(host *dotsv1.Host, f Facts, now time.Time) {
 	st.Accelerator = f.Accelerator
 	st.QEMUVersion = f.QEMUVersion
 	st.AgentVersion = version.Version
+	st.GuestEndpoint = f.GuestEndpoint
 	st.WakeLead = nil
 	if f.WakeLead > 0 {
 		st.WakeLead = &metav1.Duration{Duration: f.WakeLead}

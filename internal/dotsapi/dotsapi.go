@@ -46,7 +46,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/pgtext"
 	"github.com/invisible-dots/invisible-dots/internal/store"
@@ -88,11 +87,10 @@ type Options struct {
 	// answers; the real clock when nil.
 	Clock clock.PassiveClock
 	Log   logr.Logger
-	// Guests reaches the guests of the host whose agent runs in this
-	// process (a guestproxy.Late the server fills once its agent is
-	// built); the guest routes of a Computer on any other host answer 502
-	// host_unreachable. Nil reaches no host.
-	Guests guestproxy.Proxy
+	// Guests reaches the guest of a Computer through its host's agent
+	// (HostGuests, whatever machine the host is); nil reaches none (the
+	// guest routes answer 502 host_unreachable).
+	Guests Guests
 	// Client writes a Dot's Secret (its MCP secrets) and the annotation
 	// that tells its host agent, with the control plane's own credential,
 	// once the caller's right is checked; nil answers those writes 501.
@@ -117,7 +115,7 @@ type Handler struct {
 	clock     clock.PassiveClock
 	log       logr.Logger
 	mux       *http.ServeMux
-	guests    guestproxy.Proxy
+	guests    Guests
 	writer    client.Client
 	server    ServerInfo
 	doctor    *doctorRuns

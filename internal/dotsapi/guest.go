@@ -37,10 +37,12 @@ const (
 // included: a file of 16 MiB over the loopback takes well under it.
 const guestCallTimeout = 30 * time.Second
 
-// dotGuest is the guest of a Dot a route reads: the Computer it runs in.
+// dotGuest is the guest of a Dot a route reads: the Computer it runs in,
+// and the host that runs it.
 type dotGuest struct {
 	dot      *dotsv1.Dot
 	computer types.NamespacedName
+	host     string
 }
 
 // guestFor is the start of every route that asks a Dot's guest: the Dot
@@ -63,9 +65,10 @@ func (h *Handler) guestFor(r *http.Request, verb, subresource string) (dotGuest,
 
 // guestOf reads the Dot and its Computer and says why its guest cannot be
 // asked: 409 computer_stopped when the computer does not run (whoever's
-// host it is on: the API server knows), 502 host_unreachable when it runs
-// on a host whose agent is not in this process. Only the agent of the
-// Computer's own host may talk to its guest (DESIGN.md 2).
+// host it is on: the API server knows). Only the agent of the Computer's
+// own host may talk to its guest (DESIGN.md 2): the request goes through
+// that agent's endpoint, and a host whose agent cannot be reached is a 502
+// host_unreachable naming it (guestCall).
 func (h *Handler) guestOf(ctx context.Context, ns, name string) (dotGuest, error) {
 	d, err := h.getDot(ctx, ns, name)
 	if err != nil {
@@ -92,23 +95,7 @@ func (h *Handler) guestOf(ctx context.Context, ns, name string) (dotGuest, error
 		}
 		return dotGuest{}, apiErrorf(http.StatusConflict, wire.CodeComputerStopped, "%s: start it with `invisible-dots computer start %s -n %s`", msg, name, ns)
 	}
-	host := c.Spec.NodeName
-	if local := h.localHost(); host != local {
-		where := "no host agent runs in this server's process"
-		if local != "" {
-			where = fmt.Sprintf("this server's process runs the agent of host %s only", local)
-		}
-		return dotGuest{}, apiErrorf(http.StatusBadGateway, wire.CodeHostUnreachable,
-			"the computer of Dot %s/%s runs on host %s, whose agent is another process (%s): the guest routes are served only for the server's own host, and reaching a guest through a remote host agent is not built yet", ns, name, host, where)
-	}
-	return dotGuest{dot: d, computer: types.NamespacedName{Namespace: ns, Name: name}}, nil
-}
-
-func (h *Handler) localHost() string {
-	if h.guests == nil {
-		return ""
-	}
-	return h.guests.Host()
+	return dotGuest{dot: d, computer: types.NamespacedName{Namespace: ns, Name: name}, host: c.Spec.NodeName}, nil
 }
 
 // guestGet asks dot-agentd of the guest for pathAndQuery and returns its
@@ -143,7 +130,11 @@ func (h *Handler) guestCall(ctx context.Context, g dotGuest, q guestRequest) (*h
 	if q.body != nil {
 		body, header = bytes.NewReader(q.body), http.Header{"Content-Type": {"application/json"}}
 	}
-	resp, err := h.guests.Do(ctx, g.computer, q.method, q.path, body, header)
+	if h.guests == nil {
+		cancel()
+		return nil, nil, apiErrorf(http.StatusBadGateway, wire.CodeHostUnreachable, "this server reaches no host agent, so the guest of Dot %s cannot be asked", g.computer)
+	}
+	resp, err := h.guests.Do(ctx, g.host, g.computer, q.method, q.path, body, header)
 	if err != nil {
 		cancel()
 		return nil, nil, h.unreachable(g, q.method, q.path, timeout, err)
@@ -163,6 +154,12 @@ func (h *Handler) unreachable(g dotGuest, method, pathAndQuery string, timeout t
 	route, _, _ := strings.Cut(pathAndQuery, "?")
 	var msg string
 	switch {
+	case errors.Is(err, ErrHostUnreachable):
+		// Said as the host client said it: the host, and what failed
+		// (a missing Host, no endpoint, a connection refused), never a
+		// token.
+		return apiErrorf(http.StatusBadGateway, wire.CodeHostUnreachable, "the computer of Dot %s runs on host %s, whose agent cannot be reached: %s",
+			what, g.host, strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrHostUnreachable.Error()+": "), "host "+g.host+": "))
 	case errors.Is(err, guestproxy.ErrNoGuest):
 		msg = fmt.Sprintf("the computer of Dot %s runs and its guest cannot be reached yet (it may still be starting): try again shortly", what)
 	case errors.Is(err, guestclient.ErrGuestUnproven):

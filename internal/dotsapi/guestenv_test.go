@@ -35,8 +35,9 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
-// fakeGuests stands in for the host agent's guestproxy.Proxy: the guests
-// of one host, each answering its routes from a table, and what was asked.
+// fakeGuests stands in for HostGuests: the guests of one host, each
+// answering its routes from a table, and what was asked; any other host's
+// agent does not answer.
 type fakeGuests struct {
 	host string
 
@@ -57,9 +58,7 @@ func newFakeGuests(host string) *fakeGuests {
 	return &fakeGuests{host: host, routes: map[types.NamespacedName]map[string]fakeRoute{}}
 }
 
-var _ guestproxy.Proxy = (*fakeGuests)(nil)
-
-func (f *fakeGuests) Host() string { return f.host }
+var _ Guests = (*fakeGuests)(nil)
 
 // serve makes the guest of computer answer route: a GET of its path, or
 // "METHOD /path" for another method.
@@ -72,7 +71,10 @@ func (f *fakeGuests) serve(computer types.NamespacedName, route string, fn fakeR
 	f.routes[computer][route] = fn
 }
 
-func (f *fakeGuests) Do(_ context.Context, computer types.NamespacedName, method, pathAndQuery string, body io.Reader, header http.Header) (*http.Response, error) {
+func (f *fakeGuests) Do(_ context.Context, host string, computer types.NamespacedName, method, pathAndQuery string, body io.Reader, header http.Header) (*http.Response, error) {
+	if host != f.host {
+		return nil, fmt.Errorf("%w: host %s: its agent's endpoint https://192.0.2.7:10250 did not answer: connection refused", ErrHostUnreachable, host)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked = append(f.asked, computer.String()+" "+method+" "+pathAndQuery)
@@ -348,8 +350,8 @@ func commonGuestRefusals(path func(ns, name string) string, query url.Values) []
 			want: answer{http.StatusConflict, wire.CodeComputerStopped, "is not running (its state is STOPPED), stopped for idle"}},
 		{reason: "a Dot with no computer yet", who: "viewer", path: p(unplacedDot),
 			want: answer{http.StatusConflict, wire.CodeComputerStopped, "has no computer yet"}},
-		{reason: "a computer on another host is its agent's, another process", who: "viewer", path: p(remoteDot),
-			want: answer{http.StatusBadGateway, wire.CodeHostUnreachable, "runs on host host-2, whose agent is another process (this server's process runs the agent of host host-1 only)"}},
+		{reason: "a computer on a host whose agent does not answer", who: "viewer", path: p(remoteDot),
+			want: answer{http.StatusBadGateway, wire.CodeHostUnreachable, "runs on host host-2, whose agent cannot be reached: its agent's endpoint https://192.0.2.7:10250 did not answer: connection refused"}},
 		{reason: "a running computer whose guest the agent cannot reach yet", who: "viewer", path: p(bootingDot),
 			want: answer{http.StatusServiceUnavailable, wire.CodeGuestUnavailable, "cannot be reached yet"}},
 	}

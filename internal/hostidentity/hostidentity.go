@@ -40,3 +40,13 @@ func HostOfUser(user string) (string, bool) {
 // guests' Secrets in a namespace. (The same name is the host's
 // ClusterRoleBinding, a kind of its own.)
 func AccessBindingName(host string) string { return "invisible-dots-host-" + host }
+
+// GuestProxyServiceAccount is the control plane's identity toward the host
+// agents' guest endpoints (in dotsv1.SystemNamespace): the Dots API asks
+// tokens of it, for the endpoints' audience alone, and an agent serves
+// nobody else. Not "host-": no host may be it.
+const GuestProxyServiceAccount = "invisible-dots-guest-proxy"
+
+// GuestProxyUser is GuestProxyServiceAccount's user name, as a TokenReview
+// names it.
+var GuestProxyUser = serviceaccount.MakeUsername(dotsv1.SystemNamespace, GuestProxyServiceAccount)
