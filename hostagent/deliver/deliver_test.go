@@ -20,8 +20,8 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
@@ -187,8 +187,8 @@ type fakeGuest struct {
 	target  []guestclient.Target
 }
 
-func (g *fakeGuest) fns() fake.GuestFns {
-	return fake.GuestFns{EventsFn: func(_ context.Context, t guestclient.Target, ev protocol.InboundEvent) error {
+func (g *fakeGuest) fns() fakeguest.GuestFns {
+	return fakeguest.GuestFns{EventsFn: func(_ context.Context, t guestclient.Target, ev protocol.InboundEvent) error {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.sent = append(g.sent, ev.ID)

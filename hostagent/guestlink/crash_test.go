@@ -11,7 +11,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 )
 
 // TestReadyProcedureKilledBetweenKeyAndConfig: an agent killed after the
@@ -22,7 +22,7 @@ import (
 func TestReadyProcedureKilledBetweenKeyAndConfig(t *testing.T) {
 	var j journal
 	objs := []client.Object{testDot(nil), testComputer(true, 1001), tokenSecret(), defaultKeySecret(defaultKey)}
-	first, c := newReconciler(t, recording(&j, fake.GuestFns{}), objs...)
+	first, c := newReconciler(t, recording(&j, fakeguest.GuestFns{}), objs...)
 
 	remove := crashpoint.OnHit(crashpoint.ReadyKeyPushed, runtime.Goexit)
 	died := make(chan struct{})

@@ -26,7 +26,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/computer"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
@@ -117,8 +117,8 @@ func (j *journal) take() []string {
 // recording wraps a guest's functions so every call is journaled: the
 // secrets by key and MCP names, the configuration by the generation in the
 // Dot's instructions (the tests write it there), the health.
-func recording(j *journal, g fake.GuestFns) fake.GuestFns {
-	return fake.GuestFns{
+func recording(j *journal, g fakeguest.GuestFns) fakeguest.GuestFns {
+	return fakeguest.GuestFns{
 		SecretsFn: func(ctx context.Context, t guestclient.Target, req protocol.SecretsRequest) error {
 			j.add("secrets key=%s mcp=%v", req.OpenRouterAPIKey, req.MCPSecrets)
 			if g.SecretsFn != nil {
@@ -138,7 +138,7 @@ func recording(j *journal, g fake.GuestFns) fake.GuestFns {
 			if g.HealthFn != nil {
 				return g.HealthFn(ctx, t)
 			}
-			return fake.ReadyHealth(), nil
+			return fakeguest.ReadyHealth(), nil
 		},
 	}
 }
@@ -252,7 +252,7 @@ func TestReadyProcedure(t *testing.T) {
 		secrets  []client.Object
 		// guest builds the fake guest; c is the API, to change the Dot or
 		// a Secret while a push runs.
-		guest func(c func() client.Client) fake.GuestFns
+		guest func(c func() client.Client) fakeguest.GuestFns
 		want  want
 		// never lists text that must be in no condition.
 		never []string
@@ -324,9 +324,9 @@ func TestReadyProcedure(t *testing.T) {
 			reason:   "the Dot changed while its configuration was pushed: the new generation is pushed too, and ConfigApplied names it",
 			computer: testComputer(true, 1001),
 			secrets:  []client.Object{defaultKeySecret(defaultKey)},
-			guest: func(c func() client.Client) fake.GuestFns {
+			guest: func(c func() client.Client) fakeguest.GuestFns {
 				first := true
-				return fake.GuestFns{ConfigFn: func(ctx context.Context, _ guestclient.Target, _ protocol.RuntimeConfig) error {
+				return fakeguest.GuestFns{ConfigFn: func(ctx context.Context, _ guestclient.Target, _ protocol.RuntimeConfig) error {
 					if first {
 						first = false
 						return bumpGeneration(ctx, c())
@@ -345,9 +345,9 @@ func TestReadyProcedure(t *testing.T) {
 			reason:   "the default key changed while the first one was pushed: the new one is pushed before the round counts as done",
 			computer: testComputer(true, 1001),
 			secrets:  []client.Object{defaultKeySecret(defaultKey)},
-			guest: func(c func() client.Client) fake.GuestFns {
+			guest: func(c func() client.Client) fakeguest.GuestFns {
 				first := true
-				return fake.GuestFns{SecretsFn: func(ctx context.Context, _ guestclient.Target, _ protocol.SecretsRequest) error {
+				return fakeguest.GuestFns{SecretsFn: func(ctx context.Context, _ guestclient.Target, _ protocol.SecretsRequest) error {
 					if first {
 						first = false
 						return c().Update(ctx, defaultKeySecret("sk-or-rotated-42"))
@@ -365,8 +365,8 @@ func TestReadyProcedure(t *testing.T) {
 			reason:   "a failed push is reported by route, status and code; the guest's text, which could echo the key, is not repeated",
 			computer: testComputer(true, 1001),
 			secrets:  []client.Object{defaultKeySecret(defaultKey)},
-			guest: func(func() client.Client) fake.GuestFns {
-				return fake.GuestFns{SecretsFn: func(context.Context, guestclient.Target, protocol.SecretsRequest) error {
+			guest: func(func() client.Client) fakeguest.GuestFns {
+				return fakeguest.GuestFns{SecretsFn: func(context.Context, guestclient.Target, protocol.SecretsRequest) error {
 					return &guestclient.StatusError{Method: http.MethodPost, Path: "/v1/agent/secrets", Status: http.StatusBadGateway,
 						Code: "bad_gateway", Message: "Illegal header value b'Bearer " + defaultKey + "'"}
 				}}
@@ -387,8 +387,8 @@ func TestReadyProcedure(t *testing.T) {
 			reason:   "a guest (or whatever holds the port) that puts text in the code field has it dropped too",
 			computer: testComputer(true, 1001),
 			secrets:  []client.Object{defaultKeySecret(defaultKey)},
-			guest: func(func() client.Client) fake.GuestFns {
-				return fake.GuestFns{ConfigFn: func(context.Context, guestclient.Target, protocol.RuntimeConfig) error {
+			guest: func(func() client.Client) fakeguest.GuestFns {
+				return fakeguest.GuestFns{ConfigFn: func(context.Context, guestclient.Target, protocol.RuntimeConfig) error {
 					return &guestclient.StatusError{Method: http.MethodPut, Path: "/v1/agent/config", Status: 500, Code: "key " + defaultKey}
 				}}
 			},
@@ -408,8 +408,8 @@ func TestReadyProcedure(t *testing.T) {
 			reason:   "an unproven listener is named as such; it was sent nothing",
 			computer: testComputer(true, 1001),
 			secrets:  []client.Object{defaultKeySecret(defaultKey)},
-			guest: func(func() client.Client) fake.GuestFns {
-				return fake.GuestFns{SecretsFn: func(context.Context, guestclient.Target, protocol.SecretsRequest) error {
+			guest: func(func() client.Client) fakeguest.GuestFns {
+				return fakeguest.GuestFns{SecretsFn: func(context.Context, guestclient.Target, protocol.SecretsRequest) error {
 					return fmt.Errorf("%w: the listener does not hold this Dot's token", guestclient.ErrGuestUnproven)
 				}}
 			},
@@ -428,9 +428,9 @@ func TestReadyProcedure(t *testing.T) {
 			reason:   "key and configuration are in, but the engine says starting: AgentReady waits",
 			computer: testComputer(true, 1001),
 			secrets:  []client.Object{defaultKeySecret(defaultKey)},
-			guest: func(func() client.Client) fake.GuestFns {
-				return fake.GuestFns{HealthFn: func(context.Context, guestclient.Target) (protocol.Health, error) {
-					h := fake.ReadyHealth()
+			guest: func(func() client.Client) fakeguest.GuestFns {
+				return fakeguest.GuestFns{HealthFn: func(context.Context, guestclient.Target) (protocol.Health, error) {
+					h := fakeguest.ReadyHealth()
 					h.Status = protocol.HealthStarting
 					return h, nil
 				}}
@@ -449,9 +449,9 @@ func TestReadyProcedure(t *testing.T) {
 			reason:   "the guest's own checks must pass (ref 9.3); the failing one is named",
 			computer: testComputer(true, 1001),
 			secrets:  []client.Object{defaultKeySecret(defaultKey)},
-			guest: func(func() client.Client) fake.GuestFns {
-				return fake.GuestFns{HealthFn: func(context.Context, guestclient.Target) (protocol.Health, error) {
-					h := fake.ReadyHealth()
+			guest: func(func() client.Client) fakeguest.GuestFns {
+				return fakeguest.GuestFns{HealthFn: func(context.Context, guestclient.Target) (protocol.Health, error) {
+					h := fakeguest.ReadyHealth()
 					h.Checks = append(h.Checks, protocol.HealthCheck{Name: "network", OK: false, Detail: "openrouter.ai:443 is not reachable"})
 					return h, nil
 				}}
@@ -472,7 +472,7 @@ func TestReadyProcedure(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var j journal
 			var api client.Client
-			var g fake.GuestFns
+			var g fakeguest.GuestFns
 			if tc.guest != nil {
 				g = tc.guest(func() client.Client { return api })
 			}
@@ -518,7 +518,7 @@ func messageOf(c *metav1.Condition) string {
 // the event pump's request are.
 func TestReadyProcedureOverTime(t *testing.T) {
 	var j journal
-	engine := fake.NewEngine()
+	engine := fakeguest.NewEngine()
 	r, c := newReconciler(t, recording(&j, engine.Guest()), testDot(nil), testComputer(true, 1001), tokenSecret(), defaultKeySecret(defaultKey))
 	ctx := context.Background()
 	key1 := []string{"secrets key=" + defaultKey + " mcp=map[]"}
@@ -590,7 +590,7 @@ func TestOnlyThisHostsComputers(t *testing.T) {
 			var j journal
 			comp := testComputer(true, 1001)
 			tc.edit(comp)
-			r, c := newReconciler(t, recording(&j, fake.GuestFns{}), testDot(nil), comp, tokenSecret(), defaultKeySecret(defaultKey))
+			r, c := newReconciler(t, recording(&j, fakeguest.GuestFns{}), testDot(nil), comp, tokenSecret(), defaultKeySecret(defaultKey))
 			reconcileOnce(t, r)
 			if calls := j.take(); len(calls) > 0 {
 				t.Errorf("%s\nguest calls %v; want none", tc.reason, calls)
@@ -645,8 +645,8 @@ func TestNotices(t *testing.T) {
 	// The target is the VM's record: its QEMU's start time and boot id
 	// reach the listener rule with the pid and the port.
 	target := guestclient.Target{Port: 40000, PID: 1001, Token: testToken, StartTicks: testStartTicks(1001), BootID: testBootID}
-	starting := fake.GuestFns{HealthFn: func(context.Context, guestclient.Target) (protocol.Health, error) {
-		h := fake.ReadyHealth()
+	starting := fakeguest.GuestFns{HealthFn: func(context.Context, guestclient.Target) (protocol.Health, error) {
+		h := fakeguest.ReadyHealth()
 		h.Status = protocol.HealthStarting
 		return h, nil
 	}}
@@ -654,7 +654,7 @@ func TestNotices(t *testing.T) {
 		reason   string
 		objs     []client.Object
 		computer *dotsv1.Computer
-		guest    fake.GuestFns
+		guest    fakeguest.GuestFns
 		want     Notice
 	}{
 		"ready": {reason: "the procedure completed: the guest is READY",
@@ -755,12 +755,12 @@ func TestTargetIsTheVMRecord(t *testing.T) {
 				defer mu.Unlock()
 				called = append(called, tg)
 			}
-			guest := fake.GuestFns{
+			guest := fakeguest.GuestFns{
 				SecretsFn: func(_ context.Context, tg guestclient.Target, _ protocol.SecretsRequest) error { seen(tg); return nil },
 				ConfigFn:  func(_ context.Context, tg guestclient.Target, _ protocol.RuntimeConfig) error { seen(tg); return nil },
 				HealthFn: func(_ context.Context, tg guestclient.Target) (protocol.Health, error) {
 					seen(tg)
-					return fake.ReadyHealth(), nil
+					return fakeguest.ReadyHealth(), nil
 				},
 			}
 			r, c := newReconciler(t, guest, objs()...)

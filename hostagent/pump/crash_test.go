@@ -14,7 +14,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 )
 
 // TestPumpKilledBetweenStoreAndCursor: a pump killed right after the
@@ -23,7 +23,7 @@ import (
 // goes on after it: every event stored, none twice, under the guest's own
 // seqs and ids.
 func TestPumpKilledBetweenStoreAndCursor(t *testing.T) {
-	stream, l := fake.NewStream(), newFakeLog()
+	stream, l := fakeguest.NewStream(), newFakeLog()
 	for i := 1; i <= 6; i++ {
 		ev := state("IDLE")
 		ev.ID = fmt.Sprintf("ev-%d", i)
@@ -31,7 +31,7 @@ func TestPumpKilledBetweenStoreAndCursor(t *testing.T) {
 	}
 	newPump := func() *Pump {
 		return &Pump{Host: "h1", Key: testKey, DotUID: testUID, Target: testTarget,
-			Guest: fake.GuestFns{StreamFn: func(ctx context.Context, _ guestclient.Target, after int64) (io.ReadCloser, error) {
+			Guest: fakeguest.GuestFns{StreamFn: func(ctx context.Context, _ guestclient.Target, after int64) (io.ReadCloser, error) {
 				return stream.Open(ctx, after), nil
 			}},
 			Ingest: l, BatchSize: 3, FlushDelay: time.Hour, Retry: time.Millisecond, Log: logr.Discard(),

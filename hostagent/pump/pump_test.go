@@ -18,8 +18,8 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
@@ -133,7 +133,7 @@ func TestPump(t *testing.T) {
 	tests := map[string]struct {
 		reason string
 		// setup fills the guest's outbox and the control plane's log.
-		setup     func(s *fake.Stream, l *fakeLog)
+		setup     func(s *fakeguest.Stream, l *fakeLog)
 		batchSize int
 		delay     time.Duration
 		// until is the seqs stored when the pump has done its part.
@@ -147,7 +147,7 @@ func TestPump(t *testing.T) {
 	}{
 		"starts after the control plane's cursor": {
 			reason: "the log holds seqs 1 and 2 already: the stream is opened after 2 and only 3 to 5 are sent",
-			setup: func(s *fake.Stream, l *fakeLog) {
+			setup: func(s *fakeguest.Stream, l *fakeLog) {
 				s.Append(state("IDLE"), state("THINKING"), state("IDLE"), state("THINKING"), state("IDLE"))
 				l.stored[1], l.stored[2] = protocol.OutboundEvent{Seq: 1}, protocol.OutboundEvent{Seq: 2}
 			},
@@ -157,7 +157,7 @@ func TestPump(t *testing.T) {
 		},
 		"a dropped stream goes on after the last seq stored": {
 			reason: "the connection drops after 2 events, then after 3: each reconnect asks after the cursor, nothing is lost or sent twice",
-			setup: func(s *fake.Stream, l *fakeLog) {
+			setup: func(s *fakeguest.Stream, l *fakeLog) {
 				for range 6 {
 					s.Append(state("IDLE"))
 				}
@@ -168,8 +168,10 @@ func TestPump(t *testing.T) {
 			opened: []int64{0, 2, 5},
 		},
 		"batches go when full": {
-			reason:    "with batches of 2 and a long delay, 4 events go as two batches of 2",
-			setup:     func(s *fake.Stream, l *fakeLog) { s.Append(state("IDLE"), state("IDLE"), state("IDLE"), state("IDLE")) },
+			reason: "with batches of 2 and a long delay, 4 events go as two batches of 2",
+			setup: func(s *fakeguest.Stream, l *fakeLog) {
+				s.Append(state("IDLE"), state("IDLE"), state("IDLE"), state("IDLE"))
+			},
 			batchSize: 2, delay: time.Hour,
 			until:   seqs(1, 4),
 			want:    logged{Order: seqs(1, 4), Types: []string{"agent.state", "agent.state", "agent.state", "agent.state"}},
@@ -178,7 +180,7 @@ func TestPump(t *testing.T) {
 		},
 		"a lone event goes after the delay": {
 			reason:    "one event does not wait for a full batch",
-			setup:     func(s *fake.Stream, l *fakeLog) { s.Append(state("IDLE")) },
+			setup:     func(s *fakeguest.Stream, l *fakeLog) { s.Append(state("IDLE")) },
 			batchSize: 500, delay: 5 * time.Millisecond,
 			until:   seqs(1, 1),
 			want:    logged{Order: seqs(1, 1), Types: []string{"agent.state"}},
@@ -187,7 +189,7 @@ func TestPump(t *testing.T) {
 		},
 		"a message that is not an event keeps its seq": {
 			reason: "a message that is not JSON is handed on under its seq, without a type, for the log to store as refused; the stream goes on",
-			setup: func(s *fake.Stream, l *fakeLog) {
+			setup: func(s *fakeguest.Stream, l *fakeLog) {
 				s.Append(state("IDLE"))
 				s.AppendRaw(2, "{not json")
 				s.Append(state("THINKING"))
@@ -198,7 +200,7 @@ func TestPump(t *testing.T) {
 		},
 		"a seq sent twice in a stream is left out": {
 			reason: "the guest repeats seq 1 within one connection: it is handed on once, and the batch's seqs increase",
-			setup: func(s *fake.Stream, l *fakeLog) {
+			setup: func(s *fakeguest.Stream, l *fakeLog) {
 				ev := s.Append(state("IDLE"))[0]
 				b, _ := json.Marshal(ev)
 				s.AppendRaw(1, string(b))
@@ -210,7 +212,7 @@ func TestPump(t *testing.T) {
 		},
 		"a guest whose outbox started over goes on past the cursor": {
 			reason: "the log holds 1 to 5; the guest lost its outbox and numbered on from the cursor (guest.outbox.reset at 6, the cursor rule): the reset is stored with what follows, and the stream is not asked again",
-			setup: func(s *fake.Stream, l *fakeLog) {
+			setup: func(s *fakeguest.Stream, l *fakeLog) {
 				for seq := int64(1); seq <= 5; seq++ {
 					l.stored[seq] = protocol.OutboundEvent{Seq: seq}
 				}
@@ -222,7 +224,7 @@ func TestPump(t *testing.T) {
 		},
 		"agent.started asks for a push": {
 			reason:  "an engine that started again holds no key: the guest link is asked to push, once per agent.started",
-			setup:   func(s *fake.Stream, l *fakeLog) { s.Append(started, state("IDLE")) },
+			setup:   func(s *fakeguest.Stream, l *fakeLog) { s.Append(started, state("IDLE")) },
 			until:   seqs(1, 2),
 			want:    logged{Order: seqs(1, 2), Types: []string{"agent.started", "agent.state"}},
 			opened:  []int64{0},
@@ -230,7 +232,7 @@ func TestPump(t *testing.T) {
 		},
 		"the control plane failing for a while loses nothing": {
 			reason: "the cursor and a batch are asked again until they are answered",
-			setup: func(s *fake.Stream, l *fakeLog) {
+			setup: func(s *fakeguest.Stream, l *fakeLog) {
 				s.Append(state("IDLE"), state("THINKING"))
 				l.fail = []error{unavailable, unavailable, unavailable}
 			},
@@ -240,18 +242,18 @@ func TestPump(t *testing.T) {
 		},
 		"a Dot made again ends the pump": {
 			reason:  "the control plane takes no events of this Dot any more: the pump stops and says why",
-			setup:   func(s *fake.Stream, l *fakeLog) { s.Append(state("IDLE")); l.fail = []error{conflict} },
+			setup:   func(s *fakeguest.Stream, l *fakeLog) { s.Append(state("IDLE")); l.fail = []error{conflict} },
 			wantErr: ErrDotGone,
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			stream, l := fake.NewStream(), newFakeLog()
+			stream, l := fakeguest.NewStream(), newFakeLog()
 			tc.setup(stream, l)
 			var mu sync.Mutex
 			started := 0
 			p := &Pump{Host: "h1", Key: testKey, DotUID: testUID, Target: testTarget,
-				Guest: fake.GuestFns{StreamFn: func(ctx context.Context, tg guestclient.Target, after int64) (io.ReadCloser, error) {
+				Guest: fakeguest.GuestFns{StreamFn: func(ctx context.Context, tg guestclient.Target, after int64) (io.ReadCloser, error) {
 					if tg != testTarget {
 						return nil, fmt.Errorf("stream of %s; want the test's guest", tg)
 					}
@@ -415,12 +417,12 @@ func TestDecide(t *testing.T) {
 // guest, stopped when its Computer stops, replaced for a new QEMU.
 func TestPumps(t *testing.T) {
 	l := newFakeLog()
-	streams := map[guestclient.Target]*fake.Stream{testTarget: fake.NewStream()}
+	streams := map[guestclient.Target]*fakeguest.Stream{testTarget: fakeguest.NewStream()}
 	other := guestclient.Target{Port: 40001, PID: 1002, Token: testTarget.Token}
-	streams[other] = fake.NewStream()
+	streams[other] = fakeguest.NewStream()
 	var mu sync.Mutex
 	open := map[guestclient.Target]int{}
-	guest := fake.GuestFns{StreamFn: func(ctx context.Context, tg guestclient.Target, after int64) (io.ReadCloser, error) {
+	guest := fakeguest.GuestFns{StreamFn: func(ctx context.Context, tg guestclient.Target, after int64) (io.ReadCloser, error) {
 		mu.Lock()
 		open[tg]++
 		mu.Unlock()

@@ -81,10 +81,7 @@ for kubectl:
 				ListenAddress:      listen,
 				DatabaseURL:        os.Getenv(envDatabaseURL),
 				ExternalKubeconfig: kubeconfig,
-				// No Waker: a message's outbox row keeps its Dot awake
-				// (lifecycle.KeepsAwake), so the work controller, which
-				// follows the log, starts a sleeping Dot's computer for it.
-				Log: log,
+				Log:                log,
 			})
 			if err != nil {
 				return err

@@ -362,55 +362,43 @@ func newChatCommand() *cobra.Command {
 	return cmd
 }
 
-// chatEvents are the log's events a chat follows after a message.
-var chatEvents = []string{protocol.EventToolCalled, protocol.EventApprovalRequested, protocol.EventMessageAssistant}
+// chatEvents are the log's events a chat shows while it waits for an
+// answer (Converse follows the answers itself).
+var chatEvents = []string{protocol.EventToolCalled, protocol.EventApprovalRequested}
 
-// say sends one message and follows the Dot's log until the answer to it,
-// which it prints: a quiet line for each tool the Dot runs meanwhile, and
-// each approval it asks for, asked of the person on ask (y, N or always),
-// or, with no ask, named for invisible-dots approve or reject.
+// say sends one message and waits for the answer to it, which it prints: a
+// quiet line for each tool the Dot runs meanwhile, and each approval it
+// asks for, asked of the person on ask (y, N or always), or, with no ask,
+// named for invisible-dots approve or reject. Only the chat's own are
+// shown: a task running meanwhile has its own log.
 func say(ctx context.Context, c *clients, dot, text string, timeout time.Duration, out io.Writer, ask *bufio.Scanner) error {
-	accepted, err := c.dots.PostMessage(ctx, c.ns, dot, text)
-	if err != nil {
-		return fmt.Errorf("send the message: %w", err)
-	}
-	mine := wire.MessageID(accepted.EventID)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	// The Dot's live stream from the message on: its tool calls, its
-	// questions and its answer as they are logged.
-	after := accepted.EventID
-	events, errc := c.dots.Stream(ctx, dotsclient.StreamOptions{Namespace: c.ns, Dot: dot, Types: chatEvents, After: &after})
-	for e := range events {
-		switch e.Type {
-		case protocol.EventToolCalled:
-			var d protocol.ToolCalled
-			if json.Unmarshal(e.Data, &d) == nil && d.TaskID == nil {
-				fmt.Fprintln(out, "  · "+eventtext.ToolLine(d))
+	x, err := c.dots.Converse(ctx, c.ns, dot, text, dotsclient.ConverseOptions{
+		Wait:  timeout,
+		Types: chatEvents,
+		OnEvent: func(ctx context.Context, e wire.StreamEvent) error {
+			switch e.Type {
+			case protocol.EventToolCalled:
+				var d protocol.ToolCalled
+				if json.Unmarshal(e.Data, &d) == nil && d.TaskID == nil {
+					fmt.Fprintln(out, "  · "+eventtext.ToolLine(d))
+				}
+			case protocol.EventApprovalRequested:
+				var d protocol.ApprovalRequested
+				if json.Unmarshal(e.Data, &d) == nil && d.TaskID == nil {
+					return askApproval(ctx, c, dot, d, out, ask)
+				}
 			}
-		case protocol.EventApprovalRequested:
-			var d protocol.ApprovalRequested
-			if json.Unmarshal(e.Data, &d) != nil || d.TaskID != nil {
-				continue
-			}
-			if err := askApproval(ctx, c, dot, d, out, ask); err != nil {
-				return err
-			}
-		case protocol.EventMessageAssistant:
-			var d protocol.MessageAssistant
-			if json.Unmarshal(e.Data, &d) == nil && (d.InReplyTo == nil || *d.InReplyTo == mine) {
-				fmt.Fprintln(out, d.Text)
-				return nil
-			}
-		}
-	}
-	if err := <-errc; err != nil {
-		return err
-	}
-	if ctx.Err() == context.DeadlineExceeded {
+			return nil
+		},
+	})
+	if errors.Is(err, dotsclient.ErrNoAnswer) {
 		return &exitError{code: 1, err: errors.New("no answer within " + timeout.String() + ": the message is queued and the Dot answers when it can (invisible-dots chat shows it later)")}
 	}
-	return ctx.Err()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, x.Answer.Text)
+	return nil
 }
 
 // askApproval shows what the Dot asks and, on a terminal session, asks the

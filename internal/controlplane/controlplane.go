@@ -50,10 +50,6 @@ type Options struct {
 	// ExternalKubeconfig runs against an existing cluster instead of the
 	// embedded API server (--kubeconfig).
 	ExternalKubeconfig string
-	// Waker wakes a sleeping Dot when a message arrives for it (the Dots
-	// API calls it after queuing the message). The wake logic wires it in;
-	// nil wakes nothing, and the message waits in the outbox.
-	Waker dotsapi.Waker
 	// RequestTimeout replaces the API server's request timeout (60 s) when
 	// set; the live streams are long-running and not subject to it.
 	RequestTimeout time.Duration
@@ -150,7 +146,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		cancelFeed()
 		<-feedDone
 	}
-	mount := dotsAPIMount(cp.DB, changes, feed, o.Waker, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, guests: cp.Guests})
+	mount := dotsAPIMount(cp.DB, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, guests: cp.Guests})
 
 	if o.ExternalKubeconfig != "" {
 		if err := cp.startExternal(ctx, o, mount); err != nil {
@@ -220,7 +216,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 // dotsAPIMount serves the Dots API on the API server's port, over the event
 // log and outbox in db, reading Dots with the loopback credential once the
 // server's authorizer let the caller through.
-func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.Feed, waker dotsapi.Waker, log logr.Logger, x dotsAPIExtras) apiserver.Mount {
+func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.Feed, log logr.Logger, x dotsAPIExtras) apiserver.Mount {
 	return apiserver.Mount{
 		Prefix:      wire.Prefix,
 		LongRunning: wire.IsLongRunningPath,
@@ -235,7 +231,6 @@ func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.F
 				Feed:       feed,
 				Reader:     reader,
 				Authorizer: authz,
-				Waker:      waker,
 				Log:        log,
 				Guests:     x.guests,
 				Client:     reader,

@@ -51,14 +51,6 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
-// Waker wakes a sleeping Dot when work arrives for it (ref 9.5). The wake
-// logic is not this package's: the server wires one in when it exists; with
-// none, a message waits in the outbox until the Dot is READY for another
-// reason, and the deliverer sends it then.
-type Waker interface {
-	Wake(ctx context.Context, dot store.Dot) error
-}
-
 // Options configure New.
 type Options struct {
 	// Store is the event log and the outbox.
@@ -68,8 +60,6 @@ type Options struct {
 	Reader client.Reader
 	// Authorizer is the API server's own (RBAC and the privileged groups).
 	Authorizer authorizer.Authorizer
-	// Waker is called after a message is queued; nil wakes nothing.
-	Waker Waker
 	// Changes follows the outbox's notifications (store.OutboxChannel) for
 	// the host agents' long poll; nil answers that route 501.
 	Changes *store.Changes
@@ -111,7 +101,6 @@ type Handler struct {
 	accessTTL time.Duration
 	dots      client.Reader
 	authz     authorizer.Authorizer
-	waker     Waker
 	clock     clock.PassiveClock
 	log       logr.Logger
 	mux       *http.ServeMux
@@ -130,7 +119,7 @@ func New(o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		store: o.Store, changes: o.Changes, feed: o.Feed, keepAlive: o.StreamKeepAlive, accessTTL: o.StreamAccessTTL,
-		dots: o.Reader, authz: o.Authorizer, waker: o.Waker, clock: o.Clock, log: o.Log,
+		dots: o.Reader, authz: o.Authorizer, clock: o.Clock, log: o.Log,
 	}
 	if h.clock == nil {
 		h.clock = clock.RealClock{}

@@ -86,25 +86,6 @@ var rbac = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attrib
 	return authorizer.DecisionNoOpinion, "", nil
 })
 
-// recordingWaker remembers the Dots it was asked to wake.
-type recordingWaker struct {
-	mu   sync.Mutex
-	dots []store.Dot
-}
-
-func (w *recordingWaker) Wake(_ context.Context, d store.Dot) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.dots = append(w.dots, d)
-	return nil
-}
-
-func (w *recordingWaker) woken() []store.Dot {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]store.Dot(nil), w.dots...)
-}
-
 var uidCount atomic.Int64
 
 // testDot is a Dot and, when host is not empty, its Computer on host.
@@ -131,7 +112,6 @@ func testDot(ns, name, host string, deleting bool) []client.Object {
 // database.
 type env struct {
 	srv   *httptest.Server
-	waker *recordingWaker
 	dots  map[string]store.Dot
 	clock *clocktesting.FakePassiveClock
 	// feed is the current handler's feed of the live streams.
@@ -166,7 +146,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	strayComputer.Spec.NodeName = "host-1"
 	add(stray[0], strayComputer)
 
-	e := &env{waker: &recordingWaker{}, dots: map[string]store.Dot{}, clock: clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Microsecond)),
+	e := &env{dots: map[string]store.Dot{}, clock: clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Microsecond)),
 		objs: objs, opts: opts}
 	for _, o := range objs {
 		if d, ok := o.(*dotsv1.Dot); ok {
@@ -196,7 +176,6 @@ func (e *env) start(t testing.TB) {
 		Changes:    changes,
 		Reader:     fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(e.objs...).Build(),
 		Authorizer: rbac,
-		Waker:      e.waker,
 		Clock:      e.clock,
 	}
 	fo := FeedOptions{Store: testStore}

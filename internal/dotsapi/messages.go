@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/store"
@@ -17,8 +15,9 @@ import (
 // create and get it, dots-viewer get it.
 const messagesSubresource = "messages"
 
-// postMessage logs the person's message and queues it for the guest in one
-// transaction, then asks the Waker to wake the Dot.
+// postMessage answers a person's message: the store logs it and queues it
+// for the guest (store.PostMessage); this route decodes, limits and
+// authorizes it, and says 202 with the event it was logged as.
 func (h *Handler) postMessage(w http.ResponseWriter, r *http.Request) error {
 	p, err := pathValues(r, "ns", "name")
 	if err != nil {
@@ -42,45 +41,11 @@ func (h *Handler) postMessage(w http.ResponseWriter, r *http.Request) error {
 	if d.DeletionTimestamp != nil {
 		return apiErrorf(http.StatusConflict, wire.CodeDotDeleting, "the Dot %s/%s is being deleted and takes no messages", ns, name)
 	}
-	dot := storeDot(d)
-	logged, err := json.Marshal(wire.MessageUser{Text: body.Text})
+	posted, err := h.store.PostMessage(r.Context(), storeDot(d), body.Text, store.Origin{Channel: store.ChannelAPI})
 	if err != nil {
 		return err
 	}
-	inbound, err := json.Marshal(protocol.UserMessage{Text: body.Text})
-	if err != nil {
-		return err
-	}
-	var eventID int64
-	err = h.store.InTx(r.Context(), func(tx pgx.Tx) error {
-		stored, err := store.AppendEventsTx(r.Context(), tx, store.Event{
-			Dot: dot, Type: wire.EventMessageUser, Source: store.SourceHost, Data: logged,
-		})
-		if err != nil {
-			return err
-		}
-		if len(stored) != 1 {
-			return fmt.Errorf("the message of dot %s/%s was not stored", ns, name)
-		}
-		eventID = stored[0].ID
-		// The row follows from the logged event: the same event gives the
-		// same id (DESIGN.md 4).
-		_, err = store.EnqueueTx(r.Context(), tx, store.Inbound{
-			ID: store.MessageID(eventID), Dot: dot, Type: protocol.InboundUserMessage, Data: inbound, TS: stored[0].CreatedAt,
-		})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if h.waker != nil {
-		// The message is queued whatever happens here: a failed wake is
-		// the wake logic's to retry, not a failed post.
-		if err := h.waker.Wake(r.Context(), dot); err != nil {
-			h.log.Error(err, "could not wake the Dot for a message", "dot", ns+"/"+name)
-		}
-	}
-	writeJSON(w, http.StatusAccepted, wire.MessageAccepted{EventID: eventID, Queued: true})
+	writeJSON(w, http.StatusAccepted, wire.MessageAccepted{EventID: posted.EventID, Queued: true})
 	return nil
 }
 

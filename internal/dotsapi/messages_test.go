@@ -82,7 +82,7 @@ func TestPostMessageRefusals(t *testing.T) {
 	}
 }
 
-func TestPostMessageLogsQueuesAndWakes(t *testing.T) {
+func TestPostMessageLogsAndQueues(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	c, err := client.New(e.restConfig("editor"))
@@ -122,9 +122,6 @@ func TestPostMessageLogsQueuesAndWakes(t *testing.T) {
 	wantRows := []store.Inbound{{ID: store.MessageID(accepted.EventID), Dot: dot, Type: protocol.InboundUserMessage, Data: json.RawMessage(`{"text": "book the 9:40 train"}`)}}
 	if diff := cmp.Diff(wantRows, rows, cmpopts.IgnoreFields(store.Inbound{}, "Seq", "TS", "CreatedAt")); diff != "" {
 		t.Errorf("the message is queued as user.message, its id from the event (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]store.Dot{dot}, e.waker.woken()); diff != "" {
-		t.Errorf("the Dot is woken for its message (-want +got):\n%s", diff)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
+	fake "github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 	"github.com/invisible-dots/invisible-dots/hostagent/pump"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 )

@@ -20,7 +20,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
-	guestfake "github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
+	guestfake "github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/keystore"

@@ -22,7 +22,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
-	guestfake "github.com/invisible-dots/invisible-dots/hostagent/guestlink/fake"
+	guestfake "github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 	"github.com/invisible-dots/invisible-dots/test/harness"

@@ -1,11 +1,14 @@
-// Package fake holds test doubles of the guest the host agent talks to (the
-// guest link's pushes, the event pump's stream, the deliverer's sends, and
-// the files, screen, tools and skills the Dots API reads through the
-// agent): GuestFns, a fake built from one function per route; Stream, a
+// Package fakeguest is a fake guest, for tests only: a stand-in for
+// dot-agentd and the engine that answers guestclient's calls in the guest
+// protocol, so the host agent's packages meet the guest at the edge of their
+// tests without a VM. It sits beside the client whose protocol it speaks and
+// serves the guest link's pushes, the event pump's stream, the deliverer's
+// sends, and the files, screen, tools and skills the Dots API reads through
+// the agent: GuestFns, a fake built from one function per route; Stream, a
 // guest's outbox as the engine streams it; and Engine, an in-memory engine
 // with a home of files that remembers what was pushed to and sent to each
 // guest. Nothing here opens a connection.
-package fake
+package fakeguest
 
 import (
 	"context"
