@@ -28,24 +28,13 @@ func TestGuestsFollowTheGuestLink(t *testing.T) {
 	ctx := context.Background()
 	rec := &recordingStreamer{}
 	g := newGuests("host-1", rec)
-	late := &guestproxy.Late{}
 	key := types.NamespacedName{Namespace: "team-a", Name: "helper"}
-	if late.Host() != "" {
-		t.Errorf("an empty Late names host %q", late.Host())
-	}
-	if _, err := late.Do(ctx, key, http.MethodGet, "/v1/screenshot", nil, nil); !errors.Is(err, guestproxy.ErrNoGuest) {
-		t.Errorf("an empty Late: %v; want ErrNoGuest", err)
-	}
-	late.Set(g)
-	if late.Host() != "host-1" {
-		t.Errorf("Late names host %q, want host-1", late.Host())
-	}
-	if _, err := late.Do(ctx, key, http.MethodGet, "/v1/screenshot", nil, nil); !errors.Is(err, guestproxy.ErrNoGuest) {
+	if _, err := g.Do(ctx, key, http.MethodGet, "/v1/screenshot", nil, nil); !errors.Is(err, guestproxy.ErrNoGuest) {
 		t.Errorf("before the guest link's notice: %v; want ErrNoGuest", err)
 	}
 	target := guestclient.Target{Port: 40001, PID: 77, Token: "t0ken-t0ken-t0ken-t0ken"}
 	g.GuestNotice(guestlink.Notice{Key: key, DotUID: "uid", Target: target})
-	resp, err := late.Do(ctx, key, http.MethodGet, "/v1/files/list?path=%2Fhome%2Fdot", nil, nil)
+	resp, err := g.Do(ctx, key, http.MethodGet, "/v1/files/list?path=%2Fhome%2Fdot", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +50,5 @@ func TestGuestsFollowTheGuestLink(t *testing.T) {
 	g.GuestNotice(guestlink.Notice{Key: key})
 	if _, err := g.Do(ctx, key, http.MethodGet, "/v1/screenshot", nil, nil); !errors.Is(err, guestproxy.ErrNoGuest) {
 		t.Errorf("after the guest went: %v; want ErrNoGuest", err)
-	}
-	late.Set(nil)
-	if late.Host() != "" {
-		t.Errorf("a withdrawn Late names host %q", late.Host())
 	}
 }

@@ -2,12 +2,13 @@
 // guests of its host: one request to dot-agentd of the guest of a Computer,
 // sent by the agent with the guest's token on the proven channel. A guest's
 // port is on the loopback of the machine that runs its QEMU, so whatever
-// talks to a guest runs in that machine's host agent (DESIGN.md 2); the Dots
-// API reaches the guests of the server's own host through the agent that
-// runs in its process, by this interface, and no other way.
+// talks to a guest runs in that machine's host agent (DESIGN.md 2); the
+// agent lends that reach to the control plane through its guest endpoint
+// (package guestendpoint), which serves this interface to the control
+// plane's identity alone.
 //
-// The package is a leaf: the Dots API imports it without linking the host
-// agent. The agent's implementation is hostagent/agent's.
+// The package is a leaf: the Dots API imports it (for ErrNoGuest) without
+// linking the host agent. The agent's implementation is hostagent/agent's.
 package guestproxy
 
 import (
@@ -15,15 +16,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/types"
 )
 
 // Proxy does requests on the guests of one host's Computers.
 type Proxy interface {
-	// Host is the Host whose guests this proxy reaches; "" when there is
-	// none (Late before a host agent offered itself).
+	// Host is the Host whose guests this proxy reaches.
 	Host() string
 	// Do sends one request to dot-agentd of the guest of the Computer
 	// (namespace and name, the Dot's) and returns its raw answer, whatever
@@ -38,44 +37,3 @@ type Proxy interface {
 // now: the Computer is not RUNNING and Ready on its host (a guest still
 // booting), is another host's, or its Dot is going. Nothing was sent.
 var ErrNoGuest = errors.New("no guest of that computer to reach on this host")
-
-// Late is a Proxy offered after its user was built: the Dots API is made
-// with the API server, before the host agent that runs in the same process
-// exists. Until Set, it reaches no host. Safe for concurrent use.
-type Late struct {
-	p atomic.Pointer[Proxy]
-}
-
-var _ Proxy = (*Late)(nil)
-
-// Set offers p (nil withdraws the offer).
-func (l *Late) Set(p Proxy) {
-	if p == nil {
-		l.p.Store(nil)
-		return
-	}
-	l.p.Store(&p)
-}
-
-func (l *Late) get() Proxy {
-	if p := l.p.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// Host is the offered proxy's host, or "" when none was offered.
-func (l *Late) Host() string {
-	if p := l.get(); p != nil {
-		return p.Host()
-	}
-	return ""
-}
-
-// Do is the offered proxy's; ErrNoGuest when none was offered.
-func (l *Late) Do(ctx context.Context, computer types.NamespacedName, method, pathAndQuery string, body io.Reader, header http.Header) (*http.Response, error) {
-	if p := l.get(); p != nil {
-		return p.Do(ctx, computer, method, pathAndQuery, body, header)
-	}
-	return nil, ErrNoGuest
-}

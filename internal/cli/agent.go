@@ -18,7 +18,6 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -27,9 +26,11 @@ import (
 
 func newAgentCommand() *cobra.Command {
 	var (
-		kubeconfig string
-		hostName   string
-		verbosity  int
+		kubeconfig     string
+		hostName       string
+		verbosity      int
+		guestListen    string
+		guestAdvertise string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent --kubeconfig FILE [--host NAME]",
@@ -77,9 +78,9 @@ cluster); make that kubeconfig on the server's machine with
 			cfg.QPS, cfg.Burst = 50, 100
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
-			// A remote agent offers its guests to no Dots API: the server's
-			// guest routes answer host_unreachable for its Computers.
-			mgr, err := newHostAgent(ctx, cfg, layout, hostName, nil, log)
+			// The control plane reaches this host's guests through the
+			// agent's endpoint, at the address it publishes on its Host.
+			mgr, err := newHostAgent(ctx, cfg, layout, hostName, guestEndpoint{listen: guestListen, advertise: guestAdvertise}, log)
 			if err != nil {
 				return err
 			}
@@ -95,16 +96,21 @@ cluster); make that kubeconfig on the server's machine with
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "the kubeconfig of the API server (from 'invisible-dots host join')")
 	cmd.Flags().StringVar(&hostName, "host", os.Getenv(envHost), "the name of this machine's Host (default: $"+envHost+", else the machine's host name)")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 = events only)")
+	cmd.Flags().StringVar(&guestListen, "guest-listen", agent.DefaultGuestListen, "where the agent serves its guests to the control plane (HTTPS, the control plane's identity only); on another machine than the server, an address the server reaches, such as 0.0.0.0:10250")
+	cmd.Flags().StringVar(&guestAdvertise, "guest-advertise", "", "the name or address the server reaches this machine at (default: the --guest-listen address; required when it is 0.0.0.0 or ::)")
 	return cmd
 }
+
+// guestEndpoint is where a host agent serves its guests (agent.Options
+// GuestListen and GuestAdvertise).
+type guestEndpoint struct{ listen, advertise string }
 
 // newHostAgent builds the host agent of this machine: the QEMU driver when
 // QEMU is usable here, and the agent's manager either way (a host that
 // cannot run VMs says so on its Host and on the Computers placed on it).
-// offer, when set, is given the agent's guests for the Dots API of the
-// server it runs in.
-func newHostAgent(ctx context.Context, cfg *rest.Config, layout home.Layout, hostName string, offer *guestproxy.Late, log logr.Logger) (ctrl.Manager, error) {
-	o := agent.Options{Config: cfg, HostName: hostName, Home: layout, Offer: offer, Log: log.WithName("agent")}
+// Its guests are served to the control plane at ep.
+func newHostAgent(ctx context.Context, cfg *rest.Config, layout home.Layout, hostName string, ep guestEndpoint, log logr.Logger) (ctrl.Manager, error) {
+	o := agent.Options{Config: cfg, HostName: hostName, Home: layout, GuestListen: ep.listen, GuestAdvertise: ep.advertise, Log: log.WithName("agent")}
 	if hc, err := hostconfig.Load(layout); err == nil {
 		o.WakeLead = hc.EffectiveWakeLead()
 	}

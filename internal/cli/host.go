@@ -72,8 +72,10 @@ invisible-dots-host-agent role, not an administrator) and prints the
 kubeconfig to run it with, on that machine:
 
   invisible-dots host join --name gpu-box --output gpu-box.kubeconfig
-  # copy the file to the machine, then there:
-  invisible-dots agent --kubeconfig gpu-box.kubeconfig --host gpu-box
+  # copy the file to the machine, then there (ADDRESS: where the server
+  # reaches that machine; the agent serves its guests there to the server alone):
+  invisible-dots agent --kubeconfig gpu-box.kubeconfig --host gpu-box \
+    --guest-listen 0.0.0.0:10250 --guest-advertise ADDRESS
 
 It uses the admin kubeconfig of this home's server, or --kubeconfig.`,
 		Args: cobra.NoArgs,
@@ -96,7 +98,7 @@ It uses the admin kubeconfig of this home's server, or --kubeconfig.`,
 			if err != nil {
 				return err
 			}
-			return writeCredential(cmd, output, data, fmt.Sprintf("on the host run:\n  invisible-dots agent --kubeconfig %s --host %s", cmp.Or(output, "FILE"), name))
+			return writeCredential(cmd, output, data, fmt.Sprintf("on the host run (ADDRESS: where the server reaches it):\n  invisible-dots agent --kubeconfig %s --host %s --guest-listen 0.0.0.0:10250 --guest-advertise ADDRESS", cmp.Or(output, "FILE"), name))
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "the Host's name, a DNS label (default: this machine's host name)")

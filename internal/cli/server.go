@@ -139,7 +139,7 @@ for kubectl:
 			// The Dots API reaches this host's guests through this agent
 			// (DESIGN.md 2: whatever talks to a guest runs in its host's
 			// agent); it was built before the agent, so it is told now.
-			hostAgent, err := newHostAgent(ctx, cp.Config, layout, hostName, cp.Guests, log)
+			hostAgent, err := newHostAgent(ctx, cp.Config, layout, hostName, guestEndpoint{}, log)
 			if err != nil {
 				return err
 			}

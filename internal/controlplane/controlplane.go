@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/apiserver"
 	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi"
@@ -70,10 +69,6 @@ type ControlPlane struct {
 	DotsAPI *apiserver.Delegated
 	// KubeconfigPath is the admin kubeconfig written for people and kubectl.
 	KubeconfigPath string
-	// Guests is where the host agent that runs in this process offers the
-	// guests of its host (agent.Options.Offer): the Dots API reaches them
-	// through it. Until then the guest routes reach no host.
-	Guests *guestproxy.Late
 
 	home home.Layout
 	lock *pidlock.Lock
@@ -101,7 +96,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	if err := o.Home.Ensure(); err != nil {
 		return nil, fmt.Errorf("prepare the home %s: %w", o.Home.Root, err)
 	}
-	cp := &ControlPlane{home: o.Home, log: log, Guests: &guestproxy.Late{}}
+	cp := &ControlPlane{home: o.Home, log: log}
 	defer func() {
 		if err != nil {
 			cp.Stop(context.WithoutCancel(ctx))
@@ -146,7 +141,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		cancelFeed()
 		<-feedDone
 	}
-	mount := dotsAPIMount(cp.DB, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, guests: cp.Guests})
+	mount := dotsAPIMount(cp.DB, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home})
 
 	if o.ExternalKubeconfig != "" {
 		if err := cp.startExternal(ctx, o, mount); err != nil {
@@ -232,10 +227,12 @@ func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.F
 				Reader:     reader,
 				Authorizer: authz,
 				Log:        log,
-				Guests:     x.guests,
-				Client:     reader,
-				Server:     x.serverInfo(db),
-				Doctor:     serverDoctor(x.home, reader),
+				// Every guest, the in-process agent's included, through its
+				// host agent's endpoint.
+				Guests: &dotsapi.HostGuests{Reader: reader, Writer: reader},
+				Client: reader,
+				Server: x.serverInfo(db),
+				Doctor: serverDoctor(x.home, reader),
 			})
 		},
 	}

@@ -6,7 +6,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -15,11 +14,9 @@ import (
 )
 
 // dotsAPIExtras is what the Dots API is given of the server beyond its
-// store: its home (the health, the doctor) and the late-bound guests of
-// the host agent that runs in the same process.
+// store: its home (the health, the doctor).
 type dotsAPIExtras struct {
-	home   home.Layout
-	guests *guestproxy.Late
+	home home.Layout
 }
 
 func (x dotsAPIExtras) serverInfo(db *postgres.Instance) dotsapi.ServerInfo {

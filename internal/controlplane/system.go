@@ -15,11 +15,13 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/config/rbac"
+	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 )
 
 // InstallSystem makes what the controllers, host agents and people rely on
 // besides the CRDs: kube-system where it is missing, the system namespace (host Leases, the leader Lease,
-// hosts' ServiceAccounts, the default OpenRouter key) and the RBAC of
+// hosts' ServiceAccounts, the default OpenRouter key), the control plane's
+// ServiceAccount toward the host agents' guest endpoints, and the RBAC of
 // config/rbac that is not the controllers' own: the host agents'
 // ClusterRoles and their Role in the system namespace, the people's roles
 // (dots-editor, dots-viewer) and the access to the Dots API's people paths,
@@ -40,6 +42,12 @@ func InstallSystem(ctx context.Context, cfg *rest.Config) error {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create the namespace %s: %w", name, err)
 		}
+	}
+	// The control plane's identity toward the host agents' guest endpoints:
+	// the Dots API asks tokens of it for their audience alone.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: dotsv1.SystemNamespace, Name: hostidentity.GuestProxyServiceAccount}}
+	if _, err := cs.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
 	}
 	for _, stream := range [][]byte{rbac.HostAgentRole, rbac.PeopleRoles, rbac.DotsAPIAccess, rbac.DotsAPIDiscovery} {
 		for _, doc := range yamlDocuments(stream) {

@@ -8,8 +8,10 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -104,5 +106,58 @@ func TestHostGuestsReachAGuestThroughItsHostsAgent(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "fake-token") {
 			t.Errorf("%s: the error holds the token: %v", name, err)
 		}
+	}
+}
+
+// BenchmarkGuestRoute is the cost of the one path: a guest request through
+// the host agent's HTTPS endpoint (pinned TLS, a cached token review)
+// against the agent's registry asked in process, as before, with the same
+// guest answering from memory. It reports the median and the 99th
+// percentile of each.
+//
+//	go test -run '^$' -bench GuestRoute -benchtime 2000x ./internal/dotsapi/
+func BenchmarkGuestRoute(b *testing.B) {
+	cert, err := guestendpoint.NewCertificate("host-b", []string{"127.0.0.1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	agent := httptest.NewUnstartedServer(&guestendpoint.Server{Guests: agentRegistry{}, Reviewer: fakeTokenReviewer{},
+		ControlPlane: hostidentity.GuestProxyUser, Log: logr.Discard()})
+	agent.TLS = &tls.Config{Certificates: []tls.Certificate{cert.TLS}}
+	agent.StartTLS()
+	defer agent.Close()
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: dotsv1.SystemNamespace, Name: hostidentity.GuestProxyServiceAccount}},
+		&dotsv1.Host{ObjectMeta: metav1.ObjectMeta{Name: "host-b"}, Status: dotsv1.HostStatus{GuestEndpoint: &dotsv1.HostGuestEndpoint{URL: agent.URL, CertificateSHA256: cert.SHA256}}},
+	).WithStatusSubresource(&dotsv1.Host{}).Build()
+	remote := &HostGuests{Reader: c, Writer: c}
+	dot := types.NamespacedName{Namespace: "default", Name: "dot"}
+	ctx := context.Background()
+	paths := map[string]func() (*http.Response, error){
+		"in-process": func() (*http.Response, error) {
+			return agentRegistry{}.Do(ctx, dot, http.MethodGet, "/v1/files/list?path=x", nil, nil)
+		},
+		"through-agent-endpoint": func() (*http.Response, error) {
+			return remote.Do(ctx, "host-b", dot, http.MethodGet, "/v1/files/list?path=x", nil, nil)
+		},
+	}
+	for _, name := range []string{"in-process", "through-agent-endpoint"} {
+		do := paths[name]
+		b.Run(name, func(b *testing.B) {
+			took := make([]time.Duration, 0, b.N)
+			for range b.N {
+				start := time.Now()
+				resp, err := do()
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				took = append(took, time.Since(start))
+			}
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(took[len(took)*99/100].Microseconds()), "p99-µs")
+		})
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestendpoint"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -156,6 +158,47 @@ func TestTwoHosts(t *testing.T) {
 		}
 	}
 
+	t.Log("each Dot's files through the Dots API: the second host's through its own agent's endpoint")
+	files := func(dot string) (string, error) {
+		cmd := exec.Command(binary, "files", "ls", dot)
+		cmd.Env = append(os.Environ(), "INVISIBLE_DOTS_HOME="+a.Root, "KUBECONFIG="+srv.kubeconfig())
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, dot := range []string{"on-a", "on-b"} {
+		eventually(t, time.Minute, dot+"'s files listed", func() error {
+			if out, err := files(dot); err != nil {
+				return fmt.Errorf("files ls %s: %v\n%s", dot, err, out)
+			}
+			return nil
+		})
+	}
+	hostB := &dotsv1.Host{}
+	if err := json.Unmarshal([]byte(k.run("get", "host", "host-b", "-o", "json")), hostB); err != nil {
+		t.Fatal(err)
+	}
+	if ep := hostB.Status.GuestEndpoint; ep == nil {
+		t.Errorf("host-b publishes no guest endpoint")
+	} else {
+		// Anyone but the control plane is refused, before any guest is asked.
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: guestendpoint.PinnedTLS(ep.CertificateSHA256)}, Timeout: 10 * time.Second}
+		for _, token := range []string{"", "forged"} {
+			req, _ := http.NewRequest(http.MethodGet, ep.URL+guestendpoint.PathPrefix+"default/on-b/v1/files/list", nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Errorf("a request to host-b's endpoint with token %q: %v", token, err)
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("a request to host-b's endpoint with token %q: %d; want 401", token, resp.StatusCode)
+			}
+		}
+	}
+
 	t.Log("kill -9 of the second agent: its Computer turns Unknown, its VM keeps running, host-a's is untouched")
 	pidB := int(cb.Status.PID)
 	ag.kill9()
@@ -176,6 +219,9 @@ func TestTwoHosts(t *testing.T) {
 	}
 	if r := meta.FindStatusCondition(dot.Status.Conditions, dotsv1.ReadyCondition); r == nil || r.Reason != dotsv1.HostUnreachableReason {
 		t.Errorf("Dot on-b's Ready: %+v; want reason %s", r, dotsv1.HostUnreachableReason)
+	}
+	if out, err := files("on-b"); err == nil || !strings.Contains(out, "host_unreachable") || !strings.Contains(out, "host-b") {
+		t.Errorf("files ls on-b with its agent killed: %v\n%s\nwant host_unreachable naming host-b", err, out)
 	}
 
 	t.Log("the agent comes back: it adopts its VM (same pid) and Ready returns")

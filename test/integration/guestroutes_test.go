@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,7 +22,9 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
 	guestfake "github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestendpoint"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
+	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/keystore"
 )
@@ -195,11 +198,14 @@ var _ = Describe("The guest routes of the Dots API", Ordered, func() {
 		Eventually(func() error { _, err := viewer.Doctor(suiteCtx); return err }).Should(Succeed())
 	})
 
-	It("answers host_unreachable for a computer that runs on a host whose agent is another process", func() {
-		b := &secondHost{name: "guest-far-" + rand.String(4), host: fake.NewHost()}
+	It("reaches a computer on a second host through that host's agent, and names the host once its agent is gone", func() {
+		b := &secondHost{name: "guest-far-" + rand.String(4), host: fake.NewHost(), guest: fakeEngine.Guest()}
 		b.start()
+		stopped := false
 		DeferCleanup(func() {
-			b.stop()
+			if !stopped {
+				b.stop()
+			}
 			_ = k8sClient.Delete(context.Background(), &dotsv1.Host{ObjectMeta: metav1.ObjectMeta{Name: b.name}})
 		})
 		far := validDot()
@@ -207,18 +213,69 @@ var _ = Describe("The guest routes of the Dots API", Ordered, func() {
 		far.Spec.Computer.Host = b.name
 		Expect(k8sClient.Create(suiteCtx, far)).To(Succeed())
 		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), far) })
+		var c *dotsv1.Computer
 		Eventually(func(g Gomega) {
-			c, err := getComputer(far)
+			var err error
+			c, err = getComputer(far)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(c.Spec.NodeName).To(Equal(b.name))
 			g.Expect(c.Status.State).To(Equal(dotsv1.ComputerRunning))
 		}).Should(Succeed())
+		host := &dotsv1.Host{}
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Name: b.name}, host)).To(Succeed())
+		Expect(host.Status.GuestEndpoint).NotTo(BeNil(), "the agent publishes its guest endpoint on its Host")
+		fakeEngine.WriteFile(int(c.Status.GuestPort), int(c.Status.PID), "/home/dot/far.txt", []byte("from the second host\n"))
+		Eventually(func(g Gomega) {
+			f, err := viewer.ReadFile(suiteCtx, ns, far.Name, "far.txt")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(string(f.Data)).To(Equal("from the second host\n"))
+		}).Should(Succeed())
+
+		b.stop()
+		stopped = true
 		_, err := viewer.ListFiles(suiteCtx, ns, far.Name, "")
 		expectRefused(err, http.StatusBadGateway, wire.CodeHostUnreachable)
-		Expect(err.Error()).To(ContainSubstring("runs on host " + b.name + ", whose agent is another process"))
+		Expect(err.Error()).To(ContainSubstring("runs on host " + b.name + ", whose agent cannot be reached"))
 		// The log is the control plane's: the spend is read all the same.
 		_, err = viewer.Usage(suiteCtx, ns, far.Name, wire.UsageQuery{})
 		Expect(err).NotTo(HaveOccurred())
+	})
+
+	It("refuses a request to a host agent's guest endpoint from anyone but the control plane", func() {
+		host := &dotsv1.Host{}
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Name: fakeHostName}, host)).To(Succeed())
+		ep := host.Status.GuestEndpoint
+		Expect(ep).NotTo(BeNil())
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: guestendpoint.PinnedTLS(ep.CertificateSHA256)}}
+		url := ep.URL + guestendpoint.PathPrefix + ns + "/" + dot.Name + "/v1/files/list?path=%2Fhome%2Fdot"
+		ask := func(token string) int {
+			req, err := http.NewRequest(http.MethodGet, url, nil)
+			Expect(err).NotTo(HaveOccurred())
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := c.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		Expect(ask("")).To(Equal(http.StatusUnauthorized), "no token")
+		Expect(ask("forged-token")).To(Equal(http.StatusUnauthorized), "a token the API server does not vouch for")
+		// A person's own token (for the API server's audience) is not the
+		// control plane's, and a token of the person for the endpoint's
+		// audience is not the control plane's identity.
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(suiteCtx, "vera", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ask(tr.Status.Token)).To(Equal(http.StatusUnauthorized), "a token for the API server's audience")
+		tr, err = cs.CoreV1().ServiceAccounts(ns).CreateToken(suiteCtx, "vera", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{guestendpoint.Audience}}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ask(tr.Status.Token)).To(Equal(http.StatusForbidden), "a person's token for the endpoint's audience")
+		// The control plane's own token is served.
+		tr, err = cs.CoreV1().ServiceAccounts(dotsv1.SystemNamespace).CreateToken(suiteCtx, hostidentity.GuestProxyServiceAccount, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{guestendpoint.Audience}}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ask(tr.Status.Token)).To(Equal(http.StatusOK))
 	})
 
 	It("answers computer_stopped once the Dot's computer is stopped", func() {

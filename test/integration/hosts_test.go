@@ -26,8 +26,11 @@ import (
 // secondHost is a second host agent of the suite, on its own fake host,
 // that a test can stop and start again.
 type secondHost struct {
-	name   string
-	host   *fake.Host
+	name string
+	host *fake.Host
+	// guest, when set, is its guests' engines (the in-memory fake); the
+	// real guest client otherwise, which reaches none of the fake VMs.
+	guest  agent.Guest
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -44,6 +47,7 @@ func (s *secondHost) start() {
 		Facts:             roomyMachine(s.host),
 		HeartbeatInterval: time.Second,
 		Log:               testLog.WithName(s.name),
+		Guest:             s.guest,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(suiteCtx)

@@ -85,8 +85,7 @@ var _ = BeforeSuite(func() {
 		// pushes to it as to a real one.
 		Guest: fakeEngine.Guest(),
 		// As in invisible-dots server, the Dots API reaches this host's
-		// guests through this agent.
-		Offer: cp.Guests,
+		// guests through this agent's endpoint (the default, the loopback).
 	})
 	Expect(err).NotTo(HaveOccurred())
 	for _, m := range []ctrl.Manager{central, hostAgent} {
