@@ -24,8 +24,8 @@ import (
 	guestfake "github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestendpoint"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
-	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 	"github.com/invisible-dots/invisible-dots/internal/keystore"
 )
 
