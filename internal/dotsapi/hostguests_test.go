@@ -48,21 +48,29 @@ func (agentRegistry) Do(_ context.Context, c types.NamespacedName, method, pathA
 	return fakeAnswer(http.StatusOK, `{"asked":"`+method+" "+pathAndQuery+`"}`), nil
 }
 
-// The control plane reaches a guest of another host through that host's
-// agent, at the address and with the certificate its Host publishes; what
-// goes wrong on the way names the host.
-func TestHostGuestsReachAGuestThroughItsHostsAgent(t *testing.T) {
+// startAgentEndpoint serves agentRegistry's guests at a real guest
+// endpoint over TLS until the test ends, as host-b's agent.
+func startAgentEndpoint(tb testing.TB) (*httptest.Server, guestendpoint.Certificate) {
+	tb.Helper()
 	cert, err := guestendpoint.NewCertificate("host-b", []string{"127.0.0.1"})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	agent := httptest.NewUnstartedServer(&guestendpoint.Server{Guests: agentRegistry{}, Reviewer: fakeTokenReviewer{},
 		ControlPlane: hostidentity.GuestProxyUser, Log: logr.Discard()})
 	agent.TLS = &tls.Config{Certificates: []tls.Certificate{cert.TLS}}
-	// The forged host's handshake is refused by the client, as it must be.
+	// A handshake the client refuses (a forged digest) is not news.
 	agent.Config.ErrorLog = log.New(io.Discard, "", 0)
 	agent.StartTLS()
-	defer agent.Close()
+	tb.Cleanup(agent.Close)
+	return agent, cert
+}
+
+// The control plane reaches a guest of another host through that host's
+// agent, at the address and with the certificate its Host publishes; what
+// goes wrong on the way names the host.
+func TestHostGuestsReachAGuestThroughItsHostsAgent(t *testing.T) {
+	agent, cert := startAgentEndpoint(t)
 	other, err := guestendpoint.NewCertificate("host-c", []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
@@ -117,15 +125,7 @@ func TestHostGuestsReachAGuestThroughItsHostsAgent(t *testing.T) {
 //
 //	go test -run '^$' -bench GuestRoute -benchtime 2000x ./internal/dotsapi/
 func BenchmarkGuestRoute(b *testing.B) {
-	cert, err := guestendpoint.NewCertificate("host-b", []string{"127.0.0.1"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	agent := httptest.NewUnstartedServer(&guestendpoint.Server{Guests: agentRegistry{}, Reviewer: fakeTokenReviewer{},
-		ControlPlane: hostidentity.GuestProxyUser, Log: logr.Discard()})
-	agent.TLS = &tls.Config{Certificates: []tls.Certificate{cert.TLS}}
-	agent.StartTLS()
-	defer agent.Close()
+	agent, cert := startAgentEndpoint(b)
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: dotsv1.SystemNamespace, Name: hostidentity.GuestProxyServiceAccount}},
 		&dotsv1.Host{ObjectMeta: metav1.ObjectMeta{Name: "host-b"}, Status: dotsv1.HostStatus{GuestEndpoint: &dotsv1.HostGuestEndpoint{URL: agent.URL, CertificateSHA256: cert.SHA256}}},
