@@ -41,6 +41,9 @@ type stopped struct {
 	// saw it ("exit status 0" after the guest's poweroff); empty when it
 	// still ran or was not spawned by this driver.
 	ExitStatus string
+	// Took is how long the guest took from the poweroff to QEMU's exit,
+	// when it powered itself off.
+	Took time.Duration
 }
 
 // stopVM stops a VM the way the Computer reconciler does: Poweroff; when the
@@ -59,7 +62,8 @@ func stopVM(ctx context.Context, d *Driver, id home.VMID, token string, grace ti
 	s.PoweroffErr = d.Poweroff(pctx, id, token)
 	cancel()
 	if s.PoweroffErr == nil {
-		deadline := time.Now().Add(grace)
+		asked := time.Now()
+		deadline := asked.Add(grace)
 		for obs.State == driver.Running && time.Now().Before(deadline) {
 			time.Sleep(observePoll)
 			if obs, err = d.Observe(ctx, id); err != nil {
@@ -68,6 +72,9 @@ func stopVM(ctx context.Context, d *Driver, id home.VMID, token string, grace ti
 		}
 		s.PoweredOff = obs.State == driver.Stopped && obs.Exited
 		s.ExitStatus = obs.ExitStatus
+		if s.PoweredOff {
+			s.Took = time.Since(asked)
+		}
 	}
 	for range maxKills {
 		k, err := d.Kill(ctx, id)

@@ -140,6 +140,26 @@ func TestEngineUnitReadsTheSeedsEnvironment(t *testing.T) {
 	}
 }
 
+// TestUnitsStopBeforeTheirISOIsUnmounted: both units run programs of the
+// runtime ISO, so each requires its mount (stopped before the unmount at a
+// poweroff), and the engine is killed 30 s after SIGTERM at most (ref 8.7).
+func TestUnitsStopBeforeTheirISOIsUnmounted(t *testing.T) {
+	for name, wants := range map[string][]string{
+		"units/dot-agentd.service":           {"RequiresMountsFor=" + protocol.RuntimeMountPoint + "\n"},
+		"units/invisible-dots-agent.service": {"RequiresMountsFor=" + protocol.RuntimeMountPoint + "\n", "TimeoutStopSec=30\n"},
+	} {
+		unit, err := units.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range wants {
+			if !strings.Contains(string(unit), want) {
+				t.Errorf("%s lacks %q:\n%s", name, want, unit)
+			}
+		}
+	}
+}
+
 // TestBuiltinSkillsShipAndParse: the runtime ISO carries the built-in skills
 // where the engine reads them, and the engine reads each as a built-in skill
 // (frontmatter name = folder, a one-line description); the first is the
