@@ -136,9 +136,10 @@ for kubectl:
 			if err != nil {
 				return err
 			}
-			// The Dots API reaches this host's guests through this agent
-			// (DESIGN.md 2: whatever talks to a guest runs in its host's
-			// agent); it was built before the agent, so it is told now.
+			// The Dots API reaches this host's guests through this agent's
+			// guest endpoint, as any other host's (DESIGN.md 2: whatever
+			// talks to a guest runs in its host's agent); on the loopback,
+			// since the server runs on this machine.
 			hostAgent, err := newHostAgent(ctx, cp.Config, layout, hostName, guestEndpoint{}, log)
 			if err != nil {
 				return err
