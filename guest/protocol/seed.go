@@ -120,8 +120,8 @@ func ValidateEchoURLs(urls []string) error {
 		if strings.Contains(u, ",") {
 			return fmt.Errorf("exit echo URL %q holds a comma", u)
 		}
-		if err := ValidateOpenRouterURL(u); err != nil {
-			return fmt.Errorf("exit echo URL: %w", err)
+		if err := validateEnvURL("exit echo URL", u); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -130,15 +130,19 @@ func ValidateEchoURLs(urls []string) error {
 // ValidateOpenRouterURL says what is wrong with a base URL of OpenRouter's
 // API: it must be an absolute http or https URL of printable ASCII without
 // spaces (one line of an environment file).
-func ValidateOpenRouterURL(u string) error {
+func ValidateOpenRouterURL(u string) error { return validateEnvURL("openrouter URL", u) }
+
+// validateEnvURL is the rule of a URL the engine's environment carries: an
+// absolute http or https URL of printable ASCII without spaces.
+func validateEnvURL(what, u string) error {
 	for _, r := range u {
 		if r < 0x21 || r > 0x7e {
-			return fmt.Errorf("openrouter URL %q must be printable ASCII without spaces", u)
+			return fmt.Errorf("%s %q must be printable ASCII without spaces", what, u)
 		}
 	}
 	parsed, err := url.Parse(u)
 	if err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
-		return fmt.Errorf("openrouter URL %q is not an http or https URL", u)
+		return fmt.Errorf("%s %q is not an http or https URL", what, u)
 	}
 	return nil
 }

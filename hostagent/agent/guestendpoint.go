@@ -60,7 +60,6 @@ func listenGuestEndpoint(o Options, guests *guests, c client.Client) (*guestEndp
 		Handler:           handler,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert.TLS}, MinVersion: tls.VersionTLS13},
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          nil,
 	}
 	return &guestEndpoint{
 		ln: ln, srv: srv,

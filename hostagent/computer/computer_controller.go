@@ -461,13 +461,7 @@ func (r *Reconciler) newestRuntime(ctx context.Context) string {
 	if err != nil {
 		return ""
 	}
-	newest := ""
-	for _, img := range imgs {
-		if img.Kind == home.Runtime && img.Version > newest {
-			newest = img.Version
-		}
-	}
-	return newest
+	return driver.Newest(imgs, home.Runtime)
 }
 
 // startCounted: the running QEMU's start is already counted in

@@ -13,6 +13,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
 
@@ -265,7 +266,7 @@ func (r *Reconciler) setRuntimeCurrent(s *scope, now time.Time) {
 		set(metav1.ConditionTrue, dotsv1.RuntimePinnedReason, fmt.Sprintf("runs runtime ISO %s, which spec.runtimeImage pins: newer ones are not taken", running))
 	case s.newestRuntime == "":
 		// The host's images could not be listed: the condition stays as it was.
-	case running >= s.newestRuntime:
+	case !home.OlderImage(running, s.newestRuntime):
 		set(metav1.ConditionTrue, dotsv1.RuntimeCurrentReason, fmt.Sprintf("runs runtime ISO %s, the newest on host %s", running, r.HostName))
 	default:
 		set(metav1.ConditionFalse, dotsv1.RuntimeRestartPendingReason, fmt.Sprintf(

@@ -121,6 +121,18 @@ type Image struct {
 	Version string
 }
 
+// Newest is the newest version of kind among imgs (home.OlderImage), or ""
+// when there is none.
+func Newest(imgs []Image, kind home.ImageKind) string {
+	newest := ""
+	for _, img := range imgs {
+		if img.Kind == kind && (newest == "" || home.OlderImage(newest, img.Version)) {
+			newest = img.Version
+		}
+	}
+	return newest
+}
+
 // Driver runs the VMs of one host. No call waits for a guest: each asks or
 // acts, and returns within about a second of I/O; the reconciler sees the
 // result on a later Observe (crossplane's "none of the calls here should be

@@ -55,7 +55,7 @@ func List(h home.Layout, kind home.ImageKind) ([]Image, error) {
 		}
 		out = append(out, img)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	sort.Slice(out, func(i, j int) bool { return home.OlderImage(out[i].Version, out[j].Version) })
 	return out, nil
 }
 

@@ -302,7 +302,7 @@ func runtimeRollout(h home.Layout) string {
 func rolloutText(newest string, inUse map[home.VMID]string) string {
 	var waiting []string
 	for id, v := range inUse {
-		if v < newest {
+		if home.OlderImage(v, newest) {
 			waiting = append(waiting, id.Namespace+"/"+id.Name)
 		}
 	}

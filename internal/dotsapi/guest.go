@@ -153,13 +153,13 @@ func (h *Handler) unreachable(g dotGuest, method, pathAndQuery string, timeout t
 	what := g.computer.String()
 	route, _, _ := strings.Cut(pathAndQuery, "?")
 	var msg string
+	var hostErr *HostUnreachableError
 	switch {
-	case errors.Is(err, ErrHostUnreachable):
-		// Said as the host client said it: the host, and what failed
-		// (a missing Host, no endpoint, a connection refused), never a
-		// token.
+	case errors.As(err, &hostErr):
+		// What failed (a missing Host, no endpoint, a connection refused),
+		// in the host client's words, which hold no token.
 		return apiErrorf(http.StatusBadGateway, wire.CodeHostUnreachable, "the computer of Dot %s runs on host %s, whose agent cannot be reached: %s",
-			what, g.host, strings.TrimPrefix(strings.TrimPrefix(err.Error(), ErrHostUnreachable.Error()+": "), "host "+g.host+": "))
+			what, hostErr.Host, hostErr.Why)
 	case errors.Is(err, guestproxy.ErrNoGuest):
 		msg = fmt.Sprintf("the computer of Dot %s runs and its guest cannot be reached yet (it may still be starting): try again shortly", what)
 	case errors.Is(err, guestclient.ErrGuestUnproven):

@@ -73,7 +73,7 @@ func (f *fakeGuests) serve(computer types.NamespacedName, route string, fn fakeR
 
 func (f *fakeGuests) Do(_ context.Context, host string, computer types.NamespacedName, method, pathAndQuery string, body io.Reader, header http.Header) (*http.Response, error) {
 	if host != f.host {
-		return nil, fmt.Errorf("%w: host %s: its agent's endpoint https://192.0.2.7:10250 did not answer: connection refused", ErrHostUnreachable, host)
+		return nil, &HostUnreachableError{Host: host, Why: "its agent's endpoint https://192.0.2.7:10250 did not answer: connection refused"}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -39,7 +39,19 @@ type Guests interface {
 }
 
 // ErrHostUnreachable: the agent of the Computer's host could not be asked.
+// HostUnreachableError says which host and why.
 var ErrHostUnreachable = errors.New("the host's agent cannot be reached")
+
+// HostUnreachableError is a request that could not ask the agent of Host:
+// Why is what failed (no Host, no endpoint, a refused connection), in words
+// that hold no token.
+type HostUnreachableError struct{ Host, Why string }
+
+func (e *HostUnreachableError) Error() string {
+	return fmt.Sprintf("%v: host %s: %s", ErrHostUnreachable, e.Host, e.Why)
+}
+
+func (e *HostUnreachableError) Unwrap() error { return ErrHostUnreachable }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=hosts,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=invisible-dots-system,resources=serviceaccounts/token,verbs=create,resourceNames=invisible-dots-guest-proxy
@@ -73,7 +85,7 @@ const guestProxyTokenLife = 10 * time.Minute
 // Do implements Guests.
 func (g *HostGuests) Do(ctx context.Context, host string, computer types.NamespacedName, method, pathAndQuery string, body io.Reader, header http.Header) (*http.Response, error) {
 	unreachable := func(format string, a ...any) error {
-		return fmt.Errorf("%w: host %s: %s", ErrHostUnreachable, host, fmt.Sprintf(format, a...))
+		return &HostUnreachableError{Host: host, Why: fmt.Sprintf(format, a...)}
 	}
 	h := &dotsv1.Host{}
 	if err := g.Reader.Get(ctx, client.ObjectKey{Name: host}, h); err != nil {
@@ -88,7 +100,7 @@ func (g *HostGuests) Do(ctx context.Context, host string, computer types.Namespa
 	}
 	token, err := g.controlPlaneToken(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the control plane's token for the host agents: %v", ErrHostUnreachable, err)
+		return nil, unreachable("the control plane's token for the host agents: %v", err)
 	}
 	u := ep.URL + guestendpoint.PathPrefix + url.PathEscape(computer.Namespace) + "/" + url.PathEscape(computer.Name) + pathAndQuery
 	req, err := http.NewRequestWithContext(ctx, method, u, body)

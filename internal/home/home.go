@@ -213,6 +213,12 @@ const (
 	Runtime ImageKind = "runtime"
 )
 
+// OlderImage says whether image version a was built before b. A version
+// begins with its build time ("20261204T225434Z-<digest>"), so the order of
+// the strings is the order of the builds: the one rule of which image is
+// newer, for the registry, the driver and the reconcilers.
+func OlderImage(a, b string) bool { return a < b }
+
 // ParseImageFile reads the kind and version out of a file name under images/
 // ("golden-V.qcow2", "runtime-V.iso"; manifests are not images).
 func ParseImageFile(base string) (kind ImageKind, version string, ok bool) {

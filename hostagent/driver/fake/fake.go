@@ -249,17 +249,12 @@ func (h *Host) Start(_ context.Context, spec driver.Spec) (driver.Observation, e
 	// The golden image: the spec's, else the first registered; the runtime
 	// ISO: the spec's, else the newest (versions start with their build
 	// time), as the QEMU driver chooses.
-	golden, runtime := spec.GoldenImage, spec.RuntimeImage
-	newest := ""
+	golden, runtime := spec.GoldenImage, cmp.Or(spec.RuntimeImage, driver.Newest(h.images, home.Runtime))
 	for _, img := range h.images {
 		if golden == "" && img.Kind == home.Golden {
 			golden = img.Version
 		}
-		if img.Kind == home.Runtime && img.Version > newest {
-			newest = img.Version
-		}
 	}
-	runtime = cmp.Or(runtime, newest)
 	if golden == "" || runtime == "" {
 		return v.obs, fmt.Errorf("fake host: no image registered")
 	}
