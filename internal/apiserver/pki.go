@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/util/cert"
@@ -30,6 +31,8 @@ func (p PKI) CACert() string      { return filepath.Join(p.Dir, "ca.crt") }
 func (p PKI) CAKey() string       { return filepath.Join(p.Dir, "ca.key") }
 func (p PKI) ServingCert() string { return filepath.Join(p.Dir, "apiserver.crt") }
 func (p PKI) ServingKey() string  { return filepath.Join(p.Dir, "apiserver.key") }
+func (p PKI) WebCert() string      { return filepath.Join(p.Dir, "web.crt") }
+func (p PKI) WebKey() string       { return filepath.Join(p.Dir, "web.key") }
 func (p PKI) ServiceAccountKey() string {
 	return filepath.Join(p.Dir, "service-account.key")
 }
@@ -118,11 +121,29 @@ func (p PKI) ensureServing(caCert *x509.Certificate, caKey crypto.Signer, listen
 	if ip := net.ParseIP(listenHost); ip != nil && !ip.IsUnspecified() && !ip.IsLoopback() {
 		ips = append(ips, ip)
 	}
-	if certs, err := cert.CertsFromFile(p.ServingCert()); err == nil {
+	return ensureLeaf(caCert, caKey, p.ServingCert(), p.ServingKey(), "invisible-dots-apiserver", ips, []string{"localhost"})
+}
+
+// EnsureWebServing makes, when missing, stale or not covering them, the web
+// client's serving certificate for these addresses and names, signed by the
+// CA kubeconfig trusts: a person's browser trusts the page once they add
+// that CA (pki/ca.crt), and a program checks it with the same file.
+func (p PKI) EnsureWebServing(ips []net.IP, names []string) error {
+	caCert, caKey, err := p.ensureCA()
+	if err != nil {
+		return err
+	}
+	return ensureLeaf(caCert, caKey, p.WebCert(), p.WebKey(), "invisible-dots-web", ips, names)
+}
+
+// ensureLeaf keeps the serving certificate at certPath when it is fresh,
+// signed by caCert and covers ips and names; else it makes a new one.
+func ensureLeaf(caCert *x509.Certificate, caKey crypto.Signer, certPath, keyPath, commonName string, ips []net.IP, names []string) error {
+	if certs, err := cert.CertsFromFile(certPath); err == nil {
 		c := certs[0]
 		fresh := time.Until(c.NotAfter) > renewBefore && c.CheckSignatureFrom(caCert) == nil
-		if fresh && coversIPs(c, ips) {
-			if _, err := keyutil.PrivateKeyFromFile(p.ServingKey()); err == nil {
+		if fresh && coversIPs(c, ips) && coversNames(c, names) {
+			if _, err := keyutil.PrivateKeyFromFile(keyPath); err == nil {
 				return nil
 			}
 		}
@@ -138,19 +159,28 @@ func (p PKI) ensureServing(caCert *x509.Certificate, caKey crypto.Signer, listen
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "invisible-dots-apiserver"},
+		Subject:      pkix.Name{CommonName: commonName},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(servingValidity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
+		DNSNames:     names,
 		IPAddresses:  ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
 	if err != nil {
-		return fmt.Errorf("create serving certificate: %w", err)
+		return fmt.Errorf("create serving certificate %s: %w", certPath, err)
 	}
-	return writeCertAndKey(p.ServingCert(), p.ServingKey(), der, key)
+	return writeCertAndKey(certPath, keyPath, der, key)
+}
+
+func coversNames(c *x509.Certificate, names []string) bool {
+	for _, want := range names {
+		if !slices.Contains(c.DNSNames, want) {
+			return false
+		}
+	}
+	return true
 }
 
 func coversIPs(c *x509.Certificate, ips []net.IP) bool {

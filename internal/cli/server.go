@@ -2,9 +2,13 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"strings"
 	"os/signal"
 	"syscall"
 
@@ -15,6 +19,7 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/hostagent/agent"
+	"github.com/invisible-dots/invisible-dots/internal/apiserver"
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -34,6 +39,7 @@ const (
 func newServerCommand() *cobra.Command {
 	var (
 		noWeb         bool
+		webSignIn     bool
 		kubeconfig    string
 		hostName      string
 		noControllers bool
@@ -48,8 +54,12 @@ INVISIBLE_DOTS_LISTEN (default 127.0.0.1:8787), the CRDs, the central
 controllers, the host agent of this machine (its Host is --host, by
 default the machine's host name), and the web client on
 INVISIBLE_DOTS_WEB_LISTEN (default http://127.0.0.2:3000; --no-web turns it
-off), which adds the API credential itself. It writes $INVISIBLE_DOTS_HOME/kubeconfig
-for kubectl:
+off), which adds the API credential itself for the machine's owner. With
+--web-sign-in, people sign in to it with the token 'invisible-dots user add'
+made for them and act with their own rights; an address others reach
+(127.0.0.1, which every guest reaches, or one of another network, served
+over HTTPS with a certificate of the server's CA, pki/ca.crt) turns sign-in
+on. It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 
   export KUBECONFIG=~/.invisible-dots/kubeconfig
   kubectl get dots`,
@@ -72,7 +82,7 @@ for kubectl:
 			defer stop()
 
 			// Read before anything starts: a malformed setting fails at once.
-			webListen, err := webui.ParseListen(os.Getenv(webui.EnvListen))
+			webListen, err := webui.ParseListen(os.Getenv(webui.EnvListen), webSignIn)
 			if err != nil {
 				return err
 			}
@@ -95,9 +105,12 @@ for kubectl:
 			webURL := ""
 			if noWeb {
 				log.V(1).Info("the web client is off (--no-web)")
-			} else if stopWeb := startWeb(cp, webListen, log); stopWeb != nil {
+			} else if stopWeb := startWeb(cp, layout, webListen, log); stopWeb != nil {
 				defer stopWeb(context.WithoutCancel(ctx))
-				webURL = "http://" + webListen
+				webURL = webListen.URL()
+				if webListen.SignIn {
+					webURL += " (people sign in with the token 'invisible-dots user add' makes for them)"
+				}
 			}
 			if cp.DotsAPI != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready against the cluster of %s. Its Dots API is at %s (the ConfigMap %s/%s says so to every client).\n", kubeconfig, cp.DotsAPI.URL, dotsv1.SystemNamespace, wire.DiscoveryConfigMap)
@@ -152,6 +165,7 @@ for kubectl:
 		},
 	}
 	cmd.Flags().BoolVar(&noWeb, "no-web", false, "do not serve the web client")
+	cmd.Flags().BoolVar(&webSignIn, "web-sign-in", false, "people sign in to the web client with their own token ('invisible-dots user add'); the server's credential is never used for them (always on where others reach the web client)")
 	cmd.Flags().BoolVar(&noControllers, "no-controllers", false, "serve the API and its database alone: the central controllers (server --kubeconfig) and host agents (agent) run elsewhere")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "run the controllers against the cluster of this kubeconfig instead of the embedded API server")
 	cmd.Flags().StringVar(&hostName, "host", os.Getenv(envHost), "the name of this machine's Host (default: $"+envHost+", else the machine's host name)")
@@ -192,32 +206,90 @@ func shutdownCause(log logr.Logger, lost func() error) error {
 	return nil
 }
 
-// startWeb serves the web client on addr with the control plane's own
-// credential. The client is a companion, not a dependency: when it cannot
+// startWeb serves the web client where l says: with the control plane's own
+// credential for the machine's owner, or with each person's own after their
+// sign-in. The client is a companion, not a dependency: when it cannot
 // listen, the server says why and goes on. It returns the stop, or nil.
-func startWeb(cp *controlplane.ControlPlane, addr string, log logr.Logger) func(context.Context) {
+func startWeb(cp *controlplane.ControlPlane, layout home.Layout, l webui.Listen, log logr.Logger) func(context.Context) {
 	log = log.WithName("web")
 	files, built := web.App()
 	if !built {
 		log.Info("this binary was built without the web client: the page says so; build it with 'make build'")
 	}
-	h, err := webui.NewHandler(webui.Options{
-		Upstream:     cp.Config,
-		DotsAPI:      cp.DotsAPIConfig(),
-		Files:        files,
-		AllowedHosts: webui.ParseAllowedHosts(os.Getenv(webui.EnvAllowedHosts)),
-		Address:      addr,
-		Log:          log,
-	})
+	if l.ForcedSignIn != "" {
+		log.Info("people sign in to the web client: " + l.ForcedSignIn + ", and it must not act with the server's credential for them")
+	}
+	allowed := webui.ParseAllowedHosts(os.Getenv(webui.EnvAllowedHosts))
+	var tlsConfig *tls.Config
+	var err error
+	if l.TLS {
+		tlsConfig, err = webTLS(layout, l.Address, allowed)
+	}
+	var h http.Handler
+	if err == nil {
+		h, err = webui.NewHandler(webui.Options{
+			Upstream:     cp.Config,
+			DotsAPI:      cp.DotsAPIConfig(),
+			Files:        files,
+			AllowedHosts: allowed,
+			Address:      l.Address,
+			SignIn:       l.SignIn,
+			Secure:       l.TLS,
+			Log:          log,
+		})
+	}
 	if err == nil {
 		var srv *webui.Server
-		if srv, err = webui.Start(addr, h, log); err == nil {
-			log.Info("web client ready", "address", "http://"+addr)
-			return srv.Stop
+		if srv, err = webui.Start(l.Address, h, tlsConfig, log); err == nil {
+			log.Info("web client ready", "address", l.URL(), "signIn", l.SignIn)
+			published := layout.WebAddress()
+			if err := webui.Publish(published, webui.Published{URL: l.URL(), SignIn: l.SignIn}); err != nil {
+				log.Error(err, "could not write where the web client is; 'invisible-dots user add' will not say it", "file", published)
+			}
+			return func(ctx context.Context) {
+				_ = os.Remove(published)
+				srv.Stop(ctx)
+			}
 		}
 	}
 	log.Error(err, "the web client is not served; the API and kubectl work without it")
 	return nil
+}
+
+// webTLS is the web client's TLS: a serving certificate of the server's CA
+// (the CA of its kubeconfig, pki/ca.crt) for the address it listens on
+// (every address of the machine for 0.0.0.0 or ::), the machine's name and
+// the allowed host names.
+func webTLS(layout home.Layout, addr string, allowed []string) (*tls.Config, error) {
+	host, _, _ := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	if ip.IsUnspecified() {
+		addrs, err := net.InterfaceAddrs()
+		if err != nil {
+			return nil, fmt.Errorf("list this machine's addresses for the web client's certificate: %w", err)
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
+				ips = append(ips, n.IP)
+			}
+		}
+	} else {
+		ips = append(ips, ip)
+	}
+	names := append([]string{"localhost"}, allowed...)
+	if hn, err := os.Hostname(); err == nil && hn != "" {
+		names = append(names, strings.ToLower(hn))
+	}
+	pki := apiserver.PKI{Dir: layout.PKI()}
+	if err := pki.EnsureWebServing(ips, names); err != nil {
+		return nil, fmt.Errorf("make the web client's certificate: %w", err)
+	}
+	pair, err := tls.LoadX509KeyPair(pki.WebCert(), pki.WebKey())
+	if err != nil {
+		return nil, fmt.Errorf("read the web client's certificate: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // apiStoppedOrNever is apiStopped, or a channel that never closes.

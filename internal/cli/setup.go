@@ -188,9 +188,9 @@ func allSteps(p home.Person, out io.Writer) ([]setup.Step, func()) {
 // the end of setup --all. The server is not started: it runs in the
 // foreground until Ctrl-C.
 func printStart(out io.Writer, p home.Person) {
-	listen, err := webui.ParseListen(os.Getenv(webui.EnvListen))
+	listen, err := webui.ParseListen(os.Getenv(webui.EnvListen), false)
 	if err != nil {
-		listen = webui.DefaultListen
+		listen, _ = webui.ParseListen("", false)
 	}
 	as := ""
 	if p.GiveBack {
@@ -199,6 +199,10 @@ func printStart(out io.Writer, p home.Person) {
 	fmt.Fprintf(out, "\nstart the server%s (it runs in the foreground until Ctrl-C):\n", as)
 	fmt.Fprintln(out, "  make run                 # in this checkout: builds the binary with the web client, then starts it")
 	fmt.Fprintln(out, "  invisible-dots server    # this binary")
-	fmt.Fprintf(out, "then open the web client at http://%s (no login: the web server adds the API token itself)\n", listen)
+	if listen.SignIn {
+		fmt.Fprintf(out, "then open the web client at %s and sign in with the token 'invisible-dots user add' makes\n", listen.URL())
+	} else {
+		fmt.Fprintf(out, "then open the web client at %s (no sign-in: the web server adds the API token itself; people of their own sign in with 'server --web-sign-in')\n", listen.URL())
+	}
 	fmt.Fprintln(out, "and store the OpenRouter key on its Home page, or: invisible-dots secret openrouter")
 }

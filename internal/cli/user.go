@@ -7,6 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
+	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/webui"
 )
 
 func newUserCommand() *cobra.Command {
@@ -54,8 +56,9 @@ It uses the admin kubeconfig of this home's server, or --kubeconfig.`,
 			if err != nil {
 				return err
 			}
-			return writeCredential(cmd, output, data, fmt.Sprintf("%s may %s the Dots of namespace %s until %s (%s); add them again for a new token",
-				args[0], map[string]string{"editor": "use", "viewer": "look at"}[role], namespace, expires.UTC().Format(time.RFC3339), ttl))
+			note := fmt.Sprintf("%s may %s the Dots of namespace %s until %s (%s); add them again for a new token",
+				args[0], map[string]string{"editor": "use", "viewer": "look at"}[role], namespace, expires.UTC().Format(time.RFC3339), ttl)
+			return writeCredential(cmd, output, data, note+"\n"+signInNote(kubeconfig))
 		},
 	}
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the person's namespace (required)")
@@ -64,4 +67,24 @@ It uses the admin kubeconfig of this home's server, or --kubeconfig.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the kubeconfig to this file (mode 0600) instead of standard output")
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*24*time.Hour, "how long the token is valid")
 	return cmd
+}
+
+// signInNote says where the person signs in to the web client with the
+// kubeconfig or its token, as the home's running server published it.
+func signInNote(kubeconfig string) string {
+	if kubeconfig != "" {
+		return "the web client of that server: sign in there with this kubeconfig file or its token, if it serves people's sign-in"
+	}
+	layout, err := home.FromEnv()
+	if err != nil {
+		return ""
+	}
+	p, ok := webui.ReadPublished(layout.WebAddress())
+	switch {
+	case !ok:
+		return "the web client: start the server with --web-sign-in, then sign in at its address with this kubeconfig file or its token"
+	case !p.SignIn:
+		return "the web client at " + p.URL + " is the machine owner's alone: restart the server with --web-sign-in, then sign in there with this kubeconfig file or its token"
+	}
+	return "sign in to the web client at " + p.URL + " with this kubeconfig file or its token"
 }

@@ -41,6 +41,7 @@ const (
 	PKIDir         = "pki"
 	KubeconfigFile = "kubeconfig"
 	RunDir         = "run"
+	WebAddressFile = "web.json"
 	ImagesDir      = "images"
 	VMsDir         = "vms"
 	LogsDir        = "logs"
@@ -159,6 +160,10 @@ func (h Layout) Kubeconfig() string { return filepath.Join(h.Root, KubeconfigFil
 
 // Run is run/, the unix sockets (PostgreSQL, kine).
 func (h Layout) Run() string { return filepath.Join(h.Root, RunDir) }
+
+// WebAddress is run/web.json: where the running server's web client is
+// and whether people sign in there (webui.Published), for 'user add' to say.
+func (h Layout) WebAddress() string { return filepath.Join(h.Root, RunDir, WebAddressFile) }
 
 // Images is images/.
 func (h Layout) Images() string { return filepath.Join(h.Root, ImagesDir) }

@@ -28,11 +28,14 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // LivePath is where the page reads its watches and the Dots API's stream as
 // one answer: ?watch=KIND:RESOURCEVERSION (repeated, one per kind), and the
-// stream's own ?types= and ?after=. Each watch event comes as an SSE event
+// stream's own ?types= and ?after=, and ?namespace= to watch one namespace's
+// objects (a person who may not list every namespace's). Each watch event comes as an SSE event
 // "watch" whose data is {"kind": KIND, "event": <the watch event>}; the
 // stream's events come as the stream wrote them. The answer ends when any
 // of its parts ends, and the page opens it again from where each part was.
@@ -54,6 +57,8 @@ type backend struct {
 	client *http.Client
 }
 
+// get reads p with the backend's credential, or with the token of the
+// session ctx carries (sign-in).
 func (u *backend) get(ctx context.Context, p string, q url.Values, accept string) (*http.Response, error) {
 	target := *u.base
 	target.Path = strings.TrimSuffix(target.Path, "/") + p
@@ -63,13 +68,16 @@ func (u *backend) get(ctx context.Context, p string, q url.Values, accept string
 		return nil, err
 	}
 	req.Header.Set("Accept", accept)
+	if ss := sessionOf(ctx); ss != nil {
+		req.Header.Set("Authorization", "Bearer "+ss.token)
+	}
 	return u.client.Do(req)
 }
 
 type liveWatch struct{ kind, rv string }
 
 // parseLive reads LivePath's query, or says what is wrong with it.
-func parseLive(q url.Values) (watches []liveWatch, stream url.Values, err error) {
+func parseLive(q url.Values) (watches []liveWatch, namespace string, stream url.Values, err error) {
 	stream = url.Values{}
 	seen := map[string]bool{}
 	for key, vals := range q {
@@ -78,21 +86,26 @@ func parseLive(q url.Values) (watches []liveWatch, stream url.Values, err error)
 			for _, v := range vals {
 				kind, rv, ok := strings.Cut(v, ":")
 				if !ok || !liveKinds[kind] || rv == "" {
-					return nil, nil, fmt.Errorf("watch=%q is not KIND:RESOURCEVERSION with a kind of dots, computers, approvals or tasks (list the kind first, then watch from the list's resourceVersion)", v)
+					return nil, "", nil, fmt.Errorf("watch=%q is not KIND:RESOURCEVERSION with a kind of dots, computers, approvals or tasks (list the kind first, then watch from the list's resourceVersion)", v)
 				}
 				if seen[kind] {
-					return nil, nil, fmt.Errorf("%s is watched twice; give each kind once", kind)
+					return nil, "", nil, fmt.Errorf("%s is watched twice; give each kind once", kind)
 				}
 				seen[kind] = true
 				watches = append(watches, liveWatch{kind, rv})
 			}
 		case "types", "after":
 			stream[key] = vals
+		case "namespace":
+			namespace = vals[0]
+			if errs := validation.IsDNS1123Label(namespace); len(vals) > 1 || len(errs) > 0 {
+				return nil, "", nil, fmt.Errorf("namespace=%q is not one namespace's name", strings.Join(vals, ","))
+			}
 		default:
-			return nil, nil, fmt.Errorf("unknown query parameter %q (the parameters are watch, types and after)", key)
+			return nil, "", nil, fmt.Errorf("unknown query parameter %q (the parameters are watch, namespace, types and after)", key)
 		}
 	}
-	return watches, stream, nil
+	return watches, namespace, stream, nil
 }
 
 func (h *handler) serveLive(w http.ResponseWriter, r *http.Request) {
@@ -101,7 +114,7 @@ func (h *handler) serveLive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "the live stream is read with GET")
 		return
 	}
-	watches, streamQuery, err := parseLive(r.URL.Query())
+	watches, namespace, streamQuery, err := parseLive(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
@@ -125,6 +138,9 @@ func (h *handler) serveLive(w http.ResponseWriter, r *http.Request) {
 			return nil, false
 		}
 		bodies = append(bodies, res.Body)
+		if ss := sessionOf(ctx); ss != nil && res.StatusCode == http.StatusUnauthorized {
+			h.signIn.drop(ss)
+		}
 		if res.StatusCode != http.StatusOK {
 			msg, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
 			w.Header().Set("Content-Type", res.Header.Get("Content-Type"))
@@ -149,7 +165,11 @@ func (h *handler) serveLive(w http.ResponseWriter, r *http.Request) {
 	var starts []func()
 	for _, wt := range watches {
 		q := url.Values{"watch": {"1"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {wt.rv}}
-		body, ok := open(h.apiUp, liveGroupPath+wt.kind, q, "application/json", "the API server")
+		p := liveGroupPath + wt.kind
+		if namespace != "" {
+			p = liveGroupPath + "namespaces/" + namespace + "/" + wt.kind
+		}
+		body, ok := open(h.apiUp, p, q, "application/json", "the API server")
 		if !ok {
 			return
 		}

@@ -1,15 +1,18 @@
 // Package webui serves the web client (ref 9.7, DESIGN 2): the embedded
-// single-page app, and the API paths proxied to the API server with the
-// server's own credential, so the browser never holds a token. It listens on
-// a loopback address no guest reaches (QEMU's user network maps 10.0.2.2 to
-// 127.0.0.1 only), and refuses what a foreign page could send: a Host that is
-// not a loopback name (DNS rebinding), and, on the API paths, a cross-site
-// Sec-Fetch-Site or a foreign Origin.
+// single-page app, and the API paths proxied to the API server, so the
+// browser never holds a token. By default it is the machine's owner's alone:
+// it adds the server's own credential, listens on a loopback address no
+// guest reaches (QEMU's user network maps 10.0.2.2 to 127.0.0.1 only), and
+// refuses a Host that is not a loopback name (DNS rebinding). With sign-in
+// (signin.go) each person signs in with their own credential, which every
+// request carries, and it may listen where others reach it, over HTTPS.
+// Either way it refuses, on the API paths, what a foreign page could send: a
+// cross-site Sec-Fetch-Site or a foreign Origin.
 package webui
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,7 +21,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -35,59 +37,6 @@ const (
 	// 127.0.0.2, say).
 	EnvAllowedHosts = "INVISIBLE_DOTS_WEB_ALLOWED_HOSTS"
 )
-
-// DefaultListen is where the web client listens unless EnvListen says
-// otherwise: a loopback address other than 127.0.0.1, which the guests reach.
-const DefaultListen = "127.0.0.2:3000"
-
-// ParseListen checks a listen setting (empty means DefaultListen) before
-// anything starts: a host and a port from 1 to 65535 (port 0 would leave the
-// person with no address to open).
-func ParseListen(s string) (string, error) {
-	if s == "" {
-		return DefaultListen, nil
-	}
-	host, port, err := net.SplitHostPort(s)
-	if err == nil && host == "" {
-		err = errors.New("no host")
-	}
-	if err == nil {
-		var n int
-		n, err = strconv.Atoi(port)
-		if err == nil && (n < 1 || n > 65535) {
-			err = errors.New("port out of range")
-		}
-	}
-	if err != nil {
-		return "", fmt.Errorf("%s=%q is not host:port with a port from 1 to 65535 (for example %s): %v", EnvListen, s, DefaultListen, err)
-	}
-	if err := guestsCannotReach(host); err != nil {
-		return "", fmt.Errorf("%s=%q: %v", EnvListen, s, err)
-	}
-	return s, nil
-}
-
-// guestsCannotReach refuses an address where the web client would serve
-// someone other than the machine's owner: it acts with the server's admin
-// credential for whoever reaches it, so a Dot's model that reached it could
-// read every Secret and approve its own calls. Every guest reaches this
-// machine's 127.0.0.1 (and ::1) as 10.0.2.2 through QEMU's user network,
-// and any other machine reaches a non-loopback address; another loopback
-// address of 127.0.0.0/8 is reached by neither. People's own sign-in is
-// what will open other addresses.
-func guestsCannotReach(host string) error {
-	ip := net.ParseIP(host)
-	const instead = "listen on another loopback address such as " + DefaultListen + " (from another machine, through an SSH tunnel to it)"
-	switch {
-	case ip == nil:
-		return fmt.Errorf("the web client listens on an IP address, not a name (%q may stand for an address every Dot's guest or another machine reaches, and it acts with the server's admin credential): %s", host, instead)
-	case ip.Equal(net.IPv4(127, 0, 0, 1)) || ip.Equal(net.IPv6loopback):
-		return fmt.Errorf("every Dot's guest reaches this machine's %s (as 10.0.2.2), and the web client acts with the server's admin credential for whoever reaches it: %s", host, instead)
-	case !ip.IsLoopback():
-		return fmt.Errorf("%s is reached from other machines, and the web client acts with the server's admin credential for whoever reaches it (people's own sign-in is not built yet): %s", host, instead)
-	}
-	return nil
-}
 
 // ParseAllowedHosts reads EnvAllowedHosts' value.
 func ParseAllowedHosts(s string) []string {
@@ -113,7 +62,12 @@ type Options struct {
 	AllowedHosts []string
 	// Address is where the web server listens, for the words of a refusal.
 	Address string
-	Log     logr.Logger
+	// SignIn: people sign in with their own credentials (signin.go), and
+	// the proxy never adds the server's.
+	SignIn bool
+	// Secure: the page is served over HTTPS (the session cookie is Secure).
+	Secure bool
+	Log    logr.Logger
 }
 
 type handler struct {
@@ -124,21 +78,34 @@ type handler struct {
 	static       http.Handler
 	address      string
 	allowedHosts map[string]bool
+	// signIn is nil when the web client acts with the server's credential.
+	signIn *signIn
 }
 
 // NewHandler is the web server's handler.
 func NewHandler(o Options) (http.Handler, error) {
-	api, apiUp, err := newProxy(o.Upstream, "the API server", o.Log)
+	var in *signIn
+	upstream, dotsAPI := o.Upstream, o.DotsAPI
+	if o.SignIn {
+		in = newSignIn(o.Upstream, o.Secure)
+		// No request of the page goes out with the server's credential.
+		upstream = rest.AnonymousClientConfig(o.Upstream)
+		if dotsAPI != nil {
+			dotsAPI = rest.AnonymousClientConfig(dotsAPI)
+		}
+	}
+	api, apiUp, err := newProxy(upstream, "the API server", in, o.Log)
 	if err != nil {
 		return nil, err
 	}
 	dots, dotsUp := api, apiUp
-	if o.DotsAPI != nil {
-		if dots, dotsUp, err = newProxy(o.DotsAPI, "the Dots API", o.Log); err != nil {
+	if dotsAPI != nil {
+		if dots, dotsUp, err = newProxy(dotsAPI, "the Dots API", in, o.Log); err != nil {
 			return nil, err
 		}
 	}
 	h := &handler{
+		signIn:       in,
 		files:        o.Files,
 		address:      cmpOr(o.Address, DefaultListen),
 		static:       http.FileServerFS(o.Files),
@@ -154,10 +121,11 @@ func NewHandler(o Options) (http.Handler, error) {
 	return h, nil
 }
 
-// newProxy forwards to the server cfg names with cfg's credential alone; the
-// backend is the same server and credential, for what the handler reads
-// itself (LivePath).
-func newProxy(cfg *rest.Config, what string, log logr.Logger) (*httputil.ReverseProxy, *backend, error) {
+// newProxy forwards to the server cfg names with cfg's credential alone, or,
+// with sign-in, with the credential of the request's session; the backend is
+// the same server and credential, for what the handler reads itself
+// (LivePath).
+func newProxy(cfg *rest.Config, what string, in *signIn, log logr.Logger) (*httputil.ReverseProxy, *backend, error) {
 	target, err := url.Parse(cfg.Host)
 	if err != nil || target.Host == "" {
 		return nil, nil, fmt.Errorf("the address of %s %q is not a URL", what, cfg.Host)
@@ -180,6 +148,17 @@ func newProxy(cfg *rest.Config, what string, log logr.Logger) (*httputil.Reverse
 			}
 			r.Out.Header.Del("Origin")
 			r.Out.Header.Del("Referer")
+			if ss := sessionOf(r.In.Context()); ss != nil {
+				r.Out.Header.Set("Authorization", "Bearer "+ss.token)
+			}
+		},
+		ModifyResponse: func(res *http.Response) error {
+			// A token the API server no longer accepts (revoked, expired)
+			// ends its session: the page signs in again.
+			if ss := sessionOf(res.Request.Context()); ss != nil && res.StatusCode == http.StatusUnauthorized {
+				in.drop(ss)
+			}
+			return nil
 		},
 		Transport: transport,
 		// Watches and the event streams reach the page as they come.
@@ -208,7 +187,7 @@ func isAPIPath(p string) bool {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.hostAllowed(r.Host) {
+	if h.signIn == nil && !h.hostAllowed(r.Host) {
 		writeError(w, http.StatusForbidden, "forbidden",
 			fmt.Sprintf("the web client answers to loopback names only, not %q: open http://%s, or add the name to %s", r.Host, h.address, EnvAllowedHosts))
 		return
@@ -217,19 +196,44 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "the host agents' routes are not served to the web client")
 		return
 	}
-	if r.URL.Path == LivePath {
+	if r.URL.Path == SessionPath {
 		if msg := crossSite(r); msg != "" {
 			writeError(w, http.StatusForbidden, "forbidden", msg)
 			return
 		}
+		if h.signIn == nil {
+			if r.Method != http.MethodGet {
+				writeError(w, http.StatusNotFound, "not_found", "people do not sign in here: this web client is the machine's owner's and acts with the server's credential (start the server with --web-sign-in for people's own sign-in)")
+				return
+			}
+			writeJSON(w, http.StatusOK, SessionInfo{})
+			return
+		}
+		h.signIn.serve(w, r)
+		return
+	}
+	if r.URL.Path == LivePath || isAPIPath(r.URL.Path) {
+		if msg := crossSite(r); msg != "" {
+			writeError(w, http.StatusForbidden, "forbidden", msg)
+			return
+		}
+		if h.signIn != nil {
+			ss, why := h.signIn.lookup(r)
+			if ss == nil {
+				if _, err := r.Cookie(h.signIn.cookieName()); err == nil {
+					h.signIn.clearCookie(w)
+				}
+				writeError(w, http.StatusUnauthorized, "unauthenticated", why)
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, ss))
+		}
+	}
+	if r.URL.Path == LivePath {
 		h.serveLive(w, r)
 		return
 	}
 	if isAPIPath(r.URL.Path) {
-		if msg := crossSite(r); msg != "" {
-			writeError(w, http.StatusForbidden, "forbidden", msg)
-			return
-		}
 		if strings.HasPrefix(r.URL.Path, "/dots/v1/") {
 			h.dots.ServeHTTP(w, r)
 		} else {
@@ -320,9 +324,7 @@ func cmpOr(a, b string) string {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "message": msg})
+	writeJSON(w, status, map[string]string{"error": code, "message": msg})
 }
 
 // Server is a started web server.
@@ -332,11 +334,14 @@ type Server struct {
 }
 
 // Start listens on addr at once (so a port taken is an error here) and
-// serves h until Stop.
-func Start(addr string, h http.Handler, log logr.Logger) (*Server, error) {
+// serves h until Stop, over TLS when tlsConfig is not nil.
+func Start(addr string, h http.Handler, tlsConfig *tls.Config, log logr.Logger) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (%s): %w", addr, EnvListen, err)
+	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
 	}
 	s := &Server{
 		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},

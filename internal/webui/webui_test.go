@@ -19,17 +19,25 @@ import (
 
 func TestParseListen(t *testing.T) {
 	tests := map[string]struct {
-		in, want string
-		wantErr  bool
+		in     string
+		signIn bool
+		want   Listen
+		// forced: sign-in is turned on by the address.
+		forced  bool
+		wantErr bool
 	}{
-		"default": {in: "", want: DefaultListen},
-		"set":     {in: "127.0.0.3:8080", want: "127.0.0.3:8080"},
+		"default":             {in: "", want: Listen{Address: DefaultListen}},
+		"set":                 {in: "127.0.0.3:8080", want: Listen{Address: "127.0.0.3:8080"}},
+		"sign-in asked for":   {in: "127.0.0.3:8080", signIn: true, want: Listen{Address: "127.0.0.3:8080", SignIn: true}},
+		"sign-in on loopback": {in: "", signIn: true, want: Listen{Address: DefaultListen, SignIn: true}},
+		"asked, on a LAN":     {in: "192.168.1.20:3000", signIn: true, want: Listen{Address: "192.168.1.20:3000", SignIn: true, TLS: true}},
 		// Where a guest or another machine would reach the admin's
-		// credential: refused.
-		"guests' loopback":      {in: "127.0.0.1:3000", wantErr: true},
-		"guests' ipv6 loopback": {in: "[::1]:3000", wantErr: true},
-		"every address":         {in: "0.0.0.0:3000", wantErr: true},
-		"a LAN address":         {in: "192.168.1.20:3000", wantErr: true},
+		// credential: people sign in, over HTTPS where other machines
+		// reach it.
+		"guests' loopback":      {in: "127.0.0.1:3000", want: Listen{Address: "127.0.0.1:3000", SignIn: true}, forced: true},
+		"guests' ipv6 loopback": {in: "[::1]:3000", want: Listen{Address: "[::1]:3000", SignIn: true}, forced: true},
+		"every address":         {in: "0.0.0.0:3000", want: Listen{Address: "0.0.0.0:3000", SignIn: true, TLS: true}, forced: true},
+		"a LAN address":         {in: "192.168.1.20:3000", want: Listen{Address: "192.168.1.20:3000", SignIn: true, TLS: true}, forced: true},
 		"a name":                {in: "localhost:3000", wantErr: true},
 		"no port":               {in: "127.0.0.2", wantErr: true},
 		"port zero":             {in: "127.0.0.2:0", wantErr: true},
@@ -39,9 +47,16 @@ func TestParseListen(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := ParseListen(tc.in)
-			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Errorf("ParseListen(%q) = %q, %v; want %q, error %v", tc.in, got, err, tc.want, tc.wantErr)
+			got, err := ParseListen(tc.in, tc.signIn)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("ParseListen(%q, %v): %v; want error %v", tc.in, tc.signIn, err, tc.wantErr)
+			}
+			if (got.ForcedSignIn != "") != tc.forced {
+				t.Errorf("ParseListen(%q, %v) forced sign-in: %q; want forced %v", tc.in, tc.signIn, got.ForcedSignIn, tc.forced)
+			}
+			got.ForcedSignIn = ""
+			if got != tc.want {
+				t.Errorf("ParseListen(%q, %v) = %+v; want %+v", tc.in, tc.signIn, got, tc.want)
 			}
 		})
 	}
@@ -283,15 +298,17 @@ func TestLive(t *testing.T) {
 	}
 }
 
-func TestParseListenSaysWhyAndWhatInstead(t *testing.T) {
+func TestParseListenSaysWhy(t *testing.T) {
 	for in, want := range map[string]string{
 		"127.0.0.1:3000": "every Dot's guest reaches this machine's 127.0.0.1 (as 10.0.2.2)",
 		"0.0.0.0:3000":   "reached from other machines",
-		"localhost:3000": "not a name",
 	} {
-		_, err := ParseListen(in)
-		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "such as "+DefaultListen) {
-			t.Errorf("ParseListen(%q): %v; want it to say %q and what to listen on instead", in, err, want)
+		l, err := ParseListen(in, false)
+		if err != nil || !strings.Contains(l.ForcedSignIn, want) {
+			t.Errorf("ParseListen(%q): %+v, %v; want sign-in turned on because %q", in, l, err, want)
 		}
+	}
+	if _, err := ParseListen("localhost:3000", false); err == nil || !strings.Contains(err.Error(), "not a name") || !strings.Contains(err.Error(), "such as "+DefaultListen) {
+		t.Errorf("ParseListen(localhost:3000): %v; want it to say an address, not a name, and which", err)
 	}
 }
