@@ -38,7 +38,20 @@ function freePort(host: string): Promise<number> {
   });
 }
 
+/** Starts the run's server, and writes it down for the run's tests (STATE). */
 export async function start(): Promise<Harness> {
+  const h = await launch();
+  mkdirSync(dirname(STATE), { recursive: true });
+  writeFileSync(STATE, JSON.stringify(h));
+  return h;
+}
+
+/**
+ * Starts a server of its own on a throwaway home; signIn: with
+ * --web-sign-in, where people sign in and the web server never adds its own
+ * credential (ready once its session path answers; the API is up by then).
+ */
+export async function launch(opts: { signIn?: boolean } = {}): Promise<Harness> {
   const bin = process.env.INVISIBLE_DOTS_BIN;
   if (!bin || !existsSync(bin)) throw new Error('INVISIBLE_DOTS_BIN must name the built binary: run `make test-web`');
   const home = mkdtempSync(join(tmpdir(), 'dots-web-'));
@@ -49,7 +62,7 @@ export async function start(): Promise<Harness> {
   const url = `http://127.0.0.2:${webPort}`;
   const log = join(home, 'server.log');
   const out = openSync(log, 'a');
-  const child = spawn(bin, ['server', '--host', 'web-e2e'], {
+  const child = spawn(bin, ['server', '--host', 'web-e2e', ...(opts.signIn ? ['--web-sign-in'] : [])], {
     env: {
       PATH: process.env.PATH,
       HOME: process.env.HOME,
@@ -62,14 +75,13 @@ export async function start(): Promise<Harness> {
     detached: false,
   });
   const h: Harness = { pid: child.pid!, home, url, log, api: `https://127.0.0.1:${apiPort}`, host: 'web-e2e' };
-  mkdirSync(dirname(STATE), { recursive: true });
-  writeFileSync(STATE, JSON.stringify(h));
+  const ready = opts.signIn ? `${url}/web/v1/session` : `${url}/apis/dots.invisible.dev/v1alpha1/dots`;
   const deadline = Date.now() + 120_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`the server exited (${child.exitCode}); its log: ${log}`);
     try {
       // Ready once the Dots' kind is served through the web server.
-      const res = await fetch(`${url}/apis/dots.invisible.dev/v1alpha1/dots`);
+      const res = await fetch(ready);
       if (res.ok) break;
     } catch {
       /* not listening yet */
@@ -83,7 +95,12 @@ export async function start(): Promise<Harness> {
 
 export async function stop() {
   if (!existsSync(STATE)) return;
-  const h = JSON.parse(readFileSync(STATE, 'utf8')) as Harness;
+  await halt(JSON.parse(readFileSync(STATE, 'utf8')) as Harness);
+  rmSync(STATE, { force: true });
+}
+
+/** Stops a server launch started, and removes its home. */
+export async function halt(h: Harness) {
   try {
     process.kill(h.pid, 'SIGTERM');
   } catch {
@@ -99,7 +116,6 @@ export async function stop() {
     await new Promise((r) => setTimeout(r, 200));
   }
   if (!process.env.KEEP_HOME) rmSync(h.home, { recursive: true, force: true });
-  rmSync(STATE, { force: true });
 }
 
 export function harness(): Harness {
@@ -151,7 +167,11 @@ export async function getApproval(name: string, ns = 'default'): Promise<any> {
 
 /** A call to the API server itself with the admin token, as a host agent would make. */
 function adminCall(method: string, path: string, body: unknown, contentType = 'application/json'): Promise<{ status: number; text: string }> {
-  const h = harness();
+  return adminCallOn(harness(), method, path, body, contentType);
+}
+
+/** adminCall on the server of h. */
+export function adminCallOn(h: Harness, method: string, path: string, body: unknown, contentType = 'application/json'): Promise<{ status: number; text: string }> {
   const token = readFileSync(join(h.home, 'config', 'api.token'), 'utf8').split('\n')[0].trim();
   const ca = readFileSync(join(h.home, 'pki', 'ca.crt'));
   // A body only when there is one, with its length, on a connection of its

@@ -10,7 +10,9 @@ import { Activity } from './pages/Activity';
 import { Skills } from './pages/Skills';
 import { DotSettings, NewDot } from './pages/DotForm';
 import { HostSettings } from './pages/HostSettings';
+import { SignIn } from './pages/SignIn';
 import { onLinkClick, useRoute, type Route } from './lib/router';
+import { useSession } from './lib/session';
 
 function DotPages({ route }: { route: Extract<Route, { page: 'dot' }> }) {
   const { ns, name, tab } = route;
@@ -37,6 +39,8 @@ function DotPages({ route }: { route: Extract<Route, { page: 'dot' }> }) {
 
 export function App() {
   const route = useRoute();
+  const s = useSession();
+  if (s.signIn && !s.person) return <SignIn />;
   return (
     <div class="flex h-full flex-col md:flex-row" onClick={onLinkClick}>
       <a

@@ -7,6 +7,7 @@ import { useTasks } from '../lib/live';
 import { power, POWER_WORDS, type Power } from '../lib/power';
 import type { Computer } from '../lib/types';
 import { btn, Confirm } from '../lib/ui';
+import { useCan } from '../lib/session';
 
 /** The first line of the Dot's running task (its Task's phase), which a reboot or a stop would cut short. */
 function useRunningTask(ns: string, name: string): { task: string; known: boolean } {
@@ -30,6 +31,8 @@ export function PowerActions({
   report: (message: string, failed: boolean) => void;
 }) {
   const { task, known } = useRunningTask(ns, name);
+  const can = useCan(ns);
+  if (!can('patch', 'computers')) return <p class="text-xs text-muted">Starting and stopping the computer needs the editor role in namespace {ns}.</p>;
   const halted = computer.spec.runStrategy === 'Halted';
   const running = computer.status?.state === 'RUNNING';
   const act = (what: Power) => async () => {

@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { dots, inView, streamState, useCell, viewNamespace } from '../lib/live';
+import { scope, signOut, useCan, useSession } from '../lib/session';
 import { useAttention } from '../lib/attention';
 import { chatHref, type Route } from '../lib/router';
 import { phaseLabel, phaseTone, toneRing } from '../lib/format';
@@ -14,6 +15,8 @@ export function Rail({ route }: { route: Route }) {
   const chosen = useCell(viewNamespace);
   const [theme, setTheme] = useState(currentTheme());
   const inbox = useAttention().count;
+  const me = useSession();
+  const can = useCan(scope() || 'default');
   useEffect(() => {
     document.title = inbox ? `(${inbox}) Dots` : 'Dots';
     setFavicon(inbox);
@@ -39,14 +42,19 @@ export function Rail({ route }: { route: Route }) {
           {inbox}
         </span>
       </a>
-      <a href="/settings" class={navItem(route.page === 'settings')} aria-current={route.page === 'settings' ? 'page' : undefined}>
-        Settings
-      </a>
+      {/* The host's settings are the machine's owner's: hidden from a person who may not read the Hosts. */}
+      {can('list', 'hosts') && (
+        <a href="/settings" class={navItem(route.page === 'settings')} aria-current={route.page === 'settings' ? 'page' : undefined}>
+          Settings
+        </a>
+      )}
       <div class="hidden items-center px-2 pt-3 pb-1 text-xs uppercase tracking-wide text-muted md:flex">
         Your Dots
-        <a href="/new" class="ml-auto rounded-card px-1.5 normal-case tracking-normal text-accent hover:bg-surface-2" aria-current={route.page === 'new' ? 'page' : undefined}>
-          + New Dot
-        </a>
+        {can('create', 'dots') && (
+          <a href="/new" class="ml-auto rounded-card px-1.5 normal-case tracking-normal text-accent hover:bg-surface-2" aria-current={route.page === 'new' ? 'page' : undefined}>
+            + New Dot
+          </a>
+        )}
       </div>
       <ul class="flex gap-1 md:flex-col" data-testid="rail-dots">
         {list.map((d) => {
@@ -74,7 +82,18 @@ export function Rail({ route }: { route: Route }) {
         })}
         {ds.loaded && list.length === 0 && <li class="hidden px-2 text-sm text-muted md:block">None yet</li>}
       </ul>
-      <div class="ml-auto flex items-center gap-3 px-2 text-xs text-muted md:mt-auto md:ml-0 md:pt-4">
+      {me.person && (
+        <div class="flex items-center gap-2 px-2 text-xs text-muted md:mt-auto md:pt-4" data-testid="signed-in">
+          <span class="truncate" title={`${me.person.user}${me.person.namespace ? `, namespace ${me.person.namespace}` : ''}`}>
+            {me.person.name}
+            {me.person.namespace ? ` · ${me.person.namespace}` : ''}
+          </span>
+          <button type="button" class="ml-auto rounded-card border border-border px-2 py-1 hover:bg-surface-2" onClick={() => void signOut()}>
+            Sign out
+          </button>
+        </div>
+      )}
+      <div class={`ml-auto flex items-center gap-3 px-2 text-xs text-muted md:ml-0 ${me.person ? 'md:pt-2' : 'md:mt-auto md:pt-4'}`}>
         <span class="flex items-center gap-1" title={ds.error ?? `API ${ds.state}`}>
           <span aria-hidden="true" class={`size-2 rounded-full ${linkState[ds.state]}`} />
           API

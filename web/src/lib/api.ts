@@ -1,6 +1,8 @@
 // The API as the page sees it: the web server's own origin, which proxies to
 // the API server and adds the credential. Errors carry what to do next.
 
+import { roleNeeded, sessionEnded } from './session';
+
 export const GROUP = '/apis/dots.invisible.dev/v1alpha1';
 
 export class ApiError extends Error {
@@ -13,7 +15,7 @@ export class ApiError extends Error {
   }
 }
 
-async function failure(res: Response): Promise<ApiError> {
+async function failure(res: Response, method = 'GET'): Promise<ApiError> {
   let message = `${res.status} ${res.statusText}`;
   let code = '';
   try {
@@ -25,6 +27,8 @@ async function failure(res: Response): Promise<ApiError> {
     /* not JSON */
   }
   if (res.status === 502 && !code) message = 'The server did not answer: is invisible-dots server running?';
+  if (res.status === 401 && code === 'unauthenticated') sessionEnded(message);
+  if (res.status === 403 && code !== 'host_unreachable') message += roleNeeded(method);
   return new ApiError(message, res.status, code);
 }
 
@@ -35,7 +39,7 @@ export async function request<T>(path: string, init: RequestInit = {}): Promise<
   } catch {
     throw new ApiError('The web server cannot be reached: start invisible-dots server again and reload.', 0, 'offline');
   }
-  if (!res.ok) throw await failure(res);
+  if (!res.ok) throw await failure(res, (init.method ?? 'GET').toUpperCase());
   if (res.status === 204) return undefined as T;
   return (await res.json()) as T;
 }

@@ -1,8 +1,8 @@
 // What needs the person, the one count the rail's Inbox badge and the tab's
 // title read: the approvals that wait, the Dots in ERROR, and the tasks that
 // failed in the last 24 hours, less what the person dismissed in this browser.
-import { GROUP, getJSON, says } from './api';
-import { Cell, approvals, dots, inView, onStreamEvent, onUnpark, useCell, viewNamespace, waiting } from './live';
+import { getJSON, says } from './api';
+import { Cell, approvals, dots, inView, onStreamEvent, onUnpark, scopedPath, useCell, viewNamespace, waiting } from './live';
 import { taskEnded, type Approval, type Dot, type Task } from './types';
 
 const DAY_MS = 24 * 3600_000;
@@ -30,7 +30,7 @@ const finished = (t: Task) => Date.parse(taskEnded(t) ?? '');
 
 async function readFailed() {
   try {
-    const list = await getJSON<{ items: Task[] }>(`${GROUP}/tasks`);
+    const list = await getJSON<{ items: Task[] }>(scopedPath('tasks'));
     failedTasks.set({ items: list.items.filter((t) => t.status?.phase === 'FAILED') });
   } catch (e) {
     failedTasks.set({ ...failedTasks.get(), error: `The failed tasks could not be read: ${says(e, 'They are read again when a task fails, or when you reload the page.')}` });

@@ -1,41 +1,16 @@
 // The page's live state, shared by every view: the resources from one
 // Kubernetes list each, then their watches and the Dots API's stream of every
 // Dot's log, all over one connection for the whole page (runLive).
-import { useEffect, useState } from 'preact/hooks';
 import { GROUP } from './api';
+import { Cell, useCell } from './cell';
+import { scope, sessionEnded } from './session';
 import type { Approval, Computer, Dot, LogEvent, Task } from './types';
 import { key } from './types';
 
-type Listener = () => void;
+export { Cell, useCell } from './cell';
 
-/** A value views subscribe to. */
-export class Cell<T> {
-  private listeners = new Set<Listener>();
-  constructor(private value: T) {}
-  get = () => this.value;
-  set(v: T) {
-    this.value = v;
-    this.listeners.forEach((l) => l());
-  }
-  subscribe(l: Listener) {
-    this.listeners.add(l);
-    return () => void this.listeners.delete(l);
-  }
-}
-
-export function useCell<T>(cell: Cell<T>): T {
-  const [, setTick] = useState(0);
-  const rendered = cell.get();
-  useEffect(() => {
-    const stop = cell.subscribe(() => setTick((n) => n + 1));
-    // The effect runs after the paint: a value set between the render and
-    // now (a list that answered first, such as the Tasks' a view just
-    // started) would otherwise wait for the next change to be shown.
-    if (cell.get() !== rendered) setTick((n) => n + 1);
-    return stop;
-  }, [cell]);
-  return rendered;
-}
+/** A kind's collection as the person may list it: every namespace's, or their namespace's alone. */
+export const scopedPath = (kind: string) => (scope() ? `${GROUP}/namespaces/${encodeURIComponent(scope())}/${kind}` : `${GROUP}/${kind}`);
 
 export type LinkState = 'connecting' | 'live' | 'down';
 
@@ -160,7 +135,8 @@ function setState(state: LinkState, error?: string) {
 
 /** Lists a kind: its items, and the resourceVersion its watch starts from. */
 async function list(w: Watched, signal: AbortSignal) {
-  const res = await fetch(`${GROUP}/${w.kind}`, { headers: { Accept: 'application/json' }, signal });
+  const res = await fetch(scopedPath(w.kind), { headers: { Accept: 'application/json' }, signal });
+  if (res.status === 401) sessionEnded((await res.json().catch(() => ({})))?.message ?? 'Your session ended.');
   if (!res.ok) throw new Error(`${res.status}`);
   const body = await res.json();
   const items = new Map<string, any>();
@@ -211,6 +187,7 @@ async function runLive() {
       await Promise.all(watched.filter((w) => !w.rv).map((w) => list(w, ctl.signal)));
       const q = new URLSearchParams();
       for (const w of watched) q.append('watch', `${w.kind}:${w.rv}`);
+      if (scope()) q.set('namespace', scope());
       q.set('types', STREAM_TYPES.join(','));
       if (lastEventId) q.set('after', lastEventId);
       const res = await fetch(`/web/v1/live?${q}`, { headers: { Accept: 'text/event-stream' }, signal: ctl.signal });

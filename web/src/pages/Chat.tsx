@@ -4,6 +4,7 @@ import { approvals, computers, isWaiting, onStreamEvent, onUnpark, useCell, wait
 import { ApprovalCard } from './Inbox';
 import type { Approval, LogEvent, Message } from '../lib/types';
 import { Markdown } from '../lib/markdown';
+import { useCan } from '../lib/session';
 
 /** A row of the thread: a message, or a quiet line of a tool the Dot used. */
 type Row =
@@ -32,6 +33,7 @@ function messageRow(m: Message): Row {
 export function Chat({ ns, name }: { ns: string; name: string }) {
   const cs = useCell(computers);
   const as = useCell(approvals);
+  const can = useCan(ns);
   // What the Dot waits for: the newest thing in its thread, answerable here.
   const mine = [...as.items.values()].filter((a) => a.metadata.namespace === ns && a.spec.dotName === name && !a.spec.taskName);
   const computer = cs.items.get(`${ns}/${name}`);
@@ -217,39 +219,45 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
       <p role="status" aria-live="polite" class="mx-auto h-6 w-full max-w-3xl px-4 text-sm text-muted" data-testid="chat-status">
         {status}
       </p>
-      <form
-        class="mx-auto flex w-full max-w-3xl items-end gap-2 px-4 pb-4"
-        onSubmit={(e) => {
-          e.preventDefault();
-          void send();
-        }}
-      >
-        <label for="chat-box" class="sr-only">
-          Message to {name}
-        </label>
-        <textarea
-          id="chat-box"
-          ref={box}
-          rows={1}
-          value={draft}
-          placeholder={`Message ${name}`}
-          class="max-h-48 min-h-10 flex-1 resize-none rounded-card border border-border bg-surface px-3 py-2 [field-sizing:content]"
-          onInput={(e) => setDraft((e.target as HTMLTextAreaElement).value)}
-          onKeyDown={(e) => {
-            if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
-              e.preventDefault();
-              void send();
-            }
+      {!can('create', 'dots/messages') ? (
+        <p class="mx-auto w-full max-w-3xl px-4 pb-4 text-sm text-muted" data-testid="chat-read-only">
+          You may read this chat; writing to {name} needs the editor role in namespace {ns}.
+        </p>
+      ) : (
+        <form
+          class="mx-auto flex w-full max-w-3xl items-end gap-2 px-4 pb-4"
+          onSubmit={(e) => {
+            e.preventDefault();
+            void send();
           }}
-        />
-        <button
-          type="submit"
-          disabled={!draft.trim() || sending}
-          class="h-10 rounded-card bg-accent px-4 font-medium text-accent-fg disabled:opacity-50"
         >
-          Send
-        </button>
-      </form>
+          <label for="chat-box" class="sr-only">
+            Message to {name}
+          </label>
+          <textarea
+            id="chat-box"
+            ref={box}
+            rows={1}
+            value={draft}
+            placeholder={`Message ${name}`}
+            class="max-h-48 min-h-10 flex-1 resize-none rounded-card border border-border bg-surface px-3 py-2 [field-sizing:content]"
+            onInput={(e) => setDraft((e.target as HTMLTextAreaElement).value)}
+            onKeyDown={(e) => {
+              if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+                e.preventDefault();
+                void send();
+              }
+            }}
+          />
+          <button
+            type="submit"
+            disabled={!draft.trim() || sending}
+            class="h-10 rounded-card bg-accent px-4 font-medium text-accent-fg disabled:opacity-50"
+          >
+            Send
+          </button>
+        </form>
+      )}
     </div>
   );
 }

@@ -23,6 +23,7 @@ import {
 import type { Dot } from '../lib/types';
 import { Namespaces } from './HostSettings';
 import { SetupChecklist } from '../components/SetupChecklist';
+import { useCan } from '../lib/session';
 
 const DEFAULT_MODEL = 'z-ai/glm-5.3-flash';
 
@@ -543,6 +544,7 @@ export function DotSettings({ ns, name }: { ns: string; name: string }) {
   const [rebased, setRebased] = useState<Change[]>();
   const computer = useCell(computers).items.get(`${ns}/${name}`);
   const running = computer?.status?.state === 'RUNNING';
+  const can = useCan(ns);
   const [table, setTable] = useState<ToolTable>();
   useEffect(() => {
     if (!running) {
@@ -694,7 +696,12 @@ export function DotSettings({ ns, name }: { ns: string; name: string }) {
             ))}
           </ul>
         )}
-        <div class="mt-2 flex items-center gap-2">
+        {!can('update', 'dots') && (
+          <p class="mt-2 text-sm text-muted" data-testid="settings-read-only">
+            You may look at these settings; changing them needs the editor role in namespace {ns}.
+          </p>
+        )}
+        <div class={`mt-2 flex items-center gap-2 ${can('update', 'dots') ? '' : 'hidden'}`}>
           <button type="button" class={btn.primary} disabled={busy || !changes.length || causes.length > 0 || conflict} onClick={() => void save()}>
             Save {changes.length || ''} change{changes.length === 1 ? '' : 's'}
           </button>
@@ -706,7 +713,7 @@ export function DotSettings({ ns, name }: { ns: string; name: string }) {
           {saved}
         </p>
       </section>
-      <DangerZone name={name} onDelete={remove} />
+      {can('delete', 'dots') && <DangerZone name={name} onDelete={remove} />}
     </div>
   );
 }

@@ -8,6 +8,7 @@ import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/f
 import { key, type Computer, type Dot, type LogEvent } from '../lib/types';
 import { PowerActions } from '../components/PowerActions';
 import { btn } from '../lib/ui';
+import { useCan } from '../lib/session';
 
 /** Re-renders every 30 s so "2 min ago" stays true. */
 function useNow() {
@@ -242,6 +243,8 @@ function PowerMenu({ ns, name, computer }: { ns: string; name: string; computer:
   const [open, setOpen] = useState(false);
   const [said, setSaid] = useState({ message: '', failed: false });
   const halted = computer.spec.runStrategy === 'Halted';
+  const can = useCan(ns);
+  if (!can('patch', 'computers')) return null;
   return (
     <details class="relative ml-auto" data-testid="power-menu" onToggle={(e) => setOpen((e.currentTarget as HTMLDetailsElement).open)}>
       <summary class={`${btn.plain} cursor-pointer list-none`} aria-label={`Power of ${name}'s computer`}>

@@ -8,6 +8,7 @@ import { ago } from '../lib/format';
 import type { Approval } from '../lib/types';
 import { FileDiffs } from '../components/Diff';
 import { fileChanges } from '../lib/diff';
+import { useCan } from '../lib/session';
 
 // A command and the deletion of a browser identity are not allowed by a key
 // alone: a moves the focus to Allow once, whose press is the confirmation.
@@ -229,6 +230,7 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
   const [error, setError] = useState('');
   const [busy, setBusy] = useState(false);
   const ns = a.metadata.namespace ?? 'default';
+  const can = useCan(ns);
 
   async function answer(ans: Answer) {
     setBusy(true);
@@ -289,36 +291,40 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
           />
         </div>
       )}
-      <div class="mt-3 flex flex-wrap gap-2">
-        {mode === '' && (
-          <>
-            <button data-allow type="button" disabled={busy} class="rounded-card bg-accent px-3 py-1.5 text-sm text-accent-fg" onClick={() => answer({ decision: 'approve' })}>
-              Allow once
+      {!can('patch', 'approvals') ? (
+        <p class="mt-3 text-sm text-muted">Answering needs the editor role in namespace {ns}.</p>
+      ) : (
+        <div class="mt-3 flex flex-wrap gap-2">
+          {mode === '' && (
+            <>
+              <button data-allow type="button" disabled={busy} class="rounded-card bg-accent px-3 py-1.5 text-sm text-accent-fg" onClick={() => answer({ decision: 'approve' })}>
+                Allow once
+              </button>
+              <button type="button" disabled={busy} class="rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => setMode('always')}>
+                Always allow…
+              </button>
+              <button data-deny type="button" disabled={busy} class="rounded-card border border-danger px-3 py-1.5 text-sm text-danger" onClick={() => setMode('deny')}>
+                Deny…
+              </button>
+            </>
+          )}
+          {mode === 'always' && (
+            <button type="button" disabled={busy} class="rounded-card bg-accent px-3 py-1.5 text-sm text-accent-fg" onClick={() => answer({ decision: 'approve', always: true })}>
+              Always allow {a.spec.permission}
             </button>
-            <button type="button" disabled={busy} class="rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => setMode('always')}>
-              Always allow…
+          )}
+          {mode === 'deny' && (
+            <button type="button" disabled={busy} class="rounded-card bg-danger px-3 py-1.5 text-sm text-surface" onClick={() => answer({ decision: 'reject', note })}>
+              Deny
             </button>
-            <button data-deny type="button" disabled={busy} class="rounded-card border border-danger px-3 py-1.5 text-sm text-danger" onClick={() => setMode('deny')}>
-              Deny…
+          )}
+          {mode !== '' && (
+            <button type="button" class="rounded-card px-3 py-1.5 text-sm text-muted" onClick={() => setMode('')}>
+              Back
             </button>
-          </>
-        )}
-        {mode === 'always' && (
-          <button type="button" disabled={busy} class="rounded-card bg-accent px-3 py-1.5 text-sm text-accent-fg" onClick={() => answer({ decision: 'approve', always: true })}>
-            Always allow {a.spec.permission}
-          </button>
-        )}
-        {mode === 'deny' && (
-          <button type="button" disabled={busy} class="rounded-card bg-danger px-3 py-1.5 text-sm text-surface" onClick={() => answer({ decision: 'reject', note })}>
-            Deny
-          </button>
-        )}
-        {mode !== '' && (
-          <button type="button" class="rounded-card px-3 py-1.5 text-sm text-muted" onClick={() => setMode('')}>
-            Back
-          </button>
-        )}
-      </div>
+          )}
+        </div>
+      )}
       {error && (
         <p role="alert" class="mt-2 text-sm text-danger">
           {error}

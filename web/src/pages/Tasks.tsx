@@ -9,6 +9,7 @@ import { ApprovalCard } from './Inbox';
 import { dispatchOrder } from '../lib/order';
 import { ENDED_TASK_PHASES, type EndedTaskPhase } from '../lib/generated';
 import { taskEnded, taskStarted, type ActivityEvent, type Approval, type Task } from '../lib/types';
+import { useCan } from '../lib/session';
 
 const HISTORY_PAGE = 20;
 const taskPath = (t: Task) =>
@@ -150,6 +151,7 @@ function Section({ title, testid, empty, note, children }: { title: string; test
 function TaskCard({ task: t, ns, name, asks, children }: { task: Task; ns: string; name: string; asks: Approval[]; children?: any }) {
   const phase = phaseOf(t);
   const cancellable = !isDone(t) && !t.spec.cancelRequested;
+  const can = useCan(ns);
   return (
     <li class="rounded-card border border-border bg-surface p-3" data-testid="task-card" data-task={t.metadata.name}>
       <div class="flex flex-wrap items-baseline gap-x-2">
@@ -170,7 +172,7 @@ function TaskCard({ task: t, ns, name, asks, children }: { task: Task; ns: strin
           ))}
         </ul>
       )}
-      {cancellable && (
+      {cancellable && can('patch', 'tasks') && (
         <div class="mt-2">
           <Confirm
             label="Cancel"
@@ -192,6 +194,8 @@ function NewTask({ ns, name }: { ns: string; name: string }) {
   const [when, setWhen] = useState('');
   const [error, setError] = useState('');
   const [busy, setBusy] = useState(false);
+  const can = useCan(ns);
+  if (!can('create', 'tasks')) return null;
   if (!openForm)
     return (
       <div class="flex items-center">
