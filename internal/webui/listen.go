@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // DefaultListen is where the web client listens unless EnvListen says
@@ -29,12 +30,22 @@ type Listen struct {
 	TLS bool
 }
 
-// URL is the address a person opens.
+// URL is the address a person opens: for every address of the machine
+// (0.0.0.0, ::), its name, which the certificate names too.
 func (l Listen) URL() string {
+	scheme := "http://"
 	if l.TLS {
-		return "https://" + l.Address
+		scheme = "https://"
 	}
-	return "http://" + l.Address
+	host, port, err := net.SplitHostPort(l.Address)
+	if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+		if name, err := os.Hostname(); err == nil && name != "" {
+			host = strings.ToLower(name)
+		}
+		return scheme + net.JoinHostPort(host, port)
+	}
+	return scheme + l.Address
 }
 
 // ParseListen checks a listen setting (empty means DefaultListen) before

@@ -312,3 +312,13 @@ func TestParseListenSaysWhy(t *testing.T) {
 		t.Errorf("ParseListen(localhost:3000): %v; want it to say an address, not a name, and which", err)
 	}
 }
+
+func TestListenURLNamesTheMachineForEveryAddress(t *testing.T) {
+	if got := (Listen{Address: "127.0.0.2:3000"}).URL(); got != "http://127.0.0.2:3000" {
+		t.Errorf("URL of 127.0.0.2:3000 = %q", got)
+	}
+	got := (Listen{Address: "0.0.0.0:3443", TLS: true}).URL()
+	if !strings.HasPrefix(got, "https://") || strings.Contains(got, "0.0.0.0") || !strings.HasSuffix(got, ":3443") {
+		t.Errorf("URL of 0.0.0.0:3443 = %q; want https:// and the machine's name", got)
+	}
+}
