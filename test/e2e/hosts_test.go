@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +86,12 @@ func TestTwoHosts(t *testing.T) {
 	vmB := b.VM(home.VMID{Namespace: "default", Name: "on-b"})
 	t.Cleanup(func() { cvmKillRecorded(vmA); cvmKillRecorded(vmB) })
 
-	srv := startServer(t, a.Root, "INVISIBLE_DOTS_HOST=host-a")
+	// The web client with people's sign-in, on the loopback the guests
+	// reach (which sign-in allows): the second host's Dot is read through
+	// it as the first's.
+	webAddr := freeAddress(t)
+	srv := launch(t, a.Root, []string{"server", "--web-sign-in"}, "INVISIBLE_DOTS_HOST=host-a", "INVISIBLE_DOTS_WEB_LISTEN="+webAddr)
+	srv.waitReady()
 	k := cvmKubectl{t: t, s: srv}
 
 	t.Log("host join prints a kubeconfig of the second host's own")
@@ -173,6 +181,21 @@ func TestTwoHosts(t *testing.T) {
 			return nil
 		})
 	}
+	t.Log("and through the web client, signed in: the second host's Dot answers as the first's")
+	web := signInToWeb(t, "http://"+webAddr, a.APIToken())
+	for _, dot := range []string{"on-a", "on-b"} {
+		base := "/dots/v1/namespaces/default/dots/" + dot
+		if status, body := web.get(t, base+"/files/list"); status != http.StatusOK {
+			t.Errorf("web client: %s's files: %d %s", dot, status, body)
+		}
+		// The test image has no desktop and may have no engine: the
+		// guest's own answer, whatever it is, shows the path reached it.
+		for _, route := range []string{"/screenshot", "/tools"} {
+			if status, body := web.get(t, base+route); status == http.StatusBadGateway || strings.Contains(body, "host_unreachable") {
+				t.Errorf("web client: %s%s did not reach the guest: %d %s", dot, route, status, body)
+			}
+		}
+	}
 	hostB := &dotsv1.Host{}
 	if err := json.Unmarshal([]byte(k.run("get", "host", "host-b", "-o", "json")), hostB); err != nil {
 		t.Fatal(err)
@@ -222,6 +245,9 @@ func TestTwoHosts(t *testing.T) {
 	}
 	if out, err := files("on-b"); err == nil || !strings.Contains(out, "host_unreachable") || !strings.Contains(out, "host-b") {
 		t.Errorf("files ls on-b with its agent killed: %v\n%s\nwant host_unreachable naming host-b", err, out)
+	}
+	if status, body := web.get(t, "/dots/v1/namespaces/default/dots/on-b/files/list"); status != http.StatusBadGateway || !strings.Contains(body, "host_unreachable") || !strings.Contains(body, "host-b") {
+		t.Errorf("web client: on-b's files with its agent killed: %d %s; want 502 host_unreachable naming host-b", status, body)
 	}
 
 	t.Log("the agent comes back: it adopts its VM (same pid) and Ready returns")
@@ -302,4 +328,44 @@ func runKubectl(kubeconfig string, args ...string) (string, error) {
 	cmd.Dir = repoRoot
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// webSession is a person signed in to the web client.
+type webSession struct {
+	base string
+	c    *http.Client
+}
+
+// signInToWeb signs in to the web client at base with the token in
+// tokenFile's first line (the admin's, here).
+func signInToWeb(t *testing.T, base, tokenFile string) *webSession {
+	t.Helper()
+	data, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(strings.SplitN(string(data), "\n", 2)[0])
+	jar, _ := cookiejar.New(nil)
+	w := &webSession{base: base, c: &http.Client{Jar: jar, Timeout: 60 * time.Second}}
+	body, _ := json.Marshal(map[string]string{"token": token})
+	resp, err := w.c.Post(base+"/web/v1/session", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("sign in to the web client: %d", resp.StatusCode)
+	}
+	return w
+}
+
+func (w *webSession) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := w.c.Get(w.base + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, string(b)
 }

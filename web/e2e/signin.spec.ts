@@ -4,6 +4,7 @@
 // Each person acts with their own rights: the viewer's pages offer no write,
 // the editor's write lands, the other namespace is not seen, a sign-out ends
 // the session and a forged cookie is refused.
+import AxeBuilder from '@axe-core/playwright';
 import { expect, test, type BrowserContext, type Page } from '@playwright/test';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -76,6 +77,8 @@ test.describe('people sign in', () => {
     await page.getByRole('button', { name: 'Sign in' }).click();
     await expect(page.getByRole('alert')).toContainText('does not accept this token');
     expect(await sessionCookie(page.context())).toBeUndefined();
+    const { violations } = await new AxeBuilder({ page }).analyze();
+    expect(violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => `${v.id}: ${v.help}`)).toEqual([]);
   });
 
   test("a viewer sees their namespace's Dot and is offered no write", async ({ page }) => {
