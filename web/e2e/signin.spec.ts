@@ -89,10 +89,14 @@ test.describe('people sign in', () => {
     await expect(rail.getByRole('link', { name: /hidden/ })).toHaveCount(0);
     await expect(page.getByRole('link', { name: '+ New Dot' })).toHaveCount(0);
     await expect(page.getByRole('link', { name: 'Settings' })).toHaveCount(0);
+    await expect(page.getByRole('link', { name: 'Create a Dot' })).toHaveCount(0);
+    // The host's readiness is the owner's: not shown to a person of one namespace.
+    await expect(page.getByText('This computer is not ready')).toHaveCount(0);
 
     await page.goto(`${h.url}/dots/team/shared/chat`);
     await expect(page.getByTestId('chat-read-only')).toContainText('needs the editor role in namespace team');
     await expect(page.getByRole('textbox', { name: 'Message to shared' })).toHaveCount(0);
+    await expect(page.getByRole('button', { name: 'Start the computer' })).toHaveCount(0);
     await page.goto(`${h.url}/dots/team/shared/tasks`);
     await expect(page.getByRole('button', { name: 'New task' })).toHaveCount(0);
     await page.goto(`${h.url}/dots/team/shared/settings`);

@@ -3,6 +3,7 @@ import { DOT_PAGES, dotHref, type DotPage } from '../lib/router';
 import { phaseLabel, phaseTone, reason, toneText } from '../lib/format';
 import { useState } from 'preact/hooks';
 import { power, type Power } from '../lib/power';
+import { useCan } from '../lib/session';
 
 const TAB_LABEL: Record<DotPage, string> = {
   chat: 'Chat',
@@ -28,6 +29,7 @@ export function DotHeader({ ns, name, tab }: { ns: string; name: string; tab: Do
   const [asking, setAsking] = useState(false);
   const [failed, setFailed] = useState('');
   const back: Power = computerState === 'RUNNING' ? 'reboot' : 'start';
+  const mayPower = useCan(ns)('patch', 'computers');
   const task = running?.status?.phase === 'RUNNING' ? running.spec.description.split('\n')[0] : '';
   const go = () => {
     setAsking(false);
@@ -64,10 +66,14 @@ export function DotHeader({ ns, name, tab }: { ns: string; name: string; tab: Do
                 </span>
               ) : (
                 <>
-                  {' · '}
-                  <button type="button" class="underline" onClick={() => (back === 'reboot' && task ? setAsking(true) : go())}>
-                    {back === 'reboot' ? 'Reboot' : 'Start the computer'}
-                  </button>
+                  {mayPower && (
+                    <>
+                      {' · '}
+                      <button type="button" class="underline" onClick={() => (back === 'reboot' && task ? setAsking(true) : go())}>
+                        {back === 'reboot' ? 'Reboot' : 'Start the computer'}
+                      </button>
+                    </>
+                  )}
                   {failed && ` · ${failed}`}
                 </>
               ))}

@@ -24,7 +24,7 @@ export function FrameView({ ns, name, panel = false }: { ns: string; name: strin
   const c = useCell(computers).items.get(`${ns}/${name}`);
   const state = c?.status?.state;
   const start = () => power(ns, name, 'start');
-  if (state !== 'RUNNING') return <NotRunning state={state} what="screen" panel={panel} onStart={start} />;
+  if (state !== 'RUNNING') return <NotRunning ns={ns} state={state} what="screen" panel={panel} onStart={start} />;
   return <Frames key={`${ns}/${name}`} ns={ns} name={name} panel={panel} onStart={start} />;
 }
 
@@ -98,7 +98,7 @@ function useFrames(ns: string, name: string) {
 
 function Frames({ ns, name, panel, onStart }: { ns: string; name: string; panel: boolean; onStart: () => Promise<void> }) {
   const { frame, error, stopped, stale, age } = useFrames(ns, name);
-  if (stopped) return <NotRunning state="stopped" what="screen" panel={panel} onStart={onStart} />;
+  if (stopped) return <NotRunning ns={ns} state="stopped" what="screen" panel={panel} onStart={onStart} />;
   const warning = stale
     ? `${frame ? `The picture is more than 15 s old (${Math.floor(age / 1000)} s): no newer one has come.` : 'No picture has come for more than 15 s.'}${error ? ` ${error}` : ''}`
     : error;

@@ -1,4 +1,5 @@
 import { useState } from 'preact/hooks';
+import { useCan } from '../lib/session';
 import { btn } from '../lib/ui';
 
 /**
@@ -8,17 +9,21 @@ import { btn } from '../lib/ui';
  * beside the thread from there.
  */
 export function NotRunning({
+  ns,
   state,
   onStart,
   what = 'screen or files',
   panel = false,
 }: {
+  /** The Dot's namespace: Start is offered to who may start its computer. */
+  ns: string;
   state?: string;
   onStart: () => Promise<void>;
   what?: string;
   panel?: boolean;
 }) {
   const [error, setError] = useState('');
+  const may = useCan(ns)('patch', 'computers');
   return (
     <div
       class={
@@ -32,10 +37,16 @@ export function NotRunning({
         <p class={panel ? 'min-w-0 flex-1 text-sm font-medium lg:text-base' : 'font-medium'}>
           The computer is {(state ?? 'not made yet').toLowerCase()}, so there is no {what} to show.
         </p>
-        <p class={`mt-1 text-sm text-muted ${panel ? 'hidden lg:block' : ''}`}>Start it to see them; a message or a task starts it too.</p>
-        <button type="button" class={`${panel ? 'lg:mt-3' : 'mt-3'} ${btn.primary}`} onClick={() => onStart().catch((e) => setError((e as Error).message))}>
-          Start the computer
-        </button>
+        {may ? (
+          <>
+            <p class={`mt-1 text-sm text-muted ${panel ? 'hidden lg:block' : ''}`}>Start it to see them; a message or a task starts it too.</p>
+            <button type="button" class={`${panel ? 'lg:mt-3' : 'mt-3'} ${btn.primary}`} onClick={() => onStart().catch((e) => setError((e as Error).message))}>
+              Start the computer
+            </button>
+          </>
+        ) : (
+          <p class={`mt-1 text-sm text-muted ${panel ? 'hidden lg:block' : ''}`}>Starting it needs the editor role in namespace {ns}.</p>
+        )}
         {error && (
           <p role="alert" class="mt-2 w-full text-sm text-danger">
             {error}

@@ -28,7 +28,7 @@ async function failure(res: Response, method = 'GET'): Promise<ApiError> {
   }
   if (res.status === 502 && !code) message = 'The server did not answer: is invisible-dots server running?';
   if (res.status === 401 && code === 'unauthenticated') sessionEnded(message);
-  if (res.status === 403 && code !== 'host_unreachable') message += roleNeeded(method);
+  if (res.status === 403 && code !== 'host_unreachable') message += roleNeeded(method, new URL(res.url, location.href).pathname);
   return new ApiError(message, res.status, code);
 }
 

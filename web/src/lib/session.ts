@@ -80,9 +80,12 @@ interface Rule {
   apiGroups?: string[];
   resources?: string[];
   resourceNames?: string[];
+  /** A rule of paths (nonResourceRules): '/dots/v1/doctor', or a prefix ending in '*'. */
+  nonResourceURLs?: string[];
 }
 
 const rules = new Map<string, Cell<Rule[] | null>>();
+const EVERYTHING: Rule[] = [{ verbs: ['*'], apiGroups: ['*'], resources: ['*'], nonResourceURLs: ['*'] }];
 
 async function readRules(ns: string, cell: Cell<Rule[] | null>) {
   try {
@@ -95,17 +98,20 @@ async function readRules(ns: string, cell: Cell<Rule[] | null>) {
     const body = await res.json();
     // An incomplete answer (an authorizer that cannot list its rules, such
     // as an administrator's) offers everything; the API server decides.
-    cell.set(body.status?.incomplete && !(body.status?.resourceRules ?? []).length ? [{ verbs: ['*'], apiGroups: ['*'], resources: ['*'] }] : (body.status?.resourceRules ?? []));
+    const resourceRules: Rule[] = body.status?.resourceRules ?? [];
+    cell.set(body.status?.incomplete && !resourceRules.length ? EVERYTHING : [...resourceRules, ...(body.status?.nonResourceRules ?? [])]);
   } catch {
     // Not known: offer the actions, whose refusal says which role is needed.
-    cell.set([{ verbs: ['*'], apiGroups: ['*'], resources: ['*'] }]);
+    cell.set(EVERYTHING);
   }
 }
 
 const has = (list: string[] | undefined, v: string) => !!list && (list.includes('*') || list.includes(v));
 
-/** Whether rules let verb on group/resource (resource may be 'dots/messages'). */
+/** Whether rules let verb on group/resource (resource may be 'dots/messages'), or on a path when resource begins with '/'. */
 export function allows(rs: Rule[], verb: string, resource: string, group = 'dots.invisible.dev'): boolean {
+  if (resource.startsWith('/'))
+    return rs.some((r) => has(r.verbs, verb) && (r.nonResourceURLs ?? []).some((u) => u === '*' || u === resource || (u.endsWith('*') && resource.startsWith(u.slice(0, -1)))));
   return rs.some((r) => has(r.verbs, verb) && has(r.apiGroups, group) && has(r.resources, resource) && !(r.resourceNames ?? []).length);
 }
 
@@ -126,10 +132,14 @@ export function useCan(ns: string): (verb: string, resource: string, group?: str
   return (verb, resource, group) => !!rs && allows(rs, verb, resource, group);
 }
 
+// What only the machine's owner may do: the host's settings, report and keys.
+const OWNERS = /^(\/apis\/dots\.invisible\.dev\/v1alpha1\/hosts|\/dots\/v1\/(doctor|secrets)\b|\/api\/v1\/namespaces\/invisible-dots-system\/)/;
+
 /** What a 403 needs, in words, for the person signed in. */
-export function roleNeeded(method: string): string {
+export function roleNeeded(method: string, path = ''): string {
   const p = session.get().person;
   if (!session.get().signIn || !p) return '';
+  if (OWNERS.test(path)) return " This is the machine owner's to do.";
   const ns = p.namespace ?? 'default';
   const role = method === 'GET' ? 'viewer' : 'editor';
   return ` It needs the ${role} role in namespace ${ns}: ask the machine's owner to run 'invisible-dots user add ${p.name} --namespace ${ns} --role ${role}'.`;

@@ -187,7 +187,7 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
             </p>
           )}
           {loaded && !loadError && thread.length === 0 && (
-            <p class="text-center text-muted">No messages yet. Say hello to {name}.</p>
+            <p class="text-center text-muted">No messages yet.{can('create', 'dots/messages') ? ` Say hello to ${name}.` : ''}</p>
           )}
           {group(thread).map((g) =>
             Array.isArray(g) ? (

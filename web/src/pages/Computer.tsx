@@ -128,7 +128,7 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
       </nav>
       <div class="mt-3">
         {!running ? (
-          <NotRunning state={state} onStart={() => power(ns, name, 'start')} />
+          <NotRunning ns={ns} state={state} onStart={() => power(ns, name, 'start')} />
         ) : view === 'screen' ? (
           <FrameView ns={ns} name={name} />
         ) : (
@@ -194,7 +194,7 @@ function Files({ ns, name, dir, file, base }: { ns: string; name: string; dir: s
       });
     return () => ctl.abort();
   }, [ns, name, dir]);
-  if (stopped) return <NotRunning state="stopped" onStart={() => power(ns, name, 'start')} />;
+  if (stopped) return <NotRunning ns={ns} state="stopped" onStart={() => power(ns, name, 'start')} />;
   const href = (p: string, f = '') => `${base}?view=files&path=${encodeURIComponent(p)}${f ? `&file=${encodeURIComponent(f)}` : ''}`;
   const open = entries?.find((e) => join(dir, e.name) === file);
   return (

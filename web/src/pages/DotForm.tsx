@@ -23,7 +23,7 @@ import {
 import type { Dot } from '../lib/types';
 import { Namespaces } from './HostSettings';
 import { SetupChecklist } from '../components/SetupChecklist';
-import { useCan } from '../lib/session';
+import { scope, useCan } from '../lib/session';
 
 const DEFAULT_MODEL = 'z-ai/glm-5.3-flash';
 
@@ -413,6 +413,7 @@ const STEP_FIELDS: string[][] = [
 
 /** Create a Dot (/new): three steps, or the YAML; the dry run judges as the person types. */
 export function NewDot() {
+  const can = useCan(scope() || 'default');
   const [name, setName] = useState('');
   const [ns, setNs] = useState('default');
   const [spec, setSpec] = useState<Spec>({ model: { provider: 'openrouter', id: DEFAULT_MODEL } });
@@ -524,7 +525,7 @@ export function NewDot() {
         {!name ? 'Name the Dot to have its config checked.' : j?.ok ? 'The API server takes this config.' : ''}
       </p>
       {/* The preflight: what this host lacks to run the Dot, the same list Home shows. */}
-      <SetupChecklist />
+      {can('get', '/dots/v1/doctor') && <SetupChecklist />}
     </form>
   );
 }

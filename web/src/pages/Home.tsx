@@ -8,7 +8,7 @@ import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/f
 import { key, type Computer, type Dot, type LogEvent } from '../lib/types';
 import { PowerActions } from '../components/PowerActions';
 import { btn } from '../lib/ui';
-import { useCan } from '../lib/session';
+import { scope, useCan } from '../lib/session';
 
 /** Re-renders every 30 s so "2 min ago" stays true. */
 function useNow() {
@@ -26,6 +26,7 @@ export function Home() {
   const as = useCell(approvals);
   const now = useNow();
   const chosen = useCell(viewNamespace);
+  const can = useCan(scope() || 'default');
   const [query, setQuery] = useState('');
   const pending = waiting(as.items);
   const all = [...ds.items.values()].filter((d) => inView(d.metadata.namespace, chosen)).sort((a, b) => key(a.metadata).localeCompare(key(b.metadata)));
@@ -35,9 +36,11 @@ export function Home() {
       <div class="mb-4 flex flex-wrap items-center gap-3">
         <h1 class="text-2xl font-semibold">Home</h1>
         {chosen && <span class="text-sm text-muted">in {chosen}</span>}
-        <a href="/new" class="rounded-card border border-border px-3 py-1.5 text-sm hover:bg-surface-2">
-          Create a Dot
-        </a>
+        {can('create', 'dots') && (
+          <a href="/new" class="rounded-card border border-border px-3 py-1.5 text-sm hover:bg-surface-2">
+            Create a Dot
+          </a>
+        )}
         {all.length > 6 && (
           <input
             type="search"
@@ -68,7 +71,8 @@ export function Home() {
         ))}
       </ul>
       {/* Under the cards, so its arrival moves none of them. */}
-      {ds.loaded && <SetupChecklist />}
+      {/* The host's readiness is its owner's to fix: shown to who may read the doctor's report. */}
+      {ds.loaded && can('get', '/dots/v1/doctor') && <SetupChecklist />}
     </div>
   );
 }

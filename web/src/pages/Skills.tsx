@@ -56,7 +56,7 @@ export function Skills({ ns, name }: { ns: string; name: string }) {
   if (!running || stopped)
     return (
       <div class="mx-auto max-w-5xl p-4 md:p-6">
-        <NotRunning state={stopped ? 'stopped' : state} what="list of skills" onStart={() => power(ns, name, 'start')} />
+        <NotRunning ns={ns} state={stopped ? 'stopped' : state} what="list of skills" onStart={() => power(ns, name, 'start')} />
       </div>
     );
   return (
