@@ -19,13 +19,29 @@ const ChannelAPI = "api"
 
 // Origin says where a person's message came from (ref 5.4).
 type Origin struct {
-	// Channel is what carried the message. ChannelAPI is the one PostMessage
-	// takes, and the log holds no origin for it (ref 5.4). A messaging
-	// channel's message (ref 9.8) is logged with its origin and stored once
-	// by the channel's own id, which the log does not hold, so PostMessage
-	// refuses it rather than log a message that a redelivery would post
-	// again.
+	// Channel is what carried the message: ChannelAPI, for which the log
+	// holds no origin (ref 5.4), or a messaging channel's kind (ref 9.8),
+	// whose message is logged with its origin and stored once by the
+	// channel's own id.
 	Channel string
+	// BindingID, ChatID and ExternalID are a messaging channel's: the
+	// Dot's link to it, the chat the answer goes back to, and the
+	// channel's own id of the message. Empty for ChannelAPI.
+	BindingID, ChatID, ExternalID string
+}
+
+// wire is the origin as the log holds it, nil for the Dots API.
+func (o Origin) wire() (*wire.MessageOrigin, error) {
+	if o.Channel == ChannelAPI {
+		if o.BindingID != "" || o.ChatID != "" || o.ExternalID != "" {
+			return nil, fmt.Errorf("a message of the Dots API has no channel binding, chat or channel id")
+		}
+		return nil, nil
+	}
+	if o.Channel == "" || o.BindingID == "" || o.ChatID == "" || o.ExternalID == "" {
+		return nil, fmt.Errorf("a message from channel %q needs its binding, its chat and the channel's id of it (got %q, %q, %q)", o.Channel, o.BindingID, o.ChatID, o.ExternalID)
+	}
+	return &wire.MessageOrigin{Channel: o.Channel, BindingID: o.BindingID, ChatID: o.ChatID, ExternalID: o.ExternalID}, nil
 }
 
 // PostedMessage is a person's message as PostMessage stored it.
@@ -37,6 +53,10 @@ type PostedMessage struct {
 	MessageID string
 	// CreatedAt is when the log stored it.
 	CreatedAt time.Time
+	// Redelivered: a messaging channel gave this message before (same
+	// binding, same channel id), and this is the first one, which the
+	// Dot got; nothing was stored again.
+	Redelivered bool
 }
 
 // PostMessage stores a person's message to dot, for every way a message
@@ -47,13 +67,17 @@ type PostedMessage struct {
 // what the log says was said. The row's id follows from the event's
 // (wire.MessageID), so the answer names a message the sender knows.
 //
-// It is not idempotent: each call is a new message, and a call repeated
-// after an unknown outcome posts the text again. Waking the Dot is not its
+// A message of the Dots API is not idempotent: each call is a new message,
+// and a call repeated after an unknown outcome posts the text again. A
+// messaging channel's message is stored once by its origin: a redelivery,
+// after a failure at any point or across a restart, is answered with the
+// first message (Redelivered), so the Dot gets it once. Waking the Dot is not its
 // part: the undelivered row is work that keeps the Dot awake
 // (lifecycle.KeepsAwake), and the work controller starts its computer.
 func (s *Store) PostMessage(ctx context.Context, dot Dot, text string, from Origin) (PostedMessage, error) {
-	if from.Channel != ChannelAPI {
-		return PostedMessage{}, fmt.Errorf("a message of dot %s/%s from %q: the log takes messages from the Dots API (%q) only", dot.Namespace, dot.Name, from.Channel, ChannelAPI)
+	origin, err := from.wire()
+	if err != nil {
+		return PostedMessage{}, fmt.Errorf("a message of dot %s/%s: %w", dot.Namespace, dot.Name, err)
 	}
 	if strings.TrimSpace(text) == "" {
 		return PostedMessage{}, fmt.Errorf("a message of dot %s/%s is empty: a message needs words", dot.Namespace, dot.Name)
@@ -61,7 +85,7 @@ func (s *Store) PostMessage(ctx context.Context, dot Dot, text string, from Orig
 	if err := dot.valid(); err != nil {
 		return PostedMessage{}, err
 	}
-	logged, err := json.Marshal(wire.MessageUser{Text: text})
+	logged, err := json.Marshal(wire.MessageUser{Text: text, Origin: origin})
 	if err != nil {
 		return PostedMessage{}, err
 	}
@@ -73,6 +97,11 @@ func (s *Store) PostMessage(ctx context.Context, dot Dot, text string, from Orig
 	err = s.InTx(ctx, func(tx pgx.Tx) error {
 		stored, err := AppendEventsTx(ctx, tx, Event{Dot: dot, Type: wire.EventMessageUser, Source: SourceHost, Data: logged})
 		if err != nil {
+			return err
+		}
+		if len(stored) == 0 && origin != nil {
+			// The origin's index kept it out: the channel gave it before.
+			posted, err = firstOf(ctx, tx, dot, origin)
 			return err
 		}
 		if len(stored) != 1 {
@@ -90,4 +119,19 @@ func (s *Store) PostMessage(ctx context.Context, dot Dot, text string, from Orig
 		return PostedMessage{}, err
 	}
 	return posted, nil
+}
+
+// firstOf is the message a channel gave before with origin's binding and id.
+func firstOf(ctx context.Context, tx pgx.Tx, dot Dot, origin *wire.MessageOrigin) (PostedMessage, error) {
+	var p PostedMessage
+	err := tx.QueryRow(ctx, `
+SELECT id, created_at FROM events
+WHERE dot_uid = $1 AND type = $2 AND data ? 'origin'
+  AND data -> 'origin' ->> 'binding_id' = $3 AND data -> 'origin' ->> 'external_id' = $4`,
+		dot.UID, wire.EventMessageUser, origin.BindingID, origin.ExternalID).Scan(&p.EventID, &p.CreatedAt)
+	if err != nil {
+		return PostedMessage{}, fmt.Errorf("the message %s of channel binding %s of dot %s/%s was neither stored nor found: %w", origin.ExternalID, origin.BindingID, dot.Namespace, dot.Name, err)
+	}
+	p.MessageID, p.Redelivered = MessageID(p.EventID), true
+	return p, nil
 }

@@ -88,6 +88,25 @@ func IsEventType(t string) bool {
 // MessageUser is the data of EventMessageUser.
 type MessageUser struct {
 	Text string `json:"text"`
+	// Origin is where a messaging channel's message came from (ref 5.4,
+	// 9.8); absent for the web client, the command line and programs.
+	Origin *MessageOrigin `json:"origin,omitempty"`
+}
+
+// MessageOrigin is a messaging channel's message's origin (ref 5.4): the
+// log is the one place that says where a message came from, and the answer
+// is routed back by it. The channel's own message id is stored once per Dot
+// and binding (the events_channel_origin index), so a redelivery finds the
+// first.
+type MessageOrigin struct {
+	// Channel is the kind: telegram, whatsapp.
+	Channel string `json:"channel"`
+	// BindingID is the Dot's link to the channel the message came through.
+	BindingID string `json:"binding_id"`
+	// ChatID is the chat the answer goes back to.
+	ChatID string `json:"chat_id"`
+	// ExternalID is the channel's own id of the message.
+	ExternalID string `json:"external_id"`
 }
 
 // GuestEventRefused is the data of EventGuestRefused: the event as the guest
