@@ -97,7 +97,19 @@ func short(uid string) string {
 
 // describers word each type from its data.
 var describers = map[string]func(e wire.Event) (string, error){
-	wire.EventMessageUser: of(func(d wire.MessageUser) string { return "you: " + Cut(d.Text, 300) }),
+	wire.EventMessageUser: of(func(d wire.MessageUser) string {
+		if d.Origin != nil {
+			return "you, via " + wire.ChannelKindName(d.Origin.Channel) + ": " + Cut(d.Text, 300)
+		}
+		return "you: " + Cut(d.Text, 300)
+	}),
+	wire.EventChannelPeerPaired: of(func(d wire.ChannelPeerPaired) string {
+		who := d.Label
+		if who == "" {
+			who = "a person"
+		}
+		return who + " paired through " + wire.ChannelKindName(d.Kind) + " and may talk to the Dot there"
+	}),
 	protocol.EventMessageAssistant: of(func(d protocol.MessageAssistant) string {
 		return "dot: " + Cut(d.Text, 300) + spent(d.SpentUSD, d.ReasoningTokens)
 	}),

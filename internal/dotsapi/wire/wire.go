@@ -71,12 +71,35 @@ const (
 	// EventMCPServerRefused: the control plane did not write a server the
 	// Dot asked to add ({name, reason, mcp_event}, ref 5.4).
 	EventMCPServerRefused = "mcp.server.refused"
+	// EventChannelPeerPaired: a person paired with the Dot through a
+	// messaging channel (ChannelPeerPaired, ref 9.8).
+	EventChannelPeerPaired = "channel.peer.paired"
 )
 
 // HostEventTypes lists the types the control plane logs itself.
 var HostEventTypes = []string{
 	EventMessageUser, EventGuestRefused, EventTaskCreated, EventTaskCancelled, EventTaskFailed,
 	EventApprovalResolved, EventDotCreated, EventDotUpdated, EventComputerState, EventMCPServerRefused,
+	EventChannelPeerPaired,
+}
+
+// ChannelPeerPaired is the data of EventChannelPeerPaired: the channel's
+// kind, the person's stable id there and how they call themselves.
+type ChannelPeerPaired struct {
+	Kind   string `json:"kind"`
+	PeerID string `json:"peer_id"`
+	Label  string `json:"label"`
+}
+
+// ChannelKindName is how a channel's kind is named to people.
+func ChannelKindName(kind string) string {
+	switch kind {
+	case "telegram":
+		return "Telegram"
+	case "whatsapp":
+		return "WhatsApp"
+	}
+	return kind
 }
 
 // IsEventType says whether the log can hold events of type t: the host's
