@@ -29,3 +29,14 @@ CREATE TABLE channel_pairings (
 	PRIMARY KEY (binding_id, code_hash)
 );
 CREATE INDEX channel_pairings_dot ON channel_pairings (dot_uid);
+
+-- Where the hub's reading of the Dot's log for a channel stands: the id of
+-- the last event it dealt with, moved after a send succeeded, so a restart
+-- resumes there. A new channel starts after the Dot's latest event: history
+-- is not replayed into a chat.
+CREATE TABLE channel_cursors (
+	binding_id text PRIMARY KEY,
+	dot_uid text NOT NULL,
+	event_cursor bigint NOT NULL
+);
+CREATE INDEX channel_cursors_dot ON channel_cursors (dot_uid);

@@ -124,11 +124,51 @@ func (s *Store) Unpair(ctx context.Context, binding, id string) (bool, error) {
 // ForgetChannel removes every row of binding (the Channel is gone).
 func (s *Store) ForgetChannel(ctx context.Context, binding string) error {
 	return s.InTx(ctx, func(tx pgx.Tx) error {
-		for _, table := range []string{"channel_peers", "channel_pairings"} {
+		for _, table := range []string{"channel_peers", "channel_pairings", "channel_cursors"} {
 			if _, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE binding_id = $1", binding); err != nil {
 				return fmt.Errorf("forget channel %s (%s): %w", binding, table, err)
 			}
 		}
 		return nil
 	})
+}
+
+// ChannelCursor is the id of the last event of the Dot the hub dealt with
+// for binding; a binding seen for the first time starts after the Dot's
+// latest event (its history is not replayed into a chat), which is stored.
+func (s *Store) ChannelCursor(ctx context.Context, binding, dotUID string) (int64, error) {
+	var cursor int64
+	err := s.pool.QueryRow(ctx, `
+INSERT INTO channel_cursors (binding_id, dot_uid, event_cursor)
+VALUES ($1, $2, (SELECT coalesce(max(id), 0) FROM events WHERE dot_uid = $2))
+ON CONFLICT (binding_id) DO UPDATE SET binding_id = EXCLUDED.binding_id
+RETURNING event_cursor`, binding, dotUID).Scan(&cursor)
+	if err != nil {
+		return 0, fmt.Errorf("read where channel %s stands in its Dot's log: %w", binding, err)
+	}
+	return cursor, nil
+}
+
+// SetChannelCursor moves binding's cursor forward to id (never back).
+func (s *Store) SetChannelCursor(ctx context.Context, binding string, id int64) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE channel_cursors SET event_cursor = greatest(event_cursor, $2) WHERE binding_id = $1`, binding, id); err != nil {
+		return fmt.Errorf("move channel %s in its Dot's log: %w", binding, err)
+	}
+	return nil
+}
+
+// EventOf is the Dot's event of id, false when the Dot has none such.
+func (s *Store) EventOf(ctx context.Context, dotUID string, id int64) (Event, bool, error) {
+	e := Event{ID: id}
+	var source string
+	err := s.pool.QueryRow(ctx, `SELECT dot_namespace, dot_name, dot_uid, type, data, source, guest_seq, created_at FROM events WHERE dot_uid = $1 AND id = $2`,
+		dotUID, id).Scan(&e.Dot.Namespace, &e.Dot.Name, &e.Dot.UID, &e.Type, &e.Data, &source, &e.GuestSeq, &e.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Event{}, false, nil
+	}
+	if err != nil {
+		return Event{}, false, fmt.Errorf("read event %d of dot %s: %w", id, dotUID, err)
+	}
+	e.Source = Source(source)
+	return e, true, nil
 }
