@@ -31,8 +31,8 @@ func (p PKI) CACert() string      { return filepath.Join(p.Dir, "ca.crt") }
 func (p PKI) CAKey() string       { return filepath.Join(p.Dir, "ca.key") }
 func (p PKI) ServingCert() string { return filepath.Join(p.Dir, "apiserver.crt") }
 func (p PKI) ServingKey() string  { return filepath.Join(p.Dir, "apiserver.key") }
-func (p PKI) WebCert() string      { return filepath.Join(p.Dir, "web.crt") }
-func (p PKI) WebKey() string       { return filepath.Join(p.Dir, "web.key") }
+func (p PKI) WebCert() string     { return filepath.Join(p.Dir, "web.crt") }
+func (p PKI) WebKey() string      { return filepath.Join(p.Dir, "web.key") }
 func (p PKI) ServiceAccountKey() string {
 	return filepath.Join(p.Dir, "service-account.key")
 }

@@ -8,8 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
