@@ -14,6 +14,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle/projection"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -38,7 +39,7 @@ const (
 // uses its approval up; a refused one is logged as mcp.server.refused. The
 // guest link pushes the config with the new server, whose permission is left
 // to its default, ask.
-func (r *WorkReconciler) recordMCPAdditions(ctx context.Context, dot *dotsv1.Dot, id store.Dot, view *lifecycle.View, approvals []dotsv1.Approval, decide decideFunc) error {
+func (r *WorkReconciler) recordMCPAdditions(ctx context.Context, dot *dotsv1.Dot, id store.Dot, view *projection.View, approvals []dotsv1.Approval, decide decideFunc) error {
 	pending := view.PendingMCPAdditions()
 	if len(pending) == 0 {
 		return nil

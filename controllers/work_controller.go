@@ -30,6 +30,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle/projection"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
 	"github.com/invisible-dots/invisible-dots/internal/pgtext"
 	"github.com/invisible-dots/invisible-dots/internal/store"
@@ -69,7 +70,7 @@ type WorkReconciler struct {
 	Poll time.Duration
 
 	mu    sync.Mutex
-	views map[types.UID]*lifecycle.View
+	views map[types.UID]*projection.View
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks;approvals,verbs=get;list;watch;create;update;patch
@@ -82,7 +83,7 @@ func (r *WorkReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager)
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.views = map[types.UID]*lifecycle.View{}
+	r.views = map[types.UID]*projection.View{}
 	for _, obj := range []client.Object{&dotsv1.Task{}, &dotsv1.Approval{}} {
 		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, DotNameField, func(o client.Object) []string {
 			switch v := o.(type) {
@@ -256,7 +257,7 @@ func (r *WorkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // queue for ever. The task's task.created row is dropped and task.failed
 // logged in one transaction, naming the computer's reason; a row that was
 // delivered meanwhile is left alone.
-func (r *WorkReconciler) giveUpUnstartable(ctx context.Context, dot *dotsv1.Dot, id store.Dot, view *lifecycle.View, tasks []dotsv1.Task) error {
+func (r *WorkReconciler) giveUpUnstartable(ctx context.Context, dot *dotsv1.Dot, id store.Dot, view *projection.View, tasks []dotsv1.Task) error {
 	current := view.CurrentTask()
 	if current == "" {
 		return nil
@@ -299,7 +300,7 @@ func (r *WorkReconciler) giveUpUnstartable(ctx context.Context, dot *dotsv1.Dot,
 // taskRuns is a task's runs and times as its Task's status says them,
 // to the second, the newest runs kept when there are more than the status
 // holds.
-func taskRuns(v *lifecycle.TaskView) (runs []dotsv1.TaskRun, start, completion *metav1.Time) {
+func taskRuns(v *projection.TaskView) (runs []dotsv1.TaskRun, start, completion *metav1.Time) {
 	at := func(t time.Time) *metav1.Time {
 		if t.IsZero() {
 			return nil
@@ -366,7 +367,7 @@ func truncate(s string, n int) string {
 // wakeOrSleep applies the sleep and wake decision (ref 9.5) to the Dot's
 // Computer, as a start or a sleep request its host agent acts on. It
 // returns when to look again with nothing changed.
-func (r *WorkReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view *lifecycle.View, tasks []dotsv1.Task, d lifecycle.Dispatch, now time.Time) (time.Duration, error) {
+func (r *WorkReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view *projection.View, tasks []dotsv1.Task, d lifecycle.Dispatch, now time.Time) (time.Duration, error) {
 	c := &dotsv1.Computer{}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(dot), c); err != nil {
 		return 0, client.IgnoreNotFound(err)
@@ -434,16 +435,16 @@ func (r *WorkReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view 
 
 // hasDue: a PENDING task whose time has come, even one a blocked dispatch
 // did not pick.
-func hasDue(tasks []dotsv1.Task, view *lifecycle.View, now time.Time) bool {
+func hasDue(tasks []dotsv1.Task, view *projection.View, now time.Time) bool {
 	return lifecycle.NextTask(taskFacts(tasks, view), now).Next != ""
 }
 
 // fold brings the Dot's view up to its log.
-func (r *WorkReconciler) fold(ctx context.Context, id store.Dot) (*lifecycle.View, error) {
+func (r *WorkReconciler) fold(ctx context.Context, id store.Dot) (*projection.View, error) {
 	r.mu.Lock()
 	view, ok := r.views[types.UID(id.UID)]
 	if !ok {
-		view = lifecycle.NewView()
+		view = projection.NewView()
 		r.views[types.UID(id.UID)] = view
 	}
 	r.mu.Unlock()
@@ -452,7 +453,7 @@ func (r *WorkReconciler) fold(ctx context.Context, id store.Dot) (*lifecycle.Vie
 		if err != nil {
 			return nil, err
 		}
-		view.Fold(toLifecycle(events)...)
+		view.Fold(toProjection(events)...)
 		if len(events) < 1000 {
 			return view, nil
 		}
@@ -465,17 +466,17 @@ func (r *WorkReconciler) forget(uid types.UID) {
 	r.mu.Unlock()
 }
 
-func toLifecycle(events []store.Event) []lifecycle.Event {
-	out := make([]lifecycle.Event, 0, len(events))
+func toProjection(events []store.Event) []projection.Event {
+	out := make([]projection.Event, 0, len(events))
 	for _, e := range events {
-		out = append(out, lifecycle.Event{ID: e.ID, Type: e.Type, Host: e.Source == store.SourceHost, Data: e.Data, At: e.CreatedAt})
+		out = append(out, projection.Event{ID: e.ID, Type: e.Type, Host: e.Source == store.SourceHost, Data: e.Data, At: e.CreatedAt})
 	}
 	return out
 }
 
 // taskFacts is what the dispatcher knows of the Dot's Tasks: their phase as
 // the log tells it.
-func taskFacts(tasks []dotsv1.Task, view *lifecycle.View) []lifecycle.Task {
+func taskFacts(tasks []dotsv1.Task, view *projection.View) []lifecycle.Task {
 	out := make([]lifecycle.Task, 0, len(tasks))
 	for _, t := range tasks {
 		if !t.DeletionTimestamp.IsZero() {
@@ -506,7 +507,7 @@ type decideFunc func(row *store.Inbound, events ...store.Event) error
 
 // dispatch gives the task to the Dot: a run opens (host task.created) and
 // its task.created goes into the outbox, in one transaction.
-func (r *WorkReconciler) dispatch(t *dotsv1.Task, id store.Dot, view *lifecycle.View, decide decideFunc) error {
+func (r *WorkReconciler) dispatch(t *dotsv1.Task, id store.Dot, view *projection.View, decide decideFunc) error {
 	run := 1
 	if v, ok := view.Tasks[string(t.UID)]; ok {
 		run = v.Runs + 1
@@ -528,7 +529,7 @@ func (r *WorkReconciler) dispatch(t *dotsv1.Task, id store.Dot, view *lifecycle.
 // cancel ends a task a person cancelled: one never given to the Dot, or
 // whose task.created never left, is dropped; one the guest may hold is
 // cancelled there with a system.event behind its task.created.
-func (r *WorkReconciler) cancel(ctx context.Context, t *dotsv1.Task, id store.Dot, view *lifecycle.View, decide decideFunc) error {
+func (r *WorkReconciler) cancel(ctx context.Context, t *dotsv1.Task, id store.Dot, view *projection.View, decide decideFunc) error {
 	if !t.Spec.CancelRequested {
 		return nil
 	}
@@ -557,7 +558,7 @@ func (r *WorkReconciler) cancel(ctx context.Context, t *dotsv1.Task, id store.Do
 // logDot tells the log of a new generation of the Dot's spec and of a new
 // state of its Computer, once each: the view, folded from the log, says
 // what is already told.
-func (r *WorkReconciler) logDot(ctx context.Context, dot *dotsv1.Dot, id store.Dot, view *lifecycle.View, decide decideFunc) error {
+func (r *WorkReconciler) logDot(ctx context.Context, dot *dotsv1.Dot, id store.Dot, view *projection.View, decide decideFunc) error {
 	if dot.Generation > view.Generation {
 		typ := wire.EventDotUpdated
 		if view.Generation == 0 {
@@ -632,7 +633,7 @@ func (r *WorkReconciler) answer(ctx context.Context, a *dotsv1.Approval, id stor
 // so it is never seen waiting. It marks Expired those whose task ended
 // later without a decision. The Approval reconciler leaves the first phase
 // of a guest's request to this one.
-func (r *WorkReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, view *lifecycle.View, tasks []dotsv1.Task, have []dotsv1.Approval) error {
+func (r *WorkReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, view *projection.View, tasks []dotsv1.Task, have []dotsv1.Approval) error {
 	byRequest := map[string]*dotsv1.Approval{}
 	for i := range have {
 		byRequest[have[i].Spec.RequestID] = &have[i]
@@ -671,16 +672,8 @@ func (r *WorkReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, vie
 				r.Recorder.Eventf(dot, a, corev1.EventTypeNormal, "ApprovalRequested", "Ask", "Dot %s asks to use %s (%s): Approval %s", dot.Name, av.Requested.Tool, av.Requested.Permission, a.Name)
 			}
 		}
-		phase := a.Status.Phase
-		switch {
-		case a.Spec.Decision != "" || phase == dotsv1.ApprovalExpired:
-			continue // answered (the Approval reconciler's) or moot already
-		case expired:
-			// A request whose task ended without a decision is moot.
-			phase = dotsv1.ApprovalExpired
-		case phase == "":
-			phase = dotsv1.ApprovalPending
-		default:
+		phase, write := lifecycle.RequestedApprovalPhase(a.Status.Phase, a.Spec.Decision != "", expired)
+		if !write {
 			continue
 		}
 		helper := patch.NewHelper(r.Client, approvalWorkWriter, a)
@@ -694,7 +687,7 @@ func (r *WorkReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, vie
 
 // writeStatuses writes what the log gives of the Dot, its Tasks and its
 // Computer, each only when it changed.
-func (r *WorkReconciler) writeStatuses(ctx context.Context, dot *dotsv1.Dot, view *lifecycle.View, tasks []dotsv1.Task) error {
+func (r *WorkReconciler) writeStatuses(ctx context.Context, dot *dotsv1.Dot, view *projection.View, tasks []dotsv1.Task) error {
 	names := map[string]string{}
 	for i := range tasks {
 		t := &tasks[i]
