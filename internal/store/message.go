@@ -50,7 +50,7 @@ type PostedMessage struct {
 // It is not idempotent: each call is a new message, and a call repeated
 // after an unknown outcome posts the text again. Waking the Dot is not its
 // part: the undelivered row is work that keeps the Dot awake
-// (lifecycle.KeepsAwake), and the work controller starts its computer.
+// (lifecycle.KeepsAwake), and the power controller starts its computer.
 func (s *Store) PostMessage(ctx context.Context, dot Dot, text string, from Origin) (PostedMessage, error) {
 	if from.Channel != ChannelAPI {
 		return PostedMessage{}, fmt.Errorf("a message of dot %s/%s from %q: the log takes messages from the Dots API (%q) only", dot.Namespace, dot.Name, from.Channel, ChannelAPI)
