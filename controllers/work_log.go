@@ -69,6 +69,10 @@ type WorkLog struct {
 	// the log's notifications; 5 s when zero.
 	Poll time.Duration
 
+	// eventsAfter reads a Dot's log after an id: Store.EventsAfter when
+	// nil. Used for testing purposes.
+	eventsAfter func(ctx context.Context, dotUID string, afterID int64, limit int) ([]store.Event, error)
+
 	mu    sync.Mutex
 	dots  map[types.UID]*dotLog
 	wakes []chan event.TypedGenericEvent[*dotsv1.Dot]
@@ -133,7 +137,11 @@ func (w *DotWork) View() *projection.View { return w.d.view }
 func (w *DotWork) Fold(ctx context.Context) error {
 	view := w.d.view
 	for {
-		events, err := w.log.Store.EventsAfter(ctx, w.id.UID, view.LastID, 1000)
+		read := w.log.eventsAfter
+		if read == nil {
+			read = w.log.Store.EventsAfter
+		}
+		events, err := read(ctx, w.id.UID, view.LastID, 1000)
 		if err != nil {
 			return err
 		}
