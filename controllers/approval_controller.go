@@ -63,9 +63,9 @@ func (r *ApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	case phase == dotsv1.ApprovalPending && a.Status.Phase == dotsv1.ApprovalExpired:
 		phase = dotsv1.ApprovalExpired // its task ended without a decision
 	case phase == dotsv1.ApprovalPending && a.Status.Phase == "" && a.Spec.RequestID != "":
-		// A guest's request: the work reconciler writes its first phase,
-		// Pending or, when its task had ended already, Expired, so an
-		// Approval that never waited is never seen Pending.
+		// A guest's request: the approval request reconciler writes its
+		// first phase, Pending or, when its task had ended already,
+		// Expired, so an Approval that never waited is never seen Pending.
 		phase = ""
 	}
 	decided := phase != a.Status.Phase && phase != dotsv1.ApprovalPending && a.Status.DecidedAt == nil

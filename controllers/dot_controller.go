@@ -183,8 +183,10 @@ func (r *DotReconciler) reconcileDelete(ctx context.Context, s *dotScope) (ctrl.
 	return ctrl.Result{}, patch.RemoveFinalizer(ctx, r.Client, dot, dotsv1.DotFinalizer)
 }
 
-// updateStatus sets phase, computerState and conditions from the scope. It
-// is the one place the Dot's status is computed.
+// updateStatus sets phase, computerState, error and conditions from the
+// scope: the one writer of the Dot's phase (dotPhase). The activity status
+// reconciler writes the work fields the phase reads (currentTask,
+// pendingApprovals); the guest link the READY procedure's conditions.
 func (r *DotReconciler) updateStatus(s *dotScope, reconciled bool) {
 	dot := s.dot
 	now := r.Clock.Now()
@@ -222,7 +224,10 @@ func (r *DotReconciler) updateStatus(s *dotScope, reconciled bool) {
 	}
 
 	guestReady, guestMissing := guestReady(dot)
-	dot.Status.Phase = dotPhase(s, computerReady, guestReady)
+	dot.Status.Phase = dotPhase(phaseFacts{
+		conflict: s.conflict != "", computer: s.computer, computerReady: computerReady, guestReady: guestReady,
+		currentTask: dot.Status.CurrentTask, pendingApprovals: dot.Status.PendingApprovals, last: dot.Status.Phase,
+	})
 	if dot.Status.Phase == dotsv1.DotError {
 		dot.Status.Error = cmp.Or(s.conflict, computerError(s.computer))
 	} else {
@@ -267,37 +272,6 @@ func guestReady(dot *dotsv1.Dot) (bool, string) {
 		}
 	}
 	return true, ""
-}
-
-// dotPhase maps the Computer's state and the READY procedure to the Dot's
-// phase (ref 9.3): the first matching row wins. READY needs both: a Computer
-// whose dot-agentd answers is not yet a Dot that can work.
-func dotPhase(s *dotScope, computerReady, guestReady bool) dotsv1.DotPhase {
-	c := s.computer
-	switch {
-	case s.conflict != "":
-		return dotsv1.DotError
-	case c == nil:
-		return dotsv1.DotCreating
-	case isUnknown(c.Status.Conditions, dotsv1.ReadyCondition):
-		// Its host is out of reach: the Dot was last seen as it is.
-		return cmp.Or(s.dot.Status.Phase, dotsv1.DotCreating)
-	case c.Status.State == dotsv1.ComputerError:
-		return dotsv1.DotError
-	case c.Status.StartFailure != nil && c.Status.StartFailure.ConsecutiveFailCount > 0 && c.Status.State != dotsv1.ComputerRunning:
-		return dotsv1.DotError
-	case c.Status.State == dotsv1.ComputerRunning && computerReady && guestReady && s.dot.Status.PendingApprovals > 0:
-		return dotsv1.DotWaitingApproval
-	case c.Status.State == dotsv1.ComputerRunning && computerReady && guestReady && s.dot.Status.CurrentTask != "":
-		return dotsv1.DotRunning
-	case c.Status.State == dotsv1.ComputerRunning && computerReady && guestReady:
-		return dotsv1.DotReady
-	case c.Status.State == dotsv1.ComputerStopped:
-		// A Dot whose computer sleeps is IDLE (ref 9.3): it wakes for work.
-		return dotsv1.DotIdle
-	default:
-		return dotsv1.DotCreating
-	}
 }
 
 func computerError(c *dotsv1.Computer) string {

@@ -1,6 +1,8 @@
 // Package controllers holds the central controllers: one reconciler per
 // concern (Dots, Tasks, Approvals, placement of Computers on hosts, the
-// lifecycle of hosts). They decide and write resources; they never touch a
+// lifecycle of hosts, and a Dot's work: dispatch, approval requests, MCP
+// additions, activity status and power, over one view of each Dot's event
+// log, WorkLog). They decide and write resources; they never touch a
 // VM or a host's disk, which is the host agent's (hostagent/agent).
 package controllers
 
@@ -75,8 +77,8 @@ type Options struct {
 	Embedded bool
 	// Clock is time for the reconcilers; the real clock when nil.
 	Clock clock.PassiveClock
-	// Store is the event log and outbox; nil runs no work reconciler (a
-	// test of the resources alone).
+	// Store is the event log and outbox; nil runs none of the controllers
+	// of a Dot's work (a test of the resources alone).
 	Store *store.Store
 }
 
@@ -169,12 +171,49 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	if o.Store != nil {
-		if err := (&WorkReconciler{
+		if err := IndexDotName(ctx, mgr); err != nil {
+			return nil, fmt.Errorf("index tasks and approvals by Dot: %w", err)
+		}
+		// The controllers of a Dot's work, over one view of each Dot's log.
+		work := &WorkLog{Store: o.Store}
+		if err := mgr.Add(work); err != nil {
+			return nil, err
+		}
+		if err := (&DispatchReconciler{
 			Client:   mgr.GetClient(),
-			Store:    o.Store,
-			Recorder: mgr.GetEventRecorder(WorkControllerName),
+			Log:      work,
+			Recorder: mgr.GetEventRecorder(DispatchControllerName),
 			Clock:    o.Clock,
-		}).SetupWithManager(ctx, mgr); err != nil {
+		}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
+		if err := (&ApprovalRequestReconciler{
+			Client:   mgr.GetClient(),
+			Log:      work,
+			Recorder: mgr.GetEventRecorder(ApprovalRequestControllerName),
+		}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
+		if err := (&MCPAdditionReconciler{
+			Client:   mgr.GetClient(),
+			Log:      work,
+			Recorder: mgr.GetEventRecorder(MCPAdditionControllerName),
+		}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
+		if err := (&ActivityStatusReconciler{
+			Client:   mgr.GetClient(),
+			Log:      work,
+			Recorder: mgr.GetEventRecorder(ActivityStatusControllerName),
+		}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
+		if err := (&PowerReconciler{
+			Client:   mgr.GetClient(),
+			Log:      work,
+			Recorder: mgr.GetEventRecorder(PowerControllerName),
+			Clock:    o.Clock,
+		}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
 		if err := (&LogRetentionReconciler{Client: mgr.GetClient(), Store: o.Store}).SetupWithManager(mgr); err != nil {

@@ -46,7 +46,7 @@ const diskFullText = "the host's disk is full, so the VM cannot start: "
 // recordDiskFull records a start that failed because the host's disk is full
 // (the driver could not write the VM's overlay, seed or records). It is not
 // counted as a crash: the VM did nothing wrong, and counting it would fail
-// the Dot's tasks after three tries (the work controller gives a task up on
+// the Dot's tasks after three tries (the dispatch controller gives a task up on
 // ConsecutiveFailCount) while the disk is the host's to clear. The count
 // stays, the start is tried again every diskFullRetry, and the Dot's work
 // goes on once there is room; the Ready condition (DiskFull) and the Host's

@@ -40,7 +40,7 @@ var rebootFleet = []struct {
 	{kind: "halted", count: 2, strategy: dotsv1.RunHalted, asleep: dotsv1.StopUser, stop: dotsv1.StopUser},
 }
 
-// wakeForWork is the control plane's part (the work controller): the real
+// wakeForWork is the control plane's part (the power controller): the real
 // lifecycle decision on each Computer, its Wake applied as the start
 // request it writes. Named for what it stands in for; the Dot's work is
 // the test's.

@@ -25,7 +25,7 @@
 // time are looked at every Interval; a READY Dot with nothing held is read
 // again every Backstop even when nothing was heard (a lost notification, a
 // server that does not send them: then every Interval). A Dot that is not READY (asleep, starting) is not the
-// deliverer's to wake: the central work controller wakes a Dot whose outbox
+// deliverer's to wake: the central power controller wakes a Dot whose outbox
 // has rows.
 package deliver
 

@@ -103,3 +103,36 @@ func TestCommandLineTakesNothingFromTheStore(t *testing.T) {
 		t.Errorf("%s imports %s: take wire-level names from internal/dotsapi/wire, and the store from internal/controlplane", cli, store)
 	}
 }
+
+// lifecyclePkgs are the log's projection and the decisions of a Dot's work
+// and sleep: pure functions over facts, which the central controllers and
+// the host agent gather.
+var lifecyclePkgs = []string{module + "/internal/lifecycle", module + "/internal/lifecycle/projection"}
+
+// TestLifecycleFetchesNothing: the projection and the decisions read facts
+// and fetch nothing, so they link no API client, no event log, no
+// controller and nothing of a host agent; and the projection, which only
+// folds the log, depends on no decision.
+func TestLifecycleFetchesNothing(t *testing.T) {
+	forbidden := func(dep string) bool {
+		for _, p := range []string{module + "/controllers", module + "/internal/store", module + "/hostagent", "github.com/jackc/pgx", "k8s.io/client-go", "sigs.k8s.io/controller-runtime/pkg/client"} {
+			if dep == p || strings.HasPrefix(dep, p+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, pkg := range lifecyclePkgs {
+		for _, dep := range goList(t, "-deps", "-f", "{{.ImportPath}}", pkg) {
+			if forbidden(dep) {
+				t.Errorf("%s depends on %s: it reads facts and fetches nothing", pkg, dep)
+			}
+		}
+	}
+	const projection = module + "/internal/lifecycle/projection"
+	for _, dep := range goList(t, "-deps", "-f", "{{.ImportPath}}", projection) {
+		if dep == module+"/internal/lifecycle" {
+			t.Errorf("%s depends on %s: folding the log decides nothing", projection, dep)
+		}
+	}
+}

@@ -7,17 +7,8 @@ import (
 	"slices"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle/projection"
 )
-
-// MCPAddition is a guest's mcp.server.added: a call of add_mcp_server that
-// ran (ref 5.4), which the control plane decides again before it writes the
-// server into the Dot's spec.
-type MCPAddition struct {
-	// EventID is the guest event's id in the log; the host event that
-	// answers it names it (mcp_event), so it is answered once.
-	EventID   int64
-	Arguments json.RawMessage
-}
 
 // MCPAdditionFacts is what the decision reads of the Dot.
 type MCPAdditionFacts struct {
@@ -69,7 +60,7 @@ type addArgs struct {
 // any order) that no earlier addition used. The guest checked all this too;
 // the host decides again because the config is its own and a guest is not
 // trusted with it.
-func DecideMCPAddition(a MCPAddition, f MCPAdditionFacts) MCPAdditionDecision {
+func DecideMCPAddition(a projection.MCPAddition, f MCPAdditionFacts) MCPAdditionDecision {
 	var args addArgs
 	if err := json.Unmarshal(a.Arguments, &args); err != nil {
 		return MCPAdditionDecision{Refused: fmt.Sprintf("its arguments do not read: %v", err)}
@@ -134,16 +125,4 @@ func normalize(e protocol.MCPServerConfig) protocol.MCPServerConfig {
 		e.Secrets = slices.Sorted(slices.Values(e.Secrets))
 	}
 	return e
-}
-
-// PendingMCPAdditions are the additions no host event answered yet, oldest
-// first.
-func (v *View) PendingMCPAdditions() []MCPAddition {
-	var out []MCPAddition
-	for _, a := range v.MCPAdditions {
-		if !v.MCPAnswered[a.EventID] {
-			out = append(out, a)
-		}
-	}
-	return out
 }

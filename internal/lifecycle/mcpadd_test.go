@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle/projection"
 )
 
 func TestDecideMCPAddition(t *testing.T) {
@@ -60,30 +61,10 @@ func TestDecideMCPAddition(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := DecideMCPAddition(MCPAddition{EventID: 7, Arguments: json.RawMessage(tc.args)}, tc.facts)
+			got := DecideMCPAddition(projection.MCPAddition{EventID: 7, Arguments: json.RawMessage(tc.args)}, tc.facts)
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("%s\nDecideMCPAddition(%s) (-want +got):\n%s", tc.reason, tc.args, d)
 			}
 		})
-	}
-}
-
-func TestViewFoldsMCPAdditions(t *testing.T) {
-	v := NewView()
-	v.Fold(
-		Event{ID: 1, Type: protocol.EventMCPServerAdded, Data: json.RawMessage(`{"arguments":{"name":"a"}}`)},
-		Event{ID: 2, Type: protocol.EventMCPServerAdded, Data: json.RawMessage(`{"arguments":{"name":"b"}}`)},
-		Event{ID: 3, Type: "dot.updated", Host: true, Data: json.RawMessage(`{"name":"d","mcp_server_added":"a","approval_id":"req-1","mcp_event":1}`)},
-	)
-	got := v.PendingMCPAdditions()
-	if len(got) != 1 || got[0].EventID != 2 {
-		t.Errorf("pending after one answer = %+v, want event 2", got)
-	}
-	if !v.MCPApprovalsUsed["req-1"] {
-		t.Errorf("the approval of the written server is not used up")
-	}
-	v.Fold(Event{ID: 4, Type: "mcp.server.refused", Host: true, Data: json.RawMessage(`{"name":"b","reason":"r","mcp_event":2}`)})
-	if got := v.PendingMCPAdditions(); len(got) != 0 {
-		t.Errorf("pending after both answered = %+v", got)
 	}
 }

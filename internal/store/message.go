@@ -73,7 +73,7 @@ type PostedMessage struct {
 // after a failure at any point or across a restart, is answered with the
 // first message (Redelivered), so the Dot gets it once. Waking the Dot is not its
 // part: the undelivered row is work that keeps the Dot awake
-// (lifecycle.KeepsAwake), and the work controller starts its computer.
+// (lifecycle.KeepsAwake), and the power controller starts its computer.
 func (s *Store) PostMessage(ctx context.Context, dot Dot, text string, from Origin) (PostedMessage, error) {
 	origin, err := from.wire()
 	if err != nil {

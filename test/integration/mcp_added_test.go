@@ -36,7 +36,7 @@ var _ = Describe("An MCP server the Dot adds itself", func() {
 		}
 
 		// The guest speaks at once, while the controllers log the Dot's
-		// first events: an event committed between the work reconciler's
+		// first events: an event committed between a controller's
 		// read of the log and its own decision must still be folded.
 		By("without an approval the addition is refused and nothing is written")
 		guest.says(protocol.EventMCPServerAdded, protocol.MCPServerAdded{Arguments: args})

@@ -1,4 +1,4 @@
-package lifecycle
+package projection
 
 import (
 	"encoding/json"
@@ -117,5 +117,25 @@ func TestExpiredApprovals(t *testing.T) {
 	}
 	if n := v.PendingApprovals(); n != 2 {
 		t.Errorf("pending %d; want 2 (the running task's and the chat's)", n)
+	}
+}
+
+func TestViewFoldsMCPAdditions(t *testing.T) {
+	v := NewView()
+	v.Fold(
+		Event{ID: 1, Type: protocol.EventMCPServerAdded, Data: json.RawMessage(`{"arguments":{"name":"a"}}`)},
+		Event{ID: 2, Type: protocol.EventMCPServerAdded, Data: json.RawMessage(`{"arguments":{"name":"b"}}`)},
+		Event{ID: 3, Type: "dot.updated", Host: true, Data: json.RawMessage(`{"name":"d","mcp_server_added":"a","approval_id":"req-1","mcp_event":1}`)},
+	)
+	got := v.PendingMCPAdditions()
+	if len(got) != 1 || got[0].EventID != 2 {
+		t.Errorf("pending after one answer = %+v, want event 2", got)
+	}
+	if !v.MCPApprovalsUsed["req-1"] {
+		t.Errorf("the approval of the written server is not used up")
+	}
+	v.Fold(Event{ID: 4, Type: "mcp.server.refused", Host: true, Data: json.RawMessage(`{"name":"b","reason":"r","mcp_event":2}`)})
+	if got := v.PendingMCPAdditions(); len(got) != 0 {
+		t.Errorf("pending after both answered = %+v", got)
 	}
 }

@@ -4,51 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 )
-
-var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-
-func at(d time.Duration) *time.Time { t := now.Add(d); return &t }
-
-func TestNextTask(t *testing.T) {
-	pending := func(name string, prio int32, age time.Duration) Task {
-		return Task{Name: name, Phase: dotsv1.TaskPending, Priority: prio, Created: now.Add(-age)}
-	}
-	tests := map[string]struct {
-		reason string
-		tasks  []Task
-		want   Dispatch
-	}{
-		"none":     {reason: "no task, nothing to send", tasks: nil, want: Dispatch{}},
-		"priority": {reason: "higher priority first", tasks: []Task{pending("a", 0, time.Hour), pending("b", 5, time.Minute)}, want: Dispatch{Next: "b"}},
-		"age":      {reason: "same priority: the older", tasks: []Task{pending("a", 1, time.Minute), pending("b", 1, time.Hour)}, want: Dispatch{Next: "b"}},
-		"name": {reason: "same priority and age: by name, the same every time",
-			tasks: []Task{pending("z", 1, time.Minute), pending("m", 1, time.Minute)}, want: Dispatch{Next: "m"}},
-		"one active": {reason: "a RUNNING task blocks the next",
-			tasks: []Task{{Name: "r", Phase: dotsv1.TaskRunning}, pending("a", 9, time.Hour)}, want: Dispatch{Blocked: "r"}},
-		"waiting approval blocks": {reason: "WAITING_APPROVAL is active too",
-			tasks: []Task{{Name: "w", Phase: dotsv1.TaskWaitingApproval}, pending("a", 0, 0)}, want: Dispatch{Blocked: "w"}},
-		"scheduled later": {reason: "not before scheduledAt; the wait is to the earliest",
-			tasks: []Task{{Name: "s", Phase: dotsv1.TaskPending, ScheduledAt: at(10 * time.Minute)}, {Name: "t", Phase: dotsv1.TaskPending, ScheduledAt: at(5 * time.Minute)}},
-			want:  Dispatch{Wait: 5 * time.Minute}},
-		"scheduled now": {reason: "a scheduledAt that came is due",
-			tasks: []Task{{Name: "s", Phase: dotsv1.TaskPending, ScheduledAt: at(-time.Second)}}, want: Dispatch{Next: "s"}},
-		"ended ignored": {reason: "COMPLETED, FAILED and CANCELLED tasks take no part",
-			tasks: []Task{{Name: "c", Phase: dotsv1.TaskCompleted}, {Name: "f", Phase: dotsv1.TaskFailed}, {Name: "x", Phase: dotsv1.TaskCancelled}}, want: Dispatch{}},
-		"cancel requested": {reason: "a PENDING task a person cancelled is not sent",
-			tasks: []Task{{Name: "a", Phase: dotsv1.TaskPending, CancelRequested: true}, pending("b", 0, 0)}, want: Dispatch{Next: "b"}},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, NextTask(tc.tasks, now)); diff != "" {
-				t.Errorf("%s\nNextTask -want +got:\n%s", tc.reason, diff)
-			}
-		})
-	}
-}
 
 func TestDecide(t *testing.T) {
 	base := Facts{Strategy: dotsv1.RunOnDemand, State: dotsv1.ComputerRunning, Phase: dotsv1.DotReady, AgentState: "IDLE",
@@ -126,32 +83,6 @@ func TestDecide(t *testing.T) {
 			got := Decide(tc.facts)
 			if got.Action != tc.want || got.After != tc.after {
 				t.Errorf("%s\nDecide = %+v; want action %q, after %v", tc.reason, got, tc.want, tc.after)
-			}
-		})
-	}
-}
-
-func TestAfterSend(t *testing.T) {
-	tests := map[string]struct {
-		reason   string
-		kind     Kind
-		outcome  Outcome
-		failures int
-		want     RowAction
-	}{
-		"delivered":          {"a 202 is delivered", KindTask, Delivered, 0, MarkDelivered},
-		"unknown resent":     {"a timeout may have arrived: the same id again, not counted", KindTask, Unknown, 2, Resend},
-		"task not listening": {"a known failure of a task is counted", KindTask, NotListening, 0, CountFailure},
-		"task third failure": {"the third known failure gives the task up", KindTask, NotListening, 2, GiveUpTask},
-		"task refused":       {"one refusal gives a task up", KindTask, Refused, 0, GiveUpTask},
-		"message failures":   {"a message is never given up, however often it fails", KindMessage, NotListening, 10, CountFailure},
-		"message refused":    {"a refused message waits for the next READY", KindMessage, Refused, 0, WaitForReady},
-		"decision refused":   {"a decision is never given up either", KindDecision, Refused, 5, WaitForReady},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if got := AfterSend(tc.kind, tc.outcome, tc.failures); got.Action != tc.want {
-				t.Errorf("%s\nAfterSend(%s, %d, %d) = %+v; want %s", tc.reason, tc.kind, tc.outcome, tc.failures, got, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,10 @@
-package lifecycle
+// Package projection folds a Dot's event log into the state its statuses and
+// the control plane's decisions are computed from (View): each Task's phase,
+// runs and spend, the Dot's agent state, current task, pending approvals and
+// last activity, the approvals and MCP servers the guest asked for, and what
+// the control plane has already logged. It reads events and nothing else;
+// what to do about the state is the decisions' (internal/lifecycle).
+package projection
 
 import (
 	"encoding/json"
@@ -327,4 +333,26 @@ func (v *View) foldGuest(e Event) {
 			v.NextAutomation = &t
 		}
 	}
+}
+
+// MCPAddition is a guest's mcp.server.added: a call of add_mcp_server that
+// ran (ref 5.4), which the control plane decides again before it writes the
+// server into the Dot's spec.
+type MCPAddition struct {
+	// EventID is the guest event's id in the log; the host event that
+	// answers it names it (mcp_event), so it is answered once.
+	EventID   int64
+	Arguments json.RawMessage
+}
+
+// PendingMCPAdditions are the additions no host event answered yet, oldest
+// first.
+func (v *View) PendingMCPAdditions() []MCPAddition {
+	var out []MCPAddition
+	for _, a := range v.MCPAdditions {
+		if !v.MCPAnswered[a.EventID] {
+			out = append(out, a)
+		}
+	}
+	return out
 }

@@ -8,7 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -16,6 +18,45 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
+
+// MCPAdditionControllerName names the reconciler of the MCP servers a Dot
+// adds itself.
+const MCPAdditionControllerName = "mcp-addition-controller"
+
+// MCPAdditionReconciler answers every guest mcp.server.added (ref 5.4),
+// keyed by Dot: it writes an accepted server into the Dot's spec with a
+// field manager of its own and logs the answer. It writes no status.
+type MCPAdditionReconciler struct {
+	Client   client.Client
+	Log      *WorkLog
+	Recorder recorder.EventRecorder
+}
+
+// SetupWithManager registers the reconciler: a Dot, its Approvals (an
+// approval of an addition) and new events in its log wake it.
+func (r *MCPAdditionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return setUpWork(mgr, r.Log, MCPAdditionControllerName, workWatch{approvals: true}, r)
+}
+
+// Reconcile answers the additions the log has not answered yet.
+func (r *MCPAdditionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	dot, err := workDot(ctx, r.Client, r.Log, req)
+	if dot == nil || err != nil {
+		return ctrl.Result{}, err
+	}
+	approvals, err := dotApprovals(ctx, r.Client, dot)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	w, err := r.Log.Open(ctx, storeDot(dot))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer w.Close()
+	steps := &workSteps{}
+	steps.run("record the MCP servers added", r.recordMCPAdditions(ctx, dot, w, approvals))
+	return steps.result(ctx, r.Recorder, dot, ctrl.Result{})
+}
 
 // mcpAddManagerPrefix names the field managers of the MCP servers a Dot adds
 // itself (add_mcp_server, ref 7): one manager per server, its name after the
@@ -38,7 +79,8 @@ const (
 // uses its approval up; a refused one is logged as mcp.server.refused. The
 // guest link pushes the config with the new server, whose permission is left
 // to its default, ask.
-func (r *WorkReconciler) recordMCPAdditions(ctx context.Context, dot *dotsv1.Dot, id store.Dot, view *lifecycle.View, approvals []dotsv1.Approval, decide decideFunc) error {
+func (r *MCPAdditionReconciler) recordMCPAdditions(ctx context.Context, dot *dotsv1.Dot, w *DotWork, approvals []dotsv1.Approval) error {
+	view, id := w.View(), w.id
 	pending := view.PendingMCPAdditions()
 	if len(pending) == 0 {
 		return nil
@@ -65,7 +107,7 @@ func (r *WorkReconciler) recordMCPAdditions(ctx context.Context, dot *dotsv1.Dot
 		d := lifecycle.DecideMCPAddition(add, facts)
 		if d.Refused != "" {
 			data, _ := json.Marshal(map[string]any{"name": d.Name, "reason": d.Refused, "mcp_event": add.EventID})
-			if err := decide(nil, store.Event{Dot: id, Type: wire.EventMCPServerRefused, Source: store.SourceHost, Data: data}); err != nil {
+			if err := w.Decide(ctx, nil, store.Event{Dot: id, Type: wire.EventMCPServerRefused, Source: store.SourceHost, Data: data}); err != nil {
 				return err
 			}
 			r.Recorder.Eventf(dot, nil, corev1.EventTypeWarning, "MCPServerRefused", "AddMCPServer", "Dot %s asked to add the MCP server %q: %s", dot.Name, d.Name, d.Refused)
@@ -83,7 +125,7 @@ func (r *WorkReconciler) recordMCPAdditions(ctx context.Context, dot *dotsv1.Dot
 			logged["approval_id"] = d.ApprovalID
 		}
 		data, _ := json.Marshal(logged)
-		if err := decide(nil, store.Event{Dot: id, Type: wire.EventDotUpdated, Source: store.SourceHost, Data: data}); err != nil {
+		if err := w.Decide(ctx, nil, store.Event{Dot: id, Type: wire.EventDotUpdated, Source: store.SourceHost, Data: data}); err != nil {
 			return err
 		}
 		facts.Declared[d.Name] = d.Entry
@@ -94,7 +136,7 @@ func (r *WorkReconciler) recordMCPAdditions(ctx context.Context, dot *dotsv1.Dot
 
 // applyMCPServer writes one server into the Dot's spec.mcpServers (a list
 // keyed by name) with its own field manager.
-func (r *WorkReconciler) applyMCPServer(ctx context.Context, dot *dotsv1.Dot, name string, e protocol.MCPServerConfig) error {
+func (r *MCPAdditionReconciler) applyMCPServer(ctx context.Context, dot *dotsv1.Dot, name string, e protocol.MCPServerConfig) error {
 	server := map[string]any{"name": name}
 	if e.Command != "" {
 		server["command"] = e.Command

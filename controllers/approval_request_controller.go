@@ -1,0 +1,189 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle/projection"
+	"github.com/invisible-dots/invisible-dots/internal/patch"
+	"github.com/invisible-dots/invisible-dots/internal/store"
+)
+
+// ApprovalRequestControllerName names the reconciler of the approvals a
+// Dot's guest asks for.
+const ApprovalRequestControllerName = "approval-request-controller"
+
+// approvalRequestWriter writes the phase of an Approval the guest asked for
+// until a person decides it (Pending, or Expired when its task ended):
+// lifecycle.RequestedApprovalPhase. No conditions; a decided phase and
+// decidedAt are the Approval reconciler's.
+var approvalRequestWriter = patch.Writer{Name: ApprovalRequestControllerName}
+
+// ApprovalRequestReconciler answers what a Dot's guest asks a person,
+// keyed by Dot: it makes an Approval for each request of the log, expires
+// those whose task ended without a decision, and delivers a person's
+// decision to the guest (approval.resolved in the log, approval.received in
+// the outbox, in one transaction); an "always" approval first sets the
+// permission to allow in the Dot's spec, with its own field manager.
+type ApprovalRequestReconciler struct {
+	Client   client.Client
+	Log      *WorkLog
+	Recorder recorder.EventRecorder
+}
+
+// SetupWithManager registers the reconciler: a Dot, its Tasks and
+// Approvals, and new events in its log wake it.
+func (r *ApprovalRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return setUpWork(mgr, r.Log, ApprovalRequestControllerName, workWatch{tasks: true, approvals: true}, r)
+}
+
+// Reconcile delivers the decisions made, then makes and expires the
+// Approvals the log asks for.
+func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	dot, err := workDot(ctx, r.Client, r.Log, req)
+	if dot == nil || err != nil {
+		return ctrl.Result{}, err
+	}
+	tasks, err := dotTasks(ctx, r.Client, dot)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	approvals, err := dotApprovals(ctx, r.Client, dot)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	w, err := r.Log.Open(ctx, storeDot(dot))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer w.Close()
+
+	steps := &workSteps{}
+	for i := range approvals {
+		steps.run("deliver the decision of approval "+approvals[i].Name, r.answer(ctx, &approvals[i], w))
+	}
+	steps.run("make the approvals asked for", r.makeApprovals(ctx, dot, w.View(), tasks, approvals))
+	return steps.result(ctx, r.Recorder, dot, ctrl.Result{})
+}
+
+// alwaysManager is the field manager of the permissions an "always allow"
+// sets: a GitOps apply of another value then meets a conflict instead of
+// silently taking it back.
+const alwaysManager = "invisible-dots-always-allow"
+
+// allowAlways sets the Approval's permission to allow in the Dot's spec,
+// with its own field manager (server-side apply, forced: the person's
+// decision wins over the value applied before it).
+func (r *ApprovalRequestReconciler) allowAlways(ctx context.Context, a *dotsv1.Approval) error {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": dotsv1.GroupVersion.String(),
+		"kind":       "Dot",
+		"metadata":   map[string]any{"name": a.Spec.DotName, "namespace": a.Namespace},
+		"spec":       map[string]any{"permissions": map[string]any{a.Spec.Permission: "allow"}},
+	}}
+	if err := r.Client.Patch(ctx, u, client.Apply, client.FieldOwner(alwaysManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("set %s to allow in Dot %s: %w", a.Spec.Permission, a.Spec.DotName, err)
+	}
+	return nil
+}
+
+// answer delivers a person's decision on an Approval the guest asked for:
+// approval.resolved in the log and approval.received in the outbox. An
+// "always" approval first sets the permission to allow in the Dot's spec
+// (the guest link pushes the new config), logged as dot.updated.
+func (r *ApprovalRequestReconciler) answer(ctx context.Context, a *dotsv1.Approval, w *DotWork) error {
+	if a.Spec.Decision == "" || a.Spec.RequestID == "" {
+		return nil
+	}
+	if a.Spec.Decision == dotsv1.Approve && a.Spec.Always && a.Spec.Permission != "" {
+		if err := r.allowAlways(ctx, a); err != nil {
+			return err
+		}
+	}
+	msg := protocol.ApprovalReceived{ApprovalID: a.Spec.RequestID, Decision: protocol.ApprovalDecision(a.Spec.Decision)}
+	if a.Spec.Note != "" {
+		msg.Note = ptr.To(a.Spec.Note)
+	}
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	id := w.id
+	logged, _ := json.Marshal(map[string]any{"approval_id": a.Spec.RequestID, "approval": a.Name, "decision": a.Spec.Decision, "always": a.Spec.Always})
+	return w.Decide(ctx, &store.Inbound{ID: store.ApprovalDecisionID(string(a.UID)), Dot: id, Type: protocol.InboundApprovalReceived, Data: body},
+		store.Event{Dot: id, Type: wire.EventApprovalResolved, Source: store.SourceHost, Data: logged})
+}
+
+// makeApprovals makes an Approval for each request of the log and writes
+// its first phase at once: Pending, or Expired when its task ended before
+// the Approval was made (a request read from the log after its task's end),
+// so it is never seen waiting. It marks Expired those whose task ended
+// later without a decision. The Approval reconciler leaves the first phase
+// of a guest's request to this one.
+func (r *ApprovalRequestReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, view *projection.View, tasks []dotsv1.Task, have []dotsv1.Approval) error {
+	byRequest := map[string]*dotsv1.Approval{}
+	for i := range have {
+		byRequest[have[i].Spec.RequestID] = &have[i]
+	}
+	taskName := map[string]string{}
+	for _, t := range tasks {
+		taskName[string(t.UID)] = t.Name
+	}
+	for _, reqID := range view.ApprovalOrder {
+		av := view.Approvals[reqID]
+		expired := view.Expired(av)
+		a, ok := byRequest[reqID]
+		if !ok {
+			a = &dotsv1.Approval{
+				ObjectMeta: metav1.ObjectMeta{Name: dotsv1.ApprovalName(dot.Name, reqID), Namespace: dot.Namespace, Labels: map[string]string{dotsv1.DotLabel: dot.Name}},
+				Spec: dotsv1.ApprovalSpec{
+					DotName: dot.Name, RequestID: reqID, Tool: av.Requested.Tool, Permission: av.Requested.Permission,
+					Reason: av.Requested.Reason, Arguments: &apiextensionsv1.JSON{Raw: av.Requested.Arguments},
+				},
+			}
+			if av.Requested.TaskID != nil {
+				a.Spec.TaskName = taskName[*av.Requested.TaskID]
+			}
+			if err := controllerutil.SetControllerReference(dot, a, r.Client.Scheme()); err != nil {
+				return err
+			}
+			if err := r.Client.Create(ctx, a); err != nil {
+				if apierrors.IsAlreadyExists(err) {
+					continue // made meanwhile: its phase is the next pass's
+				}
+				return fmt.Errorf("make the Approval of request %s: %w", reqID, err)
+			}
+			if expired {
+				r.Recorder.Eventf(dot, a, corev1.EventTypeNormal, "ApprovalExpired", "Ask", "Dot %s asked to use %s (%s) for a task that had ended: Approval %s is Expired", dot.Name, av.Requested.Tool, av.Requested.Permission, a.Name)
+			} else {
+				r.Recorder.Eventf(dot, a, corev1.EventTypeNormal, "ApprovalRequested", "Ask", "Dot %s asks to use %s (%s): Approval %s", dot.Name, av.Requested.Tool, av.Requested.Permission, a.Name)
+			}
+		}
+		phase, write := lifecycle.RequestedApprovalPhase(a.Status.Phase, a.Spec.Decision != "", expired)
+		if !write {
+			continue
+		}
+		helper := patch.NewHelper(r.Client, approvalRequestWriter, a)
+		a.Status.Phase = phase
+		if _, err := helper.Patch(ctx, a); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}

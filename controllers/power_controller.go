@@ -1,0 +1,137 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle/projection"
+)
+
+// PowerControllerName names the reconciler that wakes and sleeps a Dot's
+// computer.
+const PowerControllerName = "power-controller"
+
+// PowerReconciler applies the sleep and wake decision (ref 9.5,
+// lifecycle.Decide) to a Dot's Computer, keyed by Dot: a start or a sleep
+// request its host agent acts on (the Computer's annotations, a merge patch
+// over the version read). It reads the Dot's work from its log's view and
+// its outbox, and writes no status.
+type PowerReconciler struct {
+	Client   client.Client
+	Log      *WorkLog
+	Recorder recorder.EventRecorder
+	Clock    clock.PassiveClock
+}
+
+// SetupWithManager registers the reconciler: a Dot, its Computer, its Tasks
+// and new events in its log wake it.
+func (r *PowerReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return setUpWork(mgr, r.Log, PowerControllerName, workWatch{computers: true, tasks: true}, r)
+}
+
+// Reconcile wakes or sleeps the Dot's computer, and looks again when the
+// decision or a scheduled task says to.
+func (r *PowerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	dot, err := workDot(ctx, r.Client, r.Log, req)
+	if dot == nil || err != nil {
+		return ctrl.Result{}, err
+	}
+	tasks, err := dotTasks(ctx, r.Client, dot)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	w, err := r.Log.Open(ctx, storeDot(dot))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer w.Close()
+	now := r.Clock.Now()
+	d := lifecycle.NextTask(taskFacts(tasks, w.View()), now)
+	steps := &workSteps{}
+	after, err := r.wakeOrSleep(ctx, dot, w.View(), d, now)
+	steps.run("wake or sleep the computer", err)
+	// A task scheduled for later wakes the computer when it comes due.
+	if d.Wait > 0 && (after == 0 || d.Wait < after) {
+		after = d.Wait
+	}
+	return steps.result(ctx, r.Recorder, dot, ctrl.Result{RequeueAfter: after})
+}
+
+// wakeOrSleep applies the sleep and wake decision (ref 9.5) to the Dot's
+// Computer, as a start or a sleep request its host agent acts on. It
+// returns when to look again with nothing changed.
+func (r *PowerReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view *projection.View, d lifecycle.Dispatch, now time.Time) (time.Duration, error) {
+	c, err := dotComputer(ctx, r.Client, dot)
+	if err != nil || c == nil || !c.DeletionTimestamp.IsZero() {
+		return 0, err
+	}
+	undelivered, err := r.Log.Store.Undelivered(ctx, string(dot.UID))
+	if err != nil {
+		return 0, err
+	}
+	f := lifecycle.Facts{
+		Work: lifecycle.Work{
+			// A task the dispatcher would send now: due, and no active
+			// task holds the Dot.
+			DueTask:        d.Next != "",
+			ActiveTask:     view.CurrentTask() != "",
+			Undelivered:    undelivered,
+			NextAutomation: view.NextAutomation,
+		},
+		Strategy:     c.Spec.RunStrategy,
+		State:        c.Status.State,
+		StopReason:   c.Status.StopReason,
+		Phase:        dot.Status.Phase,
+		AgentState:   string(view.AgentState),
+		LastActivity: view.LastActivity,
+		Now:          now,
+	}
+	if dot.Spec.Computer.IdleTimeout != nil {
+		f.IdleTimeout = dot.Spec.Computer.IdleTimeout.Duration
+	}
+	// The wake lead is the host's (its host.yaml, reported on its Host).
+	if host := (&dotsv1.Host{}); c.Spec.NodeName != "" && r.Client.Get(ctx, client.ObjectKey{Name: c.Spec.NodeName}, host) == nil && host.Status.WakeLead != nil {
+		f.WakeLead = host.Status.WakeLead.Duration
+	}
+	if f.LastActivity.IsZero() {
+		f.LastActivity = dot.CreationTimestamp.Time
+	}
+	decision := lifecycle.Decide(f)
+	switch decision.Action {
+	case lifecycle.Wake:
+		if c.RequestPending(dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) {
+			return decision.After, nil
+		}
+		// The start a person asks for, by the same rule: a person's work
+		// wakes a computer a person stopped, and from that start on it
+		// sleeps and wakes like any other (ref 9.5).
+		woken := c.DeepCopy()
+		woken.RequestStart(now)
+		if err := r.Client.Patch(ctx, woken, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
+			return 0, err
+		}
+		r.Recorder.Eventf(dot, c, corev1.EventTypeNormal, "Waking", "Wake", "Computer %s is started: %s", c.Name, decision.Why)
+	case lifecycle.Sleep:
+		if c.RequestPending(dotsv1.SleepRequestedAnnotation, c.Status.HandledSleepRequest) {
+			return decision.After, nil
+		}
+		asleep := c.DeepCopy()
+		asleep.RequestSleep(now)
+		if err := r.Client.Patch(ctx, asleep, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
+			return 0, err
+		}
+		r.Recorder.Eventf(dot, c, corev1.EventTypeNormal, "Sleeping", "Sleep", "Computer %s goes to sleep: %s", c.Name, decision.Why)
+	}
+	return decision.After, nil
+}
