@@ -44,6 +44,9 @@ type Press struct {
 // then does the adapter confirm it to the channel, so an error makes the
 // adapter stop and the channel offer it again after the restart.
 type Sink interface {
+	// Connected says the link works (the channel answered the adapter's
+	// first call), once per run.
+	Connected()
 	Inbound(ctx context.Context, in Inbound) error
 	// Pressed returns the short notice the person gets for the press.
 	Pressed(ctx context.Context, p Press) (notice string, err error)

@@ -109,6 +109,7 @@ func (a *Adapter) Run(ctx context.Context, sink channels.Sink) error {
 	if _, err := a.bot.DeleteWebhook(ctx, &bot.DeleteWebhookParams{}); err != nil {
 		return a.failure("connect", err)
 	}
+	sink.Connected()
 	for {
 		updates, err := a.getUpdates(ctx)
 		if err != nil {

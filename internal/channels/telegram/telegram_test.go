@@ -146,6 +146,8 @@ type recordingSink struct {
 	seen    chan struct{}
 }
 
+func (s *recordingSink) Connected() {}
+
 func (s *recordingSink) Inbound(_ context.Context, in channels.Inbound) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
