@@ -94,6 +94,9 @@ func messageOf(e store.Event) (wire.Message, error) {
 			return m, fmt.Errorf("read %s %d: %w", e.Type, e.ID, err)
 		}
 		m.Role, m.Text, m.MessageID = wire.RoleUser, d.Text, store.MessageID(e.ID)
+		if d.Origin != nil {
+			m.Via = d.Origin.Channel
+		}
 	case protocol.EventMessageAssistant:
 		var d protocol.MessageAssistant
 		if err := json.Unmarshal(e.Data, &d); err != nil {

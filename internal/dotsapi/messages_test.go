@@ -154,7 +154,12 @@ func TestGetMessages(t *testing.T) {
 	post("second")
 	guest(1, protocol.EventMessageAssistant, `{"text":"both read","in_reply_to":"`+store.MessageID(ids[1])+`","spent_usd":0.25}`)
 	guest(2, protocol.EventToolCalled, `{"tool":"exec","permission":"computer.exec","decision":"allow","ok":true,"duration_ms":3}`)
-	post("third")
+	// The third came through a messaging channel: the conversation says so.
+	viaTelegram, err := testStore.PostMessage(ctx, dot, "third", store.Origin{Channel: "telegram", BindingID: "b1", ChatID: "42", ExternalID: "777:3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, viaTelegram.EventID)
 	guest(3, protocol.EventMessageAssistant, `{"text":"done"}`)
 
 	user := func(i int, text string) wire.Message {
@@ -163,6 +168,7 @@ func TestGetMessages(t *testing.T) {
 	first, second := user(0, "first"), user(1, "second")
 	reply := wire.Message{EventID: ids[2], Role: wire.RoleAssistant, Text: "both read", InReplyTo: store.MessageID(ids[1]), SpentUSD: ptr.To(0.25)}
 	third := user(4, "third")
+	third.Via = "telegram"
 	done := wire.Message{EventID: ids[5], Role: wire.RoleAssistant, Text: "done"}
 
 	tests := []struct {

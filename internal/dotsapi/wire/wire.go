@@ -376,9 +376,12 @@ type Message struct {
 	Text    string `json:"text"`
 	// MessageID is the id a person's message was delivered to the guest
 	// with; an answer names it in InReplyTo.
-	MessageID string    `json:"message_id,omitempty"`
-	InReplyTo string    `json:"in_reply_to,omitempty"`
-	SpentUSD  *float64  `json:"spent_usd,omitempty"`
+	MessageID string   `json:"message_id,omitempty"`
+	InReplyTo string   `json:"in_reply_to,omitempty"`
+	SpentUSD  *float64 `json:"spent_usd,omitempty"`
+	// Via is the messaging channel a person's message came through
+	// (telegram), empty for the web client, the command line and programs.
+	Via       string    `json:"via,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 }
 

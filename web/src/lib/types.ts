@@ -97,6 +97,8 @@ export interface Approval {
 export interface Message {
   event_id: number;
   role: 'user' | 'assistant';
+  /** The messaging channel a person's message came through (telegram); absent for the web and the command line. */
+  via?: string;
   text: string;
   message_id?: string;
   in_reply_to?: string;

@@ -8,7 +8,7 @@ import { useCan } from '../lib/session';
 
 /** A row of the thread: a message, or a quiet line of a tool the Dot used. */
 type Row =
-  | { kind: 'message'; id: number; role: 'user' | 'assistant'; text: string; at: string }
+  | { kind: 'message'; id: number; role: 'user' | 'assistant'; text: string; at: string; via?: string }
   | { kind: 'tool'; id: number; tool: string; target?: string; ok: boolean; decision?: string; ms: number }
   | { kind: 'pending'; id: number; text: string; failed?: string }
   | { kind: 'approval'; id: number; requestId: string; tool: string; permission: string };
@@ -26,8 +26,11 @@ function toolRow(e: LogEvent): Row | null {
   return { kind: 'tool', id: e.id, tool: d.tool, target: d.target, ok: !!d.ok, decision: d.decision, ms: d.duration_ms ?? 0 };
 }
 
+/** How a messaging channel is named to people (wire.ChannelKindName). */
+const CHANNEL_NAMES: Record<string, string> = { telegram: 'Telegram', whatsapp: 'WhatsApp' };
+
 function messageRow(m: Message): Row {
-  return { kind: 'message', id: m.event_id, role: m.role, text: m.text, at: m.created_at };
+  return { kind: 'message', id: m.event_id, role: m.role, text: m.text, at: m.created_at, via: m.via };
 }
 
 export function Chat({ ns, name }: { ns: string; name: string }) {
@@ -96,7 +99,7 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
       switch (ev.type) {
         case 'message.user':
         case 'message.assistant':
-          add([{ kind: 'message', id: ev.id, role: ev.type === 'message.user' ? 'user' : 'assistant', text: ev.data?.text ?? '', at: ev.created_at }]);
+          add([{ kind: 'message', id: ev.id, role: ev.type === 'message.user' ? 'user' : 'assistant', text: ev.data?.text ?? '', at: ev.created_at, via: ev.data?.origin?.channel }]);
           if (ev.type === 'message.assistant') setWaking(false);
           break;
         case 'tool.called':
@@ -313,6 +316,11 @@ function ThreadRow({ row, approvalOf, answers }: { row: Row; approvalOf: (reques
       data-event-id={row.kind === 'message' ? row.id : undefined}
     >
       {row.text}
+      {row.kind === 'message' && row.via && (
+        <span class="mt-1 block text-xs opacity-80" data-testid="message-via">
+          via {CHANNEL_NAMES[row.via] ?? row.via}
+        </span>
+      )}
       {row.kind === 'pending' && row.failed && (
         <span role="alert" class="mt-1 block text-xs">
           Not sent: {row.failed} Your text is back in the box; send it again.
