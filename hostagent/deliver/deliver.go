@@ -458,5 +458,5 @@ func Reason(eventType string, outcome lifecycle.Outcome, err error, timeout time
 	if err == nil {
 		return what + fmt.Sprintf(" (%s %s: answered without accepting it)", http.MethodPost, protocol.AgentRoutePrefix+protocol.RouteEvents)
 	}
-	return guestlink.DescribeFailure(what, http.MethodPost, protocol.RouteEvents, err, timeout)
+	return guestclient.DescribeFailure(what, http.MethodPost, protocol.RouteEvents, err, timeout)
 }

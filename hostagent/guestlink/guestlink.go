@@ -501,7 +501,7 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 	rec := r.record(key, target)
 	if !rec.keyPushed || rec.secrets != want.secrets.digest {
 		if err := r.call(ctx, target, http.MethodPost, protocol.RouteSecrets, want.secrets.req, nil); err != nil {
-			s.set(&s.key, metav1.ConditionFalse, dotsv1.PushFailedReason, DescribeFailure("the guest did not take the OpenRouter key", http.MethodPost, protocol.RouteSecrets, err, r.callTimeout()))
+			s.set(&s.key, metav1.ConditionFalse, dotsv1.PushFailedReason, guestclient.DescribeFailure("the guest did not take the OpenRouter key", http.MethodPost, protocol.RouteSecrets, err, r.callTimeout()))
 			s.set(&s.config, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
 			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
 			return pushed, true
@@ -529,7 +529,7 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 	if rec.generation != want.generation {
 		if err := r.call(ctx, target, http.MethodPut, protocol.RouteConfig, want.config, nil); err != nil {
 			s.set(&s.config, metav1.ConditionFalse, dotsv1.PushFailedReason,
-				DescribeFailure(fmt.Sprintf("the guest did not take the configuration of generation %d", want.generation), http.MethodPut, protocol.RouteConfig, err, r.callTimeout()))
+				guestclient.DescribeFailure(fmt.Sprintf("the guest did not take the configuration of generation %d", want.generation), http.MethodPut, protocol.RouteConfig, err, r.callTimeout()))
 			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the configuration (ConfigApplied)")
 			return pushed, true
 		}
@@ -547,7 +547,7 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 func (r *Reconciler) health(ctx context.Context, s *scope, key types.NamespacedName, target guestclient.Target) ctrl.Result {
 	var h protocol.Health
 	if err := r.call(ctx, target, http.MethodGet, protocol.RouteHealth, nil, &h); err != nil {
-		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentNotAnsweringReason, DescribeFailure("the engine's health did not answer", http.MethodGet, protocol.RouteHealth, err, r.callTimeout()))
+		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentNotAnsweringReason, guestclient.DescribeFailure("the engine's health did not answer", http.MethodGet, protocol.RouteHealth, err, r.callTimeout()))
 		return ctrl.Result{RequeueAfter: r.failed(key)}
 	}
 	if !h.OpenRouterConfigured {
@@ -588,38 +588,6 @@ func (r *Reconciler) call(ctx context.Context, t guestclient.Target, method, rou
 	cctx, cancel := context.WithTimeout(ctx, r.callTimeout())
 	defer cancel()
 	return r.Guest.Agent(cctx, t, method, route, in, out)
-}
-
-// codeRE is what an error code of the protocol looks like ("invalid_secret");
-// anything else a guest sends in its place is not repeated.
-var codeRE = regexp.MustCompile(`^[a-z][a-z_]{0,39}$`)
-
-// DescribeFailure says what a failed call to a guest's engine was, by
-// route, status and error code only: never the text the guest or a proxy
-// answered, which could echo the key into the Dot's status, the log or the
-// event log (ref 4.3). The deliverer words its failures with it too.
-func DescribeFailure(what, method, route string, err error, timeout time.Duration) string {
-	path := protocol.AgentRoutePrefix + route
-	var se *guestclient.StatusError
-	switch {
-	case errors.As(err, &se):
-		code := "no error code"
-		if codeRE.MatchString(se.Code) {
-			code = se.Code
-		} else if se.Code != "" {
-			code = "an error code that is not the protocol's"
-		}
-		return fmt.Sprintf("%s (%s %s: status %d, %s)", what, method, path, se.Status, code)
-	case errors.As(err, new(*guestclient.AnswerError)):
-		return fmt.Sprintf("%s (%s %s: the guest's answer is not the protocol's)", what, method, path)
-	case errors.Is(err, guestclient.ErrGuestUnproven):
-		return fmt.Sprintf("%s (%s %s: the listener on the guest port did not prove it holds the Dot's token, so it was sent nothing)", what, method, path)
-	case errors.Is(err, guestclient.ErrGuestNotAnswering):
-		return fmt.Sprintf("%s (%s %s: the guest is not answering)", what, method, path)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Sprintf("%s (%s %s: no answer within %s)", what, method, path, timeout)
-	}
-	return fmt.Sprintf("%s (%s %s: the request did not complete)", what, method, path)
 }
 
 // wordRE is what a word the engine reports looks like (a state, a check's
