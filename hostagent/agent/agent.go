@@ -264,7 +264,11 @@ func machineFacts(o Options) func(ctx context.Context) (heartbeat.Facts, error) 
 			return f, nil
 		}
 		f.Accelerator, f.QEMUVersion = o.Accelerator, o.QEMUVersion
-		imgs, err := o.Driver.Images(ctx)
+		l, ok := o.Driver.(driver.ImageLister)
+		if !ok {
+			return f, nil // a driver that registers no images
+		}
+		imgs, err := l.Images(ctx)
 		if err != nil {
 			return f, fmt.Errorf("list the registered images: %w", err)
 		}

@@ -455,9 +455,14 @@ func (r *Reconciler) health(ctx context.Context, c *dotsv1.Computer, token strin
 
 // newestRuntime is the newest runtime ISO registered on this host (image
 // versions begin with their build time), or empty when the host's images
-// cannot be listed: RuntimeCurrent is then left as it was.
+// cannot be listed (or its driver lists none): RuntimeCurrent is then left
+// as it was.
 func (r *Reconciler) newestRuntime(ctx context.Context) string {
-	imgs, err := r.Driver.Images(ctx)
+	l, ok := r.Driver.(driver.ImageLister)
+	if !ok {
+		return ""
+	}
+	imgs, err := l.Images(ctx)
 	if err != nil {
 		return ""
 	}

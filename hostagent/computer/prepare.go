@@ -37,9 +37,13 @@ func (r *Reconciler) prepareSleep(ctx context.Context, c *dotsv1.Computer, obs d
 		return r.prepareSleep(ctx, c, obs, token)
 	}
 	p.start(func() error {
+		sp, ok := r.Driver.(driver.SleepPreparer)
+		if !ok {
+			return nil // a guest channel that cannot ask: powered off unprepared
+		}
 		pctx, cancel := context.WithTimeout(context.Background(), prepareSleepCall)
 		defer cancel()
-		return r.Driver.PrepareSleep(pctx, VMID(c), token)
+		return sp.PrepareSleep(pctx, VMID(c), token)
 	})
 	t := time.NewTimer(prepareWait)
 	defer t.Stop()

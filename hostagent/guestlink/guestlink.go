@@ -80,7 +80,8 @@ type Guest interface {
 }
 
 // VMs reads the records of this host's VMs (qemu.json, DESIGN 5: the truth
-// about a running VM). driver.Driver is the product's.
+// about a running VM). The driver's guest channel (driver.GuestChannel) is
+// the product's.
 type VMs interface {
 	GuestTarget(ctx context.Context, id home.VMID, token string) (guestclient.Target, error)
 }
