@@ -38,6 +38,8 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestnotice"
+	"github.com/invisible-dots/invisible-dots/hostagent/guests"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
 	"github.com/invisible-dots/invisible-dots/hostagent/pump"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
@@ -170,8 +172,8 @@ func NewManager(o Options) (ctrl.Manager, error) {
 	// The guest routes, for the control plane alone, through the agent's
 	// own endpoint: the one path to a guest on any host. Its address and
 	// certificate are published on the Host by the heartbeat.
-	guests := newGuests(o.HostName, guest)
-	endpoint, err := listenGuestEndpoint(o, guests, mgr.GetClient())
+	registry := &guests.Registry{}
+	endpoint, err := listenGuestEndpoint(o, &guestProxy{host: o.HostName, guest: guest, guests: registry}, mgr.GetClient())
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +207,7 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Recorder:      mgr.GetEventRecorder(computer.ControllerName),
 		Clock:         o.Clock,
 		StopGrace:     o.StopGrace,
+		Guests:        registry,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
@@ -218,8 +221,9 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Recorder:  mgr.GetEventRecorder(guestlink.ControllerName),
 		// Every target is built from the VM's own record (qemu.json):
 		// its QEMU's start time and boot id reach the listener rule.
-		VMs:   vmRecords(o.Driver),
-		Clock: o.Clock,
+		VMs:    vmRecords(o.Driver),
+		Guests: registry,
+		Clock:  o.Clock,
 	}
 	// The event pump and the deliverer talk to the control plane through
 	// the Dots API's host routes, with the agent's own credential.
@@ -235,7 +239,7 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Host: o.HostName, Guest: guest, Outbox: dots, Clock: o.Clock, Interval: o.DeliverInterval,
 		Log: o.Log.WithName("deliver"),
 	}
-	link.Listeners = []guestlink.Listener{pumps, deliverer, guests}
+	link.Listeners = []guestnotice.Listener{pumps, deliverer}
 	if err := link.SetupWithManager(mgr); err != nil {
 		endpoint.Close()
 		return nil, err

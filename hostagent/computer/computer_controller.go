@@ -32,6 +32,7 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/guests"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
@@ -40,7 +41,7 @@ import (
 const ControllerName = "computer-controller"
 
 // TokenSecretKey is the key of the guest token in the Computer's Secret.
-const TokenSecretKey = "token"
+const TokenSecretKey = guests.TokenKey
 
 // TokenSecretName is the name of a Computer's guest-token Secret.
 func TokenSecretName(computer string) string { return dotsv1.GuestTokenSecretName(computer) }
@@ -119,13 +120,14 @@ type Reconciler struct {
 	ListenTimeout time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles; 4 when zero.
 	MaxConcurrentReconciles int
+	// Guests is the host's registry of its guests, where the tokens this
+	// reconciler makes are kept for the guest link; a registry of its own
+	// when nil.
+	Guests *guests.Registry
 
-	// tokens caches each Computer's guest token by UID: it never changes
-	// while the Computer lives, and reading it on every poll would cost an
-	// API call per VM per second.
-	tokens sync.Map
 	// prepares holds the prepare-sleep calls in flight, by Computer UID.
-	prepares sync.Map
+	prepares   sync.Map
+	guestsOnce sync.Once
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers,verbs=get;list;watch;update;patch
@@ -151,6 +153,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
 		Complete(r)
+}
+
+// guests is the registry of the host's guests.
+func (r *Reconciler) guests() *guests.Registry {
+	r.guestsOnce.Do(func() {
+		if r.Guests == nil {
+			r.Guests = &guests.Registry{}
+		}
+	})
+	return r.Guests
 }
 
 // scope carries what the phases found to updateStatus.
@@ -538,7 +550,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		}
 		return ctrl.Result{}, fmt.Errorf("destroy the vm: %w", err)
 	}
-	r.tokens.Delete(c.UID)
+	r.guests().ForgetToken(c.UID)
 	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Destroyed", "Destroy", "VM %s and its files removed from host %s", VMID(c), r.HostName)
 	return ctrl.Result{}, patch.RemoveFinalizer(ctx, r.Client, c, dotsv1.ComputerFinalizer)
 }
@@ -583,61 +595,34 @@ func specShape(c *dotsv1.Computer) (int, int64) {
 	return int(cpus), mem >> 20
 }
 
-// ensureToken returns the Computer's guest token, creating its Secret (32
-// random bytes, owned by the Computer) on first use. The token is never
-// logged and never put in an error.
+// ensureToken returns the Computer's guest token (the registry's), creating
+// its Secret (32 random bytes, owned by the Computer) on first use. The
+// token is never logged and never put in an error.
 func (r *Reconciler) ensureToken(ctx context.Context, c *dotsv1.Computer) (string, error) {
-	if tok, ok := r.tokens.Load(c.UID); ok {
-		return tok.(string), nil
+	tok, err := r.guests().Token(ctx, r.APIReader, c)
+	if !apierrors.IsNotFound(err) {
+		return tok, err
 	}
-	key := client.ObjectKey{Namespace: c.Namespace, Name: TokenSecretName(c.Name)}
-	sec := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, key, sec)
-	if apierrors.IsNotFound(err) {
-		var b [32]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return "", fmt.Errorf("make the guest token: %w", err)
-		}
-		sec = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{dotsv1.ComputerLabel: c.Name}},
-			Type:       corev1.SecretTypeOpaque,
-			Data:       map[string][]byte{TokenSecretKey: []byte(hex.EncodeToString(b[:]))},
-		}
-		if err := controllerutil.SetControllerReference(c, sec, r.Client.Scheme()); err != nil {
-			return "", err
-		}
-		err = r.Client.Create(ctx, sec)
-		if apierrors.IsAlreadyExists(err) {
-			// Made by a reconcile that ended before it cached the token.
-			err = r.APIReader.Get(ctx, key, sec)
-		}
-		if err != nil {
-			return "", fmt.Errorf("create the guest-token secret %s: %w", key, err)
-		}
-	} else if err != nil {
-		return "", fmt.Errorf("read the guest-token secret %s: %w", key, err)
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make the guest token: %w", err)
 	}
-	tok, err := TokenIn(c, sec)
-	if err != nil {
+	key := guests.TokenSecret(c)
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{dotsv1.ComputerLabel: c.Name}},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{TokenSecretKey: []byte(hex.EncodeToString(b[:]))},
+	}
+	if err := controllerutil.SetControllerReference(c, sec, r.Client.Scheme()); err != nil {
 		return "", err
 	}
-	r.tokens.Store(c.UID, tok)
-	return tok, nil
-}
-
-// TokenIn is the guest token the Computer's token Secret holds: the one rule
-// of a usable token for every reader of it (this reconciler, which makes
-// it, and the guest link, which pushes with it). The Secret must be the
-// Computer's own, and the token one the guest's config accepts (at least
-// protocol.MinTokenLength printable characters). Never quotes the token.
-func TokenIn(c *dotsv1.Computer, sec *corev1.Secret) (string, error) {
-	key := client.ObjectKeyFromObject(sec)
-	if !metav1.IsControlledBy(sec, c) {
-		return "", fmt.Errorf("secret %s exists and does not belong to Computer %s: delete or rename it", key, c.Name)
+	err = r.Client.Create(ctx, sec)
+	if apierrors.IsAlreadyExists(err) {
+		// Made by a reconcile that ended before it kept the token.
+		err = r.APIReader.Get(ctx, key, sec)
 	}
-	tok := string(sec.Data[TokenSecretKey])
-	if err := (protocol.GuestConfig{DotID: "-", Token: tok}).Validate(); err != nil {
-		return "", fmt.Errorf("secret %s has no usable %q key (at least %d printable characters): delete it and a new token is made", key, TokenSecretKey, protocol.MinTokenLength)
+	if err != nil {
+		return "", fmt.Errorf("create the guest-token secret %s: %w", key, err)
 	}
-	return tok, nil
+	return r.guests().Keep(c, sec)
 }
