@@ -41,6 +41,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/guestnotice"
 	"github.com/invisible-dots/invisible-dots/hostagent/guests"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
+	"github.com/invisible-dots/invisible-dots/hostagent/prober"
 	"github.com/invisible-dots/invisible-dots/hostagent/pump"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -198,6 +199,15 @@ func NewManager(o Options) (ctrl.Manager, error) {
 	}); err != nil {
 		return nil, err
 	}
+	// The running guests' health is probed off the Computer reconciler,
+	// which reads the results and is woken when one changes.
+	var probes *prober.Manager
+	if o.Driver != nil {
+		probes = prober.New(o.Driver, 0)
+		if err := mgr.Add(probes); err != nil {
+			return nil, err
+		}
+	}
 	if err := (&computer.Reconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
@@ -208,6 +218,7 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Clock:         o.Clock,
 		StopGrace:     o.StopGrace,
 		Guests:        registry,
+		Prober:        probes,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

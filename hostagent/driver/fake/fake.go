@@ -195,6 +195,18 @@ func (h *Host) SetFailStart(id home.VMID, err error) {
 	h.FailStart[id] = err
 }
 
+// SetUnhealthy makes Health of id fail with err (nil: answer again), safe
+// while a prober asks.
+func (h *Host) SetUnhealthy(id home.VMID, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		delete(h.Unhealthy, id)
+		return
+	}
+	h.Unhealthy[id] = err
+}
+
 // SetImages replaces the images the host has registered.
 func (h *Host) SetImages(imgs []driver.Image) {
 	h.mu.Lock()
