@@ -1,26 +1,52 @@
 package computer
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
 	"github.com/invisible-dots/invisible-dots/hostagent/prober"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
-// probed waits for the prober's next change of a result, or fails.
-func probed(t *testing.T, p *prober.Manager) {
-	t.Helper()
+// gatedHealth holds every health call until gate is closed.
+type gatedHealth struct {
+	h    *fake.Host
+	gate chan struct{}
+}
+
+func (g gatedHealth) Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error) {
 	select {
-	case <-p.Updates():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the prober enqueued nothing")
+	case <-g.gate:
+	case <-ctx.Done():
+		return protocol.HealthResponse{}, ctx.Err()
+	}
+	return g.h.Health(ctx, id, token)
+}
+
+// probed waits until the prober enqueued the Computer with a result of
+// QEMU pid that answers (or not, as want says), or fails.
+func probed(t *testing.T, p *prober.Manager, pid int, answers bool) {
+	t.Helper()
+	key := client.ObjectKey{Namespace: "default", Name: "p"}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case <-p.Updates():
+			if r := p.Result(key, pid); (r.Err == nil) == answers {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the prober enqueued no result that answers=%v", answers)
+		}
 	}
 }
 
@@ -33,7 +59,9 @@ func TestComputerReadsTheProber(t *testing.T) {
 	h := fake.NewHost()
 	id := home.VMID{Namespace: "default", Name: "p"}
 	r, c := newTestReconciler(h, testComputer("p", dotsv1.RunAlways))
-	p := prober.New(h, 10*time.Millisecond)
+	// The guest answers no probe until the test lets it.
+	gate := make(chan struct{})
+	p := prober.New(gatedHealth{h, gate}, 10*time.Millisecond)
 	r.Prober = p
 	ctx := t.Context()
 	go func() { _ = p.Start(ctx) }()
@@ -43,10 +71,11 @@ func TestComputerReadsTheProber(t *testing.T) {
 	if ready := meta.FindStatusCondition(got.Status.Conditions, dotsv1.ReadyCondition); got.Status.State != dotsv1.ComputerStarting || ready == nil || ready.Reason != dotsv1.VMStartingReason {
 		t.Fatalf("after the start, before a probe: state %s, Ready %+v; want STARTING", got.Status.State, ready)
 	}
-	if n := h.Calls("Health"); n > 1 {
-		t.Errorf("%d health calls; want only the prober's", n)
+	if n := h.Calls("Health"); n > 0 {
+		t.Errorf("%d health calls before the prober's; want none on the reconcile", n)
 	}
-	probed(t, p)
+	close(gate)
+	probed(t, p, int(got.Status.PID), true)
 	reconcileOnce(t, r, "p")
 	if got := getComputer(c, "p"); got.Status.State != dotsv1.ComputerRunning || !meta.IsStatusConditionTrue(got.Status.Conditions, dotsv1.ReadyCondition) {
 		t.Fatalf("after the prober's answer: state %s, conditions %+v; want RUNNING and Ready", got.Status.State, got.Status.Conditions)
@@ -62,7 +91,7 @@ func TestComputerReadsTheProber(t *testing.T) {
 	}
 
 	h.SetUnhealthy(id, errors.New("guest not answering"))
-	probed(t, p)
+	probed(t, p, int(got.Status.PID), false)
 	reconcileOnce(t, r, "p")
 	got = getComputer(c, "p")
 	if ready := meta.FindStatusCondition(got.Status.Conditions, dotsv1.ReadyCondition); got.Status.State != dotsv1.ComputerRunning || ready == nil || ready.Reason != dotsv1.GuestNotAnsweringReason || !strings.Contains(ready.Message, "guest not answering") {
