@@ -189,12 +189,23 @@ func (c GuestConfig) Validate() error {
 	if c.DotID == "" {
 		return fmt.Errorf("guest config has no dotId")
 	}
-	if len(c.Token) < MinTokenLength {
-		return fmt.Errorf("guest config token is shorter than %d characters", MinTokenLength)
+	if err := ValidateToken(c.Token); err != nil {
+		return fmt.Errorf("guest config %w", err)
 	}
-	for _, r := range c.Token {
+	return nil
+}
+
+// ValidateToken is the one rule of a guest token's validity, for the guest
+// that serves with it and the host that makes, reads and sends it: at least
+// MinTokenLength characters of printable ASCII without spaces. It never
+// quotes the token.
+func ValidateToken(token string) error {
+	if len(token) < MinTokenLength {
+		return fmt.Errorf("token is shorter than %d characters", MinTokenLength)
+	}
+	for _, r := range token {
 		if r < 0x21 || r > 0x7e {
-			return fmt.Errorf("guest config token must be printable ASCII without spaces")
+			return fmt.Errorf("token must be printable ASCII without spaces")
 		}
 	}
 	return nil

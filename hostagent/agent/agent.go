@@ -38,7 +38,10 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestnotice"
+	"github.com/invisible-dots/invisible-dots/hostagent/guests"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
+	"github.com/invisible-dots/invisible-dots/hostagent/prober"
 	"github.com/invisible-dots/invisible-dots/hostagent/pump"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -170,8 +173,8 @@ func NewManager(o Options) (ctrl.Manager, error) {
 	// The guest routes, for the control plane alone, through the agent's
 	// own endpoint: the one path to a guest on any host. Its address and
 	// certificate are published on the Host by the heartbeat.
-	guests := newGuests(o.HostName, guest)
-	endpoint, err := listenGuestEndpoint(o, guests, mgr.GetClient())
+	registry := &guests.Registry{}
+	endpoint, err := listenGuestEndpoint(o, &guestProxy{host: o.HostName, guest: guest, guests: registry}, mgr.GetClient())
 	if err != nil {
 		return nil, err
 	}
@@ -196,6 +199,15 @@ func NewManager(o Options) (ctrl.Manager, error) {
 	}); err != nil {
 		return nil, err
 	}
+	// The running guests' health is probed off the Computer reconciler,
+	// which reads the results and is woken when one changes.
+	var probes *prober.Manager
+	if o.Driver != nil {
+		probes = prober.New(o.Driver, 0)
+		if err := mgr.Add(probes); err != nil {
+			return nil, err
+		}
+	}
 	if err := (&computer.Reconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
@@ -205,6 +217,8 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Recorder:      mgr.GetEventRecorder(computer.ControllerName),
 		Clock:         o.Clock,
 		StopGrace:     o.StopGrace,
+		Guests:        registry,
+		Prober:        probes,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
@@ -218,8 +232,9 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Recorder:  mgr.GetEventRecorder(guestlink.ControllerName),
 		// Every target is built from the VM's own record (qemu.json):
 		// its QEMU's start time and boot id reach the listener rule.
-		VMs:   vmRecords(o.Driver),
-		Clock: o.Clock,
+		VMs:    vmRecords(o.Driver),
+		Guests: registry,
+		Clock:  o.Clock,
 	}
 	// The event pump and the deliverer talk to the control plane through
 	// the Dots API's host routes, with the agent's own credential.
@@ -235,7 +250,7 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		Host: o.HostName, Guest: guest, Outbox: dots, Clock: o.Clock, Interval: o.DeliverInterval,
 		Log: o.Log.WithName("deliver"),
 	}
-	link.Listeners = []guestlink.Listener{pumps, deliverer, guests}
+	link.Listeners = []guestnotice.Listener{pumps, deliverer}
 	if err := link.SetupWithManager(mgr); err != nil {
 		endpoint.Close()
 		return nil, err
@@ -264,7 +279,11 @@ func machineFacts(o Options) func(ctx context.Context) (heartbeat.Facts, error) 
 			return f, nil
 		}
 		f.Accelerator, f.QEMUVersion = o.Accelerator, o.QEMUVersion
-		imgs, err := o.Driver.Images(ctx)
+		l, ok := o.Driver.(driver.ImageLister)
+		if !ok {
+			return f, nil // a driver that registers no images
+		}
+		imgs, err := l.Images(ctx)
 		if err != nil {
 			return f, fmt.Errorf("list the registered images: %w", err)
 		}

@@ -29,7 +29,7 @@ type guestEndpoint struct {
 
 // listenGuestEndpoint listens on o.GuestListen with a certificate made for
 // this run, for the control plane's identity alone.
-func listenGuestEndpoint(o Options, guests *guests, c client.Client) (*guestEndpoint, error) {
+func listenGuestEndpoint(o Options, proxy *guestProxy, c client.Client) (*guestEndpoint, error) {
 	addr := o.GuestListen
 	if addr == "" {
 		addr = DefaultGuestListen
@@ -53,7 +53,7 @@ func listenGuestEndpoint(o Options, guests *guests, c client.Client) (*guestEndp
 		return nil, fmt.Errorf("make the guest endpoint's certificate: %w", err)
 	}
 	handler := &guestendpoint.Server{
-		Guests: guests, Reviewer: &guestendpoint.TokenReviewer{Client: c},
+		Guests: proxy, Reviewer: &guestendpoint.TokenReviewer{Client: c},
 		ControlPlane: hostidentity.GuestProxyUser, Log: o.Log.WithName("guest-endpoint"),
 	}
 	srv := &http.Server{

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestproxy"
+	"github.com/invisible-dots/invisible-dots/hostagent/guests"
 )
 
 // recordingStreamer is a fake guest client: it answers every request 200
@@ -24,16 +24,17 @@ func (r *recordingStreamer) Request(_ context.Context, t guestclient.Target, met
 	return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("ok"))}, nil
 }
 
-func TestGuestsFollowTheGuestLink(t *testing.T) {
+func TestProxyFollowsTheRegistry(t *testing.T) {
 	ctx := context.Background()
 	rec := &recordingStreamer{}
-	g := newGuests("host-1", rec)
+	reg := &guests.Registry{}
+	g := &guestProxy{host: "host-1", guest: rec, guests: reg}
 	key := types.NamespacedName{Namespace: "team-a", Name: "helper"}
 	if _, err := g.Do(ctx, key, http.MethodGet, "/v1/screenshot", nil, nil); !errors.Is(err, guestproxy.ErrNoGuest) {
-		t.Errorf("before the guest link's notice: %v; want ErrNoGuest", err)
+		t.Errorf("before the guest link proved the guest: %v; want ErrNoGuest", err)
 	}
 	target := guestclient.Target{Port: 40001, PID: 77, Token: "t0ken-t0ken-t0ken-t0ken"}
-	g.GuestNotice(guestlink.Notice{Key: key, DotUID: "uid", Target: target})
+	reg.Prove(key, target)
 	resp, err := g.Do(ctx, key, http.MethodGet, "/v1/files/list?path=%2Fhome%2Fdot", nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -46,8 +47,8 @@ func TestGuestsFollowTheGuestLink(t *testing.T) {
 	if _, err := g.Do(ctx, types.NamespacedName{Namespace: "team-b", Name: "helper"}, http.MethodGet, "/v1/screenshot", nil, nil); !errors.Is(err, guestproxy.ErrNoGuest) {
 		t.Errorf("another Dot: %v; want ErrNoGuest", err)
 	}
-	// The computer stopped: the link's notice has no guest, and it is gone.
-	g.GuestNotice(guestlink.Notice{Key: key})
+	// The computer stopped: the link records no guest, and it is gone.
+	reg.Prove(key, guestclient.Target{})
 	if _, err := g.Do(ctx, key, http.MethodGet, "/v1/screenshot", nil, nil); !errors.Is(err, guestproxy.ErrNoGuest) {
 		t.Errorf("after the guest went: %v; want ErrNoGuest", err)
 	}

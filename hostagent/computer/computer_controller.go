@@ -3,7 +3,9 @@
 // strategies through a driver.Driver, and owns their status, their
 // finalizer and their guest-token Secrets. No call it makes waits for a
 // guest: a start returns once QEMU is spawned, a stop once the guest was
-// asked to power off, and later reconciles poll (STARTING, STOPPING).
+// asked to power off, and later reconciles poll (STARTING, STOPPING). The
+// guests' health is probed off the reconcile (package prober), which reads
+// the latest result and is woken when one changes.
 package computer
 
 import (
@@ -27,11 +29,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/guests"
+	"github.com/invisible-dots/invisible-dots/hostagent/prober"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
@@ -40,7 +47,7 @@ import (
 const ControllerName = "computer-controller"
 
 // TokenSecretKey is the key of the guest token in the Computer's Secret.
-const TokenSecretKey = "token"
+const TokenSecretKey = guests.TokenKey
 
 // TokenSecretName is the name of a Computer's guest-token Secret.
 func TokenSecretName(computer string) string { return dotsv1.GuestTokenSecretName(computer) }
@@ -56,12 +63,14 @@ var writer = patch.Writer{Name: ControllerName, Conditions: []string{dotsv1.Read
 const (
 	runningPoll    = 10 * time.Second
 	transitionPoll = time.Second
-	// startingPoll: a starting guest is asked for its health twice a
+	// startingPoll: a starting guest's health is looked at twice a
 	// second, so Ready follows its boot closely.
 	startingPoll = 500 * time.Millisecond
 	stoppedPoll  = 30 * time.Second
 	errorPoll    = 30 * time.Second
-	healthCall   = 5 * time.Second
+	// healthCall bounds a health call asked on the reconcile (without a
+	// prober, whose bounds are its own).
+	healthCall = 5 * time.Second
 	// startingHealthCall bounds a health call while the guest boots: QEMU's
 	// user network holds a connection open until the guest listens, and a
 	// new connection half a second later is answered sooner than a held
@@ -119,13 +128,21 @@ type Reconciler struct {
 	ListenTimeout time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles; 4 when zero.
 	MaxConcurrentReconciles int
+	// Prober probes the running guests' health off the reconcile and
+	// enqueues a Computer when its guest's result changes; the reconciler
+	// reads its cached results. Nil asks each guest on the reconcile.
+	Prober *prober.Manager
+	// Guests is the host's registry of its guests, where the tokens this
+	// reconciler makes are kept for the guest link; a registry of its own
+	// when nil.
+	Guests *guests.Registry
 
-	// tokens caches each Computer's guest token by UID: it never changes
-	// while the Computer lives, and reading it on every poll would cost an
-	// API call per VM per second.
-	tokens sync.Map
 	// prepares holds the prepare-sleep calls in flight, by Computer UID.
 	prepares sync.Map
+	// answers enqueues a Computer whose guest answered an ask made in the
+	// background (a prepare-sleep); nil outside a manager.
+	answers    chan event.GenericEvent
+	guestsOnce sync.Once
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=computers,verbs=get;list;watch;update;patch
@@ -146,11 +163,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.HostName == "" {
 		return errors.New("computer reconciler: no host name")
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&dotsv1.Computer{}).
 		Named(ControllerName).
-		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 4)})
+	r.answers = make(chan event.GenericEvent, 1024)
+	b = b.WatchesRawSource(source.Channel(r.answers, &handler.EnqueueRequestForObject{}))
+	if r.Prober != nil {
+		// A guest that came up or went silent is looked at at once.
+		b = b.WatchesRawSource(source.Channel(r.Prober.Updates(), &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+// guests is the registry of the host's guests.
+func (r *Reconciler) guests() *guests.Registry {
+	r.guestsOnce.Do(func() {
+		if r.Guests == nil {
+			r.Guests = &guests.Registry{}
+		}
+	})
+	return r.Guests
 }
 
 // scope carries what the phases found to updateStatus.
@@ -263,7 +296,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	// asked again now, it is rebooted if it still does not answer.
 	stuck := false
 	if obs.State == driver.Running && c.Status.State == dotsv1.ComputerStarting && startCounted(c, obs) {
-		if _, err := r.health(ctx, c, token); err != nil {
+		if _, err := r.health(ctx, c, obs, token); err != nil && !errors.Is(err, prober.ErrNotProbed) {
 			stuck = true
 		}
 	}
@@ -386,15 +419,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.observeAgain(ctx, s)
 	}
 
+	if s.obs.State != driver.Running && r.Prober != nil {
+		r.Prober.Forget(client.ObjectKeyFromObject(c))
+	}
 	if s.obs.State == driver.Running && c.Status.StopDeadline == nil {
 		s.healthAsked = true
-		s.health, s.healthErr = r.health(ctx, c, token)
+		s.health, s.healthErr = r.health(ctx, c, s.obs, token)
 		s.newestRuntime = r.newestRuntime(ctx)
 		timeout := r.StartTimeout
 		if timeout == 0 {
 			timeout = defaultStartTimeout
 		}
-		if s.healthErr != nil && s.acted == actNone && c.Status.State == dotsv1.ComputerStarting &&
+		if s.healthErr != nil && !errors.Is(s.healthErr, prober.ErrNotProbed) && s.acted == actNone && c.Status.State == dotsv1.ComputerStarting &&
 			!s.obs.StartedAt.IsZero() && r.Clock.Since(s.obs.StartedAt) > timeout && !startCounted(c, s.obs) {
 			// KubeVirt counts a VMI that never reached Running; ours is a
 			// guest that never answered.
@@ -438,8 +474,18 @@ func (r *Reconciler) observeAgain(ctx context.Context, s *scope) {
 // image under KVM in well under a minute.
 const defaultStartTimeout = 5 * time.Minute
 
-// health asks the guest GET /v1/health through the proven channel.
-func (r *Reconciler) health(ctx context.Context, c *dotsv1.Computer, token string) (protocol.HealthResponse, error) {
+// health is the guest's answer to GET /v1/health: the prober's latest
+// (prober.ErrNotProbed before its first probe of this QEMU ended), which
+// is asked to probe this guest from now on. Without a prober the guest is
+// asked here, through the proven channel (a test seam: one reconcile sees
+// the answer).
+func (r *Reconciler) health(ctx context.Context, c *dotsv1.Computer, obs driver.Observation, token string) (protocol.HealthResponse, error) {
+	if r.Prober != nil {
+		key := client.ObjectKeyFromObject(c)
+		r.Prober.Probe(prober.Guest{Key: key, ID: VMID(c), Token: token, PID: obs.PID, Started: obs.StartedAt})
+		res := r.Prober.Result(key, obs.PID)
+		return res.Health, res.Err
+	}
 	timeout := healthCall
 	if c.Status.State != dotsv1.ComputerRunning {
 		timeout = startingHealthCall
@@ -455,9 +501,14 @@ func (r *Reconciler) health(ctx context.Context, c *dotsv1.Computer, token strin
 
 // newestRuntime is the newest runtime ISO registered on this host (image
 // versions begin with their build time), or empty when the host's images
-// cannot be listed: RuntimeCurrent is then left as it was.
+// cannot be listed (or its driver lists none): RuntimeCurrent is then left
+// as it was.
 func (r *Reconciler) newestRuntime(ctx context.Context) string {
-	imgs, err := r.Driver.Images(ctx)
+	l, ok := r.Driver.(driver.ImageLister)
+	if !ok {
+		return ""
+	}
+	imgs, err := l.Images(ctx)
 	if err != nil {
 		return ""
 	}
@@ -533,7 +584,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		}
 		return ctrl.Result{}, fmt.Errorf("destroy the vm: %w", err)
 	}
-	r.tokens.Delete(c.UID)
+	r.guests().ForgetToken(c.UID)
+	if r.Prober != nil {
+		r.Prober.Forget(client.ObjectKeyFromObject(c))
+	}
 	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Destroyed", "Destroy", "VM %s and its files removed from host %s", VMID(c), r.HostName)
 	return ctrl.Result{}, patch.RemoveFinalizer(ctx, r.Client, c, dotsv1.ComputerFinalizer)
 }
@@ -578,61 +632,34 @@ func specShape(c *dotsv1.Computer) (int, int64) {
 	return int(cpus), mem >> 20
 }
 
-// ensureToken returns the Computer's guest token, creating its Secret (32
-// random bytes, owned by the Computer) on first use. The token is never
-// logged and never put in an error.
+// ensureToken returns the Computer's guest token (the registry's), creating
+// its Secret (32 random bytes, owned by the Computer) on first use. The
+// token is never logged and never put in an error.
 func (r *Reconciler) ensureToken(ctx context.Context, c *dotsv1.Computer) (string, error) {
-	if tok, ok := r.tokens.Load(c.UID); ok {
-		return tok.(string), nil
+	tok, err := r.guests().Token(ctx, r.APIReader, c)
+	if !apierrors.IsNotFound(err) {
+		return tok, err
 	}
-	key := client.ObjectKey{Namespace: c.Namespace, Name: TokenSecretName(c.Name)}
-	sec := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, key, sec)
-	if apierrors.IsNotFound(err) {
-		var b [32]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return "", fmt.Errorf("make the guest token: %w", err)
-		}
-		sec = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{dotsv1.ComputerLabel: c.Name}},
-			Type:       corev1.SecretTypeOpaque,
-			Data:       map[string][]byte{TokenSecretKey: []byte(hex.EncodeToString(b[:]))},
-		}
-		if err := controllerutil.SetControllerReference(c, sec, r.Client.Scheme()); err != nil {
-			return "", err
-		}
-		err = r.Client.Create(ctx, sec)
-		if apierrors.IsAlreadyExists(err) {
-			// Made by a reconcile that ended before it cached the token.
-			err = r.APIReader.Get(ctx, key, sec)
-		}
-		if err != nil {
-			return "", fmt.Errorf("create the guest-token secret %s: %w", key, err)
-		}
-	} else if err != nil {
-		return "", fmt.Errorf("read the guest-token secret %s: %w", key, err)
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make the guest token: %w", err)
 	}
-	tok, err := TokenIn(c, sec)
-	if err != nil {
+	key := guests.TokenSecret(c)
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{dotsv1.ComputerLabel: c.Name}},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{TokenSecretKey: []byte(hex.EncodeToString(b[:]))},
+	}
+	if err := controllerutil.SetControllerReference(c, sec, r.Client.Scheme()); err != nil {
 		return "", err
 	}
-	r.tokens.Store(c.UID, tok)
-	return tok, nil
-}
-
-// TokenIn is the guest token the Computer's token Secret holds: the one rule
-// of a usable token for every reader of it (this reconciler, which makes
-// it, and the guest link, which pushes with it). The Secret must be the
-// Computer's own, and the token one the guest's config accepts (at least
-// protocol.MinTokenLength printable characters). Never quotes the token.
-func TokenIn(c *dotsv1.Computer, sec *corev1.Secret) (string, error) {
-	key := client.ObjectKeyFromObject(sec)
-	if !metav1.IsControlledBy(sec, c) {
-		return "", fmt.Errorf("secret %s exists and does not belong to Computer %s: delete or rename it", key, c.Name)
+	err = r.Client.Create(ctx, sec)
+	if apierrors.IsAlreadyExists(err) {
+		// Made by a reconcile that ended before it kept the token.
+		err = r.APIReader.Get(ctx, key, sec)
 	}
-	tok := string(sec.Data[TokenSecretKey])
-	if err := (protocol.GuestConfig{DotID: "-", Token: tok}).Validate(); err != nil {
-		return "", fmt.Errorf("secret %s has no usable %q key (at least %d printable characters): delete it and a new token is made", key, TokenSecretKey, protocol.MinTokenLength)
+	if err != nil {
+		return "", fmt.Errorf("create the guest-token secret %s: %w", key, err)
 	}
-	return tok, nil
+	return r.guests().Keep(c, sec)
 }

@@ -13,6 +13,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/prober"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
@@ -176,6 +177,10 @@ func (r *Reconciler) updateStatus(s *scope, reconciled bool) {
 			st.State = dotsv1.ComputerRunning
 			st.StartFailure = nil
 			ready(metav1.ConditionTrue, dotsv1.ReadyReason, fmt.Sprintf("QEMU pid %d runs and dot-agentd answers on 127.0.0.1:%d", obs.PID, obs.GuestPort)+shapeNote(c, obs))
+		case s.prev.State == dotsv1.ComputerRunning && s.acted == actNone && errors.Is(s.healthErr, prober.ErrNotProbed):
+			// It was up, and the prober has not probed it yet (a restarted
+			// agent): Ready stays as it was until the first probe says.
+			st.State = dotsv1.ComputerRunning
 		case s.prev.State == dotsv1.ComputerRunning && s.acted == actNone:
 			// It was up: a guest that stops answering is not a start.
 			st.State = dotsv1.ComputerRunning

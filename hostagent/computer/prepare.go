@@ -5,6 +5,10 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 )
@@ -36,10 +40,18 @@ func (r *Reconciler) prepareSleep(ctx context.Context, c *dotsv1.Computer, obs d
 		r.prepares.Delete(c.UID)
 		return r.prepareSleep(ctx, c, obs, token)
 	}
+	key := client.ObjectKeyFromObject(c)
 	p.start(func() error {
+		// The engine's answer wakes the Computer: the next reconcile sees
+		// it and powers the guest off.
+		defer r.wake(key)
+		sp, ok := r.Driver.(driver.SleepPreparer)
+		if !ok {
+			return nil // a guest channel that cannot ask: powered off unprepared
+		}
 		pctx, cancel := context.WithTimeout(context.Background(), prepareSleepCall)
 		defer cancel()
-		return r.Driver.PrepareSleep(pctx, VMID(c), token)
+		return sp.PrepareSleep(pctx, VMID(c), token)
 	})
 	t := time.NewTimer(prepareWait)
 	defer t.Stop()
@@ -62,4 +74,17 @@ func (p *prepareCall) start(call func() error) {
 			close(p.done)
 		}()
 	})
+}
+
+// wake enqueues the Computer (when the reconciler runs in a manager): an
+// ask it made in the background was answered.
+func (r *Reconciler) wake(key client.ObjectKey) {
+	if r.answers == nil {
+		return
+	}
+	select {
+	case r.answers <- event.GenericEvent{Object: &dotsv1.Computer{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
+	default:
+		// Full: the Computer's own poll (transitionPoll) looks again.
+	}
 }

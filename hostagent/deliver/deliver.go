@@ -47,7 +47,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestnotice"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
@@ -81,7 +81,7 @@ const (
 )
 
 // Deliverer sends the outbox rows of its host's READY Dots to their guests.
-// It is a guestlink.Listener (the READY transitions) and a manager Runnable
+// It is a guestnotice.Listener (the READY transitions) and a manager Runnable
 // (one loop, and one worker per Dot with a guest, so a slow guest holds up
 // no other Dot).
 type Deliverer struct {
@@ -95,14 +95,14 @@ type Deliverer struct {
 	SendTimeout time.Duration
 	Log         logr.Logger
 
-	// Notices is where the guest link's notices wait for the loop.
-	guestlink.Notices
+	// Latest is where the guest link's notices wait for the loop.
+	guestnotice.Latest
 	// following says the host's outbox is followed: the last long poll
 	// was answered.
 	following atomic.Bool
 }
 
-var _ guestlink.Listener = (*Deliverer)(nil)
+var _ guestnotice.Listener = (*Deliverer)(nil)
 
 // NeedLeaderElection: every host agent delivers to its own guests.
 func (d *Deliverer) NeedLeaderElection() bool { return false }
@@ -195,7 +195,7 @@ func (d *Deliverer) startWorker(ctx context.Context, key types.NamespacedName) *
 
 // hear takes a notice: a READY that was not (or of another guest) is a
 // transition, and wakes the loop.
-func (w *worker) hear(n guestlink.Notice) {
+func (w *worker) hear(n guestnotice.Notice) {
 	w.mu.Lock()
 	s := w.guest
 	transition := n.Ready && (!s.ready || s.target != n.Target || s.uid != n.DotUID)
@@ -458,5 +458,5 @@ func Reason(eventType string, outcome lifecycle.Outcome, err error, timeout time
 	if err == nil {
 		return what + fmt.Sprintf(" (%s %s: answered without accepting it)", http.MethodPost, protocol.AgentRoutePrefix+protocol.RouteEvents)
 	}
-	return guestlink.DescribeFailure(what, http.MethodPost, protocol.RouteEvents, err, timeout)
+	return guestclient.DescribeFailure(what, http.MethodPost, protocol.RouteEvents, err, timeout)
 }

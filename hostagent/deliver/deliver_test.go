@@ -21,7 +21,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestnotice"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
@@ -239,7 +239,7 @@ type harness struct {
 }
 
 func (h *harness) ready(target guestclient.Target, ready bool) {
-	h.d.GuestNotice(guestlink.Notice{Key: testKey, DotUID: testUID, Target: target, Ready: ready})
+	h.d.GuestNotice(guestnotice.Notice{Key: testKey, DotUID: testUID, Target: target, Ready: ready})
 }
 
 // settle lets the deliverer's passes run until nothing more happens for a
@@ -291,7 +291,7 @@ func TestDeliverer(t *testing.T) {
 			run: func(h *harness) {
 				h.ready(testTarget, false)
 				h.settle()
-				h.d.GuestNotice(guestlink.Notice{Key: testKey})
+				h.d.GuestNotice(guestnotice.Notice{Key: testKey})
 				h.settle()
 			},
 		},

@@ -133,11 +133,20 @@ func Newest(imgs []Image, kind home.ImageKind) string {
 	return newest
 }
 
-// Driver runs the VMs of one host. No call waits for a guest: each asks or
-// acts, and returns within about a second of I/O; the reconciler sees the
-// result on a later Observe (crossplane's "none of the calls here should be
-// blocking"). A call holds one VM's lock only for its own I/O.
+// Driver runs the VMs of one host: a VM's lifecycle and the channel to its
+// guest, composed as Lima composes its drivers. Abilities a driver may lack
+// are small interfaces of their own (SleepPreparer, ImageLister), found with
+// a type assertion. No call waits for a guest: each asks or acts, and
+// returns within about a second of I/O; the reconciler sees the result on a
+// later Observe (crossplane's "none of the calls here should be blocking").
+// A call holds one VM's lock only for its own I/O.
 type Driver interface {
+	Lifecycle
+	GuestChannel
+}
+
+// Lifecycle is a VM's life on the host: its records, its QEMU and its files.
+type Lifecycle interface {
 	// Observe reports the VM's state from the host's records and processes.
 	// It never modifies anything. An error means the host could not be read;
 	// a VM in trouble is an Observation with State Error, not an error.
@@ -148,13 +157,6 @@ type Driver interface {
 	// spec are the driver's choice: the golden image an existing disk sits
 	// on, else the newest registered. A running VM is left alone and observed.
 	Start(ctx context.Context, spec Spec) (Observation, error)
-	// Poweroff asks the running VM's guest to power itself off (POST
-	// /v1/system/poweroff through the proven channel) and returns without
-	// waiting for QEMU to exit. An error means the guest did not accept it.
-	Poweroff(ctx context.Context, id home.VMID, token string) error
-	// PrepareSleep asks the running VM's engine to prepare for a sleep
-	// (POST /v1/agent/prepare-sleep, ref 8.7) and returns its answer.
-	PrepareSleep(ctx context.Context, id home.VMID, token string) error
 	// Kill sends SIGKILL to the VM's QEMU under the kill rule (checked again
 	// right before), waits about a second for it to go, and clears its
 	// record once it is gone. Killing a stopped VM clears what its record
@@ -164,12 +166,12 @@ type Driver interface {
 	// logs. Destroying a VM that does not exist succeeds; one whose QEMU has
 	// not exited yet is ErrStillRunning (ask again).
 	Destroy(ctx context.Context, id home.VMID) error
-	// Health asks the running VM's guest GET /v1/health through the proven
-	// channel (ref 5.1): the token goes only to a listener that proved it
-	// holds it. An unproven listener is guestclient.ErrGuestUnproven, not
-	// retried (a security event: something else holds the port); a guest
-	// that is not up yet is guestclient.ErrGuestNotAnswering (ask again).
-	Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
+}
+
+// GuestChannel is what talks to a running VM's guest: the target the guest
+// is reached at, and dot-agentd's own routes on the proven channel (ref
+// 5.1): the token goes only to a listener that proved it holds it.
+type GuestChannel interface {
 	// GuestTarget is what the guest client reaches the VM's guest with, from
 	// the VM's record alone: its guest port and its QEMU's pid, start time
 	// and boot id (the listener rule checks all four before every proof),
@@ -179,6 +181,28 @@ type Driver interface {
 	// read or does not give the QEMU's start time and boot id: such a guest
 	// is not reached, never proved with less.
 	GuestTarget(ctx context.Context, id home.VMID, token string) (guestclient.Target, error)
+	// Health asks the running VM's guest GET /v1/health. An unproven
+	// listener is guestclient.ErrGuestUnproven, not retried (a security
+	// event: something else holds the port); a guest that is not up yet is
+	// guestclient.ErrGuestNotAnswering (ask again).
+	Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error)
+	// Poweroff asks the running VM's guest to power itself off (POST
+	// /v1/system/poweroff) and returns without waiting for QEMU to exit. An
+	// error means the guest did not accept it.
+	Poweroff(ctx context.Context, id home.VMID, token string) error
+}
+
+// SleepPreparer is a guest channel that can ask a guest's engine to prepare
+// for a sleep. A driver without it powers a sleeping guest off unprepared.
+type SleepPreparer interface {
+	// PrepareSleep asks the running VM's engine to prepare for a sleep
+	// (POST /v1/agent/prepare-sleep, ref 8.7) and returns its answer.
+	PrepareSleep(ctx context.Context, id home.VMID, token string) error
+}
+
+// ImageLister is a driver that registers images on its host. A driver
+// without it reports none, and its VMs start on images of its own choice.
+type ImageLister interface {
 	// Images lists the images registered on this host.
 	Images(ctx context.Context) ([]Image, error)
 }

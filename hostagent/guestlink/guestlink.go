@@ -28,12 +28,8 @@ package guestlink
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"net/http"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -56,10 +52,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
-	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/computer"
-	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestnotice"
+	"github.com/invisible-dots/invisible-dots/hostagent/guests"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
@@ -80,7 +76,8 @@ type Guest interface {
 }
 
 // VMs reads the records of this host's VMs (qemu.json, DESIGN 5: the truth
-// about a running VM). driver.Driver is the product's.
+// about a running VM). The driver's guest channel (driver.GuestChannel) is
+// the product's.
 type VMs interface {
 	GuestTarget(ctx context.Context, id home.VMID, token string) (guestclient.Target, error)
 }
@@ -107,80 +104,6 @@ const (
 	maxRounds = 5
 )
 
-// Notice is what the guest link tells its listeners of one Dot's guest,
-// each time it looks at the Dot: whether the Dot has a guest on this host
-// that may be reached, and whether the READY procedure completed on it.
-type Notice struct {
-	Key types.NamespacedName
-	// DotUID is the Dot's UID; empty when the Dot is gone.
-	DotUID types.UID
-	// Target is the guest: its QEMU, port and token. It is zero when the
-	// Dot has no guest here to reach: its Computer is not RUNNING and
-	// Ready, is another host's, or the Dot is gone or going.
-	Target guestclient.Target
-	// Ready: the READY procedure completed on this guest (the key and the
-	// configuration reached it and the engine's health holds: AgentReady).
-	Ready bool
-}
-
-// Listener hears of the guests of this host: the event pump starts and
-// stops with them, the deliverer sends to the READY ones. GuestNotice is
-// called from the reconciler's workers, in each Dot's order, again on every
-// look (a listener acts on changes only); it must not block.
-type Listener interface {
-	GuestNotice(n Notice)
-}
-
-// Notices is a Listener for a loop of its own: it keeps the latest notice
-// of each Dot until the loop takes it, and wakes the loop. The zero value
-// is ready to use.
-type Notices struct {
-	mu     sync.Mutex
-	latest map[types.NamespacedName]Notice
-	wake   chan struct{}
-}
-
-// GuestNotice keeps n, over an earlier notice of the same Dot not taken yet.
-func (l *Notices) GuestNotice(n Notice) {
-	l.mu.Lock()
-	if l.latest == nil {
-		l.latest = map[types.NamespacedName]Notice{}
-	}
-	l.latest[n.Key] = n
-	wake := l.wakeLocked()
-	l.mu.Unlock()
-	select {
-	case wake <- struct{}{}:
-	default:
-	}
-}
-
-// Wake receives after a notice came.
-func (l *Notices) Wake() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.wakeLocked()
-}
-
-func (l *Notices) wakeLocked() chan struct{} {
-	if l.wake == nil {
-		l.wake = make(chan struct{}, 1)
-	}
-	return l.wake
-}
-
-// Take returns the latest notice of each Dot heard of since the last Take.
-func (l *Notices) Take() []Notice {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]Notice, 0, len(l.latest))
-	for _, n := range l.latest {
-		out = append(out, n)
-	}
-	clear(l.latest)
-	return out
-}
-
 // Reconciler runs the READY procedure for the Dots whose Computers run on
 // its host.
 type Reconciler struct {
@@ -205,8 +128,12 @@ type Reconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles (of different
 	// Dots: one Dot is never reconciled twice at once); 4 when zero.
 	MaxConcurrentReconciles int
+	// Guests is the host's registry of its guests: the tokens read here
+	// and the targets found here are kept there, for the guest endpoint
+	// and the Computer reconciler. A registry of its own when nil.
+	Guests *guests.Registry
 	// Listeners hear of each Dot's guest after every reconcile.
-	Listeners []Listener
+	Listeners []guestnotice.Listener
 
 	mu sync.Mutex
 	// pushed is what reached each Dot's guest, in memory: after an agent's
@@ -218,24 +145,7 @@ type Reconciler struct {
 	// failures counts each Dot's calls to its guest that failed in a row
 	// since it was last ready: the next try waits retryWait(failures).
 	failures map[types.NamespacedName]int
-	// tokens caches each Computer's guest token by UID (it never changes).
-	tokens   sync.Map
 	requests chan event.GenericEvent
-}
-
-// record is what one guest holds, as far as this agent pushed it.
-type record struct {
-	// port, pid and startTicks name the guest (its QEMU): another one
-	// holds nothing.
-	port, pid  int
-	startTicks uint64
-	// secrets is the digest of the secrets the guest took; keyPushed says
-	// whether it took any.
-	keyPushed bool
-	secrets   [sha256.Size]byte
-	// generation is the Dot's generation whose configuration the guest
-	// took; 0 when none.
-	generation int64
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=dots,verbs=get;list;watch
@@ -280,6 +190,15 @@ func (r *Reconciler) init() {
 	if r.requests == nil {
 		r.requests = make(chan event.GenericEvent, 1024)
 	}
+	if r.Guests == nil {
+		r.Guests = &guests.Registry{}
+	}
+}
+
+// guests is the registry of the host's guests.
+func (r *Reconciler) guests() *guests.Registry {
+	r.init()
+	return r.Guests
 }
 
 // RequestPush asks for the Dot's key and configuration to be pushed to its
@@ -331,7 +250,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	r.init()
 	// What the listeners hear once this reconcile ends: no guest, unless
 	// the procedure below reaches one.
-	notice := Notice{Key: req.NamespacedName}
+	notice := guestnotice.Notice{Key: req.NamespacedName}
 	defer func() { r.notify(notice) }()
 	dot := &dotsv1.Dot{}
 	if err := r.Client.Get(ctx, req.NamespacedName, dot); err != nil {
@@ -366,7 +285,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 		return ctrl.Result{}, nil
 	}
-	token, err := r.token(ctx, c)
+	token, err := r.guests().Token(ctx, r.APIReader, c)
 	if err != nil {
 		msg := fmt.Sprintf("the guest token of Computer %s cannot be read: %v", c.Name, err)
 		for _, cd := range []*cond{&s.key, &s.config, &s.agent} {
@@ -386,20 +305,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{RequeueAfter: retryPoll}, nil
 	}
 	res = r.ready(ctx, s, req.NamespacedName, target)
-	notice = Notice{Key: req.NamespacedName, DotUID: dot.UID, Target: target, Ready: s.agent.status == metav1.ConditionTrue}
+	notice = guestnotice.Notice{Key: req.NamespacedName, DotUID: dot.UID, Target: target, Ready: s.agent.status == metav1.ConditionTrue}
 	return res, nil
 }
 
-func (r *Reconciler) notify(n Notice) {
-	for _, l := range r.Listeners {
-		l.GuestNotice(n)
-	}
+// notify records the Dot's guest in the registry (its target, or none),
+// then tells the listeners.
+func (r *Reconciler) notify(n guestnotice.Notice) {
+	r.guests().Prove(n.Key, n.Target)
+	guestnotice.Bus(r.Listeners).GuestNotice(n)
 }
 
 // target is the one place a Computer becomes a guest target (the READY
-// pushes here, the pump, the deliverer and the Dots API's proxy all take
-// it from the notice): the port and the QEMU's pid, start time and boot id
-// from the VM's own record, which must name the QEMU the Computer's status
+// pushes here; the registry keeps it for the guest endpoint, and the pump
+// and the deliverer take it from the notice): the port and the QEMU's pid,
+// start time and boot id from the VM's own record, which must name the QEMU the Computer's status
 // reports. A status that names another QEMU is behind the record (the
 // Computer reconciler reports the new one soon) or ahead of it; either way
 // that guest is not pushed to until the two agree.
@@ -432,283 +352,6 @@ func computerNotReady(c *dotsv1.Computer) string {
 		return "no QEMU or guest port on record"
 	}
 	return ""
-}
-
-// desired is what a guest should hold for a Dot: its secrets and its
-// runtime configuration. A problem stops the procedure at the step it
-// belongs to.
-type desired struct {
-	secrets    secretSet
-	config     protocol.RuntimeConfig
-	generation int64
-	keyProblem *keyProblem
-	configErr  error
-}
-
-func (r *Reconciler) desired(ctx context.Context, dot *dotsv1.Dot) desired {
-	d := desired{generation: dot.Generation}
-	d.secrets, d.keyProblem = readSecrets(ctx, r.APIReader, dot)
-	d.config, d.configErr = RuntimeConfig(dot)
-	return d
-}
-
-// ready is the READY procedure: push what the guest lacks, again while the
-// Dot or its Secrets change under the push, then ask the engine's health.
-func (r *Reconciler) ready(ctx context.Context, s *scope, key types.NamespacedName, target guestclient.Target) ctrl.Result {
-	want := r.desired(ctx, s.dot)
-	for round := 1; ; round++ {
-		if p := want.keyProblem; p != nil {
-			s.set(&s.key, metav1.ConditionFalse, p.reason, p.message)
-			s.set(&s.config, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
-			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
-			return ctrl.Result{RequeueAfter: keyPoll}
-		}
-		pushed, failed := r.push(ctx, s, key, target, want)
-		if failed {
-			return ctrl.Result{RequeueAfter: r.failed(key)}
-		}
-		if !pushed {
-			break
-		}
-		// A key or a configuration stored while this ran must not be lost
-		// in the window: read both again, and push again until a round
-		// finds them as they were pushed (ref 9.3).
-		fresh := &dotsv1.Dot{}
-		if err := r.APIReader.Get(ctx, key, fresh); err != nil {
-			// The status is written on what was read before; the next
-			// reconcile reads again.
-			return ctrl.Result{RequeueAfter: retryPoll}
-		}
-		next := r.desired(ctx, fresh)
-		s.dot = fresh
-		if next.keyProblem == nil && next.configErr == nil &&
-			fresh.Generation == want.generation && next.secrets.digest == want.secrets.digest {
-			break
-		}
-		if round == maxRounds {
-			return ctrl.Result{RequeueAfter: time.Millisecond}
-		}
-		want = next
-	}
-	return r.health(ctx, s, key, target)
-}
-
-// push sends what the guest does not hold yet: the secrets when they are not
-// the ones it took, the configuration when its generation is not the one it
-// took. It reports whether it sent anything, and whether a push failed (the
-// conditions then say which and why).
-func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedName, target guestclient.Target, want desired) (pushed, failed bool) {
-	rec := r.record(key, target)
-	if !rec.keyPushed || rec.secrets != want.secrets.digest {
-		if err := r.call(ctx, target, http.MethodPost, protocol.RouteSecrets, want.secrets.req, nil); err != nil {
-			s.set(&s.key, metav1.ConditionFalse, dotsv1.PushFailedReason, DescribeFailure("the guest did not take the OpenRouter key", http.MethodPost, protocol.RouteSecrets, err, r.callTimeout()))
-			s.set(&s.config, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
-			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
-			return pushed, true
-		}
-		rec.keyPushed, rec.secrets = true, want.secrets.digest
-		r.store(key, rec)
-		pushed = true
-		// What the guest holds is this agent's memory only: an agent
-		// killed here pushes the key again (the engine takes the same key
-		// as a no-op, ref 4.3) and then the config, and the Dot was not
-		// READY meanwhile (its status is written after the procedure).
-		crashpoint.Hit(crashpoint.ReadyKeyPushed)
-	}
-	msg := "the guest holds the OpenRouter key from " + want.secrets.keyFrom
-	if n := want.secrets.mcpCount(); n > 0 {
-		msg += fmt.Sprintf(" and %d MCP secret(s)", n)
-	}
-	s.set(&s.key, metav1.ConditionTrue, dotsv1.KeyPushedReason, msg)
-
-	if want.configErr != nil {
-		s.set(&s.config, metav1.ConditionFalse, dotsv1.ConfigInvalidReason, fmt.Sprintf("generation %d: %v", want.generation, want.configErr))
-		s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the configuration (ConfigApplied)")
-		return pushed, true
-	}
-	if rec.generation != want.generation {
-		if err := r.call(ctx, target, http.MethodPut, protocol.RouteConfig, want.config, nil); err != nil {
-			s.set(&s.config, metav1.ConditionFalse, dotsv1.PushFailedReason,
-				DescribeFailure(fmt.Sprintf("the guest did not take the configuration of generation %d", want.generation), http.MethodPut, protocol.RouteConfig, err, r.callTimeout()))
-			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the configuration (ConfigApplied)")
-			return pushed, true
-		}
-		rec.generation = want.generation
-		r.store(key, rec)
-		pushed = true
-	}
-	s.set(&s.config, metav1.ConditionTrue, dotsv1.ConfigAppliedReason, fmt.Sprintf("the guest applied the configuration of generation %d", want.generation))
-	s.config.generation = want.generation
-	return pushed, false
-}
-
-// health requires the engine's own health: status ok, the key configured,
-// and every check of its own passing (ref 9.3).
-func (r *Reconciler) health(ctx context.Context, s *scope, key types.NamespacedName, target guestclient.Target) ctrl.Result {
-	var h protocol.Health
-	if err := r.call(ctx, target, http.MethodGet, protocol.RouteHealth, nil, &h); err != nil {
-		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentNotAnsweringReason, DescribeFailure("the engine's health did not answer", http.MethodGet, protocol.RouteHealth, err, r.callTimeout()))
-		return ctrl.Result{RequeueAfter: r.failed(key)}
-	}
-	if !h.OpenRouterConfigured {
-		// It took the key, and holds none now: the engine restarted since
-		// (its key lives in memory only). Push everything again.
-		r.forget(key)
-		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentStartingReason, "the engine holds no OpenRouter key (it restarted since the push): pushing again")
-		return ctrl.Result{RequeueAfter: startingPoll}
-	}
-	if h.Status != protocol.HealthOK {
-		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentStartingReason, fmt.Sprintf("the engine says %q", safeWord(h.Status)))
-		return ctrl.Result{RequeueAfter: startingPoll}
-	}
-	var failing []string
-	for _, c := range h.Checks {
-		if !c.OK {
-			f := safeWord(c.Name)
-			if c.Detail != "" {
-				f += ": " + clip(c.Detail, 200)
-			}
-			failing = append(failing, f)
-		}
-	}
-	if len(failing) > 0 {
-		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentStartingReason, "the engine's checks do not pass: "+strings.Join(failing, "; "))
-		return ctrl.Result{RequeueAfter: startingPoll}
-	}
-	s.set(&s.agent, metav1.ConditionTrue, dotsv1.AgentReadyReason, fmt.Sprintf("the engine is ready (state %s)", safeWord(string(h.State))))
-	r.mu.Lock()
-	delete(r.failures, key)
-	r.mu.Unlock()
-	return ctrl.Result{RequeueAfter: steadyPoll}
-}
-
-func (r *Reconciler) callTimeout() time.Duration { return cmp.Or(r.CallTimeout, defaultCallTimeout) }
-
-func (r *Reconciler) call(ctx context.Context, t guestclient.Target, method, route string, in, out any) error {
-	cctx, cancel := context.WithTimeout(ctx, r.callTimeout())
-	defer cancel()
-	return r.Guest.Agent(cctx, t, method, route, in, out)
-}
-
-// codeRE is what an error code of the protocol looks like ("invalid_secret");
-// anything else a guest sends in its place is not repeated.
-var codeRE = regexp.MustCompile(`^[a-z][a-z_]{0,39}$`)
-
-// DescribeFailure says what a failed call to a guest's engine was, by
-// route, status and error code only: never the text the guest or a proxy
-// answered, which could echo the key into the Dot's status, the log or the
-// event log (ref 4.3). The deliverer words its failures with it too.
-func DescribeFailure(what, method, route string, err error, timeout time.Duration) string {
-	path := protocol.AgentRoutePrefix + route
-	var se *guestclient.StatusError
-	switch {
-	case errors.As(err, &se):
-		code := "no error code"
-		if codeRE.MatchString(se.Code) {
-			code = se.Code
-		} else if se.Code != "" {
-			code = "an error code that is not the protocol's"
-		}
-		return fmt.Sprintf("%s (%s %s: status %d, %s)", what, method, path, se.Status, code)
-	case errors.As(err, new(*guestclient.AnswerError)):
-		return fmt.Sprintf("%s (%s %s: the guest's answer is not the protocol's)", what, method, path)
-	case errors.Is(err, guestclient.ErrGuestUnproven):
-		return fmt.Sprintf("%s (%s %s: the listener on the guest port did not prove it holds the Dot's token, so it was sent nothing)", what, method, path)
-	case errors.Is(err, guestclient.ErrGuestNotAnswering):
-		return fmt.Sprintf("%s (%s %s: the guest is not answering)", what, method, path)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Sprintf("%s (%s %s: no answer within %s)", what, method, path, timeout)
-	}
-	return fmt.Sprintf("%s (%s %s: the request did not complete)", what, method, path)
-}
-
-// wordRE is what a word the engine reports looks like (a state, a check's
-// name).
-var wordRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,40}$`)
-
-// safeWord keeps a word the engine reports to what the protocol's words
-// look like.
-func safeWord(s string) string {
-	if wordRE.MatchString(s) {
-		return s
-	}
-	return "?"
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
-
-// record returns what the guest holds as far as this agent knows: nothing
-// when the guest is another QEMU than the one pushed to, or when it asked
-// to be given everything again.
-func (r *Reconciler) record(key types.NamespacedName, t guestclient.Target) record {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rec, ok := r.pushed[key]
-	if r.stale[key] || !ok || rec.port != t.Port || rec.pid != t.PID || rec.startTicks != t.StartTicks {
-		delete(r.stale, key)
-		rec = record{port: t.Port, pid: t.PID, startTicks: t.StartTicks}
-		r.pushed[key] = rec
-	}
-	return rec
-}
-
-func (r *Reconciler) store(key types.NamespacedName, rec record) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stale[key] {
-		// Asked again while this ran: the next reconcile pushes all.
-		return
-	}
-	r.pushed[key] = rec
-}
-
-func (r *Reconciler) forget(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.pushed, key)
-	delete(r.failures, key)
-}
-
-// failed counts a failed call to the Dot's guest and says when to try
-// again: firstRetry, doubling with each failure in a row, up to retryPoll.
-func (r *Reconciler) failed(key types.NamespacedName) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failures[key]++
-	return retryWait(r.failures[key])
-}
-
-// retryWait is the wait after n failures in a row.
-func retryWait(n int) time.Duration {
-	d := firstRetry
-	for i := 1; i < n && d < retryPoll; i++ {
-		d *= 2
-	}
-	return min(d, retryPoll)
-}
-
-// token reads the Computer's guest token (its Secret is the Computer
-// reconciler's, made before the VM's first start).
-func (r *Reconciler) token(ctx context.Context, c *dotsv1.Computer) (string, error) {
-	if tok, ok := r.tokens.Load(c.UID); ok {
-		return tok.(string), nil
-	}
-	sec := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: c.Namespace, Name: computer.TokenSecretName(c.Name)}
-	if err := r.APIReader.Get(ctx, key, sec); err != nil {
-		return "", fmt.Errorf("read the guest-token secret %s: %w", key, err)
-	}
-	tok, err := computer.TokenIn(c, sec)
-	if err != nil {
-		return "", err
-	}
-	r.tokens.Store(c.UID, tok)
-	return tok, nil
 }
 
 // writeStatus sets the three conditions from the scope and writes them, once.

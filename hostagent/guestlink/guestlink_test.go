@@ -27,6 +27,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/computer"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestnotice"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
@@ -602,38 +603,13 @@ func TestOnlyThisHostsComputers(t *testing.T) {
 	}
 }
 
-func TestDescribeFailure(t *testing.T) {
-	tests := map[string]struct {
-		reason string
-		err    error
-		want   string
-	}{
-		"status": {"a refusal: route, status, code", &guestclient.StatusError{Status: 400, Code: "invalid_secret", Message: "the key sk-1 is bad"},
-			"x (POST /v1/agent/secrets: status 400, invalid_secret)"},
-		"no code": {"a proxy's answer without the protocol's body", &guestclient.StatusError{Status: 502}, "x (POST /v1/agent/secrets: status 502, no error code)"},
-		"answer": {"an answer read strictly and refused: said, without the guest's words",
-			&guestclient.AnswerError{Method: "POST", Path: "/v1/agent/secrets", Err: errors.New(`the body has an unknown field "sk-1"`)},
-			"x (POST /v1/agent/secrets: the guest's answer is not the protocol's)"},
-		"timeout": {"no answer in time", fmt.Errorf("guest: %w", context.DeadlineExceeded), "x (POST /v1/agent/secrets: no answer within 10s)"},
-		"other": {"a transport error's text is not repeated either (a malformed answer can be quoted in it)",
-			errors.New(`malformed HTTP response "sk-1"`), "x (POST /v1/agent/secrets: the request did not complete)"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if got := DescribeFailure("x", http.MethodPost, protocol.RouteSecrets, tc.err, 10*time.Second); got != tc.want {
-				t.Errorf("%s\nDescribeFailure() = %q, want %q", tc.reason, got, tc.want)
-			}
-		})
-	}
-}
-
 // noticeLog keeps what the listeners heard.
 type noticeLog struct {
 	mu      sync.Mutex
-	notices []Notice
+	notices []guestnotice.Notice
 }
 
-func (l *noticeLog) GuestNotice(n Notice) {
+func (l *noticeLog) GuestNotice(n guestnotice.Notice) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.notices = append(l.notices, n)
@@ -655,35 +631,35 @@ func TestNotices(t *testing.T) {
 		objs     []client.Object
 		computer *dotsv1.Computer
 		guest    fakeguest.GuestFns
-		want     Notice
+		want     guestnotice.Notice
 	}{
 		"ready": {reason: "the procedure completed: the guest is READY",
 			objs: []client.Object{testDot(nil), tokenSecret(), defaultKeySecret(defaultKey)}, computer: testComputer(true, 1001),
-			want: Notice{Key: dotKey, DotUID: "uid-dot", Target: target, Ready: true}},
+			want: guestnotice.Notice{Key: dotKey, DotUID: "uid-dot", Target: target, Ready: true}},
 		"engine starting": {reason: "a guest whose engine is not ready yet is there, and not READY",
 			objs: []client.Object{testDot(nil), tokenSecret(), defaultKeySecret(defaultKey)}, computer: testComputer(true, 1001), guest: starting,
-			want: Notice{Key: dotKey, DotUID: "uid-dot", Target: target}},
+			want: guestnotice.Notice{Key: dotKey, DotUID: "uid-dot", Target: target}},
 		"no key": {reason: "a guest that waits for its key is there, and not READY",
 			objs: []client.Object{testDot(nil), tokenSecret()}, computer: testComputer(true, 1001),
-			want: Notice{Key: dotKey, DotUID: "uid-dot", Target: target}},
+			want: guestnotice.Notice{Key: dotKey, DotUID: "uid-dot", Target: target}},
 		"computer not ready": {reason: "a Computer not RUNNING and Ready has no guest to reach",
 			objs: []client.Object{testDot(nil), tokenSecret(), defaultKeySecret(defaultKey)}, computer: testComputer(false, 1001),
-			want: Notice{Key: dotKey}},
+			want: guestnotice.Notice{Key: dotKey}},
 		"another host": {reason: "another host's Computer is not this agent's guest",
 			objs:     []client.Object{testDot(nil), tokenSecret(), defaultKeySecret(defaultKey)},
 			computer: func() *dotsv1.Computer { c := testComputer(true, 1001); c.Spec.NodeName = "h2"; return c }(),
-			want:     Notice{Key: dotKey}},
+			want:     guestnotice.Notice{Key: dotKey}},
 		"dot gone": {reason: "a Dot that is gone has no guest",
 			objs: []client.Object{tokenSecret()}, computer: testComputer(true, 1001),
-			want: Notice{Key: dotKey}},
+			want: guestnotice.Notice{Key: dotKey}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			r, _ := newReconciler(t, tc.guest, append(tc.objs, tc.computer)...)
 			var heard noticeLog
-			r.Listeners = []Listener{&heard}
+			r.Listeners = []guestnotice.Listener{&heard}
 			reconcileOnce(t, r)
-			if diff := cmp.Diff([]Notice{tc.want}, heard.notices); diff != "" {
+			if diff := cmp.Diff([]guestnotice.Notice{tc.want}, heard.notices); diff != "" {
 				t.Errorf("%s\nnotices -want +got:\n%s", tc.reason, diff)
 			}
 		})
@@ -766,14 +742,14 @@ func TestTargetIsTheVMRecord(t *testing.T) {
 			r, c := newReconciler(t, guest, objs()...)
 			r.VMs = tc.vms(c)
 			var heard noticeLog
-			r.Listeners = []Listener{&heard}
+			r.Listeners = []guestnotice.Listener{&heard}
 			res := reconcileOnce(t, r)
 
-			want := Notice{Key: dotKey}
+			want := guestnotice.Notice{Key: dotKey}
 			if tc.wantCalls {
-				want = Notice{Key: dotKey, DotUID: "uid-dot", Target: tc.wantTarget, Ready: true}
+				want = guestnotice.Notice{Key: dotKey, DotUID: "uid-dot", Target: tc.wantTarget, Ready: true}
 			}
-			if diff := cmp.Diff([]Notice{want}, heard.notices); diff != "" {
+			if diff := cmp.Diff([]guestnotice.Notice{want}, heard.notices); diff != "" {
 				t.Errorf("%s\nnotices -want +got:\n%s", tc.reason, diff)
 			}
 			for _, tg := range called {

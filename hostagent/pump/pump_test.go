@@ -19,7 +19,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestnotice"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
@@ -390,19 +390,19 @@ func TestDecide(t *testing.T) {
 	run := &running{target: testTarget, uid: testUID}
 	tests := map[string]struct {
 		reason string
-		notice guestlink.Notice
+		notice guestnotice.Notice
 		run    *running
 		want   change
 	}{
-		"ready starts":        {"the READY procedure completed: a pump starts", guestlink.Notice{Target: testTarget, DotUID: testUID, Ready: true}, nil, start},
-		"not ready waits":     {"a guest not READY yet gets no pump yet", guestlink.Notice{Target: testTarget, DotUID: testUID}, nil, keep},
-		"ready again keeps":   {"the same guest READY again keeps its pump", guestlink.Notice{Target: testTarget, DotUID: testUID, Ready: true}, run, keep},
-		"not ready keeps":     {"an engine restarting inside the same QEMU keeps the pump, whose stream drops and reopens", guestlink.Notice{Target: testTarget, DotUID: testUID}, run, keep},
-		"no guest stops":      {"a Computer no longer RUNNING and Ready stops the pump", guestlink.Notice{}, run, stop},
-		"no guest, none":      {"nothing runs, nothing to stop", guestlink.Notice{}, nil, keep},
-		"new QEMU, ready":     {"another QEMU READY: the old pump stops and one starts for it", guestlink.Notice{Target: other, DotUID: testUID, Ready: true}, run, restart},
-		"new QEMU, not ready": {"another QEMU not READY yet: the old pump stops", guestlink.Notice{Target: other, DotUID: testUID}, run, stop},
-		"Dot made again":      {"another Dot of the same name is another log", guestlink.Notice{Target: testTarget, DotUID: "uid-new", Ready: true}, run, restart},
+		"ready starts":        {"the READY procedure completed: a pump starts", guestnotice.Notice{Target: testTarget, DotUID: testUID, Ready: true}, nil, start},
+		"not ready waits":     {"a guest not READY yet gets no pump yet", guestnotice.Notice{Target: testTarget, DotUID: testUID}, nil, keep},
+		"ready again keeps":   {"the same guest READY again keeps its pump", guestnotice.Notice{Target: testTarget, DotUID: testUID, Ready: true}, run, keep},
+		"not ready keeps":     {"an engine restarting inside the same QEMU keeps the pump, whose stream drops and reopens", guestnotice.Notice{Target: testTarget, DotUID: testUID}, run, keep},
+		"no guest stops":      {"a Computer no longer RUNNING and Ready stops the pump", guestnotice.Notice{}, run, stop},
+		"no guest, none":      {"nothing runs, nothing to stop", guestnotice.Notice{}, nil, keep},
+		"new QEMU, ready":     {"another QEMU READY: the old pump stops and one starts for it", guestnotice.Notice{Target: other, DotUID: testUID, Ready: true}, run, restart},
+		"new QEMU, not ready": {"another QEMU not READY yet: the old pump stops", guestnotice.Notice{Target: other, DotUID: testUID}, run, stop},
+		"Dot made again":      {"another Dot of the same name is another log", guestnotice.Notice{Target: testTarget, DotUID: "uid-new", Ready: true}, run, restart},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -458,14 +458,14 @@ func TestPumps(t *testing.T) {
 	}
 
 	streams[testTarget].Append(protocol.OutboundEvent{Type: protocol.EventAgentStarted}, state("IDLE"))
-	p.GuestNotice(guestlink.Notice{Key: testKey, DotUID: testUID, Target: testTarget})
+	p.GuestNotice(guestnotice.Notice{Key: testKey, DotUID: testUID, Target: testTarget})
 	time.Sleep(20 * time.Millisecond)
 	if got := openNow(); len(got) != 0 {
 		t.Errorf("a guest not READY yet: streams open %v; want none", got)
 	}
-	p.GuestNotice(guestlink.Notice{Key: testKey, DotUID: testUID, Target: testTarget, Ready: true})
+	p.GuestNotice(guestnotice.Notice{Key: testKey, DotUID: testUID, Target: testTarget, Ready: true})
 	waitFor("the READY guest's events are stored", func() bool { return l.has(1, 2) })
-	p.GuestNotice(guestlink.Notice{Key: testKey, DotUID: testUID, Target: testTarget, Ready: true})
+	p.GuestNotice(guestnotice.Notice{Key: testKey, DotUID: testUID, Target: testTarget, Ready: true})
 	time.Sleep(20 * time.Millisecond)
 	if got := openNow(); !cmp.Equal(got, map[guestclient.Target]int{testTarget: 1}) {
 		t.Errorf("READY again: streams open %v; want the one", got)
@@ -474,11 +474,11 @@ func TestPumps(t *testing.T) {
 	// The guest's QEMU was replaced (a reboot): its seqs go on from the
 	// same disk.
 	streams[other].Append(protocol.OutboundEvent{Seq: 3, Type: protocol.EventAgentStarted})
-	p.GuestNotice(guestlink.Notice{Key: testKey, DotUID: testUID, Target: other, Ready: true})
+	p.GuestNotice(guestnotice.Notice{Key: testKey, DotUID: testUID, Target: other, Ready: true})
 	waitFor("the new QEMU's stream alone is open and its events stored", func() bool {
 		return l.has(3) && cmp.Equal(openNow(), map[guestclient.Target]int{other: 1})
 	})
-	p.GuestNotice(guestlink.Notice{Key: testKey})
+	p.GuestNotice(guestnotice.Notice{Key: testKey})
 	waitFor("a stopped Computer's stream closes", func() bool { return len(openNow()) == 0 })
 
 	cancel()

@@ -8,11 +8,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
-	"github.com/invisible-dots/invisible-dots/hostagent/guestlink"
+	"github.com/invisible-dots/invisible-dots/hostagent/guestnotice"
 )
 
 // Pumps runs one pump per Dot of this host whose READY procedure completed,
-// as the guest link's notices tell: it is a guestlink.Listener and a
+// as the guest link's notices tell: it is a guestnotice.Listener and a
 // manager Runnable.
 type Pumps struct {
 	Host   string
@@ -28,11 +28,11 @@ type Pumps struct {
 	Retry      time.Duration
 	Log        logr.Logger
 
-	// Notices is where the guest link's notices wait for the loop.
-	guestlink.Notices
+	// Latest is where the guest link's notices wait for the loop.
+	guestnotice.Latest
 }
 
-var _ guestlink.Listener = (*Pumps)(nil)
+var _ guestnotice.Listener = (*Pumps)(nil)
 
 // NeedLeaderElection: every host agent pumps its own guests.
 func (p *Pumps) NeedLeaderElection() bool { return false }
@@ -69,7 +69,7 @@ const (
 // Dot) can be reached. A READY that fails later (the engine restarting)
 // keeps the pump: the stream drops and is opened again. run is the Dot's
 // pump, nil when none runs.
-func decide(n guestlink.Notice, run *running) change {
+func decide(n guestnotice.Notice, run *running) change {
 	noGuest := n.Target == guestclient.Target{}
 	switch {
 	case run == nil && n.Ready && !noGuest:
@@ -125,7 +125,7 @@ func (p *Pumps) Start(ctx context.Context) error {
 }
 
 // run starts a pump for the guest the notice names.
-func (p *Pumps) run(ctx context.Context, n guestlink.Notice) *running {
+func (p *Pumps) run(ctx context.Context, n guestnotice.Notice) *running {
 	pctx, cancel := context.WithCancel(ctx)
 	r := &running{target: n.Target, uid: n.DotUID, cancel: cancel, done: make(chan struct{})}
 	key := n.Key

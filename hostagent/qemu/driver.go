@@ -24,7 +24,11 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.SleepPreparer = (*Driver)(nil)
+	_ driver.ImageLister   = (*Driver)(nil)
+)
 
 // Options configure a Driver. Zero values take the defaults.
 type Options struct {
@@ -127,7 +131,7 @@ func (d *Driver) Accelerator() string { return d.cfg.EffectiveAccelerator() }
 // QEMUVersion is the version of the host's QEMU.
 func (d *Driver) QEMUVersion() string { return d.version.String() }
 
-// Images implements driver.Driver: the golden and runtime images registered
+// Images implements driver.ImageLister: the golden and runtime images registered
 // in the home.
 func (d *Driver) Images(context.Context) ([]driver.Image, error) {
 	var out []driver.Image
@@ -156,7 +160,7 @@ func (d *Driver) lock(id home.VMID) func() {
 	return l.Unlock
 }
 
-// Observe implements driver.Driver. It reads qemu.json, /proc and the guest
+// Observe implements driver.Lifecycle. It reads qemu.json, /proc and the guest
 // port, and changes nothing.
 func (d *Driver) Observe(ctx context.Context, id home.VMID) (driver.Observation, error) {
 	obs, _, err := d.observe(ctx, id)
@@ -232,7 +236,7 @@ func (d *Driver) observe(_ context.Context, id home.VMID) (driver.Observation, *
 	return obs, &rec, nil
 }
 
-// Health implements driver.Driver.
+// Health implements driver.GuestChannel.
 func (d *Driver) Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error) {
 	obs, rec, err := d.observe(ctx, id)
 	if err != nil {
@@ -248,7 +252,7 @@ func (d *Driver) Health(ctx context.Context, id home.VMID, token string) (protoc
 	return d.guest.Health(ctx, t)
 }
 
-// GuestTarget implements driver.Driver: the record of this boot, read
+// GuestTarget implements driver.GuestChannel: the record of this boot, read
 // without probing the process or the port (the listener rule does, on
 // every new connection).
 func (d *Driver) GuestTarget(_ context.Context, id home.VMID, token string) (guestclient.Target, error) {
@@ -302,7 +306,7 @@ func (d *Driver) validateSpec(spec driver.Spec) error {
 	return nil
 }
 
-// Start implements driver.Driver.
+// Start implements driver.Lifecycle.
 func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Observation, error) {
 	if err := d.validateSpec(spec); err != nil {
 		return driver.Observation{}, err
@@ -378,7 +382,7 @@ func (d *Driver) runtimeFor(spec driver.Spec) (string, error) {
 	return img.Version, nil
 }
 
-// Poweroff implements driver.Driver (ref 3.4): the guest is asked, and the
+// Poweroff implements driver.GuestChannel (ref 3.4): the guest is asked, and the
 // caller watches for QEMU's exit.
 func (d *Driver) Poweroff(ctx context.Context, id home.VMID, token string) error {
 	obs, rec, err := d.observe(ctx, id)
@@ -398,7 +402,7 @@ func (d *Driver) Poweroff(ctx context.Context, id home.VMID, token string) error
 	return d.guest.Poweroff(ctx, t)
 }
 
-// PrepareSleep implements driver.Driver.
+// PrepareSleep implements driver.SleepPreparer.
 func (d *Driver) PrepareSleep(ctx context.Context, id home.VMID, token string) error {
 	obs, rec, err := d.observe(ctx, id)
 	if err != nil {
@@ -414,7 +418,7 @@ func (d *Driver) PrepareSleep(ctx context.Context, id home.VMID, token string) e
 	return d.guest.Agent(ctx, t, http.MethodPost, protocol.RoutePrepareSleep, nil, nil)
 }
 
-// Kill implements driver.Driver: SIGKILL under the kill rule, a short wait,
+// Kill implements driver.Lifecycle: SIGKILL under the kill rule, a short wait,
 // and the record cleared once the process is gone.
 func (d *Driver) Kill(ctx context.Context, id home.VMID) (driver.KillResult, error) {
 	if err := id.Validate(); err != nil {
@@ -451,7 +455,7 @@ func (d *Driver) Kill(ctx context.Context, id home.VMID) (driver.KillResult, err
 	return res, nil
 }
 
-// Destroy implements driver.Driver: kill without a poweroff, then remove the
+// Destroy implements driver.Lifecycle: kill without a poweroff, then remove the
 // VM's directory and log.
 func (d *Driver) Destroy(ctx context.Context, id home.VMID) error {
 	if err := id.Validate(); err != nil {

@@ -136,3 +136,23 @@ func TestLifecycleFetchesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestPartsLinkNoReconciler: what reaches a host's guests (the
+// registry of their tokens and targets, the guest link's notices, the event
+// pump, the deliverer, the guest client and the guest endpoint) is read by
+// the reconcilers, never the other way: none of it links the Computer
+// reconciler, the guest link's reconciler or a VM driver.
+func TestGuestPartsLinkNoReconciler(t *testing.T) {
+	parts := []string{"guests", "guestnotice", "pump", "deliver", "guestclient", "guestendpoint", "guestproxy"}
+	forbidden := []string{"computer", "guestlink", "qemu", "driver"}
+	for _, part := range parts {
+		pkg := module + "/hostagent/" + part
+		for _, dep := range goList(t, "-deps", "-f", "{{.ImportPath}}", pkg) {
+			for _, f := range forbidden {
+				if dep == module+"/hostagent/"+f {
+					t.Errorf("%s depends on %s: the reconcilers read the guests' parts, not the other way", pkg, dep)
+				}
+			}
+		}
+	}
+}

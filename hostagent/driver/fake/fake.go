@@ -20,7 +20,8 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
-// DriverFns implements driver.Driver with one function per method. A nil
+// DriverFns implements driver.Driver, driver.SleepPreparer and
+// driver.ImageLister with one function per method. A nil
 // function observes a stopped, unprovisioned VM and succeeds at everything.
 type DriverFns struct {
 	ObserveFn  func(ctx context.Context, id home.VMID) (driver.Observation, error)
@@ -36,7 +37,11 @@ type DriverFns struct {
 	ImagesFn      func(ctx context.Context) ([]driver.Image, error)
 }
 
-var _ driver.Driver = DriverFns{}
+var (
+	_ driver.Driver        = DriverFns{}
+	_ driver.SleepPreparer = DriverFns{}
+	_ driver.ImageLister   = DriverFns{}
+)
 
 func (f DriverFns) Observe(ctx context.Context, id home.VMID) (driver.Observation, error) {
 	if f.ObserveFn == nil {
@@ -80,7 +85,7 @@ func (f DriverFns) Destroy(ctx context.Context, id home.VMID) error {
 	return f.DestroyFn(ctx, id)
 }
 
-// Health implements driver.Driver; nil answers a healthy guest without an
+// Health implements driver.GuestChannel; nil answers a healthy guest without an
 // engine.
 func (f DriverFns) Health(ctx context.Context, id home.VMID, token string) (protocol.HealthResponse, error) {
 	if f.HealthFn == nil {
@@ -89,7 +94,7 @@ func (f DriverFns) Health(ctx context.Context, id home.VMID, token string) (prot
 	return f.HealthFn(ctx, id, token)
 }
 
-// GuestTarget implements driver.Driver.
+// GuestTarget implements driver.GuestChannel.
 func (f DriverFns) GuestTarget(ctx context.Context, id home.VMID, token string) (guestclient.Target, error) {
 	if f.GuestTargetFn == nil {
 		return guestclient.Target{}, fmt.Errorf("fake: %s: %w", id, driver.ErrNotRunning)
@@ -97,7 +102,7 @@ func (f DriverFns) GuestTarget(ctx context.Context, id home.VMID, token string) 
 	return f.GuestTargetFn(ctx, id, token)
 }
 
-// Images implements driver.Driver; nil has one golden and one runtime image.
+// Images implements driver.ImageLister; nil has one golden and one runtime image.
 func (f DriverFns) Images(ctx context.Context) ([]driver.Image, error) {
 	if f.ImagesFn == nil {
 		return DefaultImages, nil
@@ -158,7 +163,11 @@ func NewHost() *Host {
 	}
 }
 
-var _ driver.Driver = (*Host)(nil)
+var (
+	_ driver.Driver        = (*Host)(nil)
+	_ driver.SleepPreparer = (*Host)(nil)
+	_ driver.ImageLister   = (*Host)(nil)
+)
 
 // Calls returns how many times a method ("Start", "Poweroff", ...) was
 // called.
@@ -186,6 +195,18 @@ func (h *Host) SetFailStart(id home.VMID, err error) {
 	h.FailStart[id] = err
 }
 
+// SetUnhealthy makes Health of id fail with err (nil: answer again), safe
+// while a prober asks.
+func (h *Host) SetUnhealthy(id home.VMID, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		delete(h.Unhealthy, id)
+		return
+	}
+	h.Unhealthy[id] = err
+}
+
 // SetImages replaces the images the host has registered.
 func (h *Host) SetImages(imgs []driver.Image) {
 	h.mu.Lock()
@@ -193,7 +214,7 @@ func (h *Host) SetImages(imgs []driver.Image) {
 	h.images = imgs
 }
 
-// Images implements driver.Driver.
+// Images implements driver.ImageLister.
 func (h *Host) Images(context.Context) ([]driver.Image, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -210,7 +231,7 @@ func (h *Host) settle(v *vm) {
 	}
 }
 
-// Observe implements driver.Driver.
+// Observe implements driver.Lifecycle.
 func (h *Host) Observe(_ context.Context, id home.VMID) (driver.Observation, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -228,7 +249,7 @@ func (h *Host) Observe(_ context.Context, id home.VMID) (driver.Observation, err
 	return obs, nil
 }
 
-// Start implements driver.Driver.
+// Start implements driver.Lifecycle.
 func (h *Host) Start(_ context.Context, spec driver.Spec) (driver.Observation, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -269,7 +290,7 @@ func (h *Host) Start(_ context.Context, spec driver.Spec) (driver.Observation, e
 	return v.obs, nil
 }
 
-// Poweroff implements driver.Driver: the guest exits PoweroffTakes later.
+// Poweroff implements driver.GuestChannel: the guest exits PoweroffTakes later.
 func (h *Host) Poweroff(_ context.Context, id home.VMID, _ string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -288,7 +309,7 @@ func (h *Host) Poweroff(_ context.Context, id home.VMID, _ string) error {
 	return nil
 }
 
-// PrepareSleep implements driver.Driver: a running VM's engine prepares.
+// PrepareSleep implements driver.SleepPreparer: a running VM's engine prepares.
 func (h *Host) PrepareSleep(_ context.Context, id home.VMID, _ string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -300,7 +321,7 @@ func (h *Host) PrepareSleep(_ context.Context, id home.VMID, _ string) error {
 	return nil
 }
 
-// Kill implements driver.Driver: a running VM ends at once.
+// Kill implements driver.Lifecycle: a running VM ends at once.
 func (h *Host) Kill(_ context.Context, id home.VMID) (driver.KillResult, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -317,7 +338,7 @@ func (h *Host) Kill(_ context.Context, id home.VMID) (driver.KillResult, error) 
 	return driver.KillResult{WasRunning: was, Gone: true}, nil
 }
 
-// Destroy implements driver.Driver.
+// Destroy implements driver.Lifecycle.
 func (h *Host) Destroy(_ context.Context, id home.VMID) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -326,7 +347,7 @@ func (h *Host) Destroy(_ context.Context, id home.VMID) error {
 	return nil
 }
 
-// Health implements driver.Driver: a running VM answers healthy, with the
+// Health implements driver.GuestChannel: a running VM answers healthy, with the
 // engine's answer {"status":"ok"}.
 func (h *Host) Health(_ context.Context, id home.VMID, _ string) (protocol.HealthResponse, error) {
 	h.mu.Lock()
@@ -342,7 +363,7 @@ func (h *Host) Health(_ context.Context, id home.VMID, _ string) (protocol.Healt
 	return protocol.HealthResponse{Agentd: protocol.AgentdOK, Agent: json.RawMessage(`{"status":"ok"}`), UptimeS: 1, RuntimeVersion: v.obs.RuntimeImage}, nil
 }
 
-// GuestTarget implements driver.Driver: a running VM's port and pid, its
+// GuestTarget implements driver.GuestChannel: a running VM's port and pid, its
 // fake start time (StartTicks of the pid) and the host's boot id, as its
 // record would give them.
 func (h *Host) GuestTarget(_ context.Context, id home.VMID, token string) (guestclient.Target, error) {
