@@ -40,7 +40,9 @@ func (r *Reconciler) prepareSleep(ctx context.Context, c *dotsv1.Computer, obs d
 		r.prepares.Delete(c.UID)
 		return r.prepareSleep(ctx, c, obs, token)
 	}
-	key := client.ObjectKeyFromObject(c)
+	// What the call needs of c is read now: c is the reconcile's, which
+	// writes it again while the call runs.
+	key, id := client.ObjectKeyFromObject(c), VMID(c)
 	p.start(func() error {
 		// The engine's answer wakes the Computer: the next reconcile sees
 		// it and powers the guest off.
@@ -51,7 +53,7 @@ func (r *Reconciler) prepareSleep(ctx context.Context, c *dotsv1.Computer, obs d
 		}
 		pctx, cancel := context.WithTimeout(context.Background(), prepareSleepCall)
 		defer cancel()
-		return sp.PrepareSleep(pctx, VMID(c), token)
+		return sp.PrepareSleep(pctx, id, token)
 	})
 	t := time.NewTimer(prepareWait)
 	defer t.Stop()

@@ -25,10 +25,15 @@ import (
 
 // Defaults.
 const (
-	// DefaultPeriod is the one cadence of every guest's probe: a booting
-	// guest is seen answering within a second, a guest that stops answering
-	// within a second too.
-	DefaultPeriod = time.Second
+	// DefaultStartingPeriod is the cadence of a guest's probe until it
+	// first answers: a booting guest is seen answering within half a
+	// second, so Ready follows its boot closely.
+	DefaultStartingPeriod = 500 * time.Millisecond
+	// DefaultAnsweredPeriod is the cadence once it answered: a guest that
+	// stops answering is seen within 10 s, the running guest's cadence of
+	// the Computer's reconcile, without asking a hundred guests ten times a
+	// second (each answer wakes a guest that may run under tcg).
+	DefaultAnsweredPeriod = 10 * time.Second
 	// startingTimeout bounds a probe while the guest has not answered yet:
 	// QEMU's user network holds a connection open until the guest listens,
 	// and a new connection a period later is answered sooner than a held one.
@@ -69,8 +74,10 @@ var ErrNotProbed = errors.New("not probed yet")
 // Manager runs the workers and caches their results. Make it with New.
 type Manager struct {
 	checker Checker
-	period  time.Duration
-	updates chan event.GenericEvent
+	// starting and answered are the probe's cadences before and after the
+	// guest's first answer.
+	starting, answered time.Duration
+	updates            chan event.GenericEvent
 
 	mu      sync.Mutex
 	ctx     context.Context
@@ -85,15 +92,17 @@ type worker struct {
 	done   chan struct{}
 }
 
-// New makes a Manager probing with checker every period (DefaultPeriod
+// New makes a Manager probing with checker every period, before and after
+// a guest's first answer (DefaultStartingPeriod, then DefaultAnsweredPeriod,
 // when zero).
 func New(checker Checker, period time.Duration) *Manager {
+	starting, answered := period, period
 	if period == 0 {
-		period = DefaultPeriod
+		starting, answered = DefaultStartingPeriod, DefaultAnsweredPeriod
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	return &Manager{
-		checker: checker, period: period,
+		checker: checker, starting: starting, answered: answered,
 		updates: make(chan event.GenericEvent, 1024),
 		ctx:     ctx, stop: stop,
 		workers: map[types.NamespacedName]*worker{},
@@ -169,9 +178,10 @@ func (m *Manager) Result(key types.NamespacedName, pid int) Result {
 	return r
 }
 
-// run probes at once, then every period, until ctx ends.
+// run probes at once, then at the starting cadence until the guest first
+// answers and at the answered one after, until ctx ends.
 func (m *Manager) run(ctx context.Context, w *worker) {
-	t := time.NewTicker(m.period)
+	t := time.NewTimer(m.starting)
 	defer t.Stop()
 	answered := false
 	for {
@@ -185,6 +195,11 @@ func (m *Manager) run(ctx context.Context, w *worker) {
 		}
 		answered = answered || r.Err == nil
 		m.keep(w, r)
+		if answered {
+			t.Reset(m.answered)
+		} else {
+			t.Reset(m.starting)
+		}
 		select {
 		case <-ctx.Done():
 			return
