@@ -53,22 +53,14 @@ func (r *ActivityStatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile writes what the log gives of the Dot, its Tasks and its
 // Computer, each only when it changed.
 func (r *ActivityStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	dot, err := workDot(ctx, r.Client, r.Log, req)
-	if dot == nil || err != nil {
+	in, err := openWork(ctx, r.Client, r.Log, req, true, false)
+	if in == nil || err != nil {
 		return ctrl.Result{}, err
 	}
-	tasks, err := dotTasks(ctx, r.Client, dot)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	w, err := r.Log.Open(ctx, storeDot(dot))
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	defer w.Close()
+	defer in.Close()
 	steps := &workSteps{}
-	steps.run("write the statuses", r.writeStatuses(ctx, dot, w.View(), tasks))
-	return steps.result(ctx, r.Recorder, dot, ctrl.Result{})
+	steps.run("write the statuses", r.writeStatuses(ctx, in.Dot, in.View(), in.Tasks))
+	return steps.result(ctx, r.Recorder, in.Dot, ctrl.Result{})
 }
 
 // writeStatuses writes what the log gives of the Dot, its Tasks and its

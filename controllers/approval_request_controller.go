@@ -56,30 +56,18 @@ func (r *ApprovalRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile delivers the decisions made, then makes and expires the
 // Approvals the log asks for.
 func (r *ApprovalRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	dot, err := workDot(ctx, r.Client, r.Log, req)
-	if dot == nil || err != nil {
+	in, err := openWork(ctx, r.Client, r.Log, req, true, true)
+	if in == nil || err != nil {
 		return ctrl.Result{}, err
 	}
-	tasks, err := dotTasks(ctx, r.Client, dot)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	approvals, err := dotApprovals(ctx, r.Client, dot)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	w, err := r.Log.Open(ctx, storeDot(dot))
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	defer w.Close()
+	defer in.Close()
 
 	steps := &workSteps{}
-	for i := range approvals {
-		steps.run("deliver the decision of approval "+approvals[i].Name, r.answer(ctx, &approvals[i], w))
+	for i := range in.Approvals {
+		steps.run("deliver the decision of approval "+in.Approvals[i].Name, r.answer(ctx, &in.Approvals[i], in.DotWork))
 	}
-	steps.run("make the approvals asked for", r.makeApprovals(ctx, dot, w.View(), tasks, approvals))
-	return steps.result(ctx, r.Recorder, dot, ctrl.Result{})
+	steps.run("make the approvals asked for", r.makeApprovals(ctx, in.Dot, in.View(), in.Tasks, in.Approvals))
+	return steps.result(ctx, r.Recorder, in.Dot, ctrl.Result{})
 }
 
 // alwaysManager is the field manager of the permissions an "always allow"

@@ -40,22 +40,14 @@ func (r *MCPAdditionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile answers the additions the log has not answered yet.
 func (r *MCPAdditionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	dot, err := workDot(ctx, r.Client, r.Log, req)
-	if dot == nil || err != nil {
+	in, err := openWork(ctx, r.Client, r.Log, req, false, true)
+	if in == nil || err != nil {
 		return ctrl.Result{}, err
 	}
-	approvals, err := dotApprovals(ctx, r.Client, dot)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	w, err := r.Log.Open(ctx, storeDot(dot))
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	defer w.Close()
+	defer in.Close()
 	steps := &workSteps{}
-	steps.run("record the MCP servers added", r.recordMCPAdditions(ctx, dot, w, approvals))
-	return steps.result(ctx, r.Recorder, dot, ctrl.Result{})
+	steps.run("record the MCP servers added", r.recordMCPAdditions(ctx, in.Dot, in.DotWork, in.Approvals))
+	return steps.result(ctx, r.Recorder, in.Dot, ctrl.Result{})
 }
 
 // mcpAddManagerPrefix names the field managers of the MCP servers a Dot adds

@@ -43,29 +43,21 @@ func (r *PowerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile wakes or sleeps the Dot's computer, and looks again when the
 // decision or a scheduled task says to.
 func (r *PowerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	dot, err := workDot(ctx, r.Client, r.Log, req)
-	if dot == nil || err != nil {
+	in, err := openWork(ctx, r.Client, r.Log, req, true, false)
+	if in == nil || err != nil {
 		return ctrl.Result{}, err
 	}
-	tasks, err := dotTasks(ctx, r.Client, dot)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	w, err := r.Log.Open(ctx, storeDot(dot))
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	defer w.Close()
+	defer in.Close()
 	now := r.Clock.Now()
-	d := lifecycle.NextTask(taskFacts(tasks, w.View()), now)
+	d := lifecycle.NextTask(taskFacts(in.Tasks, in.View()), now)
 	steps := &workSteps{}
-	after, err := r.wakeOrSleep(ctx, dot, w.View(), d, now)
+	after, err := r.wakeOrSleep(ctx, in.Dot, in.View(), d, now)
 	steps.run("wake or sleep the computer", err)
 	// A task scheduled for later wakes the computer when it comes due.
 	if d.Wait > 0 && (after == 0 || d.Wait < after) {
 		after = d.Wait
 	}
-	return steps.result(ctx, r.Recorder, dot, ctrl.Result{RequeueAfter: after})
+	return steps.result(ctx, r.Recorder, in.Dot, ctrl.Result{RequeueAfter: after})
 }
 
 // wakeOrSleep applies the sleep and wake decision (ref 9.5) to the Dot's

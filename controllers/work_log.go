@@ -306,6 +306,39 @@ func workDot(ctx context.Context, c client.Client, l *WorkLog, req ctrl.Request)
 	return dot, nil
 }
 
+// workInput is what a controller of a Dot's work decides from: the Dot, the
+// Tasks and Approvals it asked for, and the Dot's log's view, held until
+// Close.
+type workInput struct {
+	Dot       *dotsv1.Dot
+	Tasks     []dotsv1.Task
+	Approvals []dotsv1.Approval
+	*DotWork
+}
+
+// openWork reads a workInput: nil when the Dot is gone or going (workDot).
+func openWork(ctx context.Context, c client.Client, l *WorkLog, req ctrl.Request, tasks, approvals bool) (*workInput, error) {
+	dot, err := workDot(ctx, c, l, req)
+	if dot == nil || err != nil {
+		return nil, err
+	}
+	in := &workInput{Dot: dot}
+	if tasks {
+		if in.Tasks, err = dotTasks(ctx, c, dot); err != nil {
+			return nil, err
+		}
+	}
+	if approvals {
+		if in.Approvals, err = dotApprovals(ctx, c, dot); err != nil {
+			return nil, err
+		}
+	}
+	if in.DotWork, err = l.Open(ctx, storeDot(dot)); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
 func storeDot(dot *dotsv1.Dot) store.Dot {
 	return store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
 }

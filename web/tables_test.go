@@ -70,8 +70,12 @@ func tablesSource() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	cj, err := json.Marshal(wire.ChannelKindNames)
+	if err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
-	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) and the Task API (TaskPhase.Ended); do not edit.\n")
+	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names (ChannelKindNames); do not edit.\n")
 	fmt.Fprintf(&out, "// UPDATE_WEB_TABLES=1 go test ./web writes it again.\n\n")
 	fmt.Fprintf(&out, "export type Decision = 'allow' | 'ask' | 'deny';\n\n")
 	fmt.Fprintf(&out, "export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision }[] = %s;\n\n", pj)
@@ -81,6 +85,8 @@ func tablesSource() ([]byte, error) {
 	fmt.Fprintf(&out, "/** The phases in which a task has ended: nothing leads out of them (api/v1alpha1 TaskPhase.Ended). */\n")
 	fmt.Fprintf(&out, "export const ENDED_TASK_PHASES = %s as const;\n\n", ej)
 	fmt.Fprintf(&out, "export type EndedTaskPhase = (typeof ENDED_TASK_PHASES)[number];\n")
+	fmt.Fprintf(&out, "\n/** How each messaging channel is named to people (wire.ChannelKindNames). */\n")
+	fmt.Fprintf(&out, "export const CHANNEL_NAMES: Record<string, string> = %s;\n", cj)
 	return out.Bytes(), nil
 }
 

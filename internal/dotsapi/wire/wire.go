@@ -91,13 +91,14 @@ type ChannelPeerPaired struct {
 	Label  string `json:"label"`
 }
 
+// ChannelKindNames is how each messaging channel's kind is named to people
+// (the web client's generated tables hold it too).
+var ChannelKindNames = map[string]string{"telegram": "Telegram", "whatsapp": "WhatsApp"}
+
 // ChannelKindName is how a channel's kind is named to people.
 func ChannelKindName(kind string) string {
-	switch kind {
-	case "telegram":
-		return "Telegram"
-	case "whatsapp":
-		return "WhatsApp"
+	if name, ok := ChannelKindNames[kind]; ok {
+		return name
 	}
 	return kind
 }

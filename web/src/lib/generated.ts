@@ -1,4 +1,4 @@
-// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) and the Task API (TaskPhase.Ended); do not edit.
+// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names (ChannelKindNames); do not edit.
 // UPDATE_WEB_TABLES=1 go test ./web writes it again.
 
 export type Decision = 'allow' | 'ask' | 'deny';
@@ -140,3 +140,6 @@ export const SPEND_EVENT_TYPES: readonly string[] = ["task.completed","task.fail
 export const ENDED_TASK_PHASES = ["COMPLETED","FAILED","CANCELLED"] as const;
 
 export type EndedTaskPhase = (typeof ENDED_TASK_PHASES)[number];
+
+/** How each messaging channel is named to people (wire.ChannelKindNames). */
+export const CHANNEL_NAMES: Record<string, string> = {"telegram":"Telegram","whatsapp":"WhatsApp"};

@@ -5,6 +5,7 @@ import { ApprovalCard } from './Inbox';
 import type { Approval, LogEvent, Message } from '../lib/types';
 import { Markdown } from '../lib/markdown';
 import { useCan } from '../lib/session';
+import { CHANNEL_NAMES } from '../lib/generated';
 
 /** A row of the thread: a message, or a quiet line of a tool the Dot used. */
 type Row =
@@ -25,9 +26,6 @@ function toolRow(e: LogEvent): Row | null {
   if (e.type !== 'tool.called') return null;
   return { kind: 'tool', id: e.id, tool: d.tool, target: d.target, ok: !!d.ok, decision: d.decision, ms: d.duration_ms ?? 0 };
 }
-
-/** How a messaging channel is named to people (wire.ChannelKindName). */
-const CHANNEL_NAMES: Record<string, string> = { telegram: 'Telegram', whatsapp: 'WhatsApp' };
 
 function messageRow(m: Message): Row {
   return { kind: 'message', id: m.event_id, role: m.role, text: m.text, at: m.created_at, via: m.via };
