@@ -1,0 +1,100 @@
+package wire
+
+import "time"
+
+// A Dot's messaging channels (ref 9.8): the Channel resource is read,
+// paused, set and deleted through the resource API; these routes do what
+// is not a resource's write (credentials checked before they are stored,
+// pairing codes, unpairing a person, linking WhatsApp by a code).
+
+// Error codes of the channel routes.
+const (
+	// CodeInvalidCredentials: the service does not accept the credentials
+	// (400); the message never holds them.
+	CodeInvalidCredentials = "invalid_credentials"
+	// CodeChannelUnreachable: the service could not be asked (502).
+	CodeChannelUnreachable = "channel_unreachable"
+	// CodeAccountInUse: another Channel already uses the account (409): a
+	// bot serves one Dot.
+	CodeAccountInUse = "account_in_use"
+	// CodeAlreadyExists: the Dot has a Channel of that type already (409).
+	CodeAlreadyExists = "already_exists"
+	// CodeChannelOff: a channel type this server does not run (400), with
+	// how to turn it on.
+	CodeChannelOff = "channel_off"
+)
+
+// MaxChannelBody bounds a channel route's body.
+const MaxChannelBody = 16 << 10
+
+// ChannelKind is a channel type the server runs.
+type ChannelKind struct {
+	Type string `json:"type"`
+	// Name is the service's name to people ("Telegram").
+	Name string `json:"name"`
+	// LinkedBy is "token" (credentials given) or "code" (a code scanned on
+	// a phone).
+	LinkedBy string `json:"linked_by"`
+}
+
+// ChannelKinds answers GET .../dots/{name}/channels.
+type ChannelKinds struct {
+	Dot       string        `json:"dot"`
+	Available []ChannelKind `json:"available"`
+}
+
+// ChannelSettings are a Channel's spec.settings, as a body gives them.
+type ChannelSettings struct {
+	Approvals     *bool `json:"approvals,omitempty"`
+	NotifyTasks   *bool `json:"notifyTasks,omitempty"`
+	ShowArguments *bool `json:"showArguments,omitempty"`
+}
+
+// ChannelAdd is the body of POST .../dots/{name}/channels.
+type ChannelAdd struct {
+	Type     string           `json:"type"`
+	Token    string           `json:"token"`
+	Settings *ChannelSettings `json:"settings,omitempty"`
+}
+
+// ChannelCredentials is the body of PUT .../channels/{channel}/credentials.
+type ChannelCredentials struct {
+	Token string `json:"token"`
+}
+
+// ChannelAccount is the account a Channel speaks as.
+type ChannelAccount struct {
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+}
+
+// ChannelLinked answers an add or a new token.
+type ChannelLinked struct {
+	Namespace string         `json:"namespace"`
+	Name      string         `json:"name"`
+	Type      string         `json:"type"`
+	Account   ChannelAccount `json:"account"`
+}
+
+// PairingCode answers POST .../channels/{channel}/pairing-codes.
+type PairingCode struct {
+	Code      string    `json:"code"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// Words are what the person sends the account ("/start CODE").
+	Words string `json:"words"`
+	// Link opens the chat with the words ready to send (empty when the
+	// account's public name is not known yet).
+	Link string `json:"link,omitempty"`
+}
+
+// ChannelLinkFrame is one frame of GET .../channels/{channel}/link (an SSE
+// stream, no-store): a code to scan, then linked or failed.
+type ChannelLinkFrame struct {
+	// Code is a code to show as a QR; it is a way into the account while
+	// shown, so it is held in memory only.
+	Code string `json:"code,omitempty"`
+	// Linked is the account's number once the phone linked it.
+	Linked string `json:"linked,omitempty"`
+	// Failed says why linking ended without a link.
+	Failed string `json:"failed,omitempty"`
+}
