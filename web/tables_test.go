@@ -74,8 +74,24 @@ func tablesSource() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every state the Channel API admits: the client words each one, and a
+	// state added there does not compile in the client until it is worded.
+	states, err := enumOf("../api/v1alpha1/channel_types.go", "ChannelState")
+	if err != nil {
+		return nil, err
+	}
+	csj, err := json.Marshal(states)
+	if err != nil {
+		return nil, err
+	}
+	// The channel routes' own error codes, which the client words the same way.
+	codes := []string{wire.CodeInvalidCredentials, wire.CodeChannelUnreachable, wire.CodeAccountInUse, wire.CodeAlreadyExists, wire.CodeChannelOff}
+	ccj, err := json.Marshal(codes)
+	if err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
-	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names (ChannelKindNames); do not edit.\n")
+	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, states and error codes (ChannelKindNames, ChannelState, wire.Code*); do not edit.\n")
 	fmt.Fprintf(&out, "// UPDATE_WEB_TABLES=1 go test ./web writes it again.\n\n")
 	fmt.Fprintf(&out, "export type Decision = 'allow' | 'ask' | 'deny';\n\n")
 	fmt.Fprintf(&out, "export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision }[] = %s;\n\n", pj)
@@ -87,6 +103,12 @@ func tablesSource() ([]byte, error) {
 	fmt.Fprintf(&out, "export type EndedTaskPhase = (typeof ENDED_TASK_PHASES)[number];\n")
 	fmt.Fprintf(&out, "\n/** How each messaging channel is named to people (wire.ChannelKindNames). */\n")
 	fmt.Fprintf(&out, "export const CHANNEL_NAMES: Record<string, string> = %s;\n", cj)
+	fmt.Fprintf(&out, "\n/** Where a Channel's link can stand (api/v1alpha1 ChannelState). */\n")
+	fmt.Fprintf(&out, "export const CHANNEL_STATES = %s as const;\n\n", csj)
+	fmt.Fprintf(&out, "export type ChannelState = (typeof CHANNEL_STATES)[number];\n")
+	fmt.Fprintf(&out, "\n/** The error codes of the channel routes (internal/dotsapi/wire). */\n")
+	fmt.Fprintf(&out, "export const CHANNEL_ERROR_CODES = %s as const;\n\n", ccj)
+	fmt.Fprintf(&out, "export type ChannelErrorCode = (typeof CHANNEL_ERROR_CODES)[number];\n")
 	return out.Bytes(), nil
 }
 
@@ -94,7 +116,22 @@ func tablesSource() ([]byte, error) {
 // TaskPhase, the list the API server validates against, so a phase added
 // there is asked about here too.
 func taskPhases() ([]dotsv1.TaskPhase, error) {
-	const typesFile, marker = "../api/v1alpha1/task_types.go", "// +kubebuilder:validation:Enum="
+	names, err := enumOf("../api/v1alpha1/task_types.go", "TaskPhase")
+	if err != nil {
+		return nil, err
+	}
+	phases := make([]dotsv1.TaskPhase, 0, len(names))
+	for _, p := range names {
+		phases = append(phases, dotsv1.TaskPhase(p))
+	}
+	return phases, nil
+}
+
+// enumOf reads the values of a string type from the Enum marker right
+// above its declaration in typesFile: the list the API server validates
+// against.
+func enumOf(typesFile, typeName string) ([]string, error) {
+	const marker = "// +kubebuilder:validation:Enum="
 	src, err := os.ReadFile(typesFile)
 	if err != nil {
 		return nil, err
@@ -102,20 +139,16 @@ func taskPhases() ([]dotsv1.TaskPhase, error) {
 	var last string
 	for line := range strings.Lines(string(src)) {
 		line = strings.TrimSpace(line)
-		if line == "type TaskPhase string" {
+		if line == "type "+typeName+" string" {
 			enum, ok := strings.CutPrefix(last, marker)
 			if !ok {
-				return nil, fmt.Errorf("%s: no Enum marker right above type TaskPhase", typesFile)
+				return nil, fmt.Errorf("%s: no Enum marker right above type %s", typesFile, typeName)
 			}
-			var phases []dotsv1.TaskPhase
-			for _, p := range strings.Split(enum, ";") {
-				phases = append(phases, dotsv1.TaskPhase(p))
-			}
-			return phases, nil
+			return strings.Split(enum, ";"), nil
 		}
 		last = line
 	}
-	return nil, fmt.Errorf("%s: no type TaskPhase", typesFile)
+	return nil, fmt.Errorf("%s: no type %s", typesFile, typeName)
 }
 
 func TestGeneratedTablesAreGoTables(t *testing.T) {

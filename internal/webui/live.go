@@ -42,7 +42,7 @@ import (
 const LivePath = "/web/v1/live"
 
 // liveKinds are the collections of our group a page may watch here.
-var liveKinds = map[string]bool{"dots": true, "computers": true, "approvals": true, "tasks": true}
+var liveKinds = map[string]bool{"dots": true, "computers": true, "approvals": true, "tasks": true, "channels": true}
 
 const liveGroupPath = "/apis/dots.invisible.dev/v1alpha1/"
 
@@ -86,7 +86,7 @@ func parseLive(q url.Values) (watches []liveWatch, namespace string, stream url.
 			for _, v := range vals {
 				kind, rv, ok := strings.Cut(v, ":")
 				if !ok || !liveKinds[kind] || rv == "" {
-					return nil, "", nil, fmt.Errorf("watch=%q is not KIND:RESOURCEVERSION with a kind of dots, computers, approvals or tasks (list the kind first, then watch from the list's resourceVersion)", v)
+					return nil, "", nil, fmt.Errorf("watch=%q is not KIND:RESOURCEVERSION with a kind of dots, computers, approvals, tasks or channels (list the kind first, then watch from the list's resourceVersion)", v)
 				}
 				if seen[kind] {
 					return nil, "", nil, fmt.Errorf("%s is watched twice; give each kind once", kind)

@@ -8,6 +8,7 @@ import { ComputerPage } from './pages/Computer';
 import { ComputerPanel } from './components/ComputerPanel';
 import { Activity } from './pages/Activity';
 import { Skills } from './pages/Skills';
+import { Channels } from './pages/Channels';
 import { DotSettings, NewDot } from './pages/DotForm';
 import { HostSettings } from './pages/HostSettings';
 import { SignIn } from './pages/SignIn';
@@ -30,6 +31,7 @@ function DotPages({ route }: { route: Extract<Route, { page: 'dot' }> }) {
         {tab === 'tasks' && <Tasks key={k} ns={ns} name={name} open={route.task} />}
         {tab === 'computer' && <ComputerPage key={k} ns={ns} name={name} />}
         {tab === 'skills' && <Skills key={k} ns={ns} name={name} />}
+        {tab === 'channels' && <Channels key={k} ns={ns} name={name} />}
         {tab === 'activity' && <Activity key={k} ns={ns} name={name} />}
         {tab === 'settings' && <DotSettings key={k} ns={ns} name={name} />}
       </div>

@@ -10,6 +10,7 @@ const TAB_LABEL: Record<DotPage, string> = {
   tasks: 'Tasks',
   computer: 'Computer',
   skills: 'Skills',
+  channels: 'Channels',
   activity: 'Activity',
   settings: 'Settings',
 };

@@ -1,9 +1,12 @@
 // What needs the person, the one count the rail's Inbox badge and the tab's
-// title read: the approvals that wait, the Dots in ERROR, and the tasks that
-// failed in the last 24 hours, less what the person dismissed in this browser.
+// title read: the approvals that wait, the Dots in ERROR, the tasks that
+// failed in the last 24 hours, less what the person dismissed in this browser,
+// and the Channels to link again (a revoked token: nobody can talk to the Dot
+// from that chat until someone gives it a new one, so it is not dismissed).
 import { getJSON, says } from './api';
-import { Cell, approvals, dots, inView, onStreamEvent, onUnpark, scopedPath, useCell, viewNamespace, waiting } from './live';
-import { taskEnded, type Approval, type Dot, type Task } from './types';
+import { Cell, approvals, channels, dots, inView, onStreamEvent, onUnpark, scopedPath, useCell, viewNamespace, waiting } from './live';
+import { taskEnded, type Approval, type Channel, type Dot, type Task } from './types';
+import { needsRelink } from './channels';
 
 const DAY_MS = 24 * 3600_000;
 const DISMISSED_KEY = 'dots.dismissed';
@@ -50,6 +53,7 @@ export interface Attention {
   approvals: Approval[];
   dots: Dot[];
   tasks: Task[];
+  channels: Channel[];
   error?: string;
   count: number;
 }
@@ -59,11 +63,15 @@ export function useAttention(): Attention {
   const as = useCell(approvals);
   const ds = useCell(dots);
   const fs = useCell(failedTasks);
+  const cs = useCell(channels);
   const gone = useCell(dismissed);
   const chosen = useCell(viewNamespace);
   const now = Date.now();
   const a = waiting(as.items).filter((x) => inView(x.metadata.namespace, chosen));
   const d = [...ds.items.values()].filter((x) => x.status?.phase === 'ERROR' && inView(x.metadata.namespace, chosen) && !gone.has(dotKey(x)));
   const t = fs.items.filter((x) => now - finished(x) < DAY_MS && inView(x.metadata.namespace, chosen) && !gone.has(taskKey(x)));
-  return { approvals: a, dots: d, tasks: t, error: fs.error, count: a.length + d.length + t.length };
+  const c = [...cs.items.values()]
+    .filter((x) => needsRelink(x) && inView(x.metadata.namespace, chosen))
+    .sort((x, y) => (x.metadata.namespace ?? '').localeCompare(y.metadata.namespace ?? '') || x.metadata.name.localeCompare(y.metadata.name));
+  return { approvals: a, dots: d, tasks: t, channels: c, error: fs.error, count: a.length + d.length + t.length + c.length };
 }

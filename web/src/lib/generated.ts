@@ -1,4 +1,4 @@
-// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names (ChannelKindNames); do not edit.
+// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, states and error codes (ChannelKindNames, ChannelState, wire.Code*); do not edit.
 // UPDATE_WEB_TABLES=1 go test ./web writes it again.
 
 export type Decision = 'allow' | 'ask' | 'deny';
@@ -143,3 +143,13 @@ export type EndedTaskPhase = (typeof ENDED_TASK_PHASES)[number];
 
 /** How each messaging channel is named to people (wire.ChannelKindNames). */
 export const CHANNEL_NAMES: Record<string, string> = {"telegram":"Telegram","whatsapp":"WhatsApp"};
+
+/** Where a Channel's link can stand (api/v1alpha1 ChannelState). */
+export const CHANNEL_STATES = ["connecting","connected","needs_relink","error","paused"] as const;
+
+export type ChannelState = (typeof CHANNEL_STATES)[number];
+
+/** The error codes of the channel routes (internal/dotsapi/wire). */
+export const CHANNEL_ERROR_CODES = ["invalid_credentials","channel_unreachable","account_in_use","already_exists","channel_off"] as const;
+
+export type ChannelErrorCode = (typeof CHANNEL_ERROR_CODES)[number];

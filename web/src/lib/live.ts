@@ -4,7 +4,7 @@
 import { GROUP } from './api';
 import { Cell, useCell } from './cell';
 import { scope, sessionEnded } from './session';
-import type { Approval, Computer, Dot, LogEvent, Task } from './types';
+import type { Approval, Channel, Computer, Dot, LogEvent, Task } from './types';
 import { key } from './types';
 
 export { Cell, useCell } from './cell';
@@ -78,6 +78,7 @@ export const dots = new Cell<Collection<Dot>>(empty());
 export const computers = new Cell<Collection<Computer>>(empty());
 export const approvals = new Cell<Collection<Approval>>(empty());
 export const tasks = new Cell<Collection<Task>>(empty());
+export const channels = new Cell<Collection<Channel>>(empty());
 export const streamState = new Cell<LinkState>('connecting');
 
 // The namespace the person chose to see ('' for all), kept in this browser.
@@ -275,6 +276,8 @@ export function startLive() {
   follow('dots', dots);
   follow('computers', computers);
   follow('approvals', approvals);
+  // Every page: a Channel that needs a new token counts in the Inbox.
+  follow('channels', channels);
   void runLive();
 }
 

@@ -1,11 +1,11 @@
 // The app's addresses, in the History API: / (Home), /inbox, /new (Create a
 // Dot), /settings (the host's), and a Dot's pages under /dots/{ns}/{name}/:
 // chat, tasks (tasks/{task} opens a task's drawer), computer, skills,
-// activity, settings.
+// channels, activity, settings.
 import { useEffect, useState } from 'preact/hooks';
 
-export type DotPage = 'chat' | 'tasks' | 'computer' | 'skills' | 'activity' | 'settings';
-export const DOT_PAGES: DotPage[] = ['chat', 'tasks', 'computer', 'skills', 'activity', 'settings'];
+export type DotPage = 'chat' | 'tasks' | 'computer' | 'skills' | 'channels' | 'activity' | 'settings';
+export const DOT_PAGES: DotPage[] = ['chat', 'tasks', 'computer', 'skills', 'channels', 'activity', 'settings'];
 
 export type Route =
   | { page: 'home' }
@@ -20,7 +20,7 @@ export function parse(pathname: string): Route {
   if (pathname === '/inbox') return { page: 'inbox' };
   if (pathname === '/new') return { page: 'new' };
   if (pathname === '/settings') return { page: 'settings' };
-  const m = /^\/dots\/([^/]+)\/([^/]+)\/(chat|tasks|computer|skills|activity|settings)(?:\/([^/]+))?\/?$/.exec(pathname);
+  const m = /^\/dots\/([^/]+)\/([^/]+)\/(chat|tasks|computer|skills|channels|activity|settings)(?:\/([^/]+))?\/?$/.exec(pathname);
   if (m && (!m[4] || m[3] === 'tasks')) {
     const r: Route = { page: 'dot', tab: m[3] as DotPage, ns: decodeURIComponent(m[1]), name: decodeURIComponent(m[2]) };
     if (m[4]) r.task = decodeURIComponent(m[4]);

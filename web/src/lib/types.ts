@@ -1,5 +1,6 @@
 // The resources' fields the pages read (api/v1alpha1) and the Dots API's
 // shapes (internal/dotsapi/wire).
+import type { ChannelState } from './generated';
 
 export interface Meta {
   name: string;
@@ -143,3 +144,63 @@ export const taskStarted = (t: Task): string | undefined => t.status?.startTime 
  */
 export const taskEnded = (t: Task): string | undefined =>
   t.status?.completionTime ?? t.status?.runs?.at(-1)?.finished ?? t.metadata.creationTimestamp;
+
+/** A person paired with a Channel (api/v1alpha1 ChannelPerson). */
+export interface ChannelPerson {
+  /** Their stable id on the service (a Telegram user id). */
+  id: string;
+  label?: string;
+  role: string;
+  pairedAt: string;
+}
+
+/** A Dot's link to Telegram or WhatsApp (api/v1alpha1 Channel). */
+export interface Channel {
+  metadata: Meta & { deletionTimestamp?: string };
+  spec: {
+    dotName: string;
+    type: 'telegram' | 'whatsapp' | string;
+    enabled?: boolean;
+    credentialsSecretName?: string;
+    settings?: { approvals?: boolean; notifyTasks?: boolean; showArguments?: boolean };
+  };
+  status?: {
+    state?: ChannelState;
+    detail?: string;
+    account?: { id: string; name?: string };
+    people?: ChannelPerson[];
+    conditions?: Condition[];
+  };
+}
+
+/** A channel type the server runs (wire.ChannelKind). */
+export interface ChannelKind {
+  type: string;
+  name: string;
+  linked_by: 'token' | 'code' | string;
+}
+
+/** A one-time pairing code (wire.PairingCode). */
+export interface PairingCode {
+  code: string;
+  expires_at: string;
+  /** What the person sends the bot: "/start CODE". */
+  words: string;
+  /** Opens the chat with the words ready to send; empty while the bot's name is not known. */
+  link?: string;
+}
+
+/** The answer of an add or a new token (wire.ChannelLinked). */
+export interface ChannelLinked {
+  namespace: string;
+  name: string;
+  type: string;
+  account: { id: string; name?: string };
+}
+
+/** One frame of a WhatsApp link's stream (wire.ChannelLinkFrame). */
+export interface ChannelLinkFrame {
+  code?: string;
+  linked?: string;
+  failed?: string;
+}

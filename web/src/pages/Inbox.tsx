@@ -9,6 +9,7 @@ import type { Approval } from '../lib/types';
 import { FileDiffs } from '../components/Diff';
 import { fileChanges } from '../lib/diff';
 import { useCan } from '../lib/session';
+import { accountWords, channelName } from '../lib/channels';
 
 // A command and the deletion of a browser identity are not allowed by a key
 // alone: a moves the focus to Allow once, whose press is the confirmation.
@@ -43,6 +44,7 @@ export function Inbox() {
   const attention = useAttention();
   const troubled = attention.dots.filter((d) => !dotFilter || `${d.metadata.namespace}/${d.metadata.name}` === dotFilter);
   const failed = attention.tasks.filter((t) => !dotFilter || `${t.metadata.namespace}/${t.spec.dotName}` === dotFilter);
+  const relink = attention.channels.filter((c) => !dotFilter || `${c.metadata.namespace}/${c.spec.dotName}` === dotFilter);
   const open = waiting(as.items);
   const list = open.filter(filtered);
   const history = [...as.items.values()]
@@ -93,7 +95,7 @@ export function Inbox() {
               aria-current={tab === t ? 'page' : undefined}
               class={`rounded-card px-3 py-1.5 text-sm ${tab === t ? 'bg-accent text-accent-fg' : 'border border-border'}`}
             >
-              {t === 'waiting' ? `Needs you (${list.length + troubled.length + failed.length})` : 'History'}
+              {t === 'waiting' ? `Needs you (${list.length + troubled.length + failed.length + relink.length})` : 'History'}
             </a>
           ))}
         </nav>
@@ -132,7 +134,7 @@ export function Inbox() {
       {as.error && <p class="mt-3 text-danger">{as.error}</p>}
       {tab === 'waiting' && (
         <>
-          {as.loaded && list.length === 0 && troubled.length === 0 && failed.length === 0 && <p class="mt-6 text-muted">Nothing needs you now.</p>}
+          {as.loaded && list.length === 0 && troubled.length === 0 && failed.length === 0 && relink.length === 0 && <p class="mt-6 text-muted">Nothing needs you now.</p>}
           <ul ref={cards} class="mt-4 flex flex-col gap-3" onKeyDown={onKey} data-testid="approvals">
             {inPlace.map((a) =>
               list.includes(a) ? (
@@ -162,6 +164,27 @@ export function Inbox() {
                     <button type="button" class="rounded-card px-2 py-1 text-xs text-muted hover:bg-surface-2" onClick={() => dismiss(dotKey(d))}>
                       Dismiss
                     </button>
+                  </li>
+                ))}
+              </ul>
+            </section>
+          )}
+          {relink.length > 0 && (
+            <section aria-labelledby="relink-h" class="mt-6">
+              <h2 id="relink-h" class="font-semibold">
+                Channels to link again
+              </h2>
+              <ul class="mt-2 flex flex-col gap-2" data-testid="relink-channels">
+                {relink.map((c) => (
+                  <li key={c.metadata.uid} class="flex flex-wrap items-center gap-2 rounded-card border border-warn bg-surface p-3 text-sm" data-channel={c.metadata.name}>
+                    <a class="font-medium underline" href={dotHref(c.metadata.namespace ?? 'default', c.spec.dotName, 'channels')}>
+                      {c.spec.dotName}'s {channelName(c.spec.type)}
+                    </a>
+                    {accountWords(c) && <span class="font-mono text-xs text-muted">{accountWords(c)}</span>}
+                    <span class="min-w-0 flex-1">
+                      {c.spec.type === 'telegram' ? 'needs a new token: nobody can talk to the Dot from there until it has one.' : 'needs linking again: nobody can talk to the Dot from there until it is.'}
+                      {c.status?.detail && <span class="block text-xs text-muted">{c.status.detail}</span>}
+                    </span>
                   </li>
                 ))}
               </ul>

@@ -1,0 +1,142 @@
+// A Dot's messaging channels (ref 9.8; docs/api.md "A Dot's channels"): the
+// Channel resource is read from the live watch, paused, set and deleted
+// through the resource API; the Dots API's channel routes do the rest (a
+// token checked before it is stored, pairing codes, unpairing a person). A
+// token goes to the server once, in a body, and is never read back.
+import { ApiError, GROUP, dotPath, getJSON, mergePatch, postJSON, request } from './api';
+import { CHANNEL_NAMES, type ChannelErrorCode, type ChannelState } from './generated';
+import type { Tone } from './format';
+import type { Channel, ChannelKind, ChannelLinked, PairingCode } from './types';
+
+/** The service's name to people ("Telegram"). */
+export const channelName = (type: string) => CHANNEL_NAMES[type] ?? type;
+
+/** What a state says, for each service: WhatsApp is linked again by a scan, Telegram with a token. */
+export function stateWords(c: Channel): string {
+  const s = c.status?.state;
+  if (c.metadata.deletionTimestamp) return 'Unlinking';
+  if (!s) return c.spec.enabled === false ? 'Paused' : 'Starting';
+  const words: Record<ChannelState, string> = {
+    connecting: 'Connecting',
+    connected: 'Connected',
+    needs_relink: c.spec.type === 'whatsapp' ? 'Needs linking again' : 'Needs a new token',
+    error: 'Not working',
+    paused: 'Paused',
+  };
+  return words[s] ?? s;
+}
+
+export function stateTone(s?: ChannelState): Tone {
+  switch (s) {
+    case 'connected':
+      return 'ok';
+    case 'connecting':
+      return 'busy';
+    case 'needs_relink':
+      return 'warn';
+    case 'error':
+      return 'danger';
+    default:
+      return 'idle';
+  }
+}
+
+/** The account as people know it: a bot's @name, a phone number. */
+export function accountWords(c: Channel): string {
+  const a = c.status?.account;
+  if (!a) return '';
+  if (!a.name) return `account ${a.id}`;
+  return c.spec.type === 'telegram' ? `@${a.name}` : a.name;
+}
+
+/** The Channels of one Dot, oldest first. */
+export function channelsOf(all: Map<string, Channel>, ns: string, dot: string): Channel[] {
+  return [...all.values()]
+    .filter((c) => (c.metadata.namespace ?? 'default') === ns && c.spec.dotName === dot)
+    .sort((a, b) => (a.metadata.creationTimestamp ?? '').localeCompare(b.metadata.creationTimestamp ?? '') || a.metadata.name.localeCompare(b.metadata.name));
+}
+
+/** The Channels that need the person to link them again (a revoked token, a logged-out phone). */
+export const needsRelink = (c: Channel) => c.status?.state === 'needs_relink' && !c.metadata.deletionTimestamp;
+
+/**
+ * A refusal of the channel routes in words, with what to do next. The
+ * server's own message follows when it adds something (which bot, which
+ * Channel, how to turn a service on); it never holds the token.
+ */
+export function channelError(e: unknown, type: string, dot: string): string {
+  const name = channelName(type);
+  if (!(e instanceof ApiError)) return `${(e as Error)?.message ?? String(e)} Try again.`;
+  const words: Record<ChannelErrorCode, string> = {
+    invalid_credentials: `${name} does not accept this token. Copy the whole token again from @BotFather (it looks like 123456789:AA…) and paste it here.`,
+    channel_unreachable: `${name} could not be reached from this machine, so the token could not be checked and nothing was stored. Check the machine's connection to the internet, then try again.`,
+    account_in_use: `This bot already serves another Dot, and a bot serves one Dot only. Make a new bot with @BotFather for ${dot}, or unlink this one from the other Dot first.`,
+    already_exists: `${dot} already has a ${name} channel. Give it a new token on its card, or unlink it first.`,
+    channel_off: `This server does not run ${name}.`,
+  };
+  const said = (words as Record<string, string>)[e.code];
+  if (!said) return `${e.message}${/[.!?]$/.test(e.message) ? '' : '.'} Try again.`;
+  // The server's words name the other Channel, or how to turn the service on.
+  return e.code === 'account_in_use' || e.code === 'channel_off' ? `${said} ${e.message}${/[.!?]$/.test(e.message) ? '' : '.'}` : said;
+}
+
+const channelPath = (ns: string, name: string) => `${GROUP}/namespaces/${encodeURIComponent(ns)}/channels/${encodeURIComponent(name)}`;
+const routePath = (ns: string, dot: string, channel: string) => `${dotPath(ns, dot)}/channels/${encodeURIComponent(channel)}`;
+
+/** The channel types this server runs. */
+export const readKinds = (ns: string, dot: string, signal?: AbortSignal) =>
+  getJSON<{ dot: string; available: ChannelKind[] }>(`${dotPath(ns, dot)}/channels`, signal);
+
+/** Links a service with its token, checked by the server before anything is stored. */
+export const addChannel = (ns: string, dot: string, type: string, token: string) => postJSON<ChannelLinked>(`${dotPath(ns, dot)}/channels`, { type, token });
+
+/** A new token for a Channel: the link starts again with its people kept. */
+export const putToken = (ns: string, dot: string, channel: string, token: string) =>
+  request<ChannelLinked>(`${routePath(ns, dot, channel)}/credentials`, {
+    method: 'PUT',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ token }),
+  });
+
+export const newPairingCode = (ns: string, dot: string, channel: string) => postJSON<PairingCode>(`${routePath(ns, dot, channel)}/pairing-codes`, {});
+
+export const unpair = (ns: string, dot: string, channel: string, person: string) =>
+  request<void>(`${routePath(ns, dot, channel)}/people/${encodeURIComponent(person)}`, { method: 'DELETE' });
+
+export type SettingName = 'approvals' | 'notifyTasks' | 'showArguments';
+
+export const setSetting = (c: Channel, setting: SettingName, on: boolean) =>
+  mergePatch<Channel>(channelPath(c.metadata.namespace ?? 'default', c.metadata.name), { spec: { settings: { [setting]: on } } });
+
+/** Pauses (false) or resumes (true) a Channel. */
+export const setEnabled = (c: Channel, on: boolean) => mergePatch<Channel>(channelPath(c.metadata.namespace ?? 'default', c.metadata.name), { spec: { enabled: on } });
+
+/** Deletes the Channel: the control plane stops the link and forgets its people and pairing codes. */
+export const unlink = (c: Channel) => request<unknown>(channelPath(c.metadata.namespace ?? 'default', c.metadata.name), { method: 'DELETE' });
+
+/** A setting's value as the schema defaults it: on when unset. */
+export const settingOn = (c: Channel, s: SettingName) => c.spec.settings?.[s] !== false;
+
+/**
+ * The QR code of text as an SVG path over a grid of its modules (a quiet
+ * zone of four around it), drawn here from the modules qrcode computes:
+ * nothing is fetched, and the code stays dark on light in either theme,
+ * which is what a phone's camera reads.
+ */
+export async function qrPath(text: string): Promise<{ size: number; d: string }> {
+  const { create } = await import('qrcode');
+  const qr = create(text, { errorCorrectionLevel: 'M' });
+  const n = qr.modules.size;
+  const quiet = 4;
+  let d = '';
+  for (let y = 0; y < n; y++)
+    for (let x = 0; x < n; x++) if (qr.modules.get(y, x)) d += `M${x + quiet} ${y + quiet}h1v1h-1z`;
+  return { size: n + 2 * quiet, d };
+}
+
+/** Minutes and seconds until iso, "9:05"; '' once it passed. */
+export function countdown(iso: string, now = Date.now()): string {
+  const s = Math.floor((Date.parse(iso) - now) / 1000);
+  if (!(s > 0)) return '';
+  return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
+}
