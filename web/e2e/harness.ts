@@ -49,9 +49,11 @@ export async function start(): Promise<Harness> {
 /**
  * Starts a server of its own on a throwaway home; signIn: with
  * --web-sign-in, where people sign in and the web server never adds its own
- * credential (ready once its session path answers; the API is up by then).
+ * credential (ready once its session path answers; the API is up by then);
+ * env: more of the server's environment (INVISIBLE_DOTS_TELEGRAM_API, to
+ * send the Telegram adapter to a test's fake).
  */
-export async function launch(opts: { signIn?: boolean } = {}): Promise<Harness> {
+export async function launch(opts: { signIn?: boolean; env?: Record<string, string> } = {}): Promise<Harness> {
   const bin = process.env.INVISIBLE_DOTS_BIN;
   if (!bin || !existsSync(bin)) throw new Error('INVISIBLE_DOTS_BIN must name the built binary: run `make test-web`');
   const home = mkdtempSync(join(tmpdir(), 'dots-web-'));
@@ -70,6 +72,7 @@ export async function launch(opts: { signIn?: boolean } = {}): Promise<Harness> 
       INVISIBLE_DOTS_LISTEN: `127.0.0.1:${apiPort}`,
       INVISIBLE_DOTS_WEB_LISTEN: `127.0.0.2:${webPort}`,
       INVISIBLE_DOTS_QEMU_DIR: noQemu,
+      ...opts.env,
     },
     stdio: ['ignore', out, out],
     detached: false,

@@ -11,6 +11,7 @@ const PAGES: { name: string; path: string; running?: string }[] = [
   { name: 'Tasks', path: '/dots/default/axe-dot/tasks' },
   { name: 'Computer', path: '/dots/default/axe-dot/computer' },
   { name: 'Skills', path: '/dots/default/axe-dot/skills' },
+  { name: 'Channels', path: '/dots/default/axe-dot/channels' },
   { name: 'Activity', path: '/dots/default/axe-dot/activity' },
   { name: 'Dot settings', path: '/dots/default/axe-dot/settings' },
   { name: 'Create a Dot', path: '/new' },

@@ -299,9 +299,8 @@ function ChannelCard({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
                   danger
                   question={
                     <>
-                      Unlink {kind} from {dot}? The {tokenKind ? "bot's token" : 'link'}, the{' '}
-                      {people.length === 1 ? 'person' : `${people.length} people`} paired and any pairing code go with it: nobody can talk to {dot} from{' '}
-                      {kind} until it is linked and paired again.
+                      Unlink {kind} from {dot}? {goesWith(tokenKind ? "The bot's token" : 'The link', people.length)}: nobody can talk to {dot} from {kind}{' '}
+                      until it is linked and paired again.
                     </>
                   }
                   yes="Unlink"
@@ -319,6 +318,12 @@ function ChannelCard({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
       )}
     </section>
   );
+}
+
+/** What an unlink takes with it, in words: the credentials, the people paired, the pairing codes. */
+function goesWith(credentials: string, people: number): string {
+  if (people === 0) return `${credentials} and any pairing code go with it (nobody is paired)`;
+  return `${credentials}, ${people === 1 ? 'the person' : `the ${people} people`} paired and any pairing code go with it`;
 }
 
 function NewToken({ c, ns, dot, label }: { c: Channel; ns: string; dot: string; label: string }) {
