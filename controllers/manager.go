@@ -25,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
 	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 	"github.com/invisible-dots/invisible-dots/internal/scheme"
 	"github.com/invisible-dots/invisible-dots/internal/store"
@@ -80,6 +81,8 @@ type Options struct {
 	// Store is the event log and outbox; nil runs none of the controllers
 	// of a Dot's work (a test of the resources alone).
 	Store *store.Store
+	// Channels are the messaging channel types the hub runs (ref 9.8).
+	Channels hub.Kinds
 }
 
 // NewManager builds the central manager with every reconciler registered.
@@ -217,6 +220,21 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 			return nil, err
 		}
 		if err := (&LogRetentionReconciler{Client: mgr.GetClient(), Store: o.Store}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
+		// The channel hub runs with the lead: two pollers on one bot fail.
+		channelHub := &hub.Hub{
+			Store: o.Store, Kinds: o.Channels, Log: o.Log.WithName("channel-hub"),
+			Approvals: &ChannelApprovals{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()},
+		}
+		if err := (&ChannelReconciler{
+			Client:       mgr.GetClient(),
+			SecretReader: mgr.GetAPIReader(),
+			Store:        o.Store,
+			Hub:          channelHub,
+			Recorder:     mgr.GetEventRecorder(ChannelControllerName),
+			Clock:        o.Clock,
+		}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
 	}

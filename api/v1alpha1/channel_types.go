@@ -179,9 +179,15 @@ const ChannelAccountLabel = "dots.invisible.dev/channel-account"
 // and forgot its people, pairing codes and cursor.
 const ChannelFinalizer = "dots.invisible.dev/channel"
 
+// ChannelPeopleChangedAnnotation is written on a Channel when its people
+// change outside its controller (a person unpaired through the Dots API),
+// so the controller copies them to the status again.
+const ChannelPeopleChangedAnnotation = "dots.invisible.dev/people-changed"
+
 // ChannelCredentialsKey is the key of a Telegram bot's token in its Secret.
 const ChannelCredentialsKey = "token"
 
 func init() {
 	SchemeBuilder.Register(&Channel{}, &ChannelList{})
 }
+

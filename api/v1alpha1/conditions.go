@@ -269,6 +269,8 @@ func (d *Dot) GetConditions() []metav1.Condition       { return d.Status.Conditi
 func (d *Dot) SetConditions(c []metav1.Condition)      { d.Status.Conditions = c }
 func (c *Computer) GetConditions() []metav1.Condition  { return c.Status.Conditions }
 func (c *Computer) SetConditions(v []metav1.Condition) { c.Status.Conditions = v }
+func (c *Channel) GetConditions() []metav1.Condition   { return c.Status.Conditions }
+func (c *Channel) SetConditions(v []metav1.Condition)  { c.Status.Conditions = v }
 func (t *Task) GetConditions() []metav1.Condition      { return t.Status.Conditions }
 func (t *Task) SetConditions(c []metav1.Condition)     { t.Status.Conditions = c }
 func (a *Approval) GetConditions() []metav1.Condition  { return a.Status.Conditions }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -70,15 +71,42 @@ func HashPairingCode(code string) [sha256.Size]byte {
 	return sha256.Sum256([]byte(code))
 }
 
-// StartCode reads Telegram's pairing message, "/start CODE" (what the
-// t.me deep link sends, and what a person may type), as a code, false for
-// anything else: a bare /start and every other text are no pairing attempt
-// and get no answer.
+// StartCode reads a pairing message as a code, false for anything else:
+// Telegram's "/start CODE" (what the t.me deep link sends, and what a
+// person may type) and WhatsApp's "pair CODE" (what the wa.me link fills
+// in). A bare /start and every other text are no pairing attempt and get
+// no answer.
 func StartCode(text string) (string, bool) {
 	cmd, arg, ok := strings.Cut(strings.TrimSpace(text), " ")
-	if !ok || (cmd != "/start" && !strings.HasPrefix(cmd, "/start@")) {
+	if !ok || (cmd != "/start" && !strings.HasPrefix(cmd, "/start@") && !strings.EqualFold(cmd, "pair")) {
 		return "", false
 	}
 	code, err := NormalizePairingCode(strings.TrimSpace(arg))
 	return code, err == nil
+}
+
+// PairingWords are what a person sends the Dot's account on a channel of
+// kind to pair with code.
+func PairingWords(kind, code string) string {
+	if kind == "whatsapp" {
+		return "pair " + code
+	}
+	return "/start " + code
+}
+
+// PairingLink opens the chat with the account with the words ready to send
+// (a t.me deep link for a bot's username, a wa.me link for a number); empty
+// when the account's public name is not known.
+func PairingLink(kind, account, code string) string {
+	if account == "" {
+		return ""
+	}
+	switch kind {
+	case "telegram":
+		return "https://t.me/" + url.PathEscape(account) + "?start=" + url.QueryEscape(code)
+	case "whatsapp":
+		number := strings.TrimPrefix(account, "+")
+		return "https://wa.me/" + url.PathEscape(number) + "?text=" + url.QueryEscape(PairingWords(kind, code))
+	}
+	return ""
 }

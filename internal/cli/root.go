@@ -27,6 +27,7 @@ var subcommands = []func() *cobra.Command{
 	newSetupCommand,
 	newComputerCommand,
 	newTaskCommand,
+	newChannelCommand,
 	newChatCommand,
 	newLogsCommand,
 	newStatusCommand,

@@ -91,6 +91,7 @@ on. It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 				ListenAddress:      listen,
 				DatabaseURL:        os.Getenv(envDatabaseURL),
 				ExternalKubeconfig: kubeconfig,
+				Channels:           channelKinds(),
 				Log:                log,
 			})
 			if err != nil {
@@ -145,6 +146,7 @@ on. It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 				Log:      log.WithName("controllers"),
 				Embedded: kubeconfig == "",
 				Store:    cp.Store(),
+				Channels: channelKinds(),
 			})
 			if err != nil {
 				return err

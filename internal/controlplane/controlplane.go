@@ -24,6 +24,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/internal/apiserver"
 	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
+	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -52,7 +53,10 @@ type Options struct {
 	// RequestTimeout replaces the API server's request timeout (60 s) when
 	// set; the live streams are long-running and not subject to it.
 	RequestTimeout time.Duration
-	Log            logr.Logger
+	// Channels are the messaging channel types the server runs, whose
+	// credentials the Dots API checks before it stores them.
+	Channels hub.Kinds
+	Log      logr.Logger
 }
 
 // ControlPlane is a started control plane.
@@ -141,7 +145,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		cancelFeed()
 		<-feedDone
 	}
-	mount := dotsAPIMount(cp.DB, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home})
+	mount := dotsAPIMount(cp.DB, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, channels: o.Channels})
 
 	if o.ExternalKubeconfig != "" {
 		if err := cp.startExternal(ctx, o, mount); err != nil {
@@ -229,10 +233,11 @@ func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.F
 				Log:        log,
 				// Every guest, the in-process agent's included, through its
 				// host agent's endpoint.
-				Guests: &dotsapi.HostGuests{Reader: reader, Writer: reader},
-				Client: reader,
-				Server: x.serverInfo(db),
-				Doctor: serverDoctor(x.home, reader),
+				Guests:   &dotsapi.HostGuests{Reader: reader, Writer: reader},
+				Client:   reader,
+				Server:   x.serverInfo(db),
+				Doctor:   serverDoctor(x.home, reader),
+				Channels: x.channels,
 			})
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
+	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -16,7 +17,8 @@ import (
 // dotsAPIExtras is what the Dots API is given of the server beyond its
 // store: its home (the health, the doctor).
 type dotsAPIExtras struct {
-	home home.Layout
+	home     home.Layout
+	channels hub.Kinds
 }
 
 func (x dotsAPIExtras) serverInfo(db *postgres.Instance) dotsapi.ServerInfo {

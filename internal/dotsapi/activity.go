@@ -46,7 +46,7 @@ var activityFamilies = []ActivityFamily{
 	{"computer", []string{wire.EventComputerState, protocol.EventAgentStarted, protocol.EventAgentState, protocol.EventAutomationNextRun, protocol.EventOutboxReset, wire.EventGuestRefused}},
 	{"memory", []string{protocol.EventMemoryUpdated}},
 	{"config", []string{wire.EventDotCreated, wire.EventDotUpdated, protocol.EventMCPServerAdded, wire.EventMCPServerRefused}},
-	{"channels", []string{wire.EventChannelPeerPaired}},
+	{"channels", []string{wire.EventChannelPeerPaired, wire.EventChannelStatus}},
 }
 
 func familyOf(typ string) string {

@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/pgtext"
 	"github.com/invisible-dots/invisible-dots/internal/store"
@@ -87,6 +88,12 @@ type Options struct {
 	Client client.Client
 	// Server describes this server for the health route.
 	Server ServerInfo
+	// Channels are the messaging channel types the server runs (ref 9.8),
+	// whose credentials the channel routes check before they store them.
+	Channels hub.Kinds
+	// ChannelLinks streams the codes of a Channel being linked by a code;
+	// nil answers that route channel_off.
+	ChannelLinks ChannelLinks
 	// Doctor runs the doctor of the server's host (hostagent/doctor); nil
 	// answers the doctor route 501.
 	Doctor func(ctx context.Context) wire.DoctorReport
@@ -108,6 +115,9 @@ type Handler struct {
 	writer    client.Client
 	server    ServerInfo
 	doctor    *doctorRuns
+	// channelKinds are the channel types the server runs.
+	channelKinds hub.Kinds
+	channelLinks ChannelLinks
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -133,7 +143,8 @@ func New(o Options) (*Handler, error) {
 	if h.log.GetSink() == nil {
 		h.log = logr.Discard()
 	}
-	h.guests, h.writer, h.server = o.Guests, o.Client, o.Server
+	h.guests, h.writer, h.server, h.channelKinds = o.Guests, o.Client, o.Server, o.Channels
+	h.channelLinks = o.ChannelLinks
 	if o.Doctor != nil {
 		h.doctor = &doctorRuns{run: o.Doctor}
 	}
@@ -179,6 +190,11 @@ func (h *Handler) routes() []route {
 		{"namespaces/{ns}/dots/{name}/computer/" + wire.PowerStart, map[string]handlerFunc{http.MethodPost: h.powerComputer(wire.PowerStart)}},
 		{"namespaces/{ns}/dots/{name}/computer/" + wire.PowerStop, map[string]handlerFunc{http.MethodPost: h.powerComputer(wire.PowerStop)}},
 		{"namespaces/{ns}/dots/{name}/computer/" + wire.PowerReboot, map[string]handlerFunc{http.MethodPost: h.powerComputer(wire.PowerReboot)}},
+		{"namespaces/{ns}/dots/{name}/channels", map[string]handlerFunc{http.MethodGet: h.listChannelKinds, http.MethodPost: h.addChannel}},
+		{"namespaces/{ns}/dots/{name}/channels/{channel}/credentials", map[string]handlerFunc{http.MethodPut: h.putChannelCredentials}},
+		{"namespaces/{ns}/dots/{name}/channels/{channel}/pairing-codes", map[string]handlerFunc{http.MethodPost: h.addPairingCode}},
+		{"namespaces/{ns}/dots/{name}/channels/{channel}/link", map[string]handlerFunc{http.MethodGet: h.linkChannel}},
+		{"namespaces/{ns}/dots/{name}/channels/{channel}/people/{id}", map[string]handlerFunc{http.MethodDelete: h.unpairPerson}},
 		{"health", map[string]handlerFunc{http.MethodGet: h.health}},
 		{"doctor", map[string]handlerFunc{http.MethodGet: h.runDoctor}},
 		{"secrets/openrouter", map[string]handlerFunc{http.MethodPut: h.putOpenRouterKey}},

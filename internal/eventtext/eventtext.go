@@ -110,6 +110,26 @@ var describers = map[string]func(e wire.Event) (string, error){
 		}
 		return who + " paired through " + wire.ChannelKindName(d.Kind) + " and may talk to the Dot there"
 	}),
+	wire.EventChannelStatus: of(func(d wire.ChannelStatus) string {
+		name := wire.ChannelKindName(d.Kind)
+		var said string
+		switch d.State {
+		case "connected":
+			said = name + " is connected"
+		case "connecting":
+			said = name + " is connecting"
+		case "paused":
+			said = name + " is paused"
+		case "needs_relink":
+			said = name + " needs to be linked again"
+		default:
+			said = name + " failed"
+		}
+		if d.Detail != "" {
+			said += ": " + Cut(d.Detail, 300)
+		}
+		return said
+	}),
 	protocol.EventMessageAssistant: of(func(d protocol.MessageAssistant) string {
 		return "dot: " + Cut(d.Text, 300) + spent(d.SpentUSD, d.ReasoningTokens)
 	}),

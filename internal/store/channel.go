@@ -124,7 +124,7 @@ func (s *Store) Unpair(ctx context.Context, binding, id string) (bool, error) {
 // ForgetChannel removes every row of binding (the Channel is gone).
 func (s *Store) ForgetChannel(ctx context.Context, binding string) error {
 	return s.InTx(ctx, func(tx pgx.Tx) error {
-		for _, table := range []string{"channel_peers", "channel_pairings", "channel_cursors"} {
+		for _, table := range channelTables {
 			if _, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE binding_id = $1", binding); err != nil {
 				return fmt.Errorf("forget channel %s (%s): %w", binding, table, err)
 			}
@@ -171,4 +171,84 @@ func (s *Store) EventOf(ctx context.Context, dotUID string, id int64) (Event, bo
 	}
 	e.Source = Source(source)
 	return e, true, nil
+}
+
+// channelTables are the tables of a channel's rows, which go with the
+// Channel and with its Dot.
+var channelTables = []string{"channel_peers", "channel_pairings", "channel_cursors", "channel_prompts"}
+
+// Prompt is an approval prompt a channel sent to a person.
+type Prompt struct {
+	Binding    string
+	DotUID     string
+	ApprovalID string
+	TaskID     string
+	PeerID     string
+	Chat       string
+	// Ref is the channel's id of the sent message.
+	Ref  string
+	Body string
+}
+
+// AddPrompt records a prompt sent (again: the newer one counts).
+func (s *Store) AddPrompt(ctx context.Context, p Prompt) error {
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO channel_prompts (binding_id, dot_uid, approval_id, task_id, peer_id, chat_id, ref, body)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (binding_id, approval_id, peer_id) DO UPDATE SET chat_id = EXCLUDED.chat_id, ref = EXCLUDED.ref, body = EXCLUDED.body, settled = false`,
+		p.Binding, p.DotUID, p.ApprovalID, p.TaskID, p.PeerID, p.Chat, p.Ref, p.Body)
+	if err != nil {
+		return fmt.Errorf("record an approval prompt of channel %s: %w", p.Binding, err)
+	}
+	return nil
+}
+
+// OpenPrompts are binding's prompts not settled yet; approvalID or taskID,
+// when not empty, narrow them to one approval's or one task's.
+func (s *Store) OpenPrompts(ctx context.Context, binding, approvalID, taskID string) ([]Prompt, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT dot_uid, approval_id, task_id, peer_id, chat_id, ref, body FROM channel_prompts
+WHERE binding_id = $1 AND NOT settled AND ($2 = '' OR approval_id = $2) AND ($3 = '' OR task_id = $3)
+ORDER BY created_at, approval_id, peer_id`, binding, approvalID, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("read the approval prompts of channel %s: %w", binding, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Prompt, error) {
+		p := Prompt{Binding: binding}
+		err := r.Scan(&p.DotUID, &p.ApprovalID, &p.TaskID, &p.PeerID, &p.Chat, &p.Ref, &p.Body)
+		return p, err
+	})
+}
+
+// HasPrompt says whether binding sent person a prompt for approvalID.
+func (s *Store) HasPrompt(ctx context.Context, binding, approvalID, peerID string) (bool, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM channel_prompts WHERE binding_id = $1 AND approval_id = $2 AND peer_id = $3`, binding, approvalID, peerID).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("read an approval prompt of channel %s: %w", binding, err)
+	}
+	return n > 0, nil
+}
+
+// SettlePrompt marks a prompt edited to its outcome.
+func (s *Store) SettlePrompt(ctx context.Context, binding, approvalID, peerID string) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE channel_prompts SET settled = true WHERE binding_id = $1 AND approval_id = $2 AND peer_id = $3`, binding, approvalID, peerID); err != nil {
+		return fmt.Errorf("settle an approval prompt of channel %s: %w", binding, err)
+	}
+	return nil
+}
+
+// Prompts are every prompt binding sent, settled or not.
+func (s *Store) Prompts(ctx context.Context, binding string) ([]Prompt, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT dot_uid, approval_id, task_id, peer_id, chat_id, ref, body FROM channel_prompts
+WHERE binding_id = $1 ORDER BY created_at, approval_id, peer_id`, binding)
+	if err != nil {
+		return nil, fmt.Errorf("read the approval prompts of channel %s: %w", binding, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Prompt, error) {
+		p := Prompt{Binding: binding}
+		err := r.Scan(&p.DotUID, &p.ApprovalID, &p.TaskID, &p.PeerID, &p.Chat, &p.Ref, &p.Body)
+		return p, err
+	})
 }

@@ -361,7 +361,7 @@ func (s *Store) DeleteDot(ctx context.Context, dotUID string) error {
 			return fmt.Errorf("delete the events of dot %s: %w", dotUID, err)
 		}
 		// Its channels' people and codes go with it (ref 9.8).
-		for _, table := range []string{"channel_peers", "channel_pairings", "channel_cursors"} {
+		for _, table := range channelTables {
 			if _, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE dot_uid = $1", dotUID); err != nil {
 				return fmt.Errorf("delete the channel rows (%s) of dot %s: %w", table, dotUID, err)
 			}

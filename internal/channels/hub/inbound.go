@@ -50,8 +50,13 @@ type Inbound struct {
 	// Bucket is the binding's token bucket (one per binding, kept across
 	// the adapter's restarts).
 	Bucket *channels.Bucket
-	Log    logr.Logger
-	Now    func() time.Time
+	// Prompts read an answer in words (a channel without buttons); nil
+	// reads none.
+	Prompts *Prompts
+	// OnPaired hears that a person paired.
+	OnPaired func()
+	Log      logr.Logger
+	Now      func() time.Time
 }
 
 // The words the hub says in a chat.
@@ -109,6 +114,16 @@ func (h *Inbound) Inbound(ctx context.Context, in channels.Inbound) error {
 		}
 		return nil
 	}
+	if h.Prompts != nil {
+		handled, notice, err := h.Prompts.Words(ctx, peer, text)
+		if err != nil {
+			return err
+		}
+		if handled {
+			h.reply(ctx, in.Chat, notice)
+			return nil
+		}
+	}
 	_, err = h.Store.PostMessage(ctx, h.Binding.Dot, text, store.Origin{
 		Channel: h.Binding.Kind, BindingID: h.Binding.UID, ChatID: in.Chat, ExternalID: in.ExternalID,
 	})
@@ -138,6 +153,9 @@ func (h *Inbound) pair(ctx context.Context, in channels.Inbound, code string) er
 		welcome += saidNotPrivate
 	}
 	h.reply(ctx, in.Chat, welcome)
+	if h.OnPaired != nil {
+		h.OnPaired()
+	}
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 // Sender is what the way out needs of an adapter.
 type Sender interface {
 	Replier
+	Prompter
 	// Typing shows the Dot at work in chat, best effort.
 	Typing(ctx context.Context, chat string) error
 }
@@ -37,7 +38,9 @@ type Outbound struct {
 	Store       *store.Store
 	Send        Sender
 	NotifyTasks bool
-	Log         logr.Logger
+	// Prompts are the binding's approval prompts; nil sends none.
+	Prompts *Prompts
+	Log     logr.Logger
 
 	// waiting is the chat of this binding's message the Dot has not
 	// answered yet, where typing shows.
@@ -132,13 +135,58 @@ func (o *Outbound) deliver(ctx context.Context, e store.Event) (bool, error) {
 			return false, err
 		}
 		return o.sendTo(ctx, chat, d.Text)
-	case protocol.EventTaskCompleted, protocol.EventTaskFailed:
-		if !o.NotifyTasks {
+	case protocol.EventApprovalRequested:
+		var d protocol.ApprovalRequested
+		if o.Prompts == nil || json.Unmarshal(e.Data, &d) != nil {
 			return false, nil
 		}
-		return o.toOwners(ctx, taskEnding(e))
+		return o.Prompts.Ask(ctx, Asked{ID: d.ApprovalID, TaskID: deref(d.TaskID), Tool: d.Tool, Permission: d.Permission, Reason: d.Reason, Arguments: d.Arguments})
+	case wire.EventApprovalResolved:
+		var d struct {
+			ApprovalID string `json:"approval_id"`
+			Decision   string `json:"decision"`
+		}
+		if o.Prompts == nil || json.Unmarshal(e.Data, &d) != nil {
+			return false, nil
+		}
+		outcome := OutcomeRejected
+		if d.Decision == "approve" {
+			outcome = OutcomeApproved
+		}
+		return o.Prompts.Settle(ctx, d.ApprovalID, "", outcome)
+	case wire.EventTaskCancelled:
+		// Its prompts are moot.
+		return o.settleTask(ctx, e)
+	case protocol.EventTaskCompleted, protocol.EventTaskFailed:
+		// The guest's or the control plane's (the same type): its prompts
+		// are moot, and the owners are told.
+		settled, err := o.settleTask(ctx, e)
+		if err != nil || !o.NotifyTasks {
+			return settled, err
+		}
+		sent, err := o.toOwners(ctx, taskEnding(e))
+		return settled || sent, err
 	}
 	return false, nil
+}
+
+// settleTask edits the open prompts of the task e ended to "No longer
+// needed".
+func (o *Outbound) settleTask(ctx context.Context, e store.Event) (bool, error) {
+	var d struct {
+		TaskID string `json:"task_id"`
+	}
+	if o.Prompts == nil || json.Unmarshal(e.Data, &d) != nil || d.TaskID == "" {
+		return false, nil
+	}
+	return o.Prompts.Settle(ctx, "", d.TaskID, OutcomeExpired)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // chatOf is the chat of this binding's message that messageID names, when

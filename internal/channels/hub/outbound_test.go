@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -18,9 +19,10 @@ import (
 // recordingSender stands in for the adapter's sends at the edge of the
 // test; fail makes the next sends fail with it.
 type recordingSender struct {
-	mu   sync.Mutex
-	sent []string
-	fail []error
+	mu      sync.Mutex
+	sent    []string
+	fail    []error
+	prompts int
 }
 
 func (r *recordingSender) SendText(_ context.Context, chat, text string) error {
@@ -32,6 +34,27 @@ func (r *recordingSender) SendText(_ context.Context, chat, text string) error {
 		return err
 	}
 	r.sent = append(r.sent, chat+": "+text)
+	return nil
+}
+
+func (r *recordingSender) SendApproval(_ context.Context, chat, text, approvalID string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.fail) > 0 {
+		err := r.fail[0]
+		r.fail = r.fail[1:]
+		return "", err
+	}
+	r.prompts++
+	ref := fmt.Sprintf("prompt-%d", r.prompts)
+	r.sent = append(r.sent, chat+": [prompt "+ref+" for "+approvalID+"] "+text)
+	return ref, nil
+}
+
+func (r *recordingSender) EditApproval(_ context.Context, chat, ref, text string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, chat+": [edit "+ref+"] "+text)
 	return nil
 }
 

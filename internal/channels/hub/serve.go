@@ -43,6 +43,14 @@ type Serve struct {
 	Binding     Binding
 	Store       *store.Store
 	NotifyTasks bool
+	// Approvals answers approvals; nil sends no prompt.
+	Approvals Approvals
+	// AskInChat and ShowArguments are the Channel's approvals and
+	// showArguments settings.
+	AskInChat     bool
+	ShowArguments bool
+	// OnPaired hears that a person paired.
+	OnPaired func()
 	// NewAdapter makes a fresh adapter for each start.
 	NewAdapter func() (Adapter, error)
 	// Secrets are the link's credentials, replaced in every detail.
@@ -121,25 +129,50 @@ func (s *Serve) Run(ctx context.Context) error {
 func (s *Serve) runOnce(ctx context.Context, a Adapter, bucket *channels.Bucket, wg *sync.WaitGroup) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sink := &sink{in: &Inbound{Binding: s.Binding, Store: s.Store, Reply: a, Bucket: bucket, Log: s.Log}, connected: func() {
-		s.setStatus(Status{State: StateConnected})
-	}}
-	out := &Outbound{Binding: s.Binding, Store: s.Store, Send: a, NotifyTasks: s.NotifyTasks, Log: s.Log}
+	prompts := &Prompts{Binding: s.Binding, Store: s.Store, Approvals: s.Approvals, Send: a, On: s.AskInChat, ShowArguments: s.ShowArguments, Log: s.Log}
+	// A pairing brings the prompts up to date: the new owner gets the
+	// requests that wait.
+	resync := make(chan struct{}, 1)
+	paired := func() {
+		select {
+		case resync <- struct{}{}:
+		default:
+		}
+		if s.OnPaired != nil {
+			s.OnPaired()
+		}
+	}
+	sink := &sink{
+		in:      &Inbound{Binding: s.Binding, Store: s.Store, Reply: a, Bucket: bucket, Prompts: prompts, OnPaired: paired, Log: s.Log},
+		prompts: prompts,
+		connected: func() {
+			s.setStatus(Status{State: StateConnected})
+		},
+	}
+	out := &Outbound{Binding: s.Binding, Store: s.Store, Send: a, NotifyTasks: s.NotifyTasks, Prompts: prompts, Log: s.Log}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.stepOut(ctx, out)
+		s.stepOut(ctx, out, resync)
 	}()
 	return a.Run(ctx, sink)
 }
 
-// stepOut sends what the log holds at start and at each news, retrying a
-// failed send with backoff.
-func (s *Serve) stepOut(ctx context.Context, out *Outbound) {
+// stepOut brings the prompts up to date and sends what the log holds at
+// start, sends at each news, and brings the prompts up to date again at
+// each pairing, retrying a failed send with backoff.
+func (s *Serve) stepOut(ctx context.Context, out *Outbound, resync <-chan struct{}) {
 	failures := 0
+	synced := false
 	for {
 		wait := time.Duration(-1)
-		if err := out.Step(ctx); err != nil && ctx.Err() == nil {
+		err := out.Step(ctx)
+		if err == nil && !synced {
+			if err = out.Prompts.Sync(ctx); err == nil {
+				synced = true
+			}
+		}
+		if err != nil && ctx.Err() == nil {
 			s.Log.V(1).Info("a channel's send failed; it is tried again", "channel", s.Binding.UID, "err", channels.Scrub(err.Error(), s.Secrets...))
 			wait = backoff(failures)
 			var after *channels.RetryAfterError
@@ -158,6 +191,8 @@ func (s *Serve) stepOut(ctx context.Context, out *Outbound) {
 		case <-ctx.Done():
 			return
 		case <-s.News:
+		case <-resync:
+			synced = false
 		case <-retry:
 		}
 	}
@@ -166,6 +201,7 @@ func (s *Serve) stepOut(ctx context.Context, out *Outbound) {
 // sink is the hub's side of one run of an adapter.
 type sink struct {
 	in        *Inbound
+	prompts   *Prompts
 	connected func()
 }
 
@@ -173,10 +209,7 @@ func (k *sink) Connected() { k.connected() }
 
 func (k *sink) Inbound(ctx context.Context, in channels.Inbound) error { return k.in.Inbound(ctx, in) }
 
-// Pressed answers a button press. The hub sends no approval prompt yet
-// (approvals in a chat come next), so any button pressed is one the hub
-// does not stand behind: the person is told it is out of date and
-// nothing is decided.
-func (k *sink) Pressed(context.Context, channels.Press) (string, error) {
-	return "This button is out of date: answer in the web client.", nil
+// Pressed answers a button press (Prompts.Press).
+func (k *sink) Pressed(ctx context.Context, p channels.Press) (string, error) {
+	return k.prompts.Press(ctx, p)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"github.com/invisible-dots/invisible-dots/internal/channels"
+	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
 )
 
 const (
@@ -306,4 +307,17 @@ func cut(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// Kind is Telegram as the hub runs it, on the Bot API at apiBase (the
+// server's INVISIBLE_DOTS_TELEGRAM_API; DefaultAPI when empty).
+func Kind(apiBase string) hub.Kind {
+	return hub.Kind{
+		Type:     "telegram",
+		LinkedBy: hub.LinkedByToken,
+		Check:    func(ctx context.Context, token string) (channels.Account, error) { return Check(ctx, token, apiBase) },
+		New: func(_ hub.Binding, l hub.Link) (hub.Adapter, error) {
+			return New(l.Token, apiBase, l.Account)
+		},
+	}
 }

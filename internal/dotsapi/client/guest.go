@@ -176,3 +176,37 @@ func (c *Client) get(ctx context.Context, path, query string, limit int64) (*htt
 	}
 	return resp, data, nil
 }
+
+// ChannelKinds lists the channel types the server runs.
+func (c *Client) ChannelKinds(ctx context.Context, namespace, dot string) (wire.ChannelKinds, error) {
+	var out wire.ChannelKinds
+	err := c.do(ctx, http.MethodGet, wire.ChannelsPath(namespace, dot), "", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// AddChannel links the Dot to a channel account; the service checks the
+// credentials first.
+func (c *Client) AddChannel(ctx context.Context, namespace, dot string, in wire.ChannelAdd) (wire.ChannelLinked, error) {
+	var out wire.ChannelLinked
+	err := c.do(ctx, http.MethodPost, wire.ChannelsPath(namespace, dot), "", in, http.StatusCreated, &out)
+	return out, err
+}
+
+// SetChannelCredentials gives a Channel a new token.
+func (c *Client) SetChannelCredentials(ctx context.Context, namespace, dot, channel, token string) (wire.ChannelLinked, error) {
+	var out wire.ChannelLinked
+	err := c.do(ctx, http.MethodPut, wire.ChannelPath(namespace, dot, channel)+"/credentials", "", wire.ChannelCredentials{Token: token}, http.StatusOK, &out)
+	return out, err
+}
+
+// PairingCode makes a one-time code that pairs a person with the Channel.
+func (c *Client) PairingCode(ctx context.Context, namespace, dot, channel string) (wire.PairingCode, error) {
+	var out wire.PairingCode
+	err := c.do(ctx, http.MethodPost, wire.ChannelPath(namespace, dot, channel)+"/pairing-codes", "", nil, http.StatusCreated, &out)
+	return out, err
+}
+
+// Unpair takes a person's pairing with the Channel away.
+func (c *Client) Unpair(ctx context.Context, namespace, dot, channel, person string) error {
+	return c.do(ctx, http.MethodDelete, wire.ChannelPath(namespace, dot, channel)+"/people/"+url.PathEscape(person), "", nil, http.StatusNoContent, nil)
+}

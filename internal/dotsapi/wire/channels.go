@@ -1,6 +1,10 @@
 package wire
 
-import "time"
+import (
+	"net/url"
+	"strings"
+	"time"
+)
 
 // A Dot's messaging channels (ref 9.8): the Channel resource is read,
 // paused, set and deleted through the resource API; these routes do what
@@ -97,4 +101,24 @@ type ChannelLinkFrame struct {
 	Linked string `json:"linked,omitempty"`
 	// Failed says why linking ended without a link.
 	Failed string `json:"failed,omitempty"`
+}
+
+// ChannelsPath lists the channel kinds the server runs (GET) and adds a
+// Channel (POST ChannelAdd).
+func ChannelsPath(namespace, dot string) string { return dotPath(namespace, dot) + "/channels" }
+
+// ChannelPath is a Channel of the Dot.
+func ChannelPath(namespace, dot, channel string) string {
+	return ChannelsPath(namespace, dot) + "/" + url.PathEscape(channel)
+}
+
+// IsChannelLinkPath says whether path is a Channel's link stream (GET
+// .../channels/{channel}/link), which lasts until the phone linked it.
+func IsChannelLinkPath(path string) bool {
+	rest, ok := strings.CutPrefix(path, Prefix+"namespaces/")
+	if !ok {
+		return false
+	}
+	parts := strings.Split(rest, "/")
+	return len(parts) == 6 && parts[0] != "" && parts[1] == "dots" && parts[2] != "" && parts[3] == "channels" && parts[4] != "" && parts[5] == "link"
 }

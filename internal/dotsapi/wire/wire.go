@@ -74,13 +74,16 @@ const (
 	// EventChannelPeerPaired: a person paired with the Dot through a
 	// messaging channel (ChannelPeerPaired, ref 9.8).
 	EventChannelPeerPaired = "channel.peer.paired"
+	// EventChannelStatus: a messaging channel's link changed state
+	// (ChannelStatus, ref 9.8), once per change.
+	EventChannelStatus = "channel.status"
 )
 
 // HostEventTypes lists the types the control plane logs itself.
 var HostEventTypes = []string{
 	EventMessageUser, EventGuestRefused, EventTaskCreated, EventTaskCancelled, EventTaskFailed,
 	EventApprovalResolved, EventDotCreated, EventDotUpdated, EventComputerState, EventMCPServerRefused,
-	EventChannelPeerPaired,
+	EventChannelPeerPaired, EventChannelStatus,
 }
 
 // ChannelPeerPaired is the data of EventChannelPeerPaired: the channel's
@@ -89,6 +92,16 @@ type ChannelPeerPaired struct {
 	Kind   string `json:"kind"`
 	PeerID string `json:"peer_id"`
 	Label  string `json:"label"`
+}
+
+// ChannelStatus is the data of EventChannelStatus: the channel's kind, its
+// Channel's name, the state (connecting, connected, needs_relink, error,
+// paused) and why (cut to 300 characters, never holding a credential).
+type ChannelStatus struct {
+	Kind    string `json:"kind"`
+	Channel string `json:"channel"`
+	State   string `json:"state"`
+	Detail  string `json:"detail,omitempty"`
 }
 
 // ChannelKindNames is how each messaging channel's kind is named to people
@@ -438,7 +451,9 @@ func IsHostOutboxPath(path string) bool {
 
 // IsLongRunningPath says whether the API server must treat a request of
 // path as long-running: a stream, or a host agent's long poll.
-func IsLongRunningPath(path string) bool { return IsStreamPath(path) || IsHostOutboxPath(path) }
+func IsLongRunningPath(path string) bool {
+	return IsStreamPath(path) || IsHostOutboxPath(path) || IsChannelLinkPath(path)
+}
 
 // DotRef names a Dot: namespace, name and UID.
 type DotRef struct {
