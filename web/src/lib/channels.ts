@@ -98,7 +98,8 @@ export const putToken = (ns: string, dot: string, channel: string, token: string
     body: JSON.stringify({ token }),
   });
 
-export const newPairingCode = (ns: string, dot: string, channel: string) => postJSON<PairingCode>(`${routePath(ns, dot, channel)}/pairing-codes`, {});
+/** A one-time pairing code; the route takes no body. */
+export const newPairingCode = (ns: string, dot: string, channel: string) => request<PairingCode>(`${routePath(ns, dot, channel)}/pairing-codes`, { method: 'POST' });
 
 export const unpair = (ns: string, dot: string, channel: string, person: string) =>
   request<void>(`${routePath(ns, dot, channel)}/people/${encodeURIComponent(person)}`, { method: 'DELETE' });

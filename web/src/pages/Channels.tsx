@@ -393,7 +393,7 @@ function Toggle({ c, setting, label, help, disabled }: { c: Channel; setting: Se
         id={id}
         type="checkbox"
         role="switch"
-        class="mt-1 size-4 accent-accent"
+        class="mt-1 size-4 shrink-0 accent-accent"
         checked={checked}
         aria-checked={checked}
         aria-describedby={`${id}-help`}
