@@ -24,6 +24,8 @@ const GOOD = '7001:AAfake-good-token-of-the-bot';
 const RENEWED = '7001:AAfake-renewed-token-of-the-bot';
 const WRONG = '7001:AAfake-wrong-token';
 const NO_TELEGRAM = '7001:AAfake-token-telegram-never-answers';
+// A token of another bot: a Channel keeps its bot.
+const OTHER_BOT = '7002:AAfake-token-of-another-bot';
 const ADA = { id: 424242, first_name: 'Ada' };
 const GRACE = { id: 515151, first_name: 'Grace' };
 
@@ -93,6 +95,7 @@ test.describe('a Dot linked to Telegram', () => {
     bot.knows(GOOD, BOT);
     bot.knows(RENEWED, BOT);
     bot.knows(NO_TELEGRAM, BOT);
+    bot.knows(OTHER_BOT, { id: 7002, username: 'other_fake_bot' });
     bot.dropsCallsOf(NO_TELEGRAM);
     h = await launch({ signIn: true, env: { INVISIBLE_DOTS_TELEGRAM_API: bot.url } });
     const ns = await adminCallOn(h, 'POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
@@ -107,11 +110,11 @@ test.describe('a Dot linked to Telegram', () => {
     if (h) {
       // The server never writes a token down, not even one it refused.
       const log = readFileSync(h.log, 'utf8');
-      for (const t of [GOOD, RENEWED, WRONG, NO_TELEGRAM]) expect(log, 'the server log holds a token').not.toContain(t.split(':')[1]);
+      for (const t of [GOOD, RENEWED, WRONG, NO_TELEGRAM, OTHER_BOT]) expect(log, 'the server log holds a token').not.toContain(t.split(':')[1]);
       await halt(h);
     }
     await bot?.close();
-    for (const t of [GOOD, RENEWED, WRONG, NO_TELEGRAM]) expect(addresses.filter((a) => a.includes(t.split(':')[1])), 'an address holds a token').toEqual([]);
+    for (const t of [GOOD, RENEWED, WRONG, NO_TELEGRAM, OTHER_BOT]) expect(addresses.filter((a) => a.includes(t.split(':')[1])), 'an address holds a token').toEqual([]);
   });
 
   test('a wrong token is refused in words, an unreachable Telegram is said, and the good one links the bot', async ({ page }) => {
@@ -229,6 +232,9 @@ test.describe('a Dot linked to Telegram', () => {
     await box.getByLabel("The bot's new token").fill(WRONG);
     await box.getByRole('button', { name: 'Use this token' }).click();
     await expect(box.getByTestId('token-error')).toContainText('Telegram does not accept this token');
+    await box.getByLabel("The bot's new token").fill(OTHER_BOT);
+    await box.getByRole('button', { name: 'Use this token' }).click();
+    await expect(box.getByTestId('token-error')).toContainText("this token is another bot's (@other_fake_bot, not @fake_dots_bot)");
     await box.getByLabel("The bot's new token").fill(RENEWED);
     await box.getByRole('button', { name: 'Use this token' }).click();
     await expect(c.getByTestId('channel-state')).toHaveText('Connected');

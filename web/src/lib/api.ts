@@ -15,7 +15,8 @@ export class ApiError extends Error {
   }
 }
 
-async function failure(res: Response, method = 'GET'): Promise<ApiError> {
+/** The ApiError of an answer that is not ok, in words. */
+export async function failure(res: Response, method = 'GET'): Promise<ApiError> {
   let message = `${res.status} ${res.statusText}`;
   let code = '';
   try {

@@ -3,10 +3,10 @@
 // through the resource API; the Dots API's channel routes do the rest (a
 // token checked before it is stored, pairing codes, unpairing a person). A
 // token goes to the server once, in a body, and is never read back.
-import { ApiError, GROUP, dotPath, getJSON, mergePatch, postJSON, request } from './api';
+import { ApiError, GROUP, dotPath, failure, getJSON, mergePatch, postJSON, request } from './api';
 import { CHANNEL_NAMES, type ChannelErrorCode, type ChannelState } from './generated';
 import type { Tone } from './format';
-import type { Channel, ChannelKind, ChannelLinked, PairingCode } from './types';
+import type { Channel, ChannelKind, ChannelLinkFrame, ChannelLinked, PairingCode } from './types';
 
 /** The service's name to people ("Telegram"). */
 export const channelName = (type: string) => CHANNEL_NAMES[type] ?? type;
@@ -75,7 +75,9 @@ export function channelError(e: unknown, type: string, dot: string): string {
     channel_off: `This server does not run ${name}.`,
   };
   const said = (words as Record<string, string>)[e.code];
-  if (!said) return `${e.message}${/[.!?]$/.test(e.message) ? '' : '.'} Try again.`;
+  // Another refusal (a token of another bot, say) is the server's own words;
+  // only a failure of the server or the way to it is worth trying again.
+  if (!said) return `${e.message}${/[.!?]$/.test(e.message) ? '' : '.'}${e.status === 0 || e.status >= 500 ? ' Try again.' : ''}`;
   // The server's words name the other Channel, or how to turn the service on.
   return e.code === 'account_in_use' || e.code === 'channel_off' ? `${said} ${e.message}${/[.!?]$/.test(e.message) ? '' : '.'}` : said;
 }
@@ -87,8 +89,9 @@ const routePath = (ns: string, dot: string, channel: string) => `${dotPath(ns, d
 export const readKinds = (ns: string, dot: string, signal?: AbortSignal) =>
   getJSON<{ dot: string; available: ChannelKind[] }>(`${dotPath(ns, dot)}/channels`, signal);
 
-/** Links a service with its token, checked by the server before anything is stored. */
-export const addChannel = (ns: string, dot: string, type: string, token: string) => postJSON<ChannelLinked>(`${dotPath(ns, dot)}/channels`, { type, token });
+/** Links a service with its token, checked by the server before anything is stored; a service linked by a code takes none. */
+export const addChannel = (ns: string, dot: string, type: string, token?: string) =>
+  postJSON<ChannelLinked>(`${dotPath(ns, dot)}/channels`, token === undefined ? { type } : { type, token });
 
 /** A new token for a Channel: the link starts again with its people kept. */
 export const putToken = (ns: string, dot: string, channel: string, token: string) =>
@@ -141,3 +144,66 @@ export function countdown(iso: string, now = Date.now()): string {
   if (!(s > 0)) return '';
   return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
 }
+
+// ---- Linking by a code (WhatsApp) -------------------------------------------
+
+/** Where a link by a code stands, as the page shows it: one view from the stream's frames. */
+export interface LinkView {
+  /** The code on show now, to draw as a QR. */
+  code?: string;
+  /** The number the phone linked: the end. */
+  linked?: string;
+  /** Why linking ended without a link: the end. */
+  failed?: string;
+  /** The stream ended with neither (the server stopped, a connection lost). */
+  cut?: boolean;
+}
+
+/** The view after one frame: a new code replaces the last; linked and failed end it. */
+export function linkStep(v: LinkView, f: ChannelLinkFrame): LinkView {
+  if (v.linked || v.failed) return v;
+  if (f.linked) return { linked: f.linked };
+  if (f.failed) return { failed: f.failed };
+  if (f.code) return { code: f.code };
+  return v;
+}
+
+/**
+ * Follows GET .../channels/{channel}/link (server-sent events, never
+ * stored): each frame to onFrame until linked or failed, or the stream ends.
+ */
+export async function followLink(ns: string, dot: string, channel: string, onFrame: (f: ChannelLinkFrame) => void, signal: AbortSignal) {
+  let res: Response;
+  try {
+    res = await fetch(`${routePath(ns, dot, channel)}/link`, { headers: { Accept: 'text/event-stream' }, signal });
+  } catch (e) {
+    if (signal.aborted) throw e;
+    throw new ApiError('The web server cannot be reached: start invisible-dots server again and reload.', 0, 'offline');
+  }
+  if (!res.ok || !res.body) throw await failure(res);
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let end: number;
+    while ((end = buf.indexOf('\n\n')) >= 0) {
+      const data = buf
+        .slice(0, end)
+        .split('\n')
+        .filter((l) => l.startsWith('data:'))
+        .map((l) => l.slice(5).replace(/^ /, ''))
+        .join('\n');
+      buf = buf.slice(end + 2);
+      if (data) onFrame(JSON.parse(data) as ChannelLinkFrame);
+    }
+  }
+}
+
+/** A Channel linked by a code that has no linked account, or must be linked again: it goes through the scan. */
+export const needsScan = (c: Channel) =>
+  c.spec.type === 'whatsapp' && !c.metadata.deletionTimestamp && c.spec.enabled !== false && (c.status?.state === 'needs_relink' || !c.status?.account);
+
+// The Channels this page's own Link made (namespace/name): Cancel deletes only those.
+export const startedHere = new Set<string>();

@@ -25,6 +25,11 @@ import {
   unlink,
   unpair,
   readKinds,
+  followLink,
+  linkStep,
+  needsScan,
+  startedHere,
+  type LinkView,
   type SettingName,
 } from '../lib/channels';
 import { ago, toneText } from '../lib/format';
@@ -34,6 +39,10 @@ import type { Channel, ChannelKind, ChannelPerson, PairingCode } from '../lib/ty
 import { btn, Confirm, input } from '../lib/ui';
 
 export const TELEGRAM_NOT_PRIVATE = 'Telegram chats are not end-to-end encrypted: Telegram can read what you and the Dot write there.';
+
+/** WhatsApp's risk, said before anything is linked (ref 9.8). */
+const WHATSAPP_RISK =
+  'This is not an official way to use WhatsApp. It links the Dot as a device of a personal account, which WhatsApp’s terms do not allow for automation, and WhatsApp can restrict or ban the number. Use a number of its own (a spare SIM or eSIM), never the one you live on. WhatsApp and the account’s other devices see what the Dot writes.';
 
 const card = 'rounded-card border border-border bg-surface p-4';
 
@@ -73,13 +82,7 @@ export function Channels({ ns, name }: { ns: string; name: string }) {
         k.linked_by === 'token' ? (
           <AddByToken key={k.type} ns={ns} dot={name} kind={k} />
         ) : (
-          <section key={k.type} class={card} aria-label={k.name}>
-            <h3 class="font-semibold">{k.name}</h3>
-            <p class="mt-1 text-sm text-muted">
-              {k.name} is linked by scanning a code on the phone; this page cannot link it yet. The command line can:{' '}
-              <code class="font-mono">invisible-dots channel link {k.type} --dot {name}</code>.
-            </p>
-          </section>
+          <AddByCode key={k.type} ns={ns} dot={name} kind={k} />
         ),
       )}
       {(!all.loaded || (!kinds && !kindsError)) && mine.length === 0 && <p class="text-sm text-muted">Reading the channels…</p>}
@@ -186,11 +189,184 @@ function AddByToken({ ns, dot, kind }: { ns: string; dot: string; kind: ChannelK
   );
 }
 
+/** A service linked by scanning a code on the phone (WhatsApp): its risk first, then Link. */
+function AddByCode({ ns, dot, kind }: { ns: string; dot: string; kind: ChannelKind }) {
+  const can = useCan(ns);
+  const [error, setError] = useState('');
+  const [busy, setBusy] = useState(false);
+  return (
+    <section class={card} aria-labelledby={`add-${kind.type}`} data-testid={`add-${kind.type}`}>
+      <h3 id={`add-${kind.type}`} class="font-semibold">
+        {kind.name}
+      </h3>
+      <p class="mt-1 text-sm">
+        {dot} becomes a linked device of a {kind.name} number: you scan a code with the phone that holds it, under Settings, Linked devices, Link a
+        device.
+      </p>
+      {kind.type === 'whatsapp' && (
+        <p class="mt-2 rounded-card border border-warn p-2 text-sm" role="note" data-testid="whatsapp-risk">
+          {WHATSAPP_RISK}
+        </p>
+      )}
+      {can('create', 'dots/channels') ? (
+        <button
+          type="button"
+          class={`mt-3 ${btn.primary}`}
+          disabled={busy}
+          onClick={async () => {
+            setBusy(true);
+            setError('');
+            try {
+              const out = await addChannel(ns, dot, kind.type);
+              startedHere.add(`${out.namespace}/${out.name}`);
+            } catch (e) {
+              setError(channelError(e, kind.type, dot));
+            } finally {
+              setBusy(false);
+            }
+          }}
+        >
+          Link {kind.name}
+        </button>
+      ) : (
+        <p class="mt-2 text-sm text-muted">Linking {kind.name} needs the editor role in namespace {ns}.</p>
+      )}
+      {error && (
+        <p role="alert" class="mt-2 text-sm text-danger" data-testid="add-error">
+          {error}
+        </p>
+      )}
+    </section>
+  );
+}
+
+/**
+ * The scan of a Channel linked by a code: follows the link stream, draws
+ * each code as a QR as it comes, and ends linked (the number) or failed
+ * (the host's reason, and Link again). A link with no account yet is
+ * followed at once; one that must be redone waits for Link again. Cancel
+ * removes a Channel this page's own Link made and holds nothing yet, and
+ * only pauses any other, so nothing is deleted without Unlink's question.
+ */
+function ScanLink({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
+  const kind = channelName(c.spec.type);
+  const fresh = !c.status?.account && c.status?.state !== 'needs_relink';
+  const [following, setFollowing] = useState(fresh);
+  const [attempt, setAttempt] = useState(0);
+  const [view, setView] = useState<LinkView>({});
+  const [qr, setQr] = useState<{ size: number; d: string }>();
+  const [error, setError] = useState('');
+  useEffect(() => {
+    if (!following) return;
+    const ctl = new AbortController();
+    setView({});
+    setError('');
+    let v: LinkView = {};
+    followLink(
+      ns,
+      dot,
+      c.metadata.name,
+      (f) => {
+        v = linkStep(v, f);
+        setView(v);
+      },
+      ctl.signal,
+    )
+      // A stream that ended with neither: its last code is no longer shown.
+      .then(() => !ctl.signal.aborted && !v.linked && !v.failed && setView({ cut: true }))
+      .catch((e) => !ctl.signal.aborted && setError(channelError(e, c.spec.type, dot)));
+    return () => ctl.abort();
+  }, [following, attempt, ns, dot, c.metadata.name]);
+  useEffect(() => {
+    let live = true;
+    if (view.code) void qrPath(view.code).then((q) => live && setQr(q));
+    else setQr(undefined);
+    return () => {
+      live = false;
+    };
+  }, [view.code]);
+  const again = () => {
+    setFollowing(true);
+    setAttempt((n) => n + 1);
+  };
+  async function cancel() {
+    setFollowing(false);
+    const key = `${c.metadata.namespace ?? 'default'}/${c.metadata.name}`;
+    try {
+      if (startedHere.has(key) && !c.status?.account && !(c.status?.people ?? []).length) await unlink(c);
+      else await setEnabled(c, false);
+    } catch (e) {
+      setError(says(e, 'Try again.'));
+    }
+  }
+  return (
+    <div class="mt-3 rounded-card border border-border p-3" data-testid="scan-link">
+      <h4 class="text-sm font-semibold">{fresh ? `Link ${kind}` : `Link ${kind} again`}</h4>
+      {!following && !view.linked && (
+        <>
+          <p class="mt-1 text-sm">{kind} logged this device out: scan a new code with the phone to link it again. The people paired stay paired.</p>
+          <button type="button" class={`mt-2 ${btn.primary}`} onClick={again}>
+            Link again
+          </button>
+        </>
+      )}
+      {following && !view.code && !view.linked && !view.failed && !view.cut && !error && <p class="mt-1 text-sm text-muted">Waiting for {kind}’s code…</p>}
+      {following && view.code && (
+        <div class="mt-2 flex flex-wrap items-start gap-4">
+          {qr && (
+            <svg
+              role="img"
+              aria-label={`The code to scan with ${kind}`}
+              data-testid="link-qr"
+              viewBox={`0 0 ${qr.size} ${qr.size}`}
+              width={Math.max(200, qr.size * 4)}
+              height={Math.max(200, qr.size * 4)}
+              shape-rendering="crispEdges"
+              class="rounded-card"
+            >
+              <rect width={qr.size} height={qr.size} fill="#fff" />
+              <path d={qr.d} fill="#000" />
+            </svg>
+          )}
+          <p class="min-w-0 flex-1 text-sm">
+            On the phone that holds the number, open {kind}, then Settings, Linked devices, Link a device, and scan this code. A new code comes every
+            few seconds until one is scanned.
+          </p>
+        </div>
+      )}
+      {view.linked && (
+        <p role="status" class="mt-1 text-sm text-ok" data-testid="link-linked">
+          Linked to {view.linked}. Now pair a chat.
+        </p>
+      )}
+      {(view.failed || view.cut || error) && (
+        <div role="alert" class="mt-1 text-sm" data-testid="link-failed">
+          <p class="text-danger">
+            {view.failed
+              ? `The link did not finish: ${view.failed}`
+              : view.cut
+                ? 'The server stopped sending codes before the phone linked.'
+                : error}
+          </p>
+          <button type="button" class={`mt-2 ${btn.primary}`} onClick={again}>
+            Link again
+          </button>
+        </div>
+      )}
+      {following && !view.linked && (
+        <button type="button" class={`mt-2 ${btn.quiet}`} onClick={() => void cancel()}>
+          Cancel
+        </button>
+      )}
+    </div>
+  );
+}
+
 const SETTINGS: { name: SettingName; label: string; help: string }[] = [
   {
     name: 'approvals',
     label: 'Ask for approvals here',
-    help: 'What the Dot asks permission for comes to every paired chat, with buttons to answer. An answer in a chat is as strong as that person’s account.',
+    help: 'What the Dot asks permission for comes to every paired chat, to answer there. An answer in a chat is as strong as that person’s account.',
   },
   { name: 'notifyTasks', label: 'Tell me when a task ends', help: 'A task’s end, and what an automation says, come to every paired chat.' },
   {
@@ -264,15 +440,21 @@ function ChannelCard({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
           )}
         </div>
       )}
+      {needsScan(c) && (mayPair ? <ScanLink c={c} ns={ns} dot={dot} /> : <p class="mt-2 text-sm text-muted">Linking {kind} needs the editor role in namespace {ns}.</p>)}
       {tokenKind && (
         <p class="mt-2 text-xs text-muted" role="note">
           {TELEGRAM_NOT_PRIVATE}
         </p>
       )}
+      {c.spec.type === 'whatsapp' && (
+        <p class="mt-2 text-xs text-muted" role="note">
+          {WHATSAPP_RISK}
+        </p>
+      )}
       {!gone && (
         <>
           <People c={c} ns={ns} dot={dot} people={people} mayUnpair={can('delete', 'dots/channels')} />
-          {mayPair && !paused && <Pairing c={c} ns={ns} dot={dot} />}
+          {mayPair && !paused && !needsScan(c) && <Pairing c={c} ns={ns} dot={dot} />}
           {mayPair && paused && <p class="mt-3 text-sm text-muted">Resume the channel to pair a chat.</p>}
           <fieldset class="mt-4">
             <legend class="text-sm font-semibold">Settings</legend>
@@ -531,11 +713,11 @@ function Pairing({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
               <p class="mt-1 text-sm">
                 {code.link ? (
                   <>
-                    On the phone, scan the code or open the link; {kind} opens the chat with {accountWords(c) || 'the bot'} with the words ready: send
-                    them. Or send these words to {accountWords(c) || 'the bot'} in a private chat:
+                    On the phone, scan the code or open the link; {kind} opens the chat with {accountWords(c) || 'the account'} with the words ready:
+                    send them. Or send these words to {accountWords(c) || 'the account'} in a private chat:
                   </>
                 ) : (
-                  <>Send these words to the bot in a private chat:</>
+                  <>Send these words to {accountWords(c) || 'the account'} in a private chat:</>
                 )}
               </p>
               <p class="mt-2">
