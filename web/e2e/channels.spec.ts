@@ -188,6 +188,22 @@ test.describe('a Dot linked to Telegram', () => {
     await expect(c.getByTestId('paired')).toContainText('paired: they can talk to talker from Telegram now');
   });
 
+  test('a code nobody sent runs out: the panel says so and offers a new one', async ({ page }) => {
+    await page.clock.install();
+    await openChannels(page);
+    const c = card(page);
+    await c.getByRole('button', { name: 'Pair a chat' }).click();
+    const panel = c.getByTestId('pairing');
+    const first = await panel.getByTestId('pairing-words').textContent();
+    await page.clock.fastForward('10:01');
+    await expect(panel.getByTestId('pairing-expired')).toHaveText('The code expired before anyone sent it.');
+    await expect(panel.getByTestId('pairing-qr')).toHaveCount(0);
+    await panel.getByRole('button', { name: 'New code' }).click();
+    await expect(panel.getByTestId('pairing-words')).not.toHaveText(first!);
+    await panel.getByRole('button', { name: 'Close' }).click();
+    await expect(panel).toHaveCount(0);
+  });
+
   test('a setting flipped is saved as the Channel spec says', async ({ page }) => {
     await openChannels(page);
     const c = card(page);

@@ -101,8 +101,25 @@ export const putToken = (ns: string, dot: string, channel: string, token: string
     body: JSON.stringify({ token }),
   });
 
-/** A one-time pairing code; the route takes no body. */
-export const newPairingCode = (ns: string, dot: string, channel: string) => request<PairingCode>(`${routePath(ns, dot, channel)}/pairing-codes`, { method: 'POST' });
+/**
+ * A one-time pairing code (the route takes no body), with when it runs out
+ * by this browser's clock: the server's expires_at less the server's time
+ * of the answer (its Date header), from now, so a browser whose clock is
+ * off still counts the code's ten minutes.
+ */
+export async function newPairingCode(ns: string, dot: string, channel: string): Promise<PairingCode & { deadline: number }> {
+  let res: Response;
+  try {
+    res = await fetch(`${routePath(ns, dot, channel)}/pairing-codes`, { method: 'POST', headers: { Accept: 'application/json' } });
+  } catch {
+    throw new ApiError('The web server cannot be reached: start invisible-dots server again and reload.', 0, 'offline');
+  }
+  if (!res.ok) throw await failure(res, 'POST');
+  const pc = (await res.json()) as PairingCode;
+  const expires = Date.parse(pc.expires_at);
+  const server = Date.parse(res.headers.get('Date') ?? '');
+  return { ...pc, deadline: Number.isNaN(server) ? expires : Date.now() + (expires - server) };
+}
 
 export const unpair = (ns: string, dot: string, channel: string, person: string) =>
   request<void>(`${routePath(ns, dot, channel)}/people/${encodeURIComponent(person)}`, { method: 'DELETE' });
@@ -138,9 +155,9 @@ export async function qrPath(text: string): Promise<{ size: number; d: string }>
   return { size: n + 2 * quiet, d };
 }
 
-/** Minutes and seconds until iso, "9:05"; '' once it passed. */
-export function countdown(iso: string, now = Date.now()): string {
-  const s = Math.floor((Date.parse(iso) - now) / 1000);
+/** Minutes and seconds until deadline (ms), "9:05"; '' once it passed. */
+export function countdown(deadline: number, now = Date.now()): string {
+  const s = Math.floor((deadline - now) / 1000);
   if (!(s > 0)) return '';
   return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
 }

@@ -650,7 +650,7 @@ function People({ c, ns, dot, people, mayUnpair }: { c: Channel; ns: string; dot
 /** Asks for a one-time code and shows how to send it; closes when someone pairs. */
 function Pairing({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
   const kind = channelName(c.spec.type);
-  const [code, setCode] = useState<PairingCode>();
+  const [code, setCode] = useState<PairingCode & { deadline: number }>();
   const [qr, setQr] = useState<{ size: number; d: string }>();
   const [error, setError] = useState('');
   const [busy, setBusy] = useState(false);
@@ -689,7 +689,7 @@ function Pairing({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
       setBusy(false);
     }
   }
-  const left = code ? countdown(code.expires_at, now) : '';
+  const left = code ? countdown(code.deadline, now) : '';
   return (
     <div class="mt-4">
       {!code && (
@@ -750,7 +750,7 @@ function Pairing({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
                 </div>
               )}
               <p class="mt-2 text-sm text-muted" data-testid="pairing-expires">
-                The code works once, for {left} more (until {new Date(code.expires_at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}).
+                The code works once, for {left} more (until {new Date(code.deadline).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}).
               </p>
             </>
           ) : (
