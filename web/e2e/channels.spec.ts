@@ -180,6 +180,12 @@ test.describe('a Dot linked to Telegram', () => {
       await page.screenshot({ path: test.info().outputPath(`channels-pairing-${theme}.png`), fullPage: true });
       expect(await serious(page)).toEqual([]);
     }
+    // The card, the code and the link fit a phone's width.
+    await page.setViewportSize({ width: 375, height: 740 });
+    await expect(qr).toBeVisible();
+    expect(await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)).toBeLessThanOrEqual(0);
+    expect(await panel.evaluate((el) => el.getBoundingClientRect().right <= window.innerWidth)).toBe(true);
+    await page.screenshot({ path: test.info().outputPath('channels-pairing-375.png'), fullPage: true });
 
     // Ada sends the words to the bot: the hub pairs her, the list shows her.
     bot.personSays(ADA, words);
