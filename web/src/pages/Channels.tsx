@@ -419,6 +419,7 @@ function ChannelCard({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
       {c.status?.detail && state !== 'connected' && (
         <p class="mt-1 text-sm text-muted" data-testid="channel-detail">
           {c.status.detail}
+          {state === 'error' && !paused && ' It is tried again by itself, within a minute at most.'}
         </p>
       )}
       {paused && !gone && (
