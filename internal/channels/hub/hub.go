@@ -21,9 +21,12 @@ type Config struct {
 	Namespace, Name string
 	Binding         Binding
 	Link            Link
-	NotifyTasks     bool
-	AskInChat       bool
-	ShowArguments   bool
+	// CredentialsGiven is when the credentials were last given: a link
+	// stopped for a relink starts again when it changes.
+	CredentialsGiven string
+	NotifyTasks      bool
+	AskInChat        bool
+	ShowArguments    bool
 }
 
 // Hub runs every enabled Channel's link (ref 9.8). It is a runnable of the
