@@ -235,6 +235,6 @@ bench-parts: test-image
 	$(GO) test -run '^$$' -bench . ./guest/engine/...
 	$(GO) test -run '^$$' -bench PumpIngest -benchtime 3x ./internal/dotsapi/
 	$(GO) test -run '^$$' -bench StreamFanOut -benchtime 1x ./internal/dotsapi/
-	$(GO) test -run '^$$' -bench DotChat -benchtime 1x -timeout 30m ./test/e2e/
+	$(GO) test -run '^$$' -bench 'DotChat|TelegramChat' -benchtime 1x -timeout 30m ./test/e2e/
 # dot-agentd under 1,000 hostile connections: the host's health checks' p50/p99.
 	$(GO) test -run '^$$' -bench HostileConnections -benchtime 1x ./guest/agentd/

@@ -24,6 +24,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/channels"
 	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/eventtext"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
@@ -123,18 +124,17 @@ func (r *ChannelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.observe(ctx, ch, state, detail); err != nil {
 		return ctrl.Result{}, err
 	}
+	if _, err := helper.Patch(ctx, ch); err != nil {
+		return patch.RequeueOnConflict(ctrl.Result{}, err)
+	}
+	// Told once the status that says it is written.
 	if st := ch.Status.State; st != before && st != dotsv1.ChannelConnecting {
-		kind, note := corev1.EventTypeNormal, wire.ChannelKindName(string(ch.Spec.Type))+" is "+string(st)
+		kind := corev1.EventTypeNormal
 		if st == dotsv1.ChannelError || st == dotsv1.ChannelNeedsRelink {
 			kind = corev1.EventTypeWarning
 		}
-		if ch.Status.Detail != "" {
-			note += ": " + ch.Status.Detail
-		}
+		note := eventtext.ChannelStatusLine(wire.ChannelStatus{Kind: string(ch.Spec.Type), State: string(st), Detail: ch.Status.Detail})
 		r.Recorder.Eventf(ch, nil, kind, channelEventReason[st], "Link", "%s", note)
-	}
-	if _, err := helper.Patch(ctx, ch); err != nil {
-		return patch.RequeueOnConflict(ctrl.Result{}, err)
 	}
 	return res, nil
 }
@@ -189,7 +189,7 @@ func (r *ChannelReconciler) run(ctx context.Context, ch *dotsv1.Channel) (dotsv1
 	err := r.Hub.Ensure(hub.Config{
 		Namespace: ch.Namespace, Name: ch.Name,
 		Binding: hub.Binding{UID: uid, Kind: string(ch.Spec.Type), Dot: storeDot(dot)},
-		Link:    link, NotifyTasks: s.NotifyTasksOn(), AskInChat: s.ApprovalsOn(), ShowArguments: s.ShowArgumentsOn(),
+		Link:    link, CredentialsGiven: ch.Annotations[dotsv1.ChannelCredentialsAnnotation], NotifyTasks: s.NotifyTasksOn(), AskInChat: s.ApprovalsOn(), ShowArguments: s.ShowArgumentsOn(),
 	})
 	if errors.Is(err, hub.ErrNotLeading) {
 		return dotsv1.ChannelConnecting, "", ctrl.Result{RequeueAfter: notLeadingRetry}, nil

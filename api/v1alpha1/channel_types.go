@@ -184,6 +184,11 @@ const ChannelFinalizer = "dots.invisible.dev/channel"
 // so the controller copies them to the status again.
 const ChannelPeopleChangedAnnotation = "dots.invisible.dev/people-changed"
 
+// ChannelCredentialsAnnotation is when the Channel's credentials were last
+// given (RFC 3339): a link stopped for a relink starts again when they are
+// given again, even the same token.
+const ChannelCredentialsAnnotation = "dots.invisible.dev/credentials-given-at"
+
 // ChannelCredentialsKey is the key of a Telegram bot's token in its Secret.
 const ChannelCredentialsKey = "token"
 

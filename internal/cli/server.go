@@ -59,7 +59,9 @@ off), which adds the API credential itself for the machine's owner. With
 made for them and act with their own rights; an address others reach
 (127.0.0.1, which every guest reaches, or one of another network, served
 over HTTPS with a certificate of the server's CA, pki/ca.crt) turns sign-in
-on. It writes $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
+on. The channel hub polls Telegram for the Dots' Channels
+(INVISIBLE_DOTS_TELEGRAM_API, default https://api.telegram.org). It writes
+$INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 
   export KUBECONFIG=~/.invisible-dots/kubeconfig
   kubectl get dots`,

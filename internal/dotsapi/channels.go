@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
@@ -206,6 +207,15 @@ func (h *Handler) writeCredentials(ctx context.Context, ch *dotsv1.Channel, toke
 	if err != nil {
 		return fmt.Errorf("store the credentials of Channel %s/%s: %w", ch.Namespace, ch.Name, err)
 	}
+	// The link starts again with them, even when they are the same.
+	given := ch.DeepCopy()
+	if ch.Annotations == nil {
+		ch.Annotations = map[string]string{}
+	}
+	ch.Annotations[dotsv1.ChannelCredentialsAnnotation] = h.clock.Now().UTC().Format(time.RFC3339Nano)
+	if err := h.writer.Patch(ctx, ch, client.MergeFrom(given)); err != nil {
+		return fmt.Errorf("mark the new credentials of Channel %s/%s: %w", ch.Namespace, ch.Name, err)
+	}
 	base := ch.DeepCopy()
 	ch.Status.Account = &dotsv1.ChannelAccount{ID: acc.ID, Name: acc.Name}
 	ch.Status.State, ch.Status.Detail = dotsv1.ChannelConnecting, ""
@@ -348,7 +358,7 @@ func (h *Handler) unpairPerson(w http.ResponseWriter, r *http.Request) error {
 	if ch.Annotations == nil {
 		ch.Annotations = map[string]string{}
 	}
-	ch.Annotations[dotsv1.ChannelPeopleChangedAnnotation] = h.clock.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	ch.Annotations[dotsv1.ChannelPeopleChangedAnnotation] = h.clock.Now().UTC().Format(time.RFC3339Nano)
 	if err := h.writer.Patch(r.Context(), ch, client.MergeFrom(base)); err != nil {
 		h.log.Error(err, "the Channel's people in its status are stale until its next reconcile", "channel", client.ObjectKeyFromObject(ch))
 	}

@@ -54,6 +54,29 @@ func ApprovalLine(d protocol.ApprovalRequested) string {
 	return line
 }
 
+// ChannelStatusLine says a channel's state in words (its log line, and
+// its Channel's Kubernetes Event).
+func ChannelStatusLine(d wire.ChannelStatus) string {
+	name := wire.ChannelKindName(d.Kind)
+	var said string
+	switch d.State {
+	case "connected":
+		said = name + " is connected"
+	case "connecting":
+		said = name + " is connecting"
+	case "paused":
+		said = name + " is paused"
+	case "needs_relink":
+		said = name + " needs to be linked again"
+	default:
+		said = name + " failed"
+	}
+	if d.Detail != "" {
+		said += ": " + Cut(d.Detail, 300)
+	}
+	return said
+}
+
 // Cut makes s one line of at most max runes.
 func Cut(s string, max int) string {
 	s = strings.Join(strings.Fields(s), " ")
@@ -110,26 +133,7 @@ var describers = map[string]func(e wire.Event) (string, error){
 		}
 		return who + " paired through " + wire.ChannelKindName(d.Kind) + " and may talk to the Dot there"
 	}),
-	wire.EventChannelStatus: of(func(d wire.ChannelStatus) string {
-		name := wire.ChannelKindName(d.Kind)
-		var said string
-		switch d.State {
-		case "connected":
-			said = name + " is connected"
-		case "connecting":
-			said = name + " is connecting"
-		case "paused":
-			said = name + " is paused"
-		case "needs_relink":
-			said = name + " needs to be linked again"
-		default:
-			said = name + " failed"
-		}
-		if d.Detail != "" {
-			said += ": " + Cut(d.Detail, 300)
-		}
-		return said
-	}),
+	wire.EventChannelStatus: of(ChannelStatusLine),
 	protocol.EventMessageAssistant: of(func(d protocol.MessageAssistant) string {
 		return "dot: " + Cut(d.Text, 300) + spent(d.SpentUSD, d.ReasoningTokens)
 	}),

@@ -25,6 +25,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/internal/channels/telegram/telegramtest"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -103,6 +104,105 @@ func BenchmarkDotChat(b *testing.B) {
 	b.ReportMetric(percentile(wake, 50).Seconds(), "wake-answer-s")
 	b.ReportMetric(boot.Seconds(), "boot-s")
 	b.ReportMetric(percentile(wake, 50).Seconds()/boot.Seconds(), "wake-answer/boot")
+}
+
+// BenchmarkTelegramChat reports, for one Dot reached from Telegram (a fake
+// Bot API on the loopback; run it with -benchtime 1x):
+//   - tg-p50-ms, tg-p99-ms: a message given to the fake Bot API until the
+//     Dot's answer was sent to the chat, over 50 messages one after another
+//     (paced to the 20 a minute a person may send: about 2 minutes);
+//   - dot-p50-ms: of those, the log's message.user to message.assistant: the
+//     Dot's own time (the stand-in model answers at once);
+//   - hub-p50-ms, hub-p99-ms: the rest, per message: the adapter's long poll
+//     handing the message over, the hub's write, and its way out to the
+//     chat; the overhead the channel adds above the Dot's time.
+func BenchmarkTelegramChat(b *testing.B) {
+	if _, err := qemu.FindBinaries(os.Getenv); err != nil {
+		b.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
+	}
+	name := "bench-telegram"
+	w := newWork(b, name, instantModel)
+	k := w.k
+	k.apply(idleDot(name, "allow", "0s"))
+	k.waitDot(name, vmReadyTimeout, readyDot)
+	dots := w.dots()
+	ctx := context.Background()
+	tg := w.telegram
+	w.cliIn(time.Minute, e2eBotToken+"\n", "channel", "add", "telegram", "--dot", name)
+	k.run("wait", "--for=jsonpath={.status.state}=connected", "channel/"+name+"-telegram", "--timeout=60s")
+	code, err := dots.PairingCode(ctx, "default", name, name+"-telegram")
+	if err != nil {
+		b.Fatal(err)
+	}
+	const ada = 4242
+	answers := func(text string) []telegramtest.Call {
+		var out []telegramtest.Call
+		for _, c := range tg.Calls("sendMessage") {
+			if strings.HasPrefix(c.Field("text"), text) {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	waitFor := func(text string, n int) time.Time {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			if got := answers(text); len(got) >= n {
+				return got[n-1].At
+			}
+		}
+		var calls []string
+		for _, c := range tg.Calls("") {
+			calls = append(calls, c.Method+" "+c.Field("text"))
+		}
+		b.Fatalf("no %q sent to the chat within a minute; Telegram was called:\n%s\nthe Dot's log:\n%s\n%s",
+			text, strings.Join(calls, "\n"), w.cli(time.Minute, "logs", name, "--tail", "30"), w.story())
+		return time.Time{}
+	}
+	tg.Say(ada, "Ada", code.Words)
+	waitFor("Paired.", 1)
+
+	// A person is held to 10 messages at once, then 20 a minute (the
+	// hub's bucket): past the first ones, a message every 3 s.
+	var total, dot, hub []time.Duration
+	var last time.Time
+	for i := range 50 {
+		if i >= 8 {
+			time.Sleep(time.Until(last.Add(3100 * time.Millisecond)))
+		}
+		text := fmt.Sprintf("phone message %d", i)
+		given := time.Now()
+		last = given
+		tg.Say(ada, "Ada", text)
+		sent := waitFor(chatAnswer, i+1)
+		total = append(total, sent.Sub(given))
+		page, err := dots.Messages(ctx, "default", name, wire.MessagesQuery{Limit: 10, Order: wire.OrderDesc})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var asked, answered *wire.Message
+		for j := range page.Messages {
+			if m := &page.Messages[j]; m.Role == wire.RoleUser && m.Text == text {
+				asked = m
+			}
+		}
+		for j := range page.Messages {
+			if m := &page.Messages[j]; asked != nil && m.Role == wire.RoleAssistant && m.InReplyTo == asked.MessageID {
+				answered = m
+			}
+		}
+		if answered == nil {
+			b.Fatalf("message %d: its answer is not in the log", i)
+		}
+		own := answered.CreatedAt.Sub(asked.CreatedAt)
+		dot = append(dot, own)
+		hub = append(hub, sent.Sub(given)-own)
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ms(percentile(total, 50)), "tg-p50-ms")
+	b.ReportMetric(ms(percentile(total, 99)), "tg-p99-ms")
+	b.ReportMetric(ms(percentile(dot, 50)), "dot-p50-ms")
+	b.ReportMetric(ms(percentile(hub, 50)), "hub-p50-ms")
+	b.ReportMetric(ms(percentile(hub, 99)), "hub-p99-ms")
 }
 
 // answerTime posts text to the Dot and waits for its answer, and returns the

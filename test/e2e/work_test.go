@@ -40,6 +40,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
+	"github.com/invisible-dots/invisible-dots/internal/channels/telegram/telegramtest"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -58,6 +59,8 @@ const (
 	// chatFile for "run the tests in chat", asked in the chat; slowFile for
 	// "run the slow tests", which takes 20 s (a server is killed meanwhile).
 	chatFile = protocol.DefaultDotHome + "/e2e-chat.txt"
+	// phoneFile for "run the phone tests", a task approved from Telegram.
+	phoneFile = protocol.DefaultDotHome + "/e2e-phone.txt"
 	slowFile = protocol.DefaultDotHome + "/e2e-slow.txt"
 	// standupDone is the answer to the automation's firing.
 	standupDone = "standup notes written"
@@ -101,6 +104,8 @@ func scriptedModel(req modelRequest) modelAnswer {
 	case strings.Contains(text, "run the slow tests"):
 		return modelAnswer{Text: "running the slow tests", Calls: [][2]string{{"exec",
 			fmt.Sprintf(`{"command":"sleep 20 && echo ran >> %s && echo %s"}`, slowFile, testsPassed)}}, Cost: answerCost}
+	case strings.Contains(text, "run the phone tests"):
+		return modelAnswer{Text: "running the phone tests", Calls: [][2]string{{"exec", runTheTests(phoneFile)}}, Cost: answerCost}
 	case strings.Contains(text, "run the tests in chat"):
 		return modelAnswer{Text: "running them", Calls: [][2]string{{"exec", runTheTests(chatFile)}}, Cost: answerCost}
 	case strings.Contains(text, "run the tests again"):
@@ -308,6 +313,80 @@ func TestDotWork(t *testing.T) {
 		}
 	})
 
+	t.Run("a phone on Telegram talks to the Dot and approves a task's call by button", func(t *testing.T) {
+		w := w.on(t)
+		tg := w.telegram
+		out := w.cliIn(time.Minute, e2eBotToken+"\n", "channel", "add", "telegram", "--dot", name)
+		if !strings.Contains(out, "to the Telegram bot @"+tg.Username) || !strings.Contains(out, "not end-to-end encrypted") {
+			w.fail("channel add printed %q; want the bot linked and the warning", out)
+		}
+		channel := name + "-telegram"
+		k.run("wait", "--for=jsonpath={.status.state}=connected", "channel/"+channel, "--timeout=60s")
+		out = w.cli(time.Minute, "channel", "pair", "--dot", name)
+		m := regexp.MustCompile(`/start ([0-9A-Z]{8})`).FindStringSubmatch(out)
+		if m == nil || !strings.Contains(out, "https://t.me/"+tg.Username+"?start="+m[1]) {
+			w.fail("channel pair printed %q; want the words and the deep link", out)
+		}
+		const ada = 4242
+		chat := strconv.Itoa(ada)
+		waitSent := func(what string, ok func(telegramtest.Call) bool) telegramtest.Call {
+			t.Helper()
+			for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				for _, c := range tg.Calls("") {
+					if (c.Method == "sendMessage" || c.Method == "editMessageText") && c.Fields["chat_id"] == chat && ok(c) {
+						return c
+					}
+				}
+			}
+			w.fail("Telegram was not sent %s", what)
+			return telegramtest.Call{}
+		}
+		tg.Say(ada, "Ada", m[0])
+		waitSent("the welcome", func(c telegramtest.Call) bool { return strings.HasPrefix(c.Field("text"), "Paired.") })
+
+		t.Log("a message from the phone is answered in the chat")
+		sent := time.Now()
+		tg.Say(ada, "Ada", "hello from the phone")
+		answer := waitSent("the Dot's answer", func(c telegramtest.Call) bool { return c.Field("text") == chatAnswer })
+		t.Logf("FIGURE telegram message to answer %s (one message, tcg; make bench has p50/p99)", answer.At.Sub(sent).Round(time.Millisecond))
+		msgs := w.cli(time.Minute, "logs", name, "--types", "message.user")
+		if !strings.Contains(msgs, "you, via Telegram: hello from the phone") {
+			w.fail("the log says %q; want the message via Telegram", msgs)
+		}
+
+		t.Log("a task's call asks: the prompt's Approve button runs it once")
+		task := w.taskOf(w.cli(time.Minute, "task", "add", name, "run the phone tests"))
+		prompt := waitSent("the approval prompt", func(c telegramtest.Call) bool { return strings.Contains(c.Fields["reply_markup"], "ap1:y:") })
+		if txt := prompt.Field("text"); !strings.Contains(txt, "Run commands (high risk)") || !strings.Contains(txt, phoneFile) {
+			w.fail("the prompt says %q; want the permission's risk and the command", txt)
+		}
+		data := regexp.MustCompile(`ap1:y:[^"\\]+`).FindString(prompt.Fields["reply_markup"])
+		tg.Press(ada, 1, data)
+		got := w.waitTask(task, 3*time.Minute)
+		if got.Status.Phase != dotsv1.TaskCompleted {
+			w.fail("task %s ended %s (%s); want COMPLETED after the press", task, got.Status.Phase, got.Status.Error)
+		}
+		if n := w.lines(phoneFile); n != 1 {
+			w.fail("%s holds %d lines; want the one of the call run exactly once", phoneFile, n)
+		}
+		waitSent("the prompt edited to the outcome", func(c telegramtest.Call) bool {
+			return c.Method == "editMessageText" && strings.HasSuffix(c.Field("text"), "Approved.")
+		})
+		waitSent("the task's end", func(c telegramtest.Call) bool { return c.Field("text") == "Task done: "+testsPassed })
+		for _, c := range tg.Calls("answerCallbackQuery") {
+			if c.Field("text") != "Approved." {
+				w.fail("the press was answered %q; want Approved.", c.Field("text"))
+			}
+		}
+
+		t.Log("the channel lists Ada, and goes when removed")
+		if out := w.cli(time.Minute, "channel", "ls"); !strings.Contains(out, "connected") || !strings.Contains(out, "Ada ("+chat+")") {
+			w.fail("channel ls printed %q; want it connected with Ada", out)
+		}
+		w.cli(time.Minute, "channel", "rm", "--dot", name)
+		k.run("wait", "--for=delete", "channel/"+channel, "--timeout=60s")
+	})
+
 	t.Run("chat asks inline and always allows", func(t *testing.T) {
 		w := w.on(t)
 		// computer.exec is ask: the chat asks, the person answers always.
@@ -488,8 +567,12 @@ func newWorkIn(t testing.TB, h home.Layout, dot string, model func(modelRequest)
 	}
 	vm := h.VM(home.VMID{Namespace: "default", Name: dot})
 	t.Cleanup(func() { cvmKillRecorded(vm) })
-	srv := startServer(t, h.Root)
-	w := work{t: t, k: cvmKubectl{t: t, s: srv}, dot: dot, home: h, env: []string{"INVISIBLE_DOTS_HOME=" + h.Root, "KUBECONFIG=" + srv.kubeconfig()}}
+	// Telegram is a fake Bot API (named fake: nothing reaches Telegram).
+	tg := telegramtest.New(e2eBotToken)
+	t.Cleanup(tg.Close)
+	srv := startServer(t, h.Root, "INVISIBLE_DOTS_TELEGRAM_API="+tg.URL())
+	w := work{t: t, k: cvmKubectl{t: t, s: srv}, dot: dot, home: h, telegram: tg,
+		env: []string{"INVISIBLE_DOTS_HOME=" + h.Root, "KUBECONFIG=" + srv.kubeconfig()}}
 	if out, err := secretOpenRouter(w.env, "sk-or-v1-e2e-work-0123456789\n"); err != nil {
 		t.Fatalf("secret openrouter: %v\n%s", err, out)
 	}
@@ -504,7 +587,12 @@ type work struct {
 	dot  string
 	home home.Layout
 	env  []string
+	// telegram is the server's Telegram: a fake Bot API.
+	telegram *telegramtest.FakeBotAPI
 }
+
+// e2eBotToken is the fake Bot API's bot.
+const e2eBotToken = "424242:AAH-e2e-bot-secret"
 
 // on is w for a subtest.
 func (w work) on(t *testing.T) work {

@@ -8,6 +8,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
 	"net"
 	"os"
 	"path/filepath"
@@ -45,6 +46,9 @@ type Options struct {
 	Address string
 	// RequestTimeout replaces the API server's request timeout when set.
 	RequestTimeout time.Duration
+	// Channels are the messaging channel types the Dots API checks
+	// credentials of (a test's fake Telegram).
+	Channels hub.Kinds
 }
 
 // StartWith is Start with Options. dir may hold a home a stopped control
@@ -65,6 +69,7 @@ func StartWith(ctx context.Context, dir string, log logr.Logger, o Options) (*Co
 		ListenAddress:  addr,
 		DatabaseURL:    os.Getenv("HARNESS_DATABASE_URL"),
 		RequestTimeout: o.RequestTimeout,
+		Channels:       o.Channels,
 		Log:            log,
 	})
 	if err != nil {

@@ -24,6 +24,9 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/driver/fake"
 	guestfake "github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
+	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
+	"github.com/invisible-dots/invisible-dots/internal/channels/telegram"
+	"github.com/invisible-dots/invisible-dots/internal/channels/telegram/telegramtest"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 	"github.com/invisible-dots/invisible-dots/test/harness"
 )
@@ -40,6 +43,8 @@ var (
 	// fakeEngine is every fake guest's engine: what the guest link pushed.
 	fakeEngine *guestfake.Engine
 	managers   sync.WaitGroup
+	// fakeTelegram is Telegram's Bot API for every Channel of the suite.
+	fakeTelegram *telegramtest.FakeBotAPI
 )
 
 func TestIntegration(t *testing.T) {
@@ -53,7 +58,12 @@ var _ = BeforeSuite(func() {
 	dir, err := os.MkdirTemp("", "idi-")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, dir)
-	cp, err = harness.Start(suiteCtx, dir, testLog)
+	// Telegram is the fake Bot API (named fake: nothing here reaches
+	// Telegram), for the server's credential checks and the hub alike.
+	fakeTelegram = telegramtest.New(telegramToken)
+	DeferCleanup(fakeTelegram.Close)
+	channelKinds := hub.Kinds{"telegram": telegram.Kind(fakeTelegram.URL())}
+	cp, err = harness.StartWith(suiteCtx, dir, testLog, harness.Options{Channels: channelKinds})
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient = cp.Client
 
@@ -67,8 +77,9 @@ var _ = BeforeSuite(func() {
 	fakeEngine = guestfake.NewEngine()
 	central, err := controllers.NewManager(suiteCtx, controllers.Options{
 		Config: cp.Config,
-		Log:    testLog.WithName("controllers"),
-		Store:  logStore,
+		Log:      testLog.WithName("controllers"),
+		Store:    logStore,
+		Channels: channelKinds,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	hostAgent, err := agent.NewManager(agent.Options{

@@ -21,9 +21,12 @@ type Config struct {
 	Namespace, Name string
 	Binding         Binding
 	Link            Link
-	NotifyTasks     bool
-	AskInChat       bool
-	ShowArguments   bool
+	// CredentialsGiven is when the credentials were last given: a link
+	// stopped for a relink starts again when it changes.
+	CredentialsGiven string
+	NotifyTasks      bool
+	AskInChat        bool
+	ShowArguments    bool
 }
 
 // Hub runs every enabled Channel's link (ref 9.8). It is a runnable of the
@@ -79,10 +82,20 @@ func (h *Hub) Start(ctx context.Context) error {
 		defer close(listened)
 		_ = stored.Run(ctx)
 	}()
+	// Each link is woken when its Dot's log has news (the Dots with events
+	// past the last read), and every poll besides, for a notification
+	// the listening connection lost.
+	after, err := h.Store.LastEventID(ctx)
+	if err != nil {
+		h.stopAll()
+		<-listened
+		return err
+	}
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
 		_, _, _, changed := stored.Since(store.Cursor{})
+		all := false
 		select {
 		case <-ctx.Done():
 			h.stopAll()
@@ -90,9 +103,23 @@ func (h *Hub) Start(ctx context.Context) error {
 			return nil
 		case <-changed:
 		case <-t.C:
+			all = true
+		}
+		dots, last, err := h.Store.DotsWithEventsAfter(ctx, after, 5000)
+		news := map[string]bool{}
+		if err != nil {
+			all = true
+		} else {
+			after = last
+			for _, d := range dots {
+				news[d.UID] = true
+			}
 		}
 		h.mu.Lock()
 		for _, r := range h.running {
+			if !all && !news[r.cfg.Binding.Dot.UID] {
+				continue
+			}
 			select {
 			case r.news <- struct{}{}:
 			default:

@@ -42,6 +42,10 @@ type Outbound struct {
 	Prompts *Prompts
 	Log     logr.Logger
 
+	// cursor is where the way out stands in the log (read is whether it
+	// was read from the store yet).
+	cursor int64
+	read   bool
 	// waiting is the chat of this binding's message the Dot has not
 	// answered yet, where typing shows.
 	waiting string
@@ -55,10 +59,16 @@ const outboundBatch = 100
 // (a channels.RetryAfterError says how long to wait); the caller retries
 // with backoff.
 func (o *Outbound) Step(ctx context.Context) error {
-	cursor, err := o.Store.ChannelCursor(ctx, o.Binding.UID, o.Binding.Dot.UID)
-	if err != nil {
-		return err
+	// The stored cursor is read once; it moves only through this way out.
+	if !o.read {
+		c, err := o.Store.ChannelCursor(ctx, o.Binding.UID, o.Binding.Dot.UID)
+		if err != nil {
+			return err
+		}
+		o.cursor, o.read = c, true
 	}
+	cursor := o.cursor
+	defer func() { o.cursor = cursor }()
 	for {
 		events, err := o.Store.EventsAfter(ctx, o.Binding.Dot.UID, cursor, outboundBatch)
 		if err != nil {
@@ -73,8 +83,8 @@ func (o *Outbound) Step(ctx context.Context) error {
 		for _, e := range events {
 			sent, err := o.deliver(ctx, e)
 			if err != nil {
-				if moved != cursor {
-					_ = o.Store.SetChannelCursor(ctx, o.Binding.UID, moved)
+				if moved != cursor && o.Store.SetChannelCursor(ctx, o.Binding.UID, moved) == nil {
+					cursor = moved
 				}
 				return err
 			}

@@ -1,0 +1,222 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/invisible-dots/invisible-dots/internal/channels"
+	"github.com/invisible-dots/invisible-dots/internal/store"
+)
+
+// fakeApprovals stands in for the control plane's Approvals at the edge of
+// the test: requests by id, answered once.
+type fakeApprovals struct {
+	mu      sync.Mutex
+	asked   []Asked
+	outcome map[string]Outcome
+	by      map[string]string
+}
+
+func newFakeApprovals(asked ...Asked) *fakeApprovals {
+	f := &fakeApprovals{outcome: map[string]Outcome{}, by: map[string]string{}}
+	for _, a := range asked {
+		f.ask(a)
+	}
+	return f
+}
+
+func (f *fakeApprovals) ask(a Asked) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, a)
+	f.outcome[a.ID] = OutcomePending
+}
+
+func (f *fakeApprovals) Pending(context.Context, store.Dot) ([]Asked, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Asked
+	for _, a := range f.asked {
+		if f.outcome[a.ID] == OutcomePending {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeApprovals) Outcome(_ context.Context, _ store.Dot, id string) (Outcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.outcome[id], nil
+}
+
+func (f *fakeApprovals) Answer(_ context.Context, _ store.Dot, id string, approve bool, by string) (Outcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o, ok := f.outcome[id]
+	if !ok {
+		return OutcomeUnknown, ErrAnswered
+	}
+	if o != OutcomePending {
+		return o, ErrAnswered
+	}
+	o = OutcomeRejected
+	if approve {
+		o = OutcomeApproved
+	}
+	f.outcome[id], f.by[id] = o, by
+	return o, nil
+}
+
+// wordsSender is a channel without buttons (WhatsApp's shape).
+type wordsSender struct{ recordingSender }
+
+func (*wordsSender) ApprovalsByText() bool { return true }
+
+// pairedPrompts is a binding with Ada (42) paired as an owner, and its
+// prompts over send and approvals.
+func pairedPrompts(t *testing.T, send Prompter, approvals Approvals) (*Prompts, *Inbound) {
+	t.Helper()
+	ctx := context.Background()
+	in, _ := newInbound(t)
+	code, hash := channels.NewPairingCode()
+	if err := testStore.AddPairingCode(ctx, in.Binding.UID, in.Binding.Dot.UID, hash, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Inbound(ctx, msg("42", "42", true, "777:1", "/start "+code)); err != nil {
+		t.Fatal(err)
+	}
+	p := &Prompts{Binding: in.Binding, Store: testStore, Approvals: approvals, Send: send, On: true, ShowArguments: true, Log: logr.Discard()}
+	in.Prompts = p
+	return p, in
+}
+
+func TestApprovalsInWordsFromAnOwnerOnly(t *testing.T) {
+	ctx := context.Background()
+	send := &wordsSender{}
+	approvals := newFakeApprovals(Asked{ID: "appr_0123456789abcdef", Tool: "exec", Permission: "computer.exec",
+		Reason: "run the build", Arguments: json.RawMessage(`{"command":"make"}`)})
+	p, in := pairedPrompts(t, send, approvals)
+	if err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sent := send.take()
+	if len(sent) != 1 || !strings.Contains(sent[0], `Reply "yes ap-abcdef" to approve or "no ap-abcdef" to reject.`) ||
+		!strings.Contains(sent[0], "Run commands (high risk)") {
+		t.Fatalf("the prompt in words: %q", sent)
+	}
+	said := in.Reply.(*recordingReplier)
+	said.said = nil
+
+	// A bare "yes" is a message to the Dot, never an answer.
+	if err := in.Inbound(ctx, msg("42", "42", true, "777:2", "yes")); err != nil {
+		t.Fatal(err)
+	}
+	if got := logged(t, in); got[len(got)-1] != "message.user" {
+		t.Fatalf("a bare yes did not reach the Dot: %v", got)
+	}
+	// A stranger's answer is dropped before anything is read.
+	if err := in.Inbound(ctx, msg("66", "66", true, "777:3", "yes ap-abcdef")); err != nil {
+		t.Fatal(err)
+	}
+	if approvals.outcome["appr_0123456789abcdef"] != OutcomePending {
+		t.Fatal("a stranger's words answered the approval")
+	}
+	// The owner's words answer it, once.
+	if err := in.Inbound(ctx, msg("42", "42", true, "777:4", "YES ap-ABCDEF")); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Inbound(ctx, msg("42", "42", true, "777:5", "no ap-abcdef")); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Inbound(ctx, msg("42", "42", true, "777:6", "no ap-zzzzzz")); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"42: Approved.", "42: It was answered already.", "42: That request does not exist."}
+	if strings.Join(said.said, "|") != strings.Join(want, "|") {
+		t.Fatalf("the hub said %q; want %q", said.said, want)
+	}
+	if approvals.outcome["appr_0123456789abcdef"] != OutcomeApproved || approvals.by["appr_0123456789abcdef"] != "telegram:42" {
+		t.Fatalf("the approval stands %v by %q", approvals.outcome, approvals.by)
+	}
+	// The pairing and the bare yes: no answer in words reached the Dot.
+	if got := strings.Join(logged(t, in), ","); got != "channel.peer.paired,message.user" {
+		t.Fatalf("the log holds %s", got)
+	}
+}
+
+func TestPromptsAreBroughtUpToDate(t *testing.T) {
+	ctx := context.Background()
+	send := &recordingSender{}
+	approvals := newFakeApprovals(Asked{ID: "a1", Tool: "exec", Permission: "computer.exec"}, Asked{ID: "a2", TaskID: "t9", Tool: "write_file", Permission: "files.write"})
+	p, _ := pairedPrompts(t, send, approvals)
+
+	// The channel starts: a prompt for each waiting request, once.
+	if err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sent := send.take()
+	if len(sent) != 2 || !strings.Contains(sent[0], "for a1]") || !strings.Contains(sent[1], "for a2]") {
+		t.Fatalf("prompts at the start: %q", sent)
+	}
+	// a1 is answered in the web while the channel is down: the next start
+	// edits its prompt.
+	if _, err := approvals.Answer(ctx, store.Dot{}, "a1", false, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sent := send.take(); len(sent) != 1 || !strings.Contains(sent[0], "[edit prompt-1]") || !strings.HasSuffix(sent[0], "Rejected.") {
+		t.Fatalf("a prompt answered elsewhere: %q", sent)
+	}
+	// a2's task ends: No longer needed.
+	if _, err := p.Settle(ctx, "", "t9", OutcomeExpired); err != nil {
+		t.Fatal(err)
+	}
+	if sent := send.take(); len(sent) != 1 || !strings.HasSuffix(sent[0], "No longer needed: its task ended.") {
+		t.Fatalf("a prompt of an ended task: %q", sent)
+	}
+	// Switched off, nothing is asked and a press is told so.
+	p.On = false
+	approvals.ask(Asked{ID: "a3", Tool: "exec", Permission: "computer.exec"})
+	if err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sent := send.take(); len(sent) != 0 {
+		t.Fatalf("approvals off, yet sent: %q", sent)
+	}
+	data, _ := channels.ButtonData(true, "a3")
+	if notice, err := p.Press(ctx, channels.Press{Peer: "42", Chat: "42", Private: true, Data: data}); err != nil || notice != saidApprovalsOff {
+		t.Fatalf("a press with approvals off: %q, %v", notice, err)
+	}
+	if approvals.outcome["a3"] != OutcomePending {
+		t.Fatal("a press with approvals off decided")
+	}
+}
+
+func TestAPromptHidesArgumentsWhenAskedAndCutsThem(t *testing.T) {
+	p := &Prompts{Binding: Binding{Dot: store.Dot{Name: "helper"}}, ShowArguments: false, Send: &recordingSender{}}
+	a := Asked{ID: "x", Tool: "browser_navigate", Permission: "browser.navigate", Reason: strings.Repeat("r", 500),
+		Arguments: json.RawMessage(`{"url":"https://example.com/?secret=1"}`)}
+	text := p.promptText(a)
+	if strings.Contains(text, "secret=1") || !strings.Contains(text, "Browse (medium risk)") {
+		t.Fatalf("showArguments off: %q", text)
+	}
+	if n := len([]rune(strings.SplitN(strings.SplitN(text, "Reason: ", 2)[1], "\n", 2)[0])); n != maxPromptPart {
+		t.Fatalf("the reason is %d characters; want cut to %d", n, maxPromptPart)
+	}
+	p.ShowArguments = true
+	if text := p.promptText(a); !strings.Contains(text, "secret=1") {
+		t.Fatalf("showArguments on: %q", text)
+	}
+}
