@@ -39,16 +39,16 @@ async function fakeWhatsAppServer(page: Page, dot: string, streams: string[][]) 
 
 // The Channels made here go, so no later test finds them (in the Inbox's count, say).
 test.afterEach(async () => {
-  for (const name of ['wa-dot-whatsapp', 'wa-cancel-dot-whatsapp']) await adminCallOn(harness(), 'DELETE', `${GROUP}/namespaces/default/channels/${name}`, undefined);
+  for (const name of ['whatsapp-scan-whatsapp', 'whatsapp-cancel-whatsapp']) await adminCallOn(harness(), 'DELETE', `${GROUP}/namespaces/default/channels/${name}`, undefined);
 });
 
 test('WhatsApp: the risk is said first, a link that fails says why and links again, and ends linked with the number', async ({ page }) => {
-  await applyDot('wa-dot');
-  await fakeWhatsAppServer(page, 'wa-dot', [
+  await applyDot('whatsapp-scan');
+  await fakeWhatsAppServer(page, 'whatsapp-scan', [
     ['{"code":"2@first-code"}', '{"failed":"the code ran out before it was scanned"}'],
     ['{"code":"2@second-code"}', '{"linked":"+15551234567"}'],
   ]);
-  await page.goto(harness().url + '/dots/default/wa-dot/channels');
+  await page.goto(harness().url + '/dots/default/whatsapp-scan/channels');
   const add = page.getByTestId('add-whatsapp');
   await expect(add.getByTestId('whatsapp-risk')).toContainText('This is not an official way to use WhatsApp');
   await expect(add.getByTestId('whatsapp-risk')).toContainText('WhatsApp can restrict or ban the number');
@@ -58,11 +58,11 @@ test('WhatsApp: the risk is said first, a link that fails says why and links aga
   const made = await adminCallOn(harness(), 'POST', `${GROUP}/namespaces/default/channels`, {
     apiVersion: 'dots.invisible.dev/v1alpha1',
     kind: 'Channel',
-    metadata: { name: 'wa-dot-whatsapp', namespace: 'default' },
-    spec: { dotName: 'wa-dot', type: 'whatsapp' },
+    metadata: { name: 'whatsapp-scan-whatsapp', namespace: 'default' },
+    spec: { dotName: 'whatsapp-scan', type: 'whatsapp' },
   });
   expect(made.status, made.text).toBe(201);
-  const c = page.locator('[data-testid=channel][data-channel="wa-dot-whatsapp"]');
+  const c = page.locator('[data-testid=channel][data-channel="whatsapp-scan-whatsapp"]');
   const scan = c.getByTestId('scan-link');
   await expect(scan.getByTestId('link-failed')).toContainText('The link did not finish: the code ran out before it was scanned');
   await expect(page.getByTestId('add-whatsapp')).toHaveCount(0);
@@ -73,21 +73,21 @@ test('WhatsApp: the risk is said first, a link that fails says why and links aga
 });
 
 test('WhatsApp: Cancel pauses a Channel the page did not make, and deletes nothing', async ({ page }) => {
-  await applyDot('wa-cancel-dot');
+  await applyDot('whatsapp-cancel');
   // A link that never sends a code: the page waits for it.
-  await fakeWhatsAppServer(page, 'wa-cancel-dot', []);
-  await page.route('**/dots/v1/namespaces/default/dots/wa-cancel-dot/channels/wa-cancel-dot-whatsapp/link', () => undefined);
+  await fakeWhatsAppServer(page, 'whatsapp-cancel', []);
+  await page.route('**/dots/v1/namespaces/default/dots/whatsapp-cancel/channels/whatsapp-cancel-whatsapp/link', () => undefined);
   const made = await adminCallOn(harness(), 'POST', `${GROUP}/namespaces/default/channels`, {
     apiVersion: 'dots.invisible.dev/v1alpha1',
     kind: 'Channel',
-    metadata: { name: 'wa-cancel-dot-whatsapp', namespace: 'default' },
-    spec: { dotName: 'wa-cancel-dot', type: 'whatsapp' },
+    metadata: { name: 'whatsapp-cancel-whatsapp', namespace: 'default' },
+    spec: { dotName: 'whatsapp-cancel', type: 'whatsapp' },
   });
   expect(made.status, made.text).toBe(201);
-  await page.goto(harness().url + '/dots/default/wa-cancel-dot/channels');
-  const c = page.locator('[data-testid=channel][data-channel="wa-cancel-dot-whatsapp"]');
+  await page.goto(harness().url + '/dots/default/whatsapp-cancel/channels');
+  const c = page.locator('[data-testid=channel][data-channel="whatsapp-cancel-whatsapp"]');
   await expect(c.getByTestId('scan-link')).toContainText('Waiting for WhatsApp’s code…');
   await c.getByRole('button', { name: 'Cancel' }).click();
   await expect(c.getByRole('button', { name: 'Resume' })).toBeVisible();
-  expect((await getResource('channels', 'wa-cancel-dot-whatsapp')).spec.enabled).toBe(false);
+  expect((await getResource('channels', 'whatsapp-cancel-whatsapp')).spec.enabled).toBe(false);
 });
