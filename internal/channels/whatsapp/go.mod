@@ -3,6 +3,7 @@ module github.com/invisible-dots/invisible-dots/internal/channels/whatsapp
 go 1.26.5
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0
 	github.com/invisible-dots/invisible-dots v0.0.0
 	go.mau.fi/whatsmeow v0.0.0-20251217143725-11cf47c62d32

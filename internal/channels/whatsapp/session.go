@@ -35,6 +35,15 @@ type Options struct {
 	Log func(format string, args ...any)
 	// ClientLog is whatsmeow's.
 	ClientLog waLog.Logger
+	// Now is the clock (the edit window); nil is time.Now.
+	Now func() time.Time
+}
+
+func (o Options) now() time.Time {
+	if o.Now == nil {
+		return time.Now()
+	}
+	return o.Now()
 }
 
 func humanPause() time.Duration {
@@ -320,7 +329,9 @@ func (s *session) do(ctx context.Context, f port.Frame) port.Frame {
 		return failure(port.ErrorRefused, "the chat is not a person's WhatsApp address")
 	}
 	chat = chat.ToNonAD()
-	if s.client == nil || !s.connected.Load() {
+	// connected is set by whatsmeow's handler, after the client exists:
+	// reading it first orders the read of s.client after its write.
+	if !s.connected.Load() || s.client == nil {
 		return failure(port.ErrorNotConnected, "WhatsApp is not connected yet")
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -332,7 +343,7 @@ func (s *session) do(ctx context.Context, f port.Frame) port.Frame {
 		}
 		return port.Frame{}
 	case port.TypeEdit:
-		if at, ok := s.sent.when(f.Ref); ok && time.Since(at) > editWindow {
+		if at, ok := s.sent.when(f.Ref); ok && s.opts.now().Sub(at) > editWindow {
 			return failure(port.ErrorTooOld, "WhatsApp no longer lets this message be edited")
 		}
 		if err := s.client.EditText(ctx, chat, f.Ref, f.Text); err != nil {
@@ -359,7 +370,7 @@ func (s *session) do(ctx context.Context, f port.Frame) port.Frame {
 	if err != nil {
 		return sendFailure(err)
 	}
-	s.sent.add(id, time.Now())
+	s.sent.add(id, s.opts.now())
 	return port.Frame{Ref: id}
 }
 
