@@ -72,8 +72,8 @@ func TestReadMessage(t *testing.T) {
 		},
 		"link text": {
 			reason: "a text with a link is an extended text",
-			evt: msgEvent(anaPN, anaPN, &waE2E.Message{ExtendedTextMessage: &waE2E.ExtendedTextMessage{Text: proto.String("see https://x.example")}}, nil),
-			want: &port.Message{Peer: "4915111111111", Label: "Ana", Chat: "4915111111111@s.whatsapp.net", ExternalID: "4915100000000:3EB0AAA", Text: "see https://x.example", HasText: true},
+			evt:    msgEvent(anaPN, anaPN, &waE2E.Message{ExtendedTextMessage: &waE2E.ExtendedTextMessage{Text: proto.String("see https://x.example")}}, nil),
+			want:   &port.Message{Peer: "4915111111111", Label: "Ana", Chat: "4915111111111@s.whatsapp.net", ExternalID: "4915100000000:3EB0AAA", Text: "see https://x.example", HasText: true},
 		},
 		"photo": {
 			reason: "a photo is a message without text (told 'not supported yet' by the hub)",

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	cryptorand "crypto/rand"
 	"math/rand/v2"
 	"strconv"
 	"strings"
