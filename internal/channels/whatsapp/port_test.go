@@ -82,7 +82,9 @@ func TestTheServersAdapterAndTheProgramAgree(t *testing.T) {
 		OnAccount: func(acc channels.Account) { accMu.Lock(); account = acc; accMu.Unlock() }})
 	sink := &hubSink{}
 	runDone := make(chan error, 1)
-	go func() { runDone <- a.Run(ctx, sink) }()
+	ctx1, cancel1 := context.WithCancel(ctx)
+	defer cancel1()
+	go func() { runDone <- a.Run(ctx1, sink) }()
 
 	c := <-clients
 	waitFor(t, "linking", func() bool { return has(c.Calls(), "connect") })
@@ -136,23 +138,30 @@ func TestTheServersAdapterAndTheProgramAgree(t *testing.T) {
 		t.Fatalf("EditApproval: %v", err)
 	}
 
-	c.emit(&events.LoggedOut{Reason: events.ConnectFailureLoggedOut})
-	if err := <-runDone; !errors.Is(err, channels.ErrNeedsRelink) {
-		t.Fatalf("Run after a logout = %v, want needs-relink", err)
+	// The next start comes back from the saved keys: no code, the same
+	// number.
+	cancel1()
+	if err := <-runDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run after its ctx ended = %v", err)
 	}
-
-	// The next start (a relink aside) comes back from the saved keys: no
-	// code, the same number.
+	waitFor(t, "disconnect", func() bool { return has(c.Calls(), "disconnect") })
 	a2 := port.New(port.Config{Dial: dial, Keys: keys, Log: logr.Discard()})
 	run2 := make(chan error, 1)
-	ctx2, cancel2 := context.WithCancel(ctx)
-	go func() { run2 <- a2.Run(ctx2, &hubSink{}) }()
+	go func() { run2 <- a2.Run(ctx, &hubSink{}) }()
 	c2 := <-clients
 	waitFor(t, "connect", func() bool { return has(c2.Calls(), "connect") })
 	if has(c2.Calls(), "qr") || c2.dev.GetJID() != id {
 		t.Errorf("from saved keys: calls %v, device %v; want no code and %v", c2.Calls(), c2.dev.GetJID(), id)
 	}
-	cancel2()
-	<-run2
-	waitFor(t, "disconnect", func() bool { return has(c2.Calls(), "disconnect") })
+
+	// Logged out on the phone: the keys are gone from the server's store,
+	// and the Channel needs a new link.
+	c2.emit(&events.LoggedOut{Reason: events.ConnectFailureLoggedOut})
+	if err := <-run2; !errors.Is(err, channels.ErrNeedsRelink) {
+		t.Fatalf("Run after a logout = %v, want needs-relink", err)
+	}
+	if k := keys.Keys(); len(k) != 0 {
+		t.Errorf("after a logout the store keeps %d groups", len(k))
+	}
+
 }

@@ -266,10 +266,10 @@ func (s *session) handle(evt any) {
 		s.connected.Store(true)
 		_ = s.conn.Write(port.Frame{Type: port.TypeConnected, Account: accountOf(s.dev.GetJID())})
 	case *events.LoggedOut:
-		s.close(port.ReasonLoggedOut, "")
+		s.loggedOut()
 	case *events.ConnectFailure:
 		if e.Reason.IsLoggedOut() {
-			s.close(port.ReasonLoggedOut, "")
+			s.loggedOut()
 			return
 		}
 		s.close(port.ReasonFailed, fmt.Sprintf("WhatsApp refused the connection (%d)", int(e.Reason)))
@@ -285,6 +285,19 @@ func (s *session) handle(evt any) {
 	case *events.Message:
 		s.message(e)
 	}
+}
+
+// loggedOut forgets the device's keys on the server before it says so:
+// they are worth nothing now, and a leak of them is still a leak.
+// whatsmeow deletes them too, but from a goroutine of its own that can
+// lose the race with the end of the session.
+func (s *session) loggedOut() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.store.DeleteDevice(ctx, s.dev); err != nil {
+		s.opts.Log("the keys of a logged-out device could not be deleted: %v", err)
+	}
+	s.close(port.ReasonLoggedOut, "")
 }
 
 // message hands a message the server hears to it and waits until it was

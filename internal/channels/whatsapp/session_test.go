@@ -318,7 +318,19 @@ func TestALinkedDeviceConnectsWithoutACode(t *testing.T) {
 	if f := h.next(t); f.Type != port.TypeConnected || f.Account.ID != "4915100000000" {
 		t.Fatalf("frame %+v, want connected as the saved number", f)
 	}
-	c.emit(&events.LoggedOut{Reason: events.ConnectFailureLoggedOut})
+	// Logged out on the phone: the keys are deleted on the server, then
+	// the session says why it ends.
+	go c.emit(&events.LoggedOut{Reason: events.ConnectFailureLoggedOut})
+	f := h.next(t)
+	if f.Type != port.TypeKeys || len(f.Changes) == 0 {
+		t.Fatalf("frame %+v, want the keys' deletion", f)
+	}
+	for _, ch := range f.Changes {
+		if ch.Key != "" || ch.Value != nil {
+			t.Errorf("change %+v is not a group's delete", ch)
+		}
+	}
+	h.send(t, port.Frame{Type: port.TypeAck, ID: f.ID})
 	if f := h.next(t); f.Type != port.TypeClosed || f.Reason != port.ReasonLoggedOut {
 		t.Fatalf("frame %+v, want closed logged_out", f)
 	}
