@@ -163,5 +163,4 @@ func TestTheServersAdapterAndTheProgramAgree(t *testing.T) {
 	if k := keys.Keys(); len(k) != 0 {
 		t.Errorf("after a logout the store keeps %d groups", len(k))
 	}
-
 }
