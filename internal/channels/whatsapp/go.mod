@@ -1,3 +1,7 @@
+// The WhatsApp program, a module of its own: whatsmeow's Signal library is
+// GPL-3.0 and the main module holds nothing GPL. It builds against the main
+// module in this tree (replace below) for the channel protocol's types; after
+// the main go.mod changes, run `go mod tidy` here too.
 module github.com/invisible-dots/invisible-dots/internal/channels/whatsapp
 
 go 1.26.5

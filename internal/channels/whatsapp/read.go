@@ -6,6 +6,7 @@ import (
 	"go.mau.fi/whatsmeow/proto/waE2E"
 	"go.mau.fi/whatsmeow/types"
 	"go.mau.fi/whatsmeow/types/events"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/invisible-dots/invisible-dots/internal/channels/port"
 )
@@ -80,16 +81,19 @@ func textOf(m *waE2E.Message) (string, bool) {
 }
 
 // isContent says whether a message is something a person sent (a text, a
-// photo, a voice note...), not protocol traffic.
+// photo, a voice note, a kind this program does not know yet), not
+// protocol traffic or an envelope with nothing in it.
 func isContent(m *waE2E.Message) bool {
-	switch {
-	case m.ProtocolMessage != nil, m.ReactionMessage != nil, m.EncReactionMessage != nil,
-		m.SenderKeyDistributionMessage != nil && m.GetConversation() == "" && m.ExtendedTextMessage == nil && len(contentFields(m)) == 0,
-		m.PollUpdateMessage != nil, m.KeepInChatMessage != nil, m.PinInChatMessage != nil,
-		m.EditedMessage != nil, m.SecretEncryptedMessage != nil:
+	if m.ProtocolMessage != nil || m.ReactionMessage != nil || m.EncReactionMessage != nil ||
+		m.PollUpdateMessage != nil || m.KeepInChatMessage != nil || m.PinInChatMessage != nil ||
+		m.EditedMessage != nil || m.SecretEncryptedMessage != nil {
 		return false
 	}
-	return true
+	// A sender key or the context's metadata alone is no message.
+	rest := proto.Clone(m).(*waE2E.Message)
+	rest.SenderKeyDistributionMessage = nil
+	rest.MessageContextInfo = nil
+	return proto.Size(rest) > 0
 }
 
 // contentFields are the kinds of content a message holds besides text.

@@ -112,6 +112,16 @@ func TestReadMessage(t *testing.T) {
 			reason: "a delete is protocol traffic",
 			evt:    msgEvent(anaPN, anaPN, &waE2E.Message{ProtocolMessage: &waE2E.ProtocolMessage{}}, nil),
 		},
+		"sender key alone": {
+			reason: "a sender key with nothing else is no message",
+			evt: msgEvent(anaPN, anaPN, &waE2E.Message{SenderKeyDistributionMessage: &waE2E.SenderKeyDistributionMessage{GroupID: proto.String("g")},
+				MessageContextInfo: &waE2E.MessageContextInfo{}}, nil),
+		},
+		"voice note": {
+			reason: "a voice note is a message without text",
+			evt:    msgEvent(anaPN, anaPN, &waE2E.Message{AudioMessage: &waE2E.AudioMessage{PTT: proto.Bool(true)}}, nil),
+			want:   &port.Message{Peer: "4915111111111", Label: "Ana", Chat: "4915111111111@s.whatsapp.net", ExternalID: "4915100000000:3EB0AAA"},
+		},
 		"other sender": {
 			reason: "in a one-to-one chat only the person writes",
 			evt:    msgEvent(anaPN, types.NewJID("4915199999999", types.DefaultUserServer), text("x"), nil),

@@ -93,7 +93,8 @@ func serve(ctx context.Context, nc net.Conn, opts Options) {
 	requests := make(chan port.Frame, 64)
 	go s.read(requests)
 	go s.work(ctx, requests)
-	context.AfterFunc(ctx, func() { s.end() })
+	stop := context.AfterFunc(ctx, func() { s.end() })
+	defer stop()
 
 	if err := s.start(ctx, hello.Keys); err != nil {
 		s.close(port.ReasonFailed, err.Error())
@@ -186,8 +187,9 @@ func (s *session) close(reason, detail string) {
 	s.end()
 }
 
-// call sends f and waits for its answer (ack, nack, done), or the end.
-func (s *session) call(f port.Frame) (port.Frame, error) {
+// call sends f and waits for its answer (ack, nack, done), the end, or
+// ctx.
+func (s *session) call(ctx context.Context, f port.Frame) (port.Frame, error) {
 	f.ID = s.nextID.Add(1)
 	ch := make(chan port.Frame, 1)
 	s.mu.Lock()
@@ -207,6 +209,8 @@ func (s *session) call(f port.Frame) (port.Frame, error) {
 		return r, nil
 	case <-s.ended:
 		return port.Frame{}, errSessionEnded
+	case <-ctx.Done():
+		return port.Frame{}, ctx.Err()
 	}
 }
 
@@ -214,8 +218,8 @@ var errSessionEnded = errors.New("the session with the server ended")
 
 // saveKeys is the store's Saver: a keys frame, answered once the server
 // saved them. whatsmeow's write waits here.
-func (s *session) saveKeys(_ context.Context, changes []port.KeyChange) error {
-	r, err := s.call(port.Frame{Type: port.TypeKeys, Changes: changes})
+func (s *session) saveKeys(ctx context.Context, changes []port.KeyChange) error {
+	r, err := s.call(ctx, port.Frame{Type: port.TypeKeys, Changes: changes})
 	if err != nil {
 		return err
 	}
@@ -310,9 +314,9 @@ func (s *session) message(e *events.Message) {
 		return
 	}
 	s.unread.add(e.Info.Chat.ToNonAD(), e.Info.Sender.ToNonAD(), e.Info.ID)
-	if _, err := s.call(port.Frame{Type: port.TypeMessage, Message: &m}); err != nil {
-		return
-	}
+	// The answer is done, or the end of the session (a drop): either way
+	// the message is not offered again.
+	_, _ = s.call(ctx, port.Frame{Type: port.TypeMessage, Message: &m})
 }
 
 // work does the server's requests one at a time, in order.
