@@ -14,6 +14,9 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/channels"
 )
 
+// helloWait bounds the wait for the program's welcome.
+const helloWait = 30 * time.Second
+
 // MaxText is where an answer is split: WhatsApp takes far more, but a
 // long message is folded behind "Read more" on the phone.
 const MaxText = 4000
@@ -169,10 +172,16 @@ func (a *Adapter) Run(ctx context.Context, sink channels.Sink) error {
 	}
 	conn := NewConn(nc)
 	defer conn.Close()
-	// A read blocked on the socket ends with ctx.
+	// Everything this run starts ends with it, whoever ends it; a read
+	// blocked on the socket ends with ctx.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 
+	// A program that takes the connection and says nothing is not waited
+	// on for ever.
+	_ = nc.SetDeadline(time.Now().Add(helloWait))
 	if err := conn.Write(Frame{Type: TypeHello, V: Version, Keys: keys}); err != nil {
 		return fmt.Errorf("the WhatsApp program cannot be reached: %w", err)
 	}
@@ -186,6 +195,7 @@ func (a *Adapter) Run(ctx context.Context, sink channels.Sink) error {
 	if welcome.Type != TypeWelcome || welcome.V != Version {
 		return ErrVersion
 	}
+	_ = nc.SetDeadline(time.Time{})
 
 	s := &session{conn: conn, waiting: map[uint64]chan Frame{}, ended: make(chan struct{})}
 	a.mu.Lock()
