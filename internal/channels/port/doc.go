@@ -42,11 +42,17 @@
 // waits 0.4 to 1.5 s before each send. docs/channel-port.md says the same
 // for people who build another program.
 //
-// # Pieces
+// # Pieces, and how the server wires them
 //
-// Adapter drives a session for the hub (hub.Adapter, with SendApproval,
-// EditApproval and ApprovalsByText); KeyStore is the server's keeping of
-// the keys (a Secret the Channel owns); Links holds the codes on show per
-// Channel, in memory only, for the route that streams them; Launch starts
-// the program and keeps it running. porttest holds the fakes for tests.
+// Launch starts the program once (when INVISIBLE_DOTS_WHATSAPP=1) and keeps
+// it running; its Dial is every Adapter's. New makes a Channel's Adapter for
+// each start the hub makes (hub.Serve.NewAdapter), with the Channel's
+// KeyStore (a Secret the Channel owns, whose Save applies the changes in
+// order in one write, Keys.Apply, and refuses with ErrChannelGone once the
+// Channel is deleted), links.For(channel) as its Linking, and OnAccount for
+// the Channel's status. A link starts with Links.Begin and the Channel's
+// keys deleted (a new device); the link route streams Links.Watch as
+// wire.ChannelLinkFrame; a deleted Channel's codes go with Links.Forget.
+// porttest holds the fakes for tests: the program's side of the socket and
+// a KeyStore in memory.
 package port
