@@ -90,6 +90,10 @@ func serve(ctx context.Context, nc net.Conn, opts Options) {
 	if err := conn.Write(port.Frame{Type: port.TypeWelcome, V: port.Version}); err != nil || hello.V != port.Version {
 		return
 	}
+	// The session's own context: what it started (the QR channel's
+	// watch among them) ends with it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	requests := make(chan port.Frame, 64)
 	go s.read(requests)
 	go s.work(ctx, requests)
@@ -103,6 +107,7 @@ func serve(ctx context.Context, nc net.Conn, opts Options) {
 	if s.client != nil {
 		s.client.Disconnect()
 	}
+	cancel()
 }
 
 // start builds the device from the keys and connects it, linking it first
