@@ -100,7 +100,7 @@ verify: manifests generate
 # they skip, saying so.
 # Each stage prints the time it took, so a CI run can be watched and its
 # slow stage named.
-TEST_STAGES = test-image test-golden-image test-unit test-integration test-web test-e2e
+TEST_STAGES = test-image test-golden-image test-unit test-whatsapp test-integration test-web test-e2e
 test: deps
 	@for stage in $(TEST_STAGES); do \
 		start=$$(date +%s); echo "== make $$stage"; \

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/internal/channels/port"
@@ -80,6 +79,14 @@ func (s *FakeKeyStore) Saves() int {
 	return s.saves
 }
 
+// T is what the fakes need of a test: a *testing.T, or Ginkgo's GinkgoT().
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
 // FakeProgram listens on a unix socket as the program does and hands each
 // connection to the test as a FakeSession.
 type FakeProgram struct {
@@ -89,7 +96,7 @@ type FakeProgram struct {
 }
 
 // NewFakeProgram listens until the test ends.
-func NewFakeProgram(t testing.TB) *FakeProgram {
+func NewFakeProgram(t T) *FakeProgram {
 	t.Helper()
 	// Short: a unix socket's path has 108 bytes, t.TempDir's can be longer.
 	dir, err := os.MkdirTemp("", "wa")
@@ -125,13 +132,13 @@ func (p *FakeProgram) Dial(ctx context.Context) (net.Conn, error) {
 const wait = 10 * time.Second
 
 // Accept takes the next connection, reads its hello and answers welcome.
-func (p *FakeProgram) Accept(t testing.TB) *FakeSession {
+func (p *FakeProgram) Accept(t T) *FakeSession {
 	t.Helper()
 	return p.AcceptWith(t, port.Frame{Type: port.TypeWelcome, V: port.Version})
 }
 
 // AcceptWith is Accept answering welcome with the frame given.
-func (p *FakeProgram) AcceptWith(t testing.TB, welcome port.Frame) *FakeSession {
+func (p *FakeProgram) AcceptWith(t T, welcome port.Frame) *FakeSession {
 	t.Helper()
 	var c net.Conn
 	select {
@@ -172,7 +179,7 @@ type FakeSession struct {
 }
 
 // Send writes f to the adapter.
-func (s *FakeSession) Send(t testing.TB, f port.Frame) {
+func (s *FakeSession) Send(t T, f port.Frame) {
 	t.Helper()
 	if err := s.conn.Write(f); err != nil {
 		t.Fatalf("writing a %s frame to the adapter: %v", f.Type, err)
@@ -180,7 +187,7 @@ func (s *FakeSession) Send(t testing.TB, f port.Frame) {
 }
 
 // Next is the adapter's next frame.
-func (s *FakeSession) Next(t testing.TB) port.Frame {
+func (s *FakeSession) Next(t T) port.Frame {
 	t.Helper()
 	select {
 	case f := <-s.frames:
@@ -214,3 +221,10 @@ func (s *FakeSession) Close() { s.conn.Close() }
 
 // ErrFake is an error a test injects.
 var ErrFake = errors.New("fake failure")
+
+// Frames are the adapter's frames, for a test that reads them as they come
+// (Next fails the test on a wait; this does not).
+func (s *FakeSession) Frames() <-chan port.Frame { return s.frames }
+
+// Done is closed once the adapter closed the connection.
+func (s *FakeSession) Done() <-chan struct{} { return s.ended }
