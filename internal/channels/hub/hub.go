@@ -60,10 +60,10 @@ type running struct {
 	// account is the account a device linked by a code reported.
 	account *channels.Account
 	mu      sync.Mutex
-	serve  *Serve
-	news   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
+	serve   *Serve
+	news    chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // ErrNotLeading: the hub runs on the leader only, and this process does
