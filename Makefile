@@ -100,7 +100,7 @@ verify: manifests generate
 # they skip, saying so.
 # Each stage prints the time it took, so a CI run can be watched and its
 # slow stage named.
-TEST_STAGES = test-image test-golden-image test-unit test-integration test-web test-e2e
+TEST_STAGES = test-image test-golden-image test-unit test-whatsapp test-integration test-web test-e2e
 test: deps
 	@for stage in $(TEST_STAGES); do \
 		start=$$(date +%s); echo "== make $$stage"; \
@@ -191,6 +191,20 @@ fuzz:
 
 dot-agentd:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/dot-agentd ./guest/agentd/cmd/dot-agentd
+
+# The opt-in WhatsApp program (internal/channels/whatsapp, a Go module of
+# its own: whatsmeow's Signal library is GPL-3.0 and invisible-dots holds
+# nothing GPL), written next to the server's binary, where the server finds
+# it; the server runs WhatsApp when started with INVISIBLE_DOTS_WHATSAPP=1.
+# test-whatsapp runs its tests (none reaches WhatsApp's network) and the
+# server's side of the socket.
+.PHONY: whatsapp test-whatsapp
+whatsapp:
+	cd internal/channels/whatsapp && $(GO) build -trimpath -o $(CURDIR)/bin/invisible-dots-whatsapp .
+
+test-whatsapp:
+	cd internal/channels/whatsapp && $(GO) test -count=1 ./...
+	$(GO) test -count=1 ./internal/channels/port/...
 
 # The guest's unit tests and the boot of the test image under TCG (skipped
 # until `make test-image` has filled _output/test-image).

@@ -23,6 +23,7 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/internal/channels"
 	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
+	"github.com/invisible-dots/invisible-dots/internal/channels/port"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/eventtext"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
@@ -45,8 +46,11 @@ type ChannelReconciler struct {
 	SecretReader client.Reader
 	Store        *store.Store
 	Hub          *hub.Hub
-	Recorder     recorder.EventRecorder
-	Clock        clock.PassiveClock
+	// Links are the link codes of Channels linked by a code, forgotten
+	// when a Channel goes; nil when the server links none.
+	Links    *port.Links
+	Recorder recorder.EventRecorder
+	Clock    clock.PassiveClock
 
 	wakes chan event.TypedGenericEvent[*dotsv1.Channel]
 }
@@ -54,7 +58,7 @@ type ChannelReconciler struct {
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=channels,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=channels/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=channels/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
 
 // SetupWithManager registers the reconciler, woken by the hub when a link's
 // status changes or a person pairs.
@@ -68,6 +72,16 @@ func (r *ChannelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// Full: the controller has wakes queued, and each reconcile
 			// reads the hub's latest.
 		}
+	}
+	// A device linked by a code keeps its keys in a Secret the Channel
+	// owns, and shows its codes to whoever links it.
+	r.Hub.Devices = func(cfg hub.Config) (port.KeyStore, port.Linking) {
+		keys := &ChannelKeys{Client: r.Client, Reader: r.SecretReader, Namespace: cfg.Namespace, Name: cfg.Name, UID: cfg.Binding.UID}
+		var linking port.Linking
+		if r.Links != nil {
+			linking = r.Links.For(cfg.Binding.UID)
+		}
+		return keys, linking
 	}
 	if err := mgr.Add(r.Hub); err != nil {
 		return err
@@ -107,6 +121,9 @@ func (r *ChannelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, nil
 		}
 		r.Hub.Stop(uid)
+		if r.Links != nil {
+			r.Links.Forget(uid)
+		}
 		if err := r.Store.ForgetChannel(ctx, uid); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -168,11 +185,14 @@ func (r *ChannelReconciler) run(ctx context.Context, ch *dotsv1.Channel) (dotsv1
 		}
 		return stop(dotsv1.ChannelError, detail)
 	}
+	// A kind linked by a code tells its account itself (hub.Account): the
+	// status's copy is not what it runs from, or writing it would start
+	// the link again.
 	link := hub.Link{}
-	if a := ch.Status.Account; a != nil {
-		link.Account = channels.Account{ID: a.ID, Name: a.Name}
-	}
 	if k.LinkedBy == hub.LinkedByToken {
+		if a := ch.Status.Account; a != nil {
+			link.Account = channels.Account{ID: a.ID, Name: a.Name}
+		}
 		token, problem, err := r.token(ctx, ch)
 		if err != nil {
 			return "", "", ctrl.Result{}, err
@@ -245,6 +265,9 @@ func (r *ChannelReconciler) observe(ctx context.Context, ch *dotsv1.Channel, sta
 		detail = ""
 	}
 	ch.Status.State, ch.Status.Detail = state, detail
+	if a, ok := r.Hub.Account(string(ch.UID)); ok {
+		ch.Status.Account = &dotsv1.ChannelAccount{ID: a.ID, Name: a.Name}
+	}
 	peers, err := r.Store.Peers(ctx, string(ch.UID))
 	if err != nil {
 		return err

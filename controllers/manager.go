@@ -26,6 +26,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
+	"github.com/invisible-dots/invisible-dots/internal/channels/port"
 	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 	"github.com/invisible-dots/invisible-dots/internal/scheme"
 	"github.com/invisible-dots/invisible-dots/internal/store"
@@ -83,6 +84,10 @@ type Options struct {
 	Store *store.Store
 	// Channels are the messaging channel types the hub runs (ref 9.8).
 	Channels hub.Kinds
+	// ChannelLinks are the link codes of Channels linked by a code
+	// (WhatsApp), shared with the Dots API that streams them; nil when
+	// the server links none.
+	ChannelLinks *port.Links
 }
 
 // NewManager builds the central manager with every reconciler registered.
@@ -232,6 +237,7 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 			SecretReader: mgr.GetAPIReader(),
 			Store:        o.Store,
 			Hub:          channelHub,
+			Links:        o.ChannelLinks,
 			Recorder:     mgr.GetEventRecorder(ChannelControllerName),
 			Clock:        o.Clock,
 		}).SetupWithManager(mgr); err != nil {

@@ -195,4 +195,3 @@ const ChannelCredentialsKey = "token"
 func init() {
 	SchemeBuilder.Register(&Channel{}, &ChannelList{})
 }
-

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,10 +14,15 @@ import (
 	"golang.org/x/term"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/go-logr/logr"
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+
 	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
+	"github.com/invisible-dots/invisible-dots/internal/channels/port"
 	"github.com/invisible-dots/invisible-dots/internal/channels/telegram"
+	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // Environment variables of the channels (ref 9.8).
@@ -23,12 +30,42 @@ const (
 	// envTelegramAPI is the Telegram Bot API's base URL (a test points it
 	// at a fake).
 	envTelegramAPI = "INVISIBLE_DOTS_TELEGRAM_API"
+	// envWhatsApp turns WhatsApp on ("1"): it is opt-in, a separate
+	// program (make whatsapp), and unofficial.
+	envWhatsApp = "INVISIBLE_DOTS_WHATSAPP"
+	// envWhatsAppProgram names the WhatsApp program when it is neither
+	// next to the server's executable nor on PATH.
+	envWhatsAppProgram = "INVISIBLE_DOTS_WHATSAPP_PROGRAM"
 )
 
-// channelKinds are the channel types this server runs.
-func channelKinds() hub.Kinds {
-	return hub.Kinds{"telegram": telegram.Kind(os.Getenv(envTelegramAPI))}
+// channelKinds are the channel types this server runs: Telegram always,
+// WhatsApp when INVISIBLE_DOTS_WHATSAPP=1 and its program starts (it runs
+// until ctx ends); links are WhatsApp's link codes, nil without it.
+func channelKinds(ctx context.Context, layout home.Layout, log logr.Logger) (kinds hub.Kinds, links *port.Links) {
+	kinds = hub.Kinds{"telegram": telegram.Kind(os.Getenv(envTelegramAPI))}
+	if os.Getenv(envWhatsApp) != "1" {
+		return kinds, nil
+	}
+	prog, err := port.Launch(ctx, port.LaunchOptions{
+		Program: os.Getenv(envWhatsAppProgram), Dir: filepath.Join(layout.Run(), "whatsapp"), Log: log.WithName("whatsapp"),
+	})
+	if err != nil {
+		// The server runs without it; linking WhatsApp answers how to
+		// turn it on.
+		log.Error(err, "WhatsApp is off: its program did not start")
+		return kinds, nil
+	}
+	links = port.NewLinks()
+	kinds["whatsapp"] = hub.WhatsApp(prog.Dial, log.WithName("whatsapp"))
+	log.Info("WhatsApp is on (unofficial: a linked device of a personal account)", "socket", prog.Socket())
+	return kinds, links
 }
+
+// whatsAppRisk is said wherever a person links WhatsApp.
+const whatsAppRisk = `WhatsApp is not an official way in: the Dot becomes a linked device of a personal
+account, which WhatsApp's terms do not allow for automation, and WhatsApp can restrict or
+ban the account. Use a number of its own (a spare SIM or eSIM), never the one you live on.
+WhatsApp and the account's other devices see what the Dot writes.`
 
 // notPrivate is said wherever a person links Telegram.
 const notPrivate = "Telegram bot chats are not end-to-end encrypted: Telegram can read what you and the Dot write there."
@@ -108,6 +145,61 @@ One bot serves one Dot.
 	}
 	dotFlags(add)
 	cmd.AddCommand(add)
+
+	link := &cobra.Command{
+		Use:   "link whatsapp --dot NAME",
+		Short: "Link the Dot to WhatsApp as a linked device of a phone's account, by scanning codes in the terminal (opt-in, unofficial)",
+		Long: `link whatsapp makes the Dot a linked device of a WhatsApp account: it prints
+codes as QR codes until the phone scanned one (Settings, Linked devices, Link
+a device), then how to pair people. The server must run WhatsApp
+(INVISIBLE_DOTS_WHATSAPP=1 and the program make whatsapp builds).
+
+` + whatsAppRisk,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 || args[0] != "whatsapp" {
+				return fmt.Errorf("only WhatsApp is linked by a code: channel link whatsapp --dot NAME (Telegram: channel add telegram --dot NAME)")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cn.clients()
+			if err != nil {
+				return err
+			}
+			errOut, out := cmd.ErrOrStderr(), cmd.OutOrStdout()
+			fmt.Fprintln(errOut, whatsAppRisk)
+			name := channelName(dot, "whatsapp")
+			if _, err := c.dots.AddChannel(cmd.Context(), c.ns, dot, wire.ChannelAdd{Type: "whatsapp"}); err != nil {
+				if dotsclient.CodeOf(err) == wire.CodeAlreadyExists {
+					return fmt.Errorf("Dot %s has a WhatsApp channel already (%s): to link it again, remove it first (invisible-dots channel rm --dot %s --type whatsapp)", dot, name, dot)
+				}
+				return err
+			}
+			var failed string
+			err = c.dots.LinkChannel(cmd.Context(), c.ns, dot, name, func(f wire.ChannelLinkFrame) {
+				switch {
+				case f.Code != "":
+					fmt.Fprintln(out, "Scan this with WhatsApp on the phone (Settings, Linked devices, Link a device):")
+					if q, err := qrcode.New(f.Code, qrcode.Low); err == nil {
+						fmt.Fprintln(out, q.ToSmallString(false))
+					}
+				case f.Linked != "":
+					fmt.Fprintf(out, "linked Dot %s/%s to WhatsApp %s (Channel %s)\npair people with it: invisible-dots channel pair --dot %s --type whatsapp\n", c.ns, dot, f.Linked, name, dot)
+				case f.Failed != "":
+					failed = f.Failed
+				}
+			})
+			if err != nil {
+				return err
+			}
+			if failed != "" {
+				return fmt.Errorf("WhatsApp was not linked: %s; try again: invisible-dots channel rm --dot %s --type whatsapp, then channel link whatsapp --dot %s", failed, dot, dot)
+			}
+			return nil
+		},
+	}
+	dotFlags(link)
+	cmd.AddCommand(link)
 
 	token := &cobra.Command{
 		Use:   "token --dot NAME",

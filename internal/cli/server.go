@@ -88,12 +88,14 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 			if err != nil {
 				return err
 			}
+			channelKinds, channelLinks := channelKinds(ctx, layout, log)
 			cp, err := controlplane.Start(ctx, controlplane.Options{
 				Home:               layout,
 				ListenAddress:      listen,
 				DatabaseURL:        os.Getenv(envDatabaseURL),
 				ExternalKubeconfig: kubeconfig,
-				Channels:           channelKinds(),
+				Channels:           channelKinds,
+				ChannelLinks:       channelLinks,
 				Log:                log,
 			})
 			if err != nil {
@@ -144,11 +146,12 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 				}
 			}
 			central, err := controllers.NewManager(ctx, controllers.Options{
-				Config:   cp.Config,
-				Log:      log.WithName("controllers"),
-				Embedded: kubeconfig == "",
-				Store:    cp.Store(),
-				Channels: channelKinds(),
+				Config:       cp.Config,
+				Log:          log.WithName("controllers"),
+				Embedded:     kubeconfig == "",
+				Store:        cp.Store(),
+				Channels:     channelKinds,
+				ChannelLinks: channelLinks,
 			})
 			if err != nil {
 				return err

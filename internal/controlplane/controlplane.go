@@ -25,6 +25,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/apiserver"
 	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
 	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
+	"github.com/invisible-dots/invisible-dots/internal/channels/port"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -56,7 +57,10 @@ type Options struct {
 	// Channels are the messaging channel types the server runs, whose
 	// credentials the Dots API checks before it stores them.
 	Channels hub.Kinds
-	Log      logr.Logger
+	// ChannelLinks are WhatsApp's link codes, streamed by the Dots API; nil
+	// when the server runs no WhatsApp.
+	ChannelLinks *port.Links
+	Log          logr.Logger
 }
 
 // ControlPlane is a started control plane.
@@ -145,7 +149,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		cancelFeed()
 		<-feedDone
 	}
-	mount := dotsAPIMount(cp.DB, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, channels: o.Channels})
+	mount := dotsAPIMount(cp.DB, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, channels: o.Channels, links: o.ChannelLinks})
 
 	if o.ExternalKubeconfig != "" {
 		if err := cp.startExternal(ctx, o, mount); err != nil {
@@ -233,11 +237,12 @@ func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.F
 				Log:        log,
 				// Every guest, the in-process agent's included, through its
 				// host agent's endpoint.
-				Guests:   &dotsapi.HostGuests{Reader: reader, Writer: reader},
-				Client:   reader,
-				Server:   x.serverInfo(db),
-				Doctor:   serverDoctor(x.home, reader),
-				Channels: x.channels,
+				Guests:       &dotsapi.HostGuests{Reader: reader, Writer: reader},
+				Client:       reader,
+				Server:       x.serverInfo(db),
+				Doctor:       serverDoctor(x.home, reader),
+				Channels:     x.channels,
+				ChannelLinks: x.channelLinks(),
 			})
 		},
 	}

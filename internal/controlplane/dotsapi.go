@@ -7,6 +7,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/hostagent/doctor"
 	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
+	"github.com/invisible-dots/invisible-dots/internal/channels/port"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
@@ -19,6 +20,16 @@ import (
 type dotsAPIExtras struct {
 	home     home.Layout
 	channels hub.Kinds
+	links    *port.Links
+}
+
+// channelLinks is links as the Dots API takes it: nil (no WhatsApp) stays
+// a nil interface.
+func (x dotsAPIExtras) channelLinks() dotsapi.ChannelLinks {
+	if x.links == nil {
+		return nil
+	}
+	return x.links
 }
 
 func (x dotsAPIExtras) serverInfo(db *postgres.Instance) dotsapi.ServerInfo {

@@ -159,6 +159,10 @@ func (h *Handler) addChannel(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fmt.Errorf("create Channel %s: %w", key, err)
 	}
+	if k.LinkedBy == hub.LinkedByCode && h.channelLinks != nil {
+		// Its link starts now: whoever watches waits for its first code.
+		h.channelLinks.Begin(string(ch.UID))
+	}
 	if k.LinkedBy == hub.LinkedByToken {
 		if err := h.writeCredentials(r.Context(), ch, body.Token, acc, true); err != nil {
 			// Nothing half made stays: the Channel goes, and the Secret
@@ -367,12 +371,14 @@ func (h *Handler) unpairPerson(w http.ResponseWriter, r *http.Request) error {
 }
 
 // ChannelLinks are the codes of Channels being linked by scanning a code on
-// a phone (WhatsApp), held in memory only.
+// a phone (WhatsApp), held in memory only (port.Links).
 type ChannelLinks interface {
-	// Watch follows the linking of the Channel uid: the code on show now
-	// first, then each new one, then linked or failed; the channel closes
-	// at the end or when ctx ends.
-	Watch(ctx context.Context, channelUID string) (<-chan wire.ChannelLinkFrame, error)
+	// Begin starts a new link of the Channel uid.
+	Begin(channelUID string)
+	// Watch sends the linking of the Channel uid: the code on show now
+	// first, then each new one, then linked or failed; it returns after
+	// the end, or when ctx ends or send fails.
+	Watch(ctx context.Context, channelUID string, send func(wire.ChannelLinkFrame) error) error
 }
 
 // linkChannel streams the codes that link a Channel (WhatsApp) as
@@ -396,24 +402,21 @@ func (h *Handler) linkChannel(w http.ResponseWriter, r *http.Request) error {
 	if h.channelLinks == nil {
 		return apiErrorf(http.StatusBadRequest, wire.CodeChannelOff, "%s", whatsAppOff)
 	}
-	frames, err := h.channelLinks.Watch(r.Context(), string(ch.UID))
-	if err != nil {
-		return err
-	}
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	if flusher != nil {
 		flusher.Flush()
 	}
-	for f := range frames {
+	_ = h.channelLinks.Watch(r.Context(), string(ch.UID), func(f wire.ChannelLinkFrame) error {
 		data, _ := json.Marshal(f)
 		if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
-			return nil
+			return err
 		}
 		if flusher != nil {
 			flusher.Flush()
 		}
-	}
+		return nil
+	})
 	return nil
 }

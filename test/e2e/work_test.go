@@ -61,7 +61,7 @@ const (
 	chatFile = protocol.DefaultDotHome + "/e2e-chat.txt"
 	// phoneFile for "run the phone tests", a task approved from Telegram.
 	phoneFile = protocol.DefaultDotHome + "/e2e-phone.txt"
-	slowFile = protocol.DefaultDotHome + "/e2e-slow.txt"
+	slowFile  = protocol.DefaultDotHome + "/e2e-slow.txt"
 	// standupDone is the answer to the automation's firing.
 	standupDone = "standup notes written"
 	// answerCost is the usage.cost of every answer, in USD.

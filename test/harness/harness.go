@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
+	"github.com/invisible-dots/invisible-dots/internal/channels/port"
 	"net"
 	"os"
 	"path/filepath"
@@ -49,6 +50,9 @@ type Options struct {
 	// Channels are the messaging channel types the Dots API checks
 	// credentials of (a test's fake Telegram).
 	Channels hub.Kinds
+	// ChannelLinks are the link codes the Dots API streams (a test's fake
+	// WhatsApp program's).
+	ChannelLinks *port.Links
 }
 
 // StartWith is Start with Options. dir may hold a home a stopped control
@@ -70,6 +74,7 @@ func StartWith(ctx context.Context, dir string, log logr.Logger, o Options) (*Co
 		DatabaseURL:    os.Getenv("HARNESS_DATABASE_URL"),
 		RequestTimeout: o.RequestTimeout,
 		Channels:       o.Channels,
+		ChannelLinks:   o.ChannelLinks,
 		Log:            log,
 	})
 	if err != nil {

@@ -25,6 +25,8 @@ import (
 	guestfake "github.com/invisible-dots/invisible-dots/hostagent/guestclient/fakeguest"
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
 	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
+	"github.com/invisible-dots/invisible-dots/internal/channels/port"
+	"github.com/invisible-dots/invisible-dots/internal/channels/port/porttest"
 	"github.com/invisible-dots/invisible-dots/internal/channels/telegram"
 	"github.com/invisible-dots/invisible-dots/internal/channels/telegram/telegramtest"
 	"github.com/invisible-dots/invisible-dots/internal/store"
@@ -45,6 +47,10 @@ var (
 	managers   sync.WaitGroup
 	// fakeTelegram is Telegram's Bot API for every Channel of the suite.
 	fakeTelegram *telegramtest.FakeBotAPI
+	// fakeWhatsApp is the WhatsApp program's side of the socket, and
+	// whatsAppLinks the link codes it shows.
+	fakeWhatsApp  *porttest.FakeProgram
+	whatsAppLinks *port.Links
 )
 
 func TestIntegration(t *testing.T) {
@@ -62,8 +68,15 @@ var _ = BeforeSuite(func() {
 	// Telegram), for the server's credential checks and the hub alike.
 	fakeTelegram = telegramtest.New(telegramToken)
 	DeferCleanup(fakeTelegram.Close)
-	channelKinds := hub.Kinds{"telegram": telegram.Kind(fakeTelegram.URL())}
-	cp, err = harness.StartWith(suiteCtx, dir, testLog, harness.Options{Channels: channelKinds})
+	// WhatsApp's program is a fake of its side of the socket (WhatsApp
+	// cannot be faked on the wire; the program's own tests are its).
+	fakeWhatsApp = porttest.NewFakeProgram(GinkgoT())
+	whatsAppLinks = port.NewLinks()
+	channelKinds := hub.Kinds{
+		"telegram": telegram.Kind(fakeTelegram.URL()),
+		"whatsapp": hub.WhatsApp(fakeWhatsApp.Dial, testLog.WithName("whatsapp")),
+	}
+	cp, err = harness.StartWith(suiteCtx, dir, testLog, harness.Options{Channels: channelKinds, ChannelLinks: whatsAppLinks})
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient = cp.Client
 
@@ -76,10 +89,11 @@ var _ = BeforeSuite(func() {
 	logStore = store.New(cp.DB.Pool())
 	fakeEngine = guestfake.NewEngine()
 	central, err := controllers.NewManager(suiteCtx, controllers.Options{
-		Config: cp.Config,
-		Log:      testLog.WithName("controllers"),
-		Store:    logStore,
-		Channels: channelKinds,
+		Config:       cp.Config,
+		Log:          testLog.WithName("controllers"),
+		Store:        logStore,
+		Channels:     channelKinds,
+		ChannelLinks: whatsAppLinks,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	hostAgent, err := agent.NewManager(agent.Options{

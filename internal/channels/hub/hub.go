@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/invisible-dots/invisible-dots/internal/channels"
+	"github.com/invisible-dots/invisible-dots/internal/channels/port"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
@@ -41,6 +42,9 @@ type Hub struct {
 	// Changed hears that the Channel namespace/name has news for its
 	// status.
 	Changed func(namespace, name string)
+	// Devices gives a binding of a kind linked by a code its device's
+	// keys and its link codes' listener; nil links none.
+	Devices func(cfg Config) (port.KeyStore, port.Linking)
 	// Poll reads the log this often besides its notifications (5 s when 0).
 	Poll time.Duration
 	Log  logr.Logger
@@ -52,11 +56,14 @@ type Hub struct {
 
 // running is one binding's link.
 type running struct {
-	cfg    Config
-	serve  *Serve
-	news   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
+	cfg Config
+	// account is the account a device linked by a code reported.
+	account *channels.Account
+	mu      sync.Mutex
+	serve   *Serve
+	news    chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // ErrNotLeading: the hub runs on the leader only, and this process does
@@ -168,10 +175,20 @@ func (h *Hub) Ensure(cfg Config) error {
 	}
 	ctx, cancel := context.WithCancel(parent)
 	r := &running{cfg: cfg, news: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	var dev Device
+	if k.LinkedBy == LinkedByCode && h.Devices != nil {
+		dev.Keys, dev.Linking = h.Devices(cfg)
+	}
+	dev.OnAccount = func(a channels.Account) {
+		r.mu.Lock()
+		r.account = &a
+		r.mu.Unlock()
+		h.changed(cfg)
+	}
 	r.serve = &Serve{
 		Binding: cfg.Binding, Store: h.Store, NotifyTasks: cfg.NotifyTasks,
 		Approvals: h.Approvals, AskInChat: cfg.AskInChat, ShowArguments: cfg.ShowArguments,
-		NewAdapter: func() (Adapter, error) { return k.New(cfg.Binding, cfg.Link) },
+		NewAdapter: func() (Adapter, error) { return k.New(cfg.Binding, cfg.Link, dev) },
 		Secrets:    []string{cfg.Link.Token},
 		News:       r.news,
 		Log:        h.Log.WithValues("channel", cfg.Namespace+"/"+cfg.Name),
@@ -218,6 +235,24 @@ func (h *Hub) Status(binding string) (Status, bool) {
 	r.serve.mu.Lock()
 	defer r.serve.mu.Unlock()
 	return r.serve.last, true
+}
+
+// Account is the account binding's device reported it is linked to, false
+// when it reported none (a kind linked by a token has its account checked
+// before it is stored).
+func (h *Hub) Account(binding string) (channels.Account, bool) {
+	h.mu.Lock()
+	r := h.running[binding]
+	h.mu.Unlock()
+	if r == nil {
+		return channels.Account{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.account == nil {
+		return channels.Account{}, false
+	}
+	return *r.account, true
 }
 
 // statusChanged logs a change of a link's status in its Dot's log, once,

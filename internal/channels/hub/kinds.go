@@ -2,9 +2,13 @@ package hub
 
 import (
 	"context"
+	"net"
 	"slices"
 
+	"github.com/go-logr/logr"
+
 	"github.com/invisible-dots/invisible-dots/internal/channels"
+	"github.com/invisible-dots/invisible-dots/internal/channels/port"
 )
 
 // How a kind of channel is linked.
@@ -28,7 +32,20 @@ type Kind struct {
 	// linked by a code.
 	Check func(ctx context.Context, token string) (channels.Account, error)
 	// New makes a fresh adapter for one start of a binding.
-	New func(b Binding, l Link) (Adapter, error)
+	New func(b Binding, l Link, d Device) (Adapter, error)
+}
+
+// Device is what the hub gives the adapter of a kind linked by a code
+// (WhatsApp): where its device's keys are kept, and how it tells the
+// account it is linked to.
+type Device struct {
+	// Keys keeps the device's keys (the Channel's Secret); nil for a kind
+	// linked by a token.
+	Keys port.KeyStore
+	// Linking hears the codes to show and the link's end.
+	Linking port.Linking
+	// OnAccount tells the hub the account the device is linked to.
+	OnAccount func(channels.Account)
 }
 
 // Link is what a binding's adapter is made from.
@@ -50,4 +67,20 @@ func (k Kinds) Types() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// WhatsApp is WhatsApp as the hub runs it: linked by a code, through the
+// WhatsApp program's socket (dial: port.Program.Dial), a separate, opt-in
+// program (internal/channels/whatsapp).
+func WhatsApp(dial func(ctx context.Context) (net.Conn, error), log logr.Logger) Kind {
+	return Kind{
+		Type:     "whatsapp",
+		LinkedBy: LinkedByCode,
+		New: func(b Binding, _ Link, d Device) (Adapter, error) {
+			return port.New(port.Config{
+				Dial: dial, Keys: d.Keys, Linking: d.Linking, OnAccount: d.OnAccount,
+				Log: log.WithValues("channel", b.UID),
+			}), nil
+		},
+	}
 }

@@ -316,7 +316,7 @@ func Kind(apiBase string) hub.Kind {
 		Type:     "telegram",
 		LinkedBy: hub.LinkedByToken,
 		Check:    func(ctx context.Context, token string) (channels.Account, error) { return Check(ctx, token, apiBase) },
-		New: func(_ hub.Binding, l hub.Link) (hub.Adapter, error) {
+		New: func(_ hub.Binding, l hub.Link, _ hub.Device) (hub.Adapter, error) {
 			return New(l.Token, apiBase, l.Account)
 		},
 	}

@@ -2,7 +2,6 @@ package telegram
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,127 +12,17 @@ import (
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/internal/channels"
+	"github.com/invisible-dots/invisible-dots/internal/channels/telegram/telegramtest"
 )
 
 const token = "123456:SECRET-token-of-the-bot"
 
-// fakeBotAPI stands in for Telegram's Bot API at the edge of these tests:
-// it speaks the Bot API's JSON for the calls the adapter makes, and records
-// every call.
-type fakeBotAPI struct {
-	mu      sync.Mutex
-	calls   []call
-	updates []map[string]any
-	// offsets are the getUpdates offsets asked, in order.
-	offsets []int64
-	allowed []string
-	// fail answers the next call of a method with this error code (and
-	// retry_after for 429).
-	fail       map[string]int
-	retryAfter int
-	nextID     int
-}
-
-type call struct {
-	method string
-	fields map[string]string
-}
-
-func (f *fakeBotAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	tok, method, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/bot"), "/")
-	if !ok || tok != token {
-		w.WriteHeader(http.StatusUnauthorized)
-		_, _ = w.Write([]byte(`{"ok":false,"error_code":401,"description":"Unauthorized"}`))
-		return
-	}
-	fields := map[string]string{}
-	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
-		var m map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&m)
-		for k, v := range m {
-			b, _ := json.Marshal(v)
-			fields[k] = string(b)
-		}
-	} else if err := r.ParseMultipartForm(1 << 20); err == nil {
-		for k, v := range r.MultipartForm.Value {
-			fields[k] = v[0]
-		}
-	}
-	f.mu.Lock()
-	f.calls = append(f.calls, call{method, fields})
-	code := f.fail[method]
-	delete(f.fail, method)
-	f.mu.Unlock()
-	if code != 0 {
-		w.WriteHeader(code)
-		fmt.Fprintf(w, `{"ok":false,"error_code":%d,"description":"refused by the fake","parameters":{"retry_after":%d}}`, code, f.retryAfter)
-		return
-	}
-	switch method {
-	case "getMe":
-		_, _ = w.Write([]byte(`{"ok":true,"result":{"id":777,"is_bot":true,"first_name":"Dots","username":"dots_bot"}}`))
-	case "deleteWebhook", "sendChatAction", "answerCallbackQuery":
-		_, _ = w.Write([]byte(`{"ok":true,"result":true}`))
-	case "getUpdates":
-		var offset int64
-		_ = json.Unmarshal([]byte(fields["offset"]), &offset)
-		_ = json.Unmarshal([]byte(fields["allowed_updates"]), &f.allowed)
-		f.mu.Lock()
-		f.offsets = append(f.offsets, offset)
-		var out []map[string]any
-		for _, u := range f.updates {
-			if int64(u["update_id"].(int)) >= offset {
-				out = append(out, u)
-			}
-		}
-		f.mu.Unlock()
-		if len(out) == 0 {
-			// A long poll with no news, made short.
-			select {
-			case <-time.After(20 * time.Millisecond):
-			case <-r.Context().Done():
-			}
-		}
-		b, _ := json.Marshal(map[string]any{"ok": true, "result": out})
-		_, _ = w.Write(b)
-	case "sendMessage", "editMessageText":
-		f.mu.Lock()
-		f.nextID++
-		id := f.nextID
-		f.mu.Unlock()
-		fmt.Fprintf(w, `{"ok":true,"result":{"message_id":%d,"date":1,"chat":{"id":%s,"type":"private"},"text":"x"}}`, id, fields["chat_id"])
-	default:
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = w.Write([]byte(`{"ok":false,"error_code":404,"description":"Not Found"}`))
-	}
-}
-
-func (f *fakeBotAPI) callsOf(method string) []call {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []call
-	for _, c := range f.calls {
-		if c.method == method {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-func newFake(t *testing.T) (*fakeBotAPI, string) {
-	f := &fakeBotAPI{fail: map[string]int{}}
-	srv := httptest.NewServer(f)
-	t.Cleanup(srv.Close)
-	return f, srv.URL
-}
-
-func message(update int, from int64, chat int64, chatType, text string) map[string]any {
-	return map[string]any{"update_id": update, "message": map[string]any{
-		"message_id": update, "date": 1, "text": text,
-		"from": map[string]any{"id": from, "is_bot": false, "first_name": "Ada"},
-		"chat": map[string]any{"id": chat, "type": chatType},
-	}}
+// newFake is Telegram's Bot API for one test: telegramtest's fake, at the
+// edge of the test.
+func newFake(t *testing.T) (*telegramtest.FakeBotAPI, string) {
+	f := telegramtest.New(token)
+	t.Cleanup(f.Close)
+	return f, f.URL()
 }
 
 // recordingSink stands in for the hub: it records what it was given, and
@@ -171,7 +60,7 @@ func TestCheck(t *testing.T) {
 	_, api := newFake(t)
 	ctx := context.Background()
 	acct, err := Check(ctx, token, api)
-	if err != nil || acct != (channels.Account{ID: "777", Name: "dots_bot"}) {
+	if err != nil || acct != (channels.Account{ID: "123456", Name: "dots_test_bot"}) {
 		t.Fatalf("Check = %+v, %v; want the bot's id and name", acct, err)
 	}
 	_, err = Check(ctx, "999:not-the-token", api)
@@ -188,44 +77,39 @@ func TestCheck(t *testing.T) {
 
 func TestRunConfirmsAnUpdateOnlyAfterTheHub(t *testing.T) {
 	f, api := newFake(t)
-	f.updates = []map[string]any{
-		message(100, 42, 42, "private", "hello"),
-		message(101, 43, -5, "group", "hi all"),
-		message(102, 42, 42, "private", "second"),
-		{"update_id": 103, "callback_query": map[string]any{
-			"id": "cq1", "data": "ap1:y:appr_1", "from": map[string]any{"id": 42, "is_bot": false, "first_name": "Ada"},
-			"message": map[string]any{"message_id": 9, "date": 1, "chat": map[string]any{"id": 42, "type": "private"}},
-		}},
-	}
+	hello := f.Say(42, "Ada", "hello")
+	f.SayInGroup(43, -5, "hi all")
+	second := f.Say(42, "Ada", "second")
+	f.Press(42, 9, "ap1:y:appr_1")
 	a, err := New(token, api, channels.Account{ID: "777"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The hub cannot store update 102: the adapter stops there.
-	sink := &recordingSink{failOn: "777:102", seen: make(chan struct{}, 10)}
+	// The hub cannot store the second message: the adapter stops there.
+	sink := &recordingSink{failOn: fmt.Sprintf("777:%d", second), seen: make(chan struct{}, 10)}
 	err = a.Run(context.Background(), sink)
 	if err == nil || strings.Contains(err.Error(), token) {
 		t.Fatalf("Run with a failing hub: %v; want its error, without the token", err)
 	}
-	if got := len(sink.inbound); got != 2 || sink.inbound[0].Text != "hello" || !sink.inbound[0].Private || sink.inbound[1].Private || sink.inbound[0].Peer != "42" || sink.inbound[0].ExternalID != "777:100" {
-		t.Fatalf("the hub was given %+v; want hello (private, from 42, 777:100) and the group's message (not private)", sink.inbound)
+	if got := len(sink.inbound); got != 2 || sink.inbound[0].Text != "hello" || !sink.inbound[0].Private || sink.inbound[1].Private ||
+		sink.inbound[0].Peer != "42" || sink.inbound[0].ExternalID != fmt.Sprintf("777:%d", hello) {
+		t.Fatalf("the hub was given %+v; want hello (private, from 42, 777:%d) and the group's message (not private)", sink.inbound, hello)
 	}
-	if len(f.callsOf("deleteWebhook")) != 1 {
+	if len(f.Calls("deleteWebhook")) != 1 {
 		t.Errorf("the webhook was not deleted on connect")
 	}
-	if strings.Join(f.allowed, ",") != "message,callback_query" {
-		t.Errorf("allowed updates %v; want message and callback_query only", f.allowed)
+	if got := f.Calls("getUpdates")[0].Fields["allowed_updates"]; got != `["message","callback_query"]` {
+		t.Errorf("allowed updates %s; want message and callback_query only", got)
 	}
 
-	// Started again (by the hub): Telegram is asked from update 102 on,
-	// which the hub now takes, and then the press.
+	// Started again (by the hub): Telegram is asked from the first
+	// update on (nothing was confirmed), and the hub now takes them all.
 	a2, _ := New(token, api, channels.Account{ID: "777"})
-	a2.offset = 0 // a restart knows no offset: Telegram keeps it
 	sink.failOn = ""
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a2.Run(ctx, sink) }()
-	for range 4 { // 100 and 101 again (unconfirmed by a restart), 102, the press
+	for range 4 { // the two again (unconfirmed by a restart), the second, the press
 		select {
 		case <-sink.seen:
 		case <-time.After(5 * time.Second):
@@ -234,27 +118,32 @@ func TestRunConfirmsAnUpdateOnlyAfterTheHub(t *testing.T) {
 	}
 	// The press is answered to Telegram with the hub's notice.
 	deadline := time.Now().Add(5 * time.Second)
-	for len(f.callsOf("answerCallbackQuery")) == 0 && time.Now().Before(deadline) {
+	for len(f.Calls("answerCallbackQuery")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Everything dealt with is confirmed at the next poll.
+	for f.Pending() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run after its context ended: %v; want nil", err)
 	}
-	answers := f.callsOf("answerCallbackQuery")
-	if len(answers) != 1 || answers[0].fields["text"] != "Approved." || answers[0].fields["callback_query_id"] != "cq1" {
-		t.Errorf("the press's answer: %+v; want the hub's notice for cq1", answers)
+	answers := f.Calls("answerCallbackQuery")
+	if len(answers) != 1 || answers[0].Field("text") != "Approved." || answers[0].Field("callback_query_id") == "" {
+		t.Errorf("the press's answer: %+v; want the hub's notice", answers)
 	}
 	if p := sink.presses; len(p) != 1 || p[0].Data != "ap1:y:appr_1" || p[0].Peer != "42" || p[0].Chat != "42" || !p[0].Private {
 		t.Errorf("the press the hub got: %+v", p)
 	}
-	// The first run confirmed 100 and 101 only (asked from 0, then 102);
-	// the second from 0 (the fake's memory of no offset), then past 103.
-	f.mu.Lock()
-	offsets := fmt.Sprint(f.offsets)
-	f.mu.Unlock()
-	if !strings.HasPrefix(offsets, "[0 0 ") || !strings.Contains(offsets, " 104") {
-		t.Errorf("getUpdates offsets %s; want the failed update unconfirmed and the rest confirmed after the hub", offsets)
+	// The first run confirmed nothing (asked from 0, failed before its
+	// next poll); the second from 0 again, then past the press.
+	var offsets []string
+	for _, c := range f.Calls("getUpdates") {
+		offsets = append(offsets, c.Fields["offset"])
+	}
+	if got := strings.Join(offsets, " "); !strings.HasPrefix(got, "0 0 ") || f.Pending() != 0 {
+		t.Errorf("getUpdates offsets %s (%d left); want the failed update unconfirmed and the rest confirmed after the hub", got, f.Pending())
 	}
 }
 
@@ -276,23 +165,23 @@ func TestSendsNeverPreviewALink(t *testing.T) {
 	if err := a.Typing(ctx, "42"); err != nil {
 		t.Fatal(err)
 	}
-	sends := f.callsOf("sendMessage")
+	sends := f.Calls("sendMessage")
 	if len(sends) != 3 {
 		t.Fatalf("%d sends; want the long text in 2 parts and the prompt", len(sends))
 	}
-	for _, c := range append(sends, f.callsOf("editMessageText")...) {
-		if c.fields["link_preview_options"] != `{"is_disabled":true}` {
-			t.Errorf("%s without link previews off: %q", c.method, c.fields["link_preview_options"])
+	for _, c := range append(sends, f.Calls("editMessageText")...) {
+		if c.Field("link_preview_options") != `{"is_disabled":true}` {
+			t.Errorf("%s without link previews off: %q", c.Method, c.Field("link_preview_options"))
 		}
-		if len([]rune(c.fields["text"])) > MaxText {
-			t.Errorf("%s of %d characters", c.method, len([]rune(c.fields["text"])))
+		if len([]rune(c.Field("text"))) > MaxText {
+			t.Errorf("%s of %d characters", c.Method, len([]rune(c.Field("text"))))
 		}
 	}
-	if m := sends[2].fields["reply_markup"]; !strings.Contains(m, `"callback_data":"ap1:y:appr_1"`) || !strings.Contains(m, `"callback_data":"ap1:n:appr_1"`) {
+	if m := sends[2].Field("reply_markup"); !strings.Contains(m, `"callback_data":"ap1:y:appr_1"`) || !strings.Contains(m, `"callback_data":"ap1:n:appr_1"`) {
 		t.Errorf("the prompt's buttons: %s", m)
 	}
-	edit := f.callsOf("editMessageText")
-	if len(edit) != 1 || edit[0].fields["message_id"] != ref || edit[0].fields["reply_markup"] != `{"inline_keyboard":[]}` {
+	edit := f.Calls("editMessageText")
+	if len(edit) != 1 || edit[0].Field("message_id") != ref || edit[0].Field("reply_markup") != `{"inline_keyboard":[]}` {
 		t.Errorf("the edit: %+v; want message %s with its buttons taken away", edit, ref)
 	}
 }
@@ -302,20 +191,20 @@ func TestFailuresAreWordedForTheHub(t *testing.T) {
 	a, _ := New(token, api, channels.Account{ID: "777"})
 	ctx := context.Background()
 
-	f.fail["sendMessage"] = http.StatusForbidden // the person blocked the bot
+	f.Fail("sendMessage", http.StatusForbidden, 0) // the person blocked the bot
 	if err := a.SendText(ctx, "42", "hi"); !errors.Is(err, channels.ErrRefused) {
 		t.Errorf("a 403 on send: %v; want ErrRefused", err)
 	}
-	f.fail["sendMessage"], f.retryAfter = http.StatusTooManyRequests, 7
+	f.Fail("sendMessage", http.StatusTooManyRequests, 7)
 	var wait *channels.RetryAfterError
 	if err := a.SendText(ctx, "42", "hi"); !errors.As(err, &wait) || wait.After != 7*time.Second {
 		t.Errorf("a 429 on send: %v; want RetryAfterError of 7 s", err)
 	}
-	f.fail["sendMessage"] = http.StatusInternalServerError
+	f.Fail("sendMessage", http.StatusInternalServerError, 0)
 	if err := a.SendText(ctx, "42", "hi"); err == nil || errors.Is(err, channels.ErrRefused) || strings.Contains(err.Error(), token) {
 		t.Errorf("a 500 on send: %v; want a retried error without the token", err)
 	}
-	f.fail["getUpdates"] = http.StatusConflict
+	f.Fail("getUpdates", http.StatusConflict, 0)
 	if err := a.Run(ctx, &recordingSink{seen: make(chan struct{}, 1)}); !errors.Is(err, channels.ErrAnotherPoller) {
 		t.Errorf("a 409 on getUpdates: %v; want ErrAnotherPoller", err)
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"mime"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/sse"
 )
 
 // ListFiles lists a directory of the Dot namespace/name's home (p absolute,
@@ -209,4 +211,39 @@ func (c *Client) PairingCode(ctx context.Context, namespace, dot, channel string
 // Unpair takes a person's pairing with the Channel away.
 func (c *Client) Unpair(ctx context.Context, namespace, dot, channel, person string) error {
 	return c.do(ctx, http.MethodDelete, wire.ChannelPath(namespace, dot, channel)+"/people/"+url.PathEscape(person), "", nil, http.StatusNoContent, nil)
+}
+
+// LinkChannel follows the link of a Channel linked by a code (WhatsApp):
+// each frame goes to frame, until linked or failed, or ctx ends.
+func (c *Client) LinkChannel(ctx context.Context, namespace, dot, channel string, frame func(wire.ChannelLinkFrame)) error {
+	path := wire.ChannelPath(namespace, dot, channel) + "/link"
+	resp, e, err := c.send(ctx, http.MethodGet, path, "", nil, func(req *http.Request) {
+		req.Header.Set("Accept", "text/event-stream")
+	})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return c.failed(e, resp.StatusCode, data)
+	}
+	r := sse.NewReader(resp.Body, 64<<10)
+	for {
+		m, err := r.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("the link stream of Channel %s/%s ended before the link did: %w", namespace, channel, err)
+		}
+		var f wire.ChannelLinkFrame
+		if m.TooLarge || json.Unmarshal(m.Data, &f) != nil {
+			continue
+		}
+		frame(f)
+		if f.Linked != "" || f.Failed != "" {
+			return nil
+		}
+	}
 }
