@@ -135,6 +135,21 @@ export const setEnabled = (c: Channel, on: boolean) => mergePatch<Channel>(chann
 /** Deletes the Channel: the control plane stops the link and forgets its people and pairing codes. */
 export const unlink = (c: Channel) => request<unknown>(channelPath(c.metadata.namespace ?? 'default', c.metadata.name), { method: 'DELETE' });
 
+/** Resolves once the Channel is gone (its controller let it go after stopping the link), within a minute. */
+export async function removed(c: Channel): Promise<void> {
+  const path = channelPath(c.metadata.namespace ?? 'default', c.metadata.name);
+  for (const end = Date.now() + 60_000; Date.now() < end; await new Promise((r) => setTimeout(r, 500))) {
+    try {
+      const now = await getJSON<Channel>(path);
+      if (now.metadata.uid !== c.metadata.uid) return;
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 404) return;
+      throw e;
+    }
+  }
+  throw new Error(`The old ${channelName(c.spec.type)} link is still being removed; try again in a moment.`);
+}
+
 /** A setting's value as the schema defaults it: on when unset. */
 export const settingOn = (c: Channel, s: SettingName) => c.spec.settings?.[s] !== false;
 

@@ -25,6 +25,7 @@ import {
   unlink,
   unpair,
   readKinds,
+  removed,
   followLink,
   linkStep,
   needsScan,
@@ -58,8 +59,24 @@ export function Channels({ ns, name }: { ns: string; name: string }) {
       .catch((e) => !ctl.signal.aborted && setKindsError(`Which channels this server runs could not be read: ${says(e, 'Reload the page to try again.')}`));
     return () => ctl.abort();
   }, [ns, name]);
+  // A link by a code that failed is made again as a new Channel: the old
+  // one deleted, then added (docs/api.md); its card is gone meanwhile, so
+  // the page holds where that stands.
+  const [relink, setRelink] = useState<{ type: string; error?: string }>();
+  async function linkAgain(c: Channel) {
+    setRelink({ type: c.spec.type });
+    try {
+      await unlink(c);
+      await removed(c);
+      const out = await addChannel(ns, name, c.spec.type);
+      startedHere.add(`${out.namespace}/${out.name}`);
+      setRelink(undefined);
+    } catch (e) {
+      setRelink({ type: c.spec.type, error: channelError(e, c.spec.type, name) });
+    }
+  }
   const have = new Set(mine.map((c) => c.spec.type));
-  const toAdd = (kinds ?? []).filter((k) => !have.has(k.type));
+  const toAdd = (kinds ?? []).filter((k) => !have.has(k.type) && !(relink && !relink.error && relink.type === k.type));
   return (
     <div class="mx-auto flex max-w-3xl flex-col gap-4 p-4 md:p-6">
       <div>
@@ -76,8 +93,13 @@ export function Channels({ ns, name }: { ns: string; name: string }) {
         </p>
       )}
       {mine.map((c) => (
-        <ChannelCard key={c.metadata.uid} c={c} ns={ns} dot={name} />
+        <ChannelCard key={c.metadata.uid} c={c} ns={ns} dot={name} onRelink={() => linkAgain(c)} />
       ))}
+      {relink && (
+        <p role={relink.error ? 'alert' : 'status'} class={`text-sm ${relink.error ? 'text-danger' : 'text-muted'}`} data-testid="relink">
+          {relink.error ?? `Making the ${channelName(relink.type)} link again…`}
+        </p>
+      )}
       {toAdd.map((k) =>
         k.linked_by === 'token' ? (
           <AddByToken key={k.type} ns={ns} dot={name} kind={k} />
@@ -248,9 +270,29 @@ function AddByCode({ ns, dot, kind }: { ns: string; dot: string; kind: ChannelKi
  * removes a Channel this page's own Link made and holds nothing yet, and
  * only pauses any other, so nothing is deleted without Unlink's question.
  */
-function ScanLink({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
+function ScanLink({ c, ns, dot, onRelink }: { c: Channel; ns: string; dot: string; onRelink: () => Promise<void> }) {
   const kind = channelName(c.spec.type);
   const fresh = !c.status?.account && c.status?.state !== 'needs_relink';
+  const people = c.status?.people ?? [];
+  // Linking again makes a new Channel: one that holds a number or people asks first.
+  const holds = !!c.status?.account || people.length > 0;
+  const linkAgainButton = holds ? (
+    <Confirm
+      label="Link again"
+      question={
+        <>
+          Link {kind} again? This link is removed with {people.length === 0 ? 'its number' : people.length === 1 ? 'the person paired' : `the ${people.length} people paired`}, and a
+          new one is made: scan its code{people.length ? ', then pair the people again' : ''}.
+        </>
+      }
+      yes="Link again"
+      onYes={onRelink}
+    />
+  ) : (
+    <button type="button" class={btn.primary} onClick={() => void onRelink()}>
+      Link again
+    </button>
+  );
   const [following, setFollowing] = useState(fresh);
   const [attempt, setAttempt] = useState(0);
   const [view, setView] = useState<LinkView>({});
@@ -304,10 +346,11 @@ function ScanLink({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
       <h4 class="text-sm font-semibold">{fresh ? `Link ${kind}` : `Link ${kind} again`}</h4>
       {!following && !view.linked && (
         <>
-          <p class="mt-1 text-sm">{kind} logged this device out: scan a new code with the phone to link it again. The people paired stay paired.</p>
-          <button type="button" class={`mt-2 ${btn.primary}`} onClick={again}>
-            Link again
-          </button>
+          <p class="mt-1 text-sm">
+            {kind} ended this link (the device was logged out on the phone, or no code was scanned in time). Linking again makes a new link, with
+            a code to scan.
+          </p>
+          <div class="mt-2">{linkAgainButton}</div>
         </>
       )}
       {following && !view.code && !view.linked && !view.failed && !view.cut && !error && <p class="mt-1 text-sm text-muted">Waiting for {kind}’s code…</p>}
@@ -348,9 +391,15 @@ function ScanLink({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
                 ? 'The server stopped sending codes before the phone linked.'
                 : error}
           </p>
-          <button type="button" class={`mt-2 ${btn.primary}`} onClick={again}>
-            Link again
-          </button>
+          <div class="mt-2">
+            {view.failed ? (
+              linkAgainButton
+            ) : (
+              <button type="button" class={btn.primary} onClick={again}>
+                Show the code again
+              </button>
+            )}
+          </div>
         </div>
       )}
       {following && !view.linked && (
@@ -376,7 +425,7 @@ const SETTINGS: { name: SettingName; label: string; help: string }[] = [
   },
 ];
 
-function ChannelCard({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
+function ChannelCard({ c, ns, dot, onRelink }: { c: Channel; ns: string; dot: string; onRelink: () => Promise<void> }) {
   const can = useCan(ns);
   const kind = channelName(c.spec.type);
   const state = c.status?.state;
@@ -441,7 +490,7 @@ function ChannelCard({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
           )}
         </div>
       )}
-      {needsScan(c) && (mayPair ? <ScanLink c={c} ns={ns} dot={dot} /> : <p class="mt-2 text-sm text-muted">Linking {kind} needs the editor role in namespace {ns}.</p>)}
+      {needsScan(c) && (mayPair ? <ScanLink c={c} ns={ns} dot={dot} onRelink={onRelink} /> : <p class="mt-2 text-sm text-muted">Linking {kind} needs the editor role in namespace {ns}.</p>)}
       {tokenKind && (
         <p class="mt-2 text-xs text-muted" role="note">
           {TELEGRAM_NOT_PRIVATE}
