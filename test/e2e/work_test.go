@@ -316,6 +316,11 @@ func TestDotWork(t *testing.T) {
 	t.Run("a phone on Telegram talks to the Dot and approves a task's call by button", func(t *testing.T) {
 		w := w.on(t)
 		tg := w.telegram
+		// This server runs no WhatsApp (opt-in): linking it says how to turn it on.
+		if _, err := w.dots().AddChannel(context.Background(), "default", name, wire.ChannelAdd{Type: "whatsapp"}); client.CodeOf(err) != wire.CodeChannelOff ||
+			!strings.Contains(err.Error(), "INVISIBLE_DOTS_WHATSAPP=1") {
+			w.fail("adding WhatsApp to a server without it: %v; want channel_off saying how to turn it on", err)
+		}
 		out := w.cliIn(time.Minute, e2eBotToken+"\n", "channel", "add", "telegram", "--dot", name)
 		if !strings.Contains(out, "to the Telegram bot @"+tg.Username) || !strings.Contains(out, "not end-to-end encrypted") {
 			w.fail("channel add printed %q; want the bot linked and the warning", out)

@@ -47,23 +47,31 @@ func textsOf(calls []telegramtest.Call) []string {
 // notices are the notices the hub gave for presses, in order.
 func notices() []string { return textsOf(fakeTelegram.Calls("answerCallbackQuery")) }
 
+// channelDot is a Dot made for a channel's test (deleted after it), its
+// log's name, its guest's voice and the admin's Dots API client.
+func channelDot() (*dotsv1.Dot, store.Dot, *guestLog, *dotsclient.Client) {
+	GinkgoHelper()
+	dot := validDot()
+	Expect(k8sClient.Create(suiteCtx, dot)).To(Succeed())
+	DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), dot) })
+	id := store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
+	dc, err := dotsclient.New(cp.Config)
+	Expect(err).NotTo(HaveOccurred())
+	return dot, id, &guestLog{dot: id}, dc
+}
+
 var _ = Describe("A Dot's Telegram channel", func() {
 	It("pairs a phone, carries the conversation both ways, asks and takes approvals by button, and keeps the token out of sight", func() {
-		dot := validDot()
-		Expect(k8sClient.Create(suiteCtx, dot)).To(Succeed())
-		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), dot) })
-		id := store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
-		guest := &guestLog{dot: id}
-		dc, err := dotsclient.New(cp.Config)
-		Expect(err).NotTo(HaveOccurred())
+		dot, id, guest, dc := channelDot()
 		ns := dot.Namespace
+		var err error
 
 		By("a token Telegram refuses is a 400 invalid_credentials that does not repeat it")
 		_, err = dc.AddChannel(suiteCtx, ns, dot.Name, wire.ChannelAdd{Type: "telegram", Token: "777002:wrong-secret-zzz"})
 		Expect(dotsclient.CodeOf(err)).To(Equal(wire.CodeInvalidCredentials), "%v", err)
 		Expect(err.Error()).NotTo(ContainSubstring("wrong-secret-zzz"))
-		_, err = dc.AddChannel(suiteCtx, ns, dot.Name, wire.ChannelAdd{Type: "whatsapp"})
-		Expect(dotsclient.CodeOf(err)).To(Equal(wire.CodeChannelOff), "%v", err)
+		_, err = dc.AddChannel(suiteCtx, ns, dot.Name, wire.ChannelAdd{Type: "signal"})
+		Expect(dotsclient.CodeOf(err)).To(Equal(wire.CodeInvalidRequest), "%v", err)
 
 		By("the bot's token: checked with getMe, kept in a Secret the Channel owns, and the link connects")
 		linked, err := dc.AddChannel(suiteCtx, ns, dot.Name, wire.ChannelAdd{Type: "telegram", Token: telegramToken})

@@ -200,7 +200,9 @@ var _ = Describe("The Dots API", Ordered, func() {
 		By("a viewer reads which channels the server runs; linking one and pairing are an editor's")
 		kinds, err := bob.ChannelKinds(suiteCtx, nsA, dotA.Name)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(kinds.Available).To(ConsistOf(HaveField("Type", "telegram")))
+		Expect(kinds.Available).To(ConsistOf(
+			wire.ChannelKind{Type: "telegram", Name: "Telegram", LinkedBy: "token"},
+			wire.ChannelKind{Type: "whatsapp", Name: "WhatsApp", LinkedBy: "code"}))
 		_, err = bob.AddChannel(suiteCtx, nsA, dotA.Name, wire.ChannelAdd{Type: "telegram", Token: "1:x"})
 		expectRefused(err, http.StatusForbidden, wire.CodeForbidden)
 		_, err = bob.PairingCode(suiteCtx, nsA, dotA.Name, dotA.Name+"-telegram")

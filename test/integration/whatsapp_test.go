@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"regexp"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/channels/port/porttest"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
-	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
 // waSession is the fake WhatsApp program's side of one session: it
@@ -77,14 +75,9 @@ func (w *waSession) said(chat string, match func(string) bool) port.Frame {
 
 var _ = Describe("A Dot's WhatsApp channel (the program's side faked)", func() {
 	It("links by a code streamed to the person, keeps the device's keys in the Channel's Secret, pairs, talks and takes approvals in words", func() {
-		dot := validDot()
-		Expect(k8sClient.Create(suiteCtx, dot)).To(Succeed())
-		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), dot) })
-		id := store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
-		guest := &guestLog{dot: id}
-		dc, err := dotsclient.New(cp.Config)
-		Expect(err).NotTo(HaveOccurred())
+		dot, id, guest, dc := channelDot()
 		ns := dot.Namespace
+		var err error
 
 		By("adding WhatsApp takes no token and makes the Channel; the link streams its codes, then linked")
 		_, err = dc.AddChannel(suiteCtx, ns, dot.Name, wire.ChannelAdd{Type: "whatsapp", Token: "no"})
