@@ -160,4 +160,26 @@ test.describe('WhatsApp on a server that runs it', () => {
     await expect(c.getByTestId('paired')).toContainText('paired: they can talk to phone from WhatsApp now');
     expect((await new AxeBuilder({ page }).analyze()).violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')).toEqual([]);
   });
+
+  test('a device logged out on the phone: the Inbox lists it, and Link again asks, then makes a new link', async ({ page }) => {
+    wa.logout();
+    await page.goto(`${h.url}/inbox`);
+    const row = page.getByTestId('relink-channels').locator('[data-channel="phone-whatsapp"]');
+    await expect(row).toContainText('needs linking again');
+    await row.getByRole('link', { name: "phone's WhatsApp" }).click();
+    const c = page.locator('[data-testid=channel][data-channel="phone-whatsapp"]');
+    await expect(c.getByTestId('channel-state')).toHaveText('Needs linking again');
+    const scan = c.getByTestId('scan-link');
+    await scan.getByRole('button', { name: 'Link again' }).click();
+    const ask = scan.getByRole('group', { name: 'Link again' });
+    await expect(ask).toContainText('Link WhatsApp again? This link is removed with the person paired, and a new one is made: scan its code, then pair the people again.');
+    await ask.getByRole('button', { name: 'Link again' }).click();
+    // The new Channel, of the same name, shows its code; the phone scans it.
+    await expect(c.getByTestId('link-qr')).toBeVisible({ timeout: 60_000 });
+    await expect(c.getByText('Nobody yet')).toBeVisible();
+    wa.scan();
+    await expect(c.getByTestId('channel-state')).toHaveText('Connected');
+    await expect(c.getByTestId('channel-account')).toHaveText(FAKE_NUMBER.name);
+    await expect(page.getByTestId('inbox-count')).toHaveText('0');
+  });
 });

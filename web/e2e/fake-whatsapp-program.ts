@@ -7,8 +7,8 @@
 // second until the test says the phone scanned one, then saves the device's
 // keys through the server, says linked and connected, and hands the server
 // the messages the test makes a person send. The test steers it through
-// files in a directory of its own (FAKE_WHATSAPP_DIR): `scan`, and
-// `say-*.json` ({peer, label, text}).
+// files in a directory of its own (FAKE_WHATSAPP_DIR): `scan`, `logout`
+// (the device removed on the phone), and `say-*.json` ({peer, label, text}).
 import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -37,6 +37,12 @@ const server = net.createServer((conn) => {
   const connected = () => {
     write({ type: 'connected', account: NUMBER });
     timer = setInterval(() => {
+      if (fs.existsSync(path.join(dir, 'logout'))) {
+        fs.unlinkSync(path.join(dir, 'logout'));
+        clearInterval(timer);
+        write({ type: 'closed', reason: 'logged_out' });
+        return;
+      }
       for (const f of fs.readdirSync(dir).filter((n) => n.startsWith('say-'))) {
         const m = JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8'));
         fs.unlinkSync(path.join(dir, f));
@@ -87,6 +93,8 @@ export interface FakeWhatsAppProgram {
   dir: string;
   /** The phone scans the code on show. */
   scan(): void;
+  /** The device is removed on the phone: the session ends, logged out. */
+  logout(): void;
   /** A person writes to the linked number. */
   personSays(m: { peer: string; label: string; text: string }): void;
 }
@@ -103,6 +111,7 @@ export function fakeWhatsAppProgram(): FakeWhatsAppProgram {
     program,
     dir,
     scan: () => writeFileSync(join(dir, 'scan'), ''),
+    logout: () => writeFileSync(join(dir, 'logout'), ''),
     personSays: (m) => writeFileSync(join(dir, `say-${++said}.json`), JSON.stringify(m)),
   };
 }

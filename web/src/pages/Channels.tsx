@@ -266,7 +266,9 @@ function AddByCode({ ns, dot, kind }: { ns: string; dot: string; kind: ChannelKi
  * The scan of a Channel linked by a code: follows the link stream, draws
  * each code as a QR as it comes, and ends linked (the number) or failed
  * (the host's reason, and Link again). A link with no account yet is
- * followed at once; one that must be redone waits for Link again. Cancel
+ * followed at once; one that must be redone waits for Link again, which
+ * makes a new Channel (the page's linkAgain), asking first when this one
+ * holds a number or people. Cancel
  * removes a Channel this page's own Link made and holds nothing yet, and
  * only pauses any other, so nothing is deleted without Unlink's question.
  */
