@@ -106,7 +106,9 @@ func PairingLink(kind, account, code string) string {
 		return "https://t.me/" + url.PathEscape(account) + "?start=" + url.QueryEscape(code)
 	case "whatsapp":
 		number := strings.TrimPrefix(account, "+")
-		return "https://wa.me/" + url.PathEscape(number) + "?text=" + url.QueryEscape(PairingWords(kind, code))
+		// %20, not +, for the space: WhatsApp's own links spell it so,
+		// and some clients show a + as it is.
+		return "https://wa.me/" + url.PathEscape(number) + "?text=" + url.PathEscape(PairingWords(kind, code))
 	}
 	return ""
 }

@@ -126,7 +126,7 @@ var _ = Describe("A Dot's WhatsApp channel (the program's side faked)", func() {
 		code, err := dc.PairingCode(suiteCtx, ns, dot.Name, linked.Name)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(code.Words).To(Equal("pair " + code.Code))
-		Expect(code.Link).To(Equal("https://wa.me/15550001?text=pair+" + code.Code))
+		Expect(code.Link).To(Equal("https://wa.me/15550001?text=pair%20" + code.Code))
 		message(2, "4488", code.Words)
 		w.said("4488@s.whatsapp.net", func(t string) bool { return strings.HasPrefix(t, "Paired.") })
 		Consistently(func() int { return len(w.sent) }, "300ms").Should(BeZero(), "the stranger got nothing")
