@@ -60,11 +60,8 @@ func BenchmarkDotChat(b *testing.B) {
 		b.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
 	}
 	name := "bench-chat"
-	w := newWork(b, name, instantModel)
+	w, dots := readyBenchDot(b, name)
 	k := w.k
-	k.apply(idleDot(name, "allow", "0s"))
-	k.waitDot(name, vmReadyTimeout, readyDot)
-	dots := w.dots()
 	ctx := context.Background()
 
 	// Warm: 50 messages, each answered before the next.
@@ -121,11 +118,8 @@ func BenchmarkTelegramChat(b *testing.B) {
 		b.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
 	}
 	name := "bench-telegram"
-	w := newWork(b, name, instantModel)
+	w, dots := readyBenchDot(b, name)
 	k := w.k
-	k.apply(idleDot(name, "allow", "0s"))
-	k.waitDot(name, vmReadyTimeout, readyDot)
-	dots := w.dots()
 	ctx := context.Background()
 	tg := w.telegram
 	w.cliIn(time.Minute, e2eBotToken+"\n", "channel", "add", "telegram", "--dot", name)
@@ -203,6 +197,15 @@ func BenchmarkTelegramChat(b *testing.B) {
 	b.ReportMetric(ms(percentile(dot, 50)), "dot-p50-ms")
 	b.ReportMetric(ms(percentile(hub, 50)), "hub-p50-ms")
 	b.ReportMetric(ms(percentile(hub, 99)), "hub-p99-ms")
+}
+
+// readyBenchDot is a Dot name on the test image, READY and never idle, whose
+// model answers at once, and the Dots API's client.
+func readyBenchDot(b *testing.B, name string) (work, *client.Client) {
+	w := newWork(b, name, instantModel)
+	w.k.apply(idleDot(name, "allow", "0s"))
+	w.k.waitDot(name, vmReadyTimeout, readyDot)
+	return w, w.dots()
 }
 
 // answerTime posts text to the Dot and waits for its answer, and returns the

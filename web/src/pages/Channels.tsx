@@ -358,21 +358,7 @@ function ScanLink({ c, ns, dot, onRelink }: { c: Channel; ns: string; dot: strin
       {following && !view.code && !view.linked && !view.failed && !view.cut && !error && <p class="mt-1 text-sm text-muted">Waiting for {kind}’s code…</p>}
       {following && view.code && (
         <div class="mt-2 flex flex-wrap items-start gap-4">
-          {qr && (
-            <svg
-              role="img"
-              aria-label={`The code to scan with ${kind}`}
-              data-testid="link-qr"
-              viewBox={`0 0 ${qr.size} ${qr.size}`}
-              width={Math.max(200, qr.size * 4)}
-              height={Math.max(200, qr.size * 4)}
-              shape-rendering="crispEdges"
-              class="rounded-card"
-            >
-              <rect width={qr.size} height={qr.size} fill="#fff" />
-              <path d={qr.d} fill="#000" />
-            </svg>
-          )}
+          {qr && <QRCode qr={qr} label={`The code to scan with ${kind}`} testid="link-qr" min={200} />}
           <p class="min-w-0 flex-1 text-sm">
             On the phone that holds the number, open {kind}, then Settings, Linked devices, Link a device, and scan this code. A new code comes every
             few seconds until one is scanned.
@@ -779,21 +765,7 @@ function Pairing({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
               </p>
               {code.link && (
                 <div class="mt-3 flex flex-wrap items-start gap-4">
-                  {qr && (
-                    <svg
-                      role="img"
-                      aria-label={`QR code of the link ${code.link}`}
-                      data-testid="pairing-qr"
-                      viewBox={`0 0 ${qr.size} ${qr.size}`}
-                      width={Math.max(160, qr.size * 4)}
-                      height={Math.max(160, qr.size * 4)}
-                      shape-rendering="crispEdges"
-                      class="rounded-card"
-                    >
-                      <rect width={qr.size} height={qr.size} fill="#fff" />
-                      <path d={qr.d} fill="#000" />
-                    </svg>
-                  )}
+                  {qr && <QRCode qr={qr} label={`QR code of the link ${code.link}`} testid="pairing-qr" min={160} />}
                   <p class="min-w-0 flex-1 text-sm break-all">
                     <a class="text-accent underline" href={code.link} target="_blank" rel="noopener noreferrer" data-testid="pairing-link">
                       {code.link}
@@ -830,5 +802,25 @@ function Pairing({ c, ns, dot }: { c: Channel; ns: string; dot: string }) {
         </div>
       )}
     </div>
+  );
+}
+
+/** A QR code as qrPath drew it: black modules on white, at least min pixels wide. */
+function QRCode(props: { qr: { size: number; d: string }; label: string; testid: string; min: number }) {
+  const { qr, min } = props;
+  return (
+    <svg
+      role="img"
+      aria-label={props.label}
+      data-testid={props.testid}
+      viewBox={`0 0 ${qr.size} ${qr.size}`}
+      width={Math.max(min, qr.size * 4)}
+      height={Math.max(min, qr.size * 4)}
+      shape-rendering="crispEdges"
+      class="rounded-card"
+    >
+      <rect width={qr.size} height={qr.size} fill="#fff" />
+      <path d={qr.d} fill="#000" />
+    </svg>
   );
 }
