@@ -129,3 +129,56 @@ func TestServeRestartsAFailedLinkAndStopsForARelink(t *testing.T) {
 		t.Errorf("the last status of a refused link: %s", last)
 	}
 }
+
+// timedSender records when each send was tried; the first fails with the
+// channel's retry_after.
+type timedSender struct {
+	recordingSender
+	mu    sync.Mutex
+	tries []time.Time
+	after time.Duration
+}
+
+func (s *timedSender) SendText(ctx context.Context, chat, text string) error {
+	s.mu.Lock()
+	s.tries = append(s.tries, time.Now())
+	first := len(s.tries) == 1
+	s.mu.Unlock()
+	if first {
+		return &channels.RetryAfterError{After: s.after}
+	}
+	return s.recordingSender.SendText(ctx, chat, text)
+}
+
+func TestTheWayOutWaitsWhatTheChannelAsks(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in, _ := newInbound(t)
+	b, dot := in.Binding, in.Binding.Dot
+	code, hash := channels.NewPairingCode()
+	_ = testStore.AddPairingCode(ctx, b.UID, dot.UID, hash, time.Now().Add(time.Minute))
+	send := &timedSender{after: 2500 * time.Millisecond}
+	out := &Outbound{Binding: b, Store: testStore, Send: send, NotifyTasks: true, Log: logr.Discard()}
+	out.Prompts = &Prompts{Binding: b, Store: testStore, Send: send, Log: logr.Discard()}
+	if err := out.Step(ctx); err != nil { // the cursor starts here
+		t.Fatal(err)
+	}
+	if err := in.Inbound(ctx, msg("42", "42", true, "777:1", "/start "+code)); err != nil {
+		t.Fatal(err)
+	}
+	guestSays(t, dot, "task.completed", map[string]any{"task_id": "t1", "summary": "done"})
+	s := &Serve{Binding: b, Store: testStore, Log: logr.Discard()}
+	go s.stepOut(ctx, out, make(chan struct{}))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(send.take()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	send.mu.Lock()
+	defer send.mu.Unlock()
+	if len(send.tries) != 2 {
+		t.Fatalf("%d tries; want the send refused with retry_after, then sent", len(send.tries))
+	}
+	if waited := send.tries[1].Sub(send.tries[0]); waited < send.after {
+		t.Errorf("the send was tried again after %s; the channel asked for %s", waited, send.after)
+	}
+}
