@@ -243,7 +243,7 @@ bench: build
 bench-parts: test-image
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./hostagent/qemu/ ./guest/image/testimage/
 	$(GO) test -run '^$$' -bench Reconcile100Computers -benchtime 50x ./hostagent/computer/
-	$(GO) test -count=1 ./test/integration/ -ginkgo.focus 'acts on a start at once|100 Computers' -ginkgo.v | grep -A1 -E 'start acted on|create-to-Ready'
+	$(GO) test -count=1 -v ./test/integration/ -ginkgo.focus 'acts on a start at once|100 Computers' -ginkgo.v | grep -A1 -E 'start acted on|create-to-Ready'
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/postgres/
 	$(GO) test -run '^$$' -bench . -v ./internal/store/ | grep -v '^=== '
 	$(GO) test -run '^$$' -bench . ./guest/engine/...
