@@ -181,7 +181,7 @@ func (r *ChannelReconciler) run(ctx context.Context, ch *dotsv1.Channel) (dotsv1
 	if !ok {
 		detail := "this server does not run " + wire.ChannelKindName(string(ch.Spec.Type)) + " channels"
 		if ch.Spec.Type == dotsv1.ChannelWhatsApp {
-			detail = "WhatsApp is off on this server: build invisible-dots-whatsapp (make whatsapp) and start the server with INVISIBLE_DOTS_WHATSAPP=1"
+			detail = hub.WhatsAppOff
 		}
 		return stop(dotsv1.ChannelError, detail)
 	}

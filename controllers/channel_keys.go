@@ -19,13 +19,6 @@ import (
 // channelDeviceKey is the data key of a device's keys in its Secret.
 const channelDeviceKey = "device.json"
 
-// ChannelDeviceSecretName is the Secret of the Channel name's linked
-// device (WhatsApp): the device's identity and Signal keys, an account
-// takeover if they leak, so a Secret (encrypted at rest by the API
-// server, never returned by a route, never sent to a guest) owned by the
-// Channel, gone with it.
-func ChannelDeviceSecretName(channel string) string { return channel + "-device" }
-
 // ChannelKeys keeps one Channel's device keys in its Secret
 // (port.KeyStore): every change is written before the program goes on, and
 // a write for a Channel that is gone, or was made again under the same
@@ -59,7 +52,7 @@ func (k *ChannelKeys) channel(ctx context.Context) (*dotsv1.Channel, error) {
 
 func (k *ChannelKeys) secret(ctx context.Context) (*corev1.Secret, error) {
 	sec := &corev1.Secret{}
-	err := k.Reader.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: ChannelDeviceSecretName(k.Name)}, sec)
+	err := k.Reader.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: dotsv1.ChannelDeviceSecretName(k.Name)}, sec)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -125,7 +118,7 @@ func (k *ChannelKeys) saveOnce(ctx context.Context, changes []port.KeyChange) er
 	}
 	if sec == nil {
 		sec = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: ChannelDeviceSecretName(k.Name), OwnerReferences: []metav1.OwnerReference{{
+			ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: dotsv1.ChannelDeviceSecretName(k.Name), OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: dotsv1.GroupVersion.String(), Kind: "Channel", Name: ch.Name, UID: ch.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 			}}},

@@ -170,6 +170,25 @@ type ChannelList struct {
 	Items           []Channel `json:"items"`
 }
 
+// The names the control plane gives a Dot's Channel and its Secrets: one
+// place, which the Dots API, the controllers and the command line read.
+
+// ChannelName is the name of the Dot's Channel of type typ.
+func ChannelName(dot string, typ ChannelType) string { return dot + "-" + string(typ) }
+
+// ChannelCredentialsSecretName is the Secret of the Channel's token.
+func ChannelCredentialsSecretName(channel string) string { return channel + "-credentials" }
+
+// ChannelDeviceSecretName is the Secret of the Channel's linked device
+// (WhatsApp): its identity and Signal keys, an account takeover if they
+// leak, so a Secret (encrypted at rest by the API server, never returned by
+// a route, never sent to a guest) owned by the Channel, gone with it.
+func ChannelDeviceSecretName(channel string) string { return channel + "-device" }
+
+// ChannelAccountValue is the ChannelAccountLabel of the account id of a
+// service of type typ.
+func ChannelAccountValue(typ ChannelType, id string) string { return string(typ) + "-" + id }
+
 // ChannelAccountLabel labels a Channel with its account (type and id), so
 // the one Channel of an account is found without listing them all: a bot
 // serves one Dot.

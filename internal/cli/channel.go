@@ -348,9 +348,8 @@ a device), then how to pair people. The server must run WhatsApp
 	return cmd
 }
 
-// channelName is the name of the Dot's Channel of typ, as the Dots API
-// makes it.
-func channelName(dot, typ string) string { return dot + "-" + typ }
+// channelName is the name of the Dot's Channel of typ.
+func channelName(dot, typ string) string { return dotsv1.ChannelName(dot, dotsv1.ChannelType(typ)) }
 
 func orDash(s string) string {
 	if s == "" {

@@ -31,9 +31,6 @@ const channelsSubresource = "channels"
 // characters).
 const maxToken = 256
 
-// whatsAppOff is the answer for WhatsApp on a server that does not run it.
-const whatsAppOff = "WhatsApp is off on this server: it is an opt-in, separate program (build it with `make whatsapp`, put invisible-dots-whatsapp next to invisible-dots) and the server must be started with INVISIBLE_DOTS_WHATSAPP=1"
-
 // listChannelKinds answers which channel types the server runs.
 func (h *Handler) listChannelKinds(w http.ResponseWriter, r *http.Request) error {
 	d, err := h.dotOf(r, "get", channelsSubresource)
@@ -57,7 +54,7 @@ func (h *Handler) kindOf(typ string) (hub.Kind, error) {
 		return k, nil
 	}
 	if typ == string(dotsv1.ChannelWhatsApp) {
-		return hub.Kind{}, apiErrorf(http.StatusBadRequest, wire.CodeChannelOff, "%s", whatsAppOff)
+		return hub.Kind{}, apiErrorf(http.StatusBadRequest, wire.CodeChannelOff, "%s", hub.WhatsAppOff)
 	}
 	return hub.Kind{}, badRequest("type %q is not a channel this server runs (it runs: %s)", typ, strings.Join(h.channelKinds.Types(), ", "))
 }
@@ -80,15 +77,12 @@ func checkToken(ctx context.Context, k hub.Kind, token string) (channels.Account
 	return acc, nil
 }
 
-// accountLabel is the value of a Channel's dotsv1.ChannelAccountLabel.
-func accountLabel(typ, id string) string { return typ + "-" + id }
-
 // accountInUse refuses an account another Channel than self uses, in any
 // namespace: one bot serves one Dot (two pollers on a token take turns
 // failing).
 func (h *Handler) accountInUse(ctx context.Context, typ string, acc channels.Account, self client.ObjectKey) error {
 	var list dotsv1.ChannelList
-	if err := h.writer.List(ctx, &list, client.MatchingLabels{dotsv1.ChannelAccountLabel: accountLabel(typ, acc.ID)}); err != nil {
+	if err := h.writer.List(ctx, &list, client.MatchingLabels{dotsv1.ChannelAccountLabel: dotsv1.ChannelAccountValue(dotsv1.ChannelType(typ), acc.ID)}); err != nil {
 		return fmt.Errorf("look for a Channel of the same account: %w", err)
 	}
 	for _, c := range list.Items {
@@ -123,7 +117,7 @@ func (h *Handler) addChannel(w http.ResponseWriter, r *http.Request) error {
 	if d.DeletionTimestamp != nil {
 		return apiErrorf(http.StatusConflict, wire.CodeDotDeleting, "Dot %s/%s is being deleted", d.Namespace, d.Name)
 	}
-	ch := &dotsv1.Channel{ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name + "-" + body.Type}}
+	ch := &dotsv1.Channel{ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: dotsv1.ChannelName(d.Name, dotsv1.ChannelType(body.Type))}}
 	key := client.ObjectKeyFromObject(ch)
 	if err := h.writer.Get(r.Context(), key, &dotsv1.Channel{}); err == nil {
 		return apiErrorf(http.StatusConflict, wire.CodeAlreadyExists, "Dot %s has a %s channel already (%s): give it a new token with PUT .../channels/%s/credentials, or remove it first", d.Name, wire.ChannelKindName(body.Type), ch.Name, ch.Name)
@@ -138,8 +132,8 @@ func (h *Handler) addChannel(w http.ResponseWriter, r *http.Request) error {
 		if err := h.accountInUse(r.Context(), body.Type, acc, key); err != nil {
 			return err
 		}
-		ch.Labels = map[string]string{dotsv1.ChannelAccountLabel: accountLabel(body.Type, acc.ID)}
-		ch.Spec.CredentialsSecretName = ch.Name + "-credentials"
+		ch.Labels = map[string]string{dotsv1.ChannelAccountLabel: dotsv1.ChannelAccountValue(dotsv1.ChannelType(body.Type), acc.ID)}
+		ch.Spec.CredentialsSecretName = dotsv1.ChannelCredentialsSecretName(ch.Name)
 	} else if body.Token != "" {
 		return badRequest("a %s channel is linked by scanning a code, not with a token", wire.ChannelKindName(body.Type))
 	}
@@ -290,9 +284,9 @@ func (h *Handler) putChannelCredentials(w http.ResponseWriter, r *http.Request) 
 		return badRequest("this token is another bot's (@%s, not @%s): a Channel keeps its bot; remove the Channel and add the new bot instead", acc.Name, old.Name)
 	}
 	base := ch.DeepCopy()
-	ch.Labels = mergeLabels(ch.Labels, dotsv1.ChannelAccountLabel, accountLabel(k.Type, acc.ID))
+	ch.Labels = mergeLabels(ch.Labels, dotsv1.ChannelAccountLabel, dotsv1.ChannelAccountValue(dotsv1.ChannelType(k.Type), acc.ID))
 	if ch.Spec.CredentialsSecretName == "" {
-		ch.Spec.CredentialsSecretName = ch.Name + "-credentials"
+		ch.Spec.CredentialsSecretName = dotsv1.ChannelCredentialsSecretName(ch.Name)
 	}
 	if err := h.writer.Patch(r.Context(), ch, client.MergeFrom(base)); err != nil {
 		return fmt.Errorf("update Channel %s: %w", key, err)
@@ -400,7 +394,7 @@ func (h *Handler) linkChannel(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("a %s channel is linked with its token, not by a code (PUT .../channels/%s/credentials)", wire.ChannelKindName(k.Type), ch.Name)
 	}
 	if h.channelLinks == nil {
-		return apiErrorf(http.StatusBadRequest, wire.CodeChannelOff, "%s", whatsAppOff)
+		return apiErrorf(http.StatusBadRequest, wire.CodeChannelOff, "%s", hub.WhatsAppOff)
 	}
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")

@@ -105,7 +105,7 @@ var _ = Describe("A Dot's WhatsApp channel (the program's side faked)", func() {
 		go w.pump()
 		Eventually(w.keys).Should(Receive(HaveField("Type", port.TypeAck)))
 		sec := &corev1.Secret{}
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: controllers.ChannelDeviceSecretName(linked.Name)}, sec)).To(Succeed())
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: dotsv1.ChannelDeviceSecretName(linked.Name)}, sec)).To(Succeed())
 		Expect(string(sec.Data["device.json"])).To(ContainSubstring(`"identity"`))
 		ch := &dotsv1.Channel{}
 		Expect(k8sClient.Get(suiteCtx, key, ch)).To(Succeed())
@@ -159,10 +159,10 @@ var _ = Describe("A Dot's WhatsApp channel (the program's side faked)", func() {
 		Expect(k8sClient.Delete(suiteCtx, ch)).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(k8sClient.Get(suiteCtx, key, &dotsv1.Channel{})) }).Should(BeTrue())
 		Eventually(func() bool {
-			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: controllers.ChannelDeviceSecretName(linked.Name)}, &corev1.Secret{}))
+			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: dotsv1.ChannelDeviceSecretName(linked.Name)}, &corev1.Secret{}))
 		}, "30s").Should(BeTrue(), "the keys' Secret goes with its Channel")
 		keys := &controllers.ChannelKeys{Client: k8sClient, Reader: k8sClient, Namespace: ns, Name: linked.Name, UID: string(ch.UID)}
 		Expect(keys.Save(suiteCtx, []port.KeyChange{{Group: "identity", Key: "me", Value: []byte("late")}})).To(MatchError(port.ErrChannelGone))
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: controllers.ChannelDeviceSecretName(linked.Name)}, &corev1.Secret{})).NotTo(Succeed())
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: dotsv1.ChannelDeviceSecretName(linked.Name)}, &corev1.Secret{})).NotTo(Succeed())
 	})
 })

@@ -69,6 +69,10 @@ func (k Kinds) Types() []string {
 	return out
 }
 
+// WhatsAppOff says why a server does not run WhatsApp, and how to turn it
+// on: the Dots API's answer and a Channel's status alike.
+const WhatsAppOff = "WhatsApp is off on this server: it is an opt-in, separate program (build it with `make whatsapp`, put invisible-dots-whatsapp next to invisible-dots) and the server must be started with INVISIBLE_DOTS_WHATSAPP=1"
+
 // WhatsApp is WhatsApp as the hub runs it: linked by a code, through the
 // WhatsApp program's socket (dial: port.Program.Dial), a separate, opt-in
 // program (internal/channels/whatsapp).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -53,49 +52,19 @@ func New(cfg Config) *Adapter { return &Adapter{cfg: cfg} }
 // has no buttons a linked device can send.
 func (a *Adapter) ApprovalsByText() bool { return true }
 
-// session is one connection to the program, from hello to its end.
+// session is one connection to the program, from hello to its end: its
+// calls (send, edit, typing) are answered by result frames.
 type session struct {
-	conn   *Conn
-	nextID atomic.Uint64
-
-	mu      sync.Mutex
-	waiting map[uint64]chan Frame
-	// ended is closed once the connection is read to its end, failing
-	// every call still waiting.
-	ended chan struct{}
+	conn *Conn
+	*Calls
 }
 
 func (s *session) call(ctx context.Context, f Frame) (Frame, error) {
-	f.ID = s.nextID.Add(1)
-	answer := make(chan Frame, 1)
-	s.mu.Lock()
-	s.waiting[f.ID] = answer
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.waiting, f.ID)
-		s.mu.Unlock()
-	}()
-	if err := s.conn.Write(f); err != nil {
-		return Frame{}, fmt.Errorf("the WhatsApp program cannot be reached: %w", err)
+	r, err := s.Call(ctx, f)
+	if errors.Is(err, ErrEnded) {
+		return r, errors.New("the connection to the WhatsApp program ended before it answered")
 	}
-	select {
-	case r := <-answer:
-		return r, nil
-	case <-s.ended:
-		return Frame{}, errors.New("the connection to the WhatsApp program ended before it answered")
-	case <-ctx.Done():
-		return Frame{}, ctx.Err()
-	}
-}
-
-func (s *session) answer(f Frame) {
-	s.mu.Lock()
-	ch := s.waiting[f.ID]
-	s.mu.Unlock()
-	if ch != nil {
-		ch <- f
-	}
+	return r, err
 }
 
 // queue is an unbounded FIFO of frames: the reader never waits on the run
@@ -197,7 +166,7 @@ func (a *Adapter) Run(ctx context.Context, sink channels.Sink) error {
 	}
 	_ = nc.SetDeadline(time.Time{})
 
-	s := &session{conn: conn, waiting: map[uint64]chan Frame{}, ended: make(chan struct{})}
+	s := &session{conn: conn, Calls: NewCalls(conn)}
 	a.mu.Lock()
 	a.sess = s
 	a.mu.Unlock()
@@ -210,7 +179,7 @@ func (a *Adapter) Run(ctx context.Context, sink channels.Sink) error {
 	main := newQueue()
 	keysQ := newQueue()
 	go func() {
-		defer close(s.ended)
+		defer s.End()
 		for {
 			f, err := conn.Read()
 			if err != nil {
@@ -220,7 +189,7 @@ func (a *Adapter) Run(ctx context.Context, sink channels.Sink) error {
 			}
 			switch f.Type {
 			case TypeResult:
-				s.answer(f)
+				s.Answer(f)
 			case TypeKeys:
 				keysQ.push(f)
 			default:

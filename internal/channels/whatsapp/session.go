@@ -56,12 +56,9 @@ type session struct {
 	conn *port.Conn
 	opts Options
 
-	nextID  atomic.Uint64
-	mu      sync.Mutex
-	waiting map[uint64]chan port.Frame
-	// ended is closed when the session ends, for any reason.
-	ended   chan struct{}
-	endOnce sync.Once
+	// calls are its keys and message frames, answered by ack, nack and
+	// done; ended when the session ends, for any reason.
+	*port.Calls
 
 	store     *deviceStore
 	dev       *store.Device
@@ -76,7 +73,7 @@ func serve(ctx context.Context, nc net.Conn, opts Options) {
 	conn := port.NewConn(nc)
 	defer conn.Close()
 	s := &session{
-		conn: conn, opts: opts, waiting: map[uint64]chan port.Frame{}, ended: make(chan struct{}),
+		conn: conn, opts: opts, Calls: port.NewCalls(conn),
 		unread: newUnread(256, 50), sent: newSentTimes(1024),
 	}
 	_ = nc.SetReadDeadline(time.Now().Add(helloWait))
@@ -103,7 +100,7 @@ func serve(ctx context.Context, nc net.Conn, opts Options) {
 	if err := s.start(ctx, hello.Keys); err != nil {
 		s.close(port.ReasonFailed, err.Error())
 	}
-	<-s.ended
+	<-s.Ended()
 	if s.client != nil {
 		s.client.Disconnect()
 	}
@@ -152,16 +149,11 @@ func (s *session) read(requests chan<- port.Frame) {
 		}
 		switch f.Type {
 		case port.TypeAck, port.TypeNack, port.TypeDone:
-			s.mu.Lock()
-			ch := s.waiting[f.ID]
-			s.mu.Unlock()
-			if ch != nil {
-				ch <- f
-			}
+			s.Answer(f)
 		case port.TypeSend, port.TypeEdit, port.TypeTyping:
 			select {
 			case requests <- f:
-			case <-s.ended:
+			case <-s.Ended():
 				return
 			}
 		case port.TypeDrop:
@@ -173,14 +165,12 @@ func (s *session) read(requests chan<- port.Frame) {
 	}
 }
 
-func (s *session) end() {
-	s.endOnce.Do(func() { close(s.ended) })
-}
+func (s *session) end() { s.End() }
 
 // close tells the server why the session ends, and ends it.
 func (s *session) close(reason, detail string) {
 	select {
-	case <-s.ended:
+	case <-s.Ended():
 		return
 	default:
 	}
@@ -195,28 +185,11 @@ func (s *session) close(reason, detail string) {
 // call sends f and waits for its answer (ack, nack, done), the end, or
 // ctx.
 func (s *session) call(ctx context.Context, f port.Frame) (port.Frame, error) {
-	f.ID = s.nextID.Add(1)
-	ch := make(chan port.Frame, 1)
-	s.mu.Lock()
-	s.waiting[f.ID] = ch
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.waiting, f.ID)
-		s.mu.Unlock()
-	}()
-	if err := s.conn.Write(f); err != nil {
-		s.end()
-		return port.Frame{}, errSessionEnded
+	r, err := s.Call(ctx, f)
+	if errors.Is(err, port.ErrEnded) {
+		return r, errSessionEnded
 	}
-	select {
-	case r := <-ch:
-		return r, nil
-	case <-s.ended:
-		return port.Frame{}, errSessionEnded
-	case <-ctx.Done():
-		return port.Frame{}, ctx.Err()
-	}
+	return r, err
 }
 
 var errSessionEnded = errors.New("the session with the server ended")
@@ -328,7 +301,7 @@ func (s *session) message(e *events.Message) {
 func (s *session) work(ctx context.Context, requests <-chan port.Frame) {
 	for {
 		select {
-		case <-s.ended:
+		case <-s.Ended():
 			return
 		case f := <-requests:
 			r := s.do(ctx, f)
@@ -384,7 +357,7 @@ func (s *session) do(ctx context.Context, f port.Frame) port.Frame {
 	_ = s.client.ChatPresence(ctx, chat, true)
 	select {
 	case <-time.After(s.opts.Pause()):
-	case <-s.ended:
+	case <-s.Ended():
 		return failure(port.ErrorFailed, "the session ended")
 	}
 	id, err := s.client.SendText(ctx, chat, f.Text)
