@@ -70,6 +70,10 @@ func tablesSource() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	wj, err := json.Marshal(wire.ChannelWarnings)
+	if err != nil {
+		return nil, err
+	}
 	cj, err := json.Marshal(wire.ChannelKindNames)
 	if err != nil {
 		return nil, err
@@ -91,7 +95,7 @@ func tablesSource() ([]byte, error) {
 		return nil, err
 	}
 	var out bytes.Buffer
-	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, states and error codes (ChannelKindNames, ChannelState, wire.Code*); do not edit.\n")
+	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.\n")
 	fmt.Fprintf(&out, "// UPDATE_WEB_TABLES=1 go test ./web writes it again.\n\n")
 	fmt.Fprintf(&out, "export type Decision = 'allow' | 'ask' | 'deny';\n\n")
 	fmt.Fprintf(&out, "export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision }[] = %s;\n\n", pj)
@@ -103,6 +107,8 @@ func tablesSource() ([]byte, error) {
 	fmt.Fprintf(&out, "export type EndedTaskPhase = (typeof ENDED_TASK_PHASES)[number];\n")
 	fmt.Fprintf(&out, "\n/** How each messaging channel is named to people (wire.ChannelKindNames). */\n")
 	fmt.Fprintf(&out, "export const CHANNEL_NAMES: Record<string, string> = %s;\n", cj)
+	fmt.Fprintf(&out, "\n/** What a person is told where they link a channel of each kind (wire.ChannelWarnings). */\n")
+	fmt.Fprintf(&out, "export const CHANNEL_WARNINGS: Record<string, string> = %s;\n", wj)
 	fmt.Fprintf(&out, "\n/** Where a Channel's link can stand (api/v1alpha1 ChannelState). */\n")
 	fmt.Fprintf(&out, "export const CHANNEL_STATES = %s as const;\n\n", csj)
 	fmt.Fprintf(&out, "export type ChannelState = (typeof CHANNEL_STATES)[number];\n")

@@ -61,14 +61,11 @@ func channelKinds(ctx context.Context, layout home.Layout, log logr.Logger) (kin
 	return kinds, links
 }
 
-// whatsAppRisk is said wherever a person links WhatsApp.
-const whatsAppRisk = `WhatsApp is not an official way in: the Dot becomes a linked device of a personal
-account, which WhatsApp's terms do not allow for automation, and WhatsApp can restrict or
-ban the account. Use a number of its own (a spare SIM or eSIM), never the one you live on.
-WhatsApp and the account's other devices see what the Dot writes.`
-
-// notPrivate is said wherever a person links Telegram.
-const notPrivate = "Telegram bot chats are not end-to-end encrypted: Telegram can read what you and the Dot write there."
+// The warnings said where a person links a channel (wire.ChannelWarnings).
+var (
+	whatsAppRisk = wire.ChannelWarnings["whatsapp"]
+	notPrivate   = wire.ChannelWarnings["telegram"]
+)
 
 // newChannelCommand is `invisible-dots channel add|token|pair|ls|unpair|rm`:
 // a Dot's messaging channels (ref 9.8), Channel resources and the Dots

@@ -62,7 +62,6 @@ type Inbound struct {
 // The words the hub says in a chat.
 const (
 	saidPaired      = "Paired. You can talk to %s here."
-	saidNotPrivate  = " (Telegram chats are not end-to-end encrypted: Telegram can read what is written here.)"
 	saidNotText     = "Only text is supported yet: write your message."
 	saidTooLong     = "That message is too long (at most %d characters): split it and send it again."
 	saidSlowDown    = "Too many messages at once: the Dot reads 20 a minute. Wait a moment; what you send now is not read."
@@ -149,8 +148,10 @@ func (h *Inbound) pair(ctx context.Context, in channels.Inbound, code string) er
 		h.Log.Error(err, "the pairing is not in the Dot's log", "channel", h.Binding.UID)
 	}
 	welcome := fmt.Sprintf(saidPaired, h.Binding.Dot.Name)
+	// The person pairing is told what the service reads (WhatsApp's risk is
+	// the linking account's, told where it is linked).
 	if h.Binding.Kind == "telegram" {
-		welcome += saidNotPrivate
+		welcome += " " + wire.ChannelWarnings["telegram"]
 	}
 	h.reply(ctx, in.Chat, welcome)
 	if h.OnPaired != nil {

@@ -28,6 +28,17 @@ const (
 	CodeChannelOff = "channel_off"
 )
 
+// ChannelWarnings are what a person is told wherever they link a channel
+// of a kind (the command line, the web client, the hub's welcome): one
+// table, which the web client's generated file holds too.
+var ChannelWarnings = map[string]string{
+	"telegram": "Telegram chats are not end-to-end encrypted: Telegram can read what you and the Dot write there.",
+	"whatsapp": "This is not an official way to use WhatsApp. It links the Dot as a device of a personal account, " +
+		"which WhatsApp's terms do not allow for automation, and WhatsApp can restrict or ban the number. " +
+		"Use a number of its own (a spare SIM or eSIM), never the one you live on. " +
+		"WhatsApp and the account's other devices see what the Dot writes.",
+}
+
 // MaxChannelBody bounds a channel route's body.
 const MaxChannelBody = 16 << 10
 

@@ -1,4 +1,4 @@
-// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, states and error codes (ChannelKindNames, ChannelState, wire.Code*); do not edit.
+// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.
 // UPDATE_WEB_TABLES=1 go test ./web writes it again.
 
 export type Decision = 'allow' | 'ask' | 'deny';
@@ -143,6 +143,9 @@ export type EndedTaskPhase = (typeof ENDED_TASK_PHASES)[number];
 
 /** How each messaging channel is named to people (wire.ChannelKindNames). */
 export const CHANNEL_NAMES: Record<string, string> = {"telegram":"Telegram","whatsapp":"WhatsApp"};
+
+/** What a person is told where they link a channel of each kind (wire.ChannelWarnings). */
+export const CHANNEL_WARNINGS: Record<string, string> = {"telegram":"Telegram chats are not end-to-end encrypted: Telegram can read what you and the Dot write there.","whatsapp":"This is not an official way to use WhatsApp. It links the Dot as a device of a personal account, which WhatsApp's terms do not allow for automation, and WhatsApp can restrict or ban the number. Use a number of its own (a spare SIM or eSIM), never the one you live on. WhatsApp and the account's other devices see what the Dot writes."};
 
 /** Where a Channel's link can stand (api/v1alpha1 ChannelState). */
 export const CHANNEL_STATES = ["connecting","connected","needs_relink","error","paused"] as const;

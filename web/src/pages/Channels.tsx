@@ -35,15 +35,14 @@ import {
 } from '../lib/channels';
 import { ago, toneText } from '../lib/format';
 import { channels, useCell } from '../lib/live';
+import { CHANNEL_WARNINGS } from '../lib/generated';
 import { useCan } from '../lib/session';
 import type { Channel, ChannelKind, ChannelPerson, PairingCode } from '../lib/types';
 import { btn, Confirm, input } from '../lib/ui';
 
-export const TELEGRAM_NOT_PRIVATE = 'Telegram chats are not end-to-end encrypted: Telegram can read what you and the Dot write there.';
-
-/** WhatsApp's risk, said before anything is linked (ref 9.8). */
-const WHATSAPP_RISK =
-  'This is not an official way to use WhatsApp. It links the Dot as a device of a personal account, which WhatsApp’s terms do not allow for automation, and WhatsApp can restrict or ban the number. Use a number of its own (a spare SIM or eSIM), never the one you live on. WhatsApp and the account’s other devices see what the Dot writes.';
+/** What a person is told where they link Telegram or WhatsApp (Go's wire.ChannelWarnings). */
+const TELEGRAM_NOT_PRIVATE = CHANNEL_WARNINGS.telegram;
+const WHATSAPP_RISK = CHANNEL_WARNINGS.whatsapp;
 
 const card = 'rounded-card border border-border bg-surface p-4';
 
