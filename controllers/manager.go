@@ -25,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/cachetrim"
 	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
 	"github.com/invisible-dots/invisible-dots/internal/channels/port"
 	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
@@ -117,11 +118,14 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		LeaderElectionResourceLockInterface: lock,
 		LeaderElectionReleaseOnCancel:       true,
 		GracefulShutdownTimeout:             ptr.To(defaultShutdownTimeout),
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only the host access bindings of this product.
-			&rbacv1.RoleBinding{}: {Label: hostAccessSelector},
-			&rbacv1.Role{}:        {Label: hostAccessSelector},
-		}},
+		Cache: cache.Options{
+			DefaultTransform: cachetrim.Transform,
+			ByObject: map[client.Object]cache.ByObject{
+				// Only the host access bindings of this product.
+				&rbacv1.RoleBinding{}: {Label: hostAccessSelector},
+				&rbacv1.Role{}:        {Label: hostAccessSelector},
+			},
+		},
 	}
 	if o.Embedded {
 		// One server per database (it holds the database's advisory lock),

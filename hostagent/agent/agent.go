@@ -43,6 +43,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/heartbeat"
 	"github.com/invisible-dots/invisible-dots/hostagent/prober"
 	"github.com/invisible-dots/invisible-dots/hostagent/pump"
+	"github.com/invisible-dots/invisible-dots/internal/cachetrim"
 	dotsclient "github.com/invisible-dots/invisible-dots/internal/dotsapi/client"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 	"github.com/invisible-dots/invisible-dots/internal/scheme"
@@ -156,12 +157,15 @@ func NewManager(o Options) (ctrl.Manager, error) {
 		// Several agents may share a process (one per home; the tests run
 		// two), each with its own metrics-free manager.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only this host's Computers: the selector is served by the API
-			// server (spec.nodeName is a selectable field of the CRD), so
-			// other hosts' never reach this process.
-			&dotsv1.Computer{}: {Field: fields.OneTermEqualSelector("spec.nodeName", o.HostName)},
-		}},
+		Cache: cache.Options{
+			DefaultTransform: cachetrim.Transform,
+			ByObject: map[client.Object]cache.ByObject{
+				// Only this host's Computers: the selector is served by the API
+				// server (spec.nodeName is a selectable field of the CRD), so
+				// other hosts' never reach this process.
+				&dotsv1.Computer{}: {Field: fields.OneTermEqualSelector("spec.nodeName", o.HostName)},
+			},
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the host agent's manager: %w", err)

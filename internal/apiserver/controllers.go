@@ -19,6 +19,8 @@ import (
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 	namespacecontroller "k8s.io/kubernetes/pkg/controller/namespace"
+
+	"github.com/invisible-dots/invisible-dots/internal/cachetrim"
 )
 
 // builtinControllers are the upstream controllers a control plane without
@@ -64,8 +66,8 @@ func startBuiltinControllers(ctx context.Context, loopback *rest.Config) (*built
 	ctx, cancel := context.WithCancel(ctx)
 	b := &builtinControllers{cancel: cancel}
 
-	typed := informers.NewSharedInformerFactory(kube, informerResync)
-	metaInformers := metadatainformer.NewSharedInformerFactory(meta, informerResync)
+	typed := informers.NewSharedInformerFactoryWithOptions(kube, informerResync, informers.WithTransform(cachetrim.ManagedFields))
+	metaInformers := metadatainformer.NewSharedInformerFactoryWithOptions(meta, informerResync, metadatainformer.WithTransform(cachetrim.Transform))
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	started := make(chan struct{})
 
