@@ -10,8 +10,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
@@ -50,23 +53,47 @@ func (r *HostAccessReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(HostAccessControllerName).
-		Watches(&dotsv1.Computer{}, byNamespace).
-		Watches(&dotsv1.Dot{}, byNamespace).
+		Watches(&dotsv1.Computer{}, byNamespace, builder.WithPredicates(hostAccessChanges(func(o client.Object) string {
+			return o.(*dotsv1.Computer).Spec.NodeName
+		}))).
+		Watches(&dotsv1.Dot{}, byNamespace, builder.WithPredicates(hostAccessChanges(func(o client.Object) string {
+			if ref := o.(*dotsv1.Dot).Spec.SecretRef; ref != nil {
+				return ref.Name
+			}
+			return ""
+		}))).
 		Watches(&rbacv1.Role{}, byNamespace).
 		Watches(&rbacv1.RoleBinding{}, byNamespace).
 		Complete(r)
+}
+
+// hostAccessChanges lets through only the events that can change a
+// namespace's host access: an object with the field access depends on (a
+// Computer's host, a Dot's secretRef) made or deleted, or that field
+// changed. Status writes, which are nearly every write of Computers and
+// Dots, wake nothing: each reconcile reads the whole namespace, so waking it
+// on each of them cost a Dot's create its share of a loop over every Dot.
+func hostAccessChanges(field func(client.Object) string) predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return field(e.Object) != "" },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return field(e.Object) != "" },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return field(e.ObjectOld) != field(e.ObjectNew) },
+		GenericFunc: func(event.GenericEvent) bool { return true },
+	}
 }
 
 // Reconcile makes one namespace's host Roles and bindings match its
 // Computers.
 func (r *HostAccessReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns := req.Name
+	// Read only, so the cache's own objects, not copies of every Computer
+	// and Dot of the namespace.
 	var computers dotsv1.ComputerList
-	if err := r.Client.List(ctx, &computers, client.InNamespace(ns)); err != nil {
+	if err := r.Client.List(ctx, &computers, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	var dots dotsv1.DotList
-	if err := r.Client.List(ctx, &dots, client.InNamespace(ns)); err != nil {
+	if err := r.Client.List(ctx, &dots, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	secretRefs := map[string]string{}

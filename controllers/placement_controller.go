@@ -184,8 +184,9 @@ func (r *PlacementReconciler) hostFacts(ctx context.Context) ([]hostFacts, error
 		if !h.DeletionTimestamp.IsZero() {
 			f.Ready, f.NotReadyWhy = false, "it is being deleted"
 		}
+		// Read only: the cache's objects, not a copy of each.
 		var placed dotsv1.ComputerList
-		if err := r.Client.List(ctx, &placed, client.MatchingFields{NodeNameField: h.Name}); err != nil {
+		if err := r.Client.List(ctx, &placed, client.MatchingFields{NodeNameField: h.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("list the computers of host %s: %w", h.Name, err)
 		}
 		f.Computers = len(placed.Items)
