@@ -132,3 +132,27 @@ func TestNothingWrittenWhenNothingChanged(t *testing.T) {
 		t.Errorf("%d status patches; want 1", patches)
 	}
 }
+
+// TestEnsureFinalizerOnAnObjectDeletedMeanwhile: the cache still showed the
+// object, the server no longer has it: a patch was tried, and there is no
+// error to retry.
+func TestEnsureFinalizerOnAnObjectDeletedMeanwhile(t *testing.T) {
+	var patches int
+	c := newClient(t, &patches)
+	d := get(t, c)
+	if err := c.Delete(context.Background(), d.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	added, err := patch.EnsureFinalizer(context.Background(), c, d, "dots.invisible.dev/test")
+	if !added || err != nil {
+		t.Errorf("EnsureFinalizer() on a deleted object = %v, %v; want true, nil", added, err)
+	}
+	// Any other error still reaches the caller.
+	failing := interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+		return apierrors.NewConflict(dotsv1.GroupVersion.WithResource("dots").GroupResource(), "d", nil)
+	}})
+	fresh := &dotsv1.Dot{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "default"}}
+	if _, err := patch.EnsureFinalizer(context.Background(), failing, fresh, "dots.invisible.dev/test"); !apierrors.IsConflict(err) {
+		t.Errorf("EnsureFinalizer() with a conflict = %v; want the conflict", err)
+	}
+}
