@@ -15,6 +15,7 @@ import (
 	"github.com/k3s-io/kine/pkg/drivers/pgsql"
 	"github.com/k3s-io/kine/pkg/server"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 )
 
 // kineSettings holds every kine tunable. kine treats a zero value as "use
@@ -41,11 +42,14 @@ var kineSettings = struct {
 	CompactMinRetain: 1000,
 	CompactBatchSize: 1000,
 	PollBatchSize:    500,
-	MaxIdleConns:     20,
-	MaxOpenConns:     20,
-	WriteSlots:       8,
-	ConnMaxLifetime:  time.Hour,
-	EmulatedVersion:  "3.5.13",
+	// Idle connections are PostgreSQL backends of about 2.5 MiB each that
+	// wait: a few cover the steady state (the poll, a write, a read), and a
+	// burst opens more up to MaxOpenConns and closes them again after.
+	MaxIdleConns:    4,
+	MaxOpenConns:    20,
+	WriteSlots:      8,
+	ConnMaxLifetime: time.Hour,
+	EmulatedVersion: "3.5.13",
 }
 
 // kine is the etcd v3 API over PostgreSQL, served as gRPC on a unix socket
@@ -92,6 +96,12 @@ func startKine(ctx context.Context, dsn, socket string) (*kine, error) {
 	k.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(3*1024*1024),
 		grpc.MaxSendMsgSize(math.MaxInt32),
+		// The API server's etcd client pings every 30 s, with or without a
+		// call under way; gRPC's default policy allows one every 5 minutes
+		// and answers more with GOAWAY "too_many_pings", which drops the
+		// connection and every request on it. etcd itself allows one every
+		// 5 s (--grpc-keepalive-min-time): so does this.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	limited := newWriteLimitedBackend(backend, kineSettings.WriteSlots)
 	server.New(limited, "unix", kineSettings.NotifyInterval, kineSettings.EmulatedVersion).Register(k.grpc)

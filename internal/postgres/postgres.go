@@ -122,6 +122,10 @@ func Start(ctx context.Context, opts Options) (_ *Instance, err error) {
 		return nil, scrub(fmt.Errorf("parse the database URL: %w", err), inst.dsn)
 	}
 	cfg.MaxConns = 8
+	// A connection idle for a minute is closed (pgx's default is 30): each
+	// is a PostgreSQL backend that holds memory while it waits, and the
+	// event log's bursts (a Dot's turn) are seconds apart, not minutes.
+	cfg.MaxConnIdleTime = time.Minute
 	inst.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, scrub(fmt.Errorf("open a connection pool to %s: %w", inst.target, err), inst.dsn)
