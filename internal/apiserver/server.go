@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,6 +89,10 @@ type Options struct {
 	// Admission plugins of the product, run after the upstream ones the
 	// server keeps (NamespaceLifecycle).
 	Admission []AdmissionPlugin
+	// Profiling serves Go's pprof at /debug/pprof on the API port, to those
+	// RBAC lets read the non-resource URL (the admin): the server command's
+	// --profiling, for finding where a slow request's time goes.
+	Profiling bool
 	// Mounts are served on the API server's own port, behind its own filters
 	// (authentication, authorization with RBAC's nonResourceURLs, audit,
 	// in-flight limits): the Dots API.
@@ -213,7 +218,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		"--enable-priority-and-fairness=false",
 		"--enable-admission-plugins=" + strings.Join(enabled, ","),
 		"--disable-admission-plugins=" + strings.Join(disabledAdmission(), ","),
-		"--profiling=false",
+		"--profiling=" + strconv.FormatBool(o.Profiling),
 		"--storage-media-type=application/json",
 	}
 	if o.RequestTimeout > 0 {

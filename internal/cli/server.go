@@ -23,6 +23,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/memlimit"
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
 	"github.com/invisible-dots/invisible-dots/internal/webui"
 	"github.com/invisible-dots/invisible-dots/web"
@@ -43,6 +44,7 @@ func newServerCommand() *cobra.Command {
 		kubeconfig    string
 		hostName      string
 		noControllers bool
+		profiling     bool
 		verbosity     int
 	)
 	cmd := &cobra.Command{
@@ -60,7 +62,10 @@ made for them and act with their own rights; an address others reach
 (127.0.0.1, which every guest reaches, or one of another network, served
 over HTTPS with a certificate of the server's CA, pki/ca.crt) turns sign-in
 on. The channel hub polls Telegram for the Dots' Channels
-(INVISIBLE_DOTS_TELEGRAM_API, default https://api.telegram.org). It writes
+(INVISIBLE_DOTS_TELEGRAM_API, default https://api.telegram.org). Once idle,
+it gives the memory a burst of work took back to the system (the Go
+runtime's memory limit follows its live heap; GOMEMLIMIT, when set, is kept
+instead). It writes
 $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 
   export KUBECONFIG=~/.invisible-dots/kubeconfig
@@ -69,6 +74,9 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(verbosity)
 			ctrl.SetLogger(log)
+			// The runtime's memory limit follows what the server holds
+			// once it is idle; GOMEMLIMIT in the environment fixes it.
+			defer memlimit.Start().Stop()
 			if noControllers && kubeconfig != "" {
 				return fmt.Errorf("--no-controllers serves the embedded API alone and --kubeconfig runs the controllers against another: choose one")
 			}
@@ -96,6 +104,7 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 				ExternalKubeconfig: kubeconfig,
 				Channels:           channelKinds,
 				ChannelLinks:       channelLinks,
+				Profiling:          profiling,
 				Log:                log,
 			})
 			if err != nil {
@@ -174,6 +183,7 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 	cmd.Flags().BoolVar(&noWeb, "no-web", false, "do not serve the web client")
 	cmd.Flags().BoolVar(&webSignIn, "web-sign-in", false, "people sign in to the web client with their own token ('invisible-dots user add'); the server's credential is never used for them (always on where others reach the web client)")
 	cmd.Flags().BoolVar(&noControllers, "no-controllers", false, "serve the API and its database alone: the central controllers (server --kubeconfig) and host agents (agent) run elsewhere")
+	cmd.Flags().BoolVar(&profiling, "profiling", false, "serve Go's pprof at /debug/pprof on the API port, to the admin's token (for finding where time goes: go tool pprof)")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "run the controllers against the cluster of this kubeconfig instead of the embedded API server")
 	cmd.Flags().StringVar(&hostName, "host", os.Getenv(envHost), "the name of this machine's Host (default: $"+envHost+", else the machine's host name)")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 = events only)")

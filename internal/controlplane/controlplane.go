@@ -54,6 +54,8 @@ type Options struct {
 	// RequestTimeout replaces the API server's request timeout (60 s) when
 	// set; the live streams are long-running and not subject to it.
 	RequestTimeout time.Duration
+	// Profiling serves Go's pprof on the API port to the admin (--profiling).
+	Profiling bool
 	// Channels are the messaging channel types the server runs, whose
 	// credentials the Dots API checks before it stores them.
 	Channels hub.Kinds
@@ -177,6 +179,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		KineSocket:     o.Home.Run() + "/kine.sock",
 		Log:            log,
 		RequestTimeout: o.RequestTimeout,
+		Profiling:      o.Profiling,
 		Admission: []apiserver.AdmissionPlugin{
 			{Name: hostrestriction.Name, Plugin: hostrestriction.New(cp.loopbackReader)},
 			{Name: objectsize.Name, Plugin: objectsize.New()},

@@ -1,0 +1,133 @@
+// Package memlimit keeps the Go runtime's soft memory limit close to what an
+// idle server holds, so the memory a burst of work took goes back to the
+// system once the server is quiet again.
+//
+// With GOGC alone a Go process keeps about twice its live heap: after a
+// burst (a thousand Dots applied, a compaction) the heap that served it
+// stays mapped until the next burst. A fixed GOMEMLIMIT would bound that, but
+// no fixed number fits both a server with one Dot and one with a thousand,
+// and a limit below what the server needs makes the collector run without
+// pause. So the limit follows what the server holds: after each collection
+// that comes long after the one before (the server is idle: at rest the
+// runtime collects every two minutes), the limit is set to the live heap
+// plus a quarter, plus the runtime's own memory outside the heap; the
+// scavenger then returns the rest. A collection soon after the one before
+// means work is under way, and the limit is lifted, so GOGC alone paces the
+// collector while the server is busy.
+//
+// GOMEMLIMIT set in the environment is the operator's choice: it is kept and
+// nothing is tuned.
+package memlimit
+
+import (
+	"math"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync/atomic"
+	"time"
+)
+
+// EnvVar is the Go runtime's own variable; when set, the tuner stays off.
+const EnvVar = "GOMEMLIMIT"
+
+const (
+	// idleGap: a collection this long after the previous one finds the
+	// server idle.
+	idleGap = 10 * time.Second
+	// headroom is the share of the live heap the limit leaves above it.
+	headroom = 0.25
+	// floor is the lowest limit set, so a tiny heap never makes the
+	// collector run on every allocation.
+	floor = 48 << 20
+)
+
+// Tuner is a running tuner; Stop ends it and lifts the limit it set.
+type Tuner struct {
+	stopped atomic.Bool
+	// lastGC is when the previous collection ended, in Unix nanoseconds.
+	lastGC atomic.Int64
+	// Limit is the last limit set (math.MaxInt64: none), for tests and logs.
+	limit atomic.Int64
+	now   func() time.Time
+	read  func() (live, outsideHeap uint64)
+	set   func(int64) int64
+}
+
+// Start tunes the limit after every collection from now on, unless
+// GOMEMLIMIT is set (then it returns nil: nothing to stop).
+func Start() *Tuner {
+	if os.Getenv(EnvVar) != "" {
+		return nil
+	}
+	t := &Tuner{now: time.Now, read: readRuntime, set: debug.SetMemoryLimit}
+	t.lastGC.Store(t.now().UnixNano())
+	t.limit.Store(math.MaxInt64)
+	t.arm()
+	return t
+}
+
+// Stop ends the tuning and lifts the limit.
+func (t *Tuner) Stop() {
+	if t == nil || t.stopped.Swap(true) {
+		return
+	}
+	t.set(math.MaxInt64)
+}
+
+// Limit is the limit the tuner set last; math.MaxInt64 when none.
+func (t *Tuner) Limit() int64 { return t.limit.Load() }
+
+// arm leaves an object for the collector to find: its cleanup runs after
+// the collection that freed it, tunes, and arms the next.
+func (t *Tuner) arm() {
+	sentinel := new([64]byte)
+	runtime.AddCleanup(sentinel, func(t *Tuner) {
+		if t.stopped.Load() {
+			return
+		}
+		t.afterGC()
+		t.arm()
+	}, t)
+}
+
+// afterGC sets the limit from the collection that just ended.
+func (t *Tuner) afterGC() {
+	now := t.now().UnixNano()
+	gap := time.Duration(now - t.lastGC.Swap(now))
+	limit := int64(math.MaxInt64)
+	if gap >= idleGap {
+		live, outside := t.read()
+		limit = max(int64(float64(live)*(1+headroom))+int64(outside), floor)
+	}
+	if limit != t.limit.Load() {
+		t.set(limit)
+		t.limit.Store(limit)
+	}
+}
+
+// readRuntime reads the live heap and the runtime's memory that is not the
+// heap (stacks, its own structures), from runtime/metrics.
+func readRuntime() (live, outsideHeap uint64) {
+	s := []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+	}
+	metrics.Read(s)
+	v := func(i int) uint64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s[i].Value.Uint64()
+	}
+	heap := v(2) + v(3) + v(4) + v(5)
+	if total := v(1); total > heap {
+		outsideHeap = total - heap
+	}
+	return v(0), outsideHeap
+}

@@ -1,0 +1,94 @@
+package memlimit
+
+import (
+	"math"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// fakeTuner is a Tuner on a fake clock and fake runtime figures, with the
+// limits it set recorded instead of given to the runtime.
+func fakeTuner(live, outside uint64) (*Tuner, *time.Time, *[]int64) {
+	clock := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	var set []int64
+	t := &Tuner{
+		now:  func() time.Time { return clock },
+		read: func() (uint64, uint64) { return live, outside },
+		set:  func(l int64) int64 { set = append(set, l); return 0 },
+	}
+	t.lastGC.Store(clock.UnixNano())
+	t.limit.Store(math.MaxInt64)
+	return t, &clock, &set
+}
+
+func TestTheLimitFollowsTheLiveHeapWhenIdleAndLiftsWhenBusy(t *testing.T) {
+	tu, clock, set := fakeTuner(100<<20, 20<<20)
+
+	// A collection a second after the last: busy, no limit (none was set).
+	*clock = clock.Add(time.Second)
+	tu.afterGC()
+	if tu.Limit() != math.MaxInt64 || len(*set) != 0 {
+		t.Fatalf("busy: limit %d, set %v; want none", tu.Limit(), *set)
+	}
+	// Two minutes later: idle, live + 25% + the runtime's own.
+	*clock = clock.Add(2 * time.Minute)
+	tu.afterGC()
+	want := int64(125<<20 + 20<<20)
+	if tu.Limit() != want {
+		t.Errorf("idle: limit = %d MiB, want %d MiB", tu.Limit()>>20, want>>20)
+	}
+	// Again idle with the same heap: nothing set twice.
+	*clock = clock.Add(2 * time.Minute)
+	tu.afterGC()
+	if len(*set) != 1 {
+		t.Errorf("set %d times, want once for one idle limit", len(*set))
+	}
+	// Work again: the limit is lifted.
+	*clock = clock.Add(200 * time.Millisecond)
+	tu.afterGC()
+	if tu.Limit() != math.MaxInt64 || (*set)[len(*set)-1] != math.MaxInt64 {
+		t.Errorf("busy again: limit = %d, want lifted", tu.Limit())
+	}
+	tu.Stop()
+}
+
+func TestATinyHeapGetsTheFloor(t *testing.T) {
+	tu, clock, _ := fakeTuner(1<<20, 1<<20)
+	*clock = clock.Add(time.Minute)
+	tu.afterGC()
+	if tu.Limit() != floor {
+		t.Errorf("limit = %d, want the floor %d", tu.Limit(), floor)
+	}
+}
+
+func TestGOMEMLIMITInTheEnvironmentTurnsTheTunerOff(t *testing.T) {
+	t.Setenv(EnvVar, "200MiB")
+	if tu := Start(); tu != nil {
+		tu.Stop()
+		t.Fatal("Start() tuned although GOMEMLIMIT is set")
+	}
+}
+
+func TestTheRealTunerRunsAfterCollections(t *testing.T) {
+	tu := Start()
+	if tu == nil {
+		t.Skip("GOMEMLIMIT is set in this environment")
+	}
+	defer tu.Stop()
+	tu.lastGC.Store(time.Now().Add(-time.Minute).UnixNano()) // the next collection finds it idle
+	for range 20 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+		if tu.Limit() != math.MaxInt64 {
+			break
+		}
+	}
+	if tu.Limit() == math.MaxInt64 || tu.Limit() < floor {
+		t.Fatalf("after collections the limit is %d; want one set from the live heap", tu.Limit())
+	}
+	live, outside := readRuntime()
+	if live == 0 || outside == 0 {
+		t.Errorf("readRuntime() = %d, %d; want both above 0", live, outside)
+	}
+}
