@@ -216,19 +216,30 @@ clean:
 
 # `make bench` builds the binary and runs the control plane benchmark once
 # (test/bench): cold and warm start to a ready API, create/patch latency for
-# 1000 Dots, create-to-watch-event latency, the server's and postgres's memory
-# idle and with 1000 Dots, and the database after 1000 create/patch/delete
-# cycles and after kine's first compaction, and, since the bench's home has
-# no image, the database, the server's memory and the writes a minute while
-# the 1000 Computers wait for a host, 1 and 10 minutes after the first create.
-# About 12 minutes on 2 cores. BENCH_SKIP_COMPACTION=1 skips the wait for the
-# compaction, BENCH_WAITING_MINUTES=N replaces the 10 and BENCH_DOTS=N the
-# 1000.
+# 1000 Dots (the client's p99 beside the API server's own and its store's),
+# create-to-watch-event latency, the server's and postgres's memory idle and
+# with 1000 Dots, the Computers made after the last create, and the database
+# after 1000 create/patch/delete cycles and after kine's first compaction,
+# and, since the bench's home has no image, the database, the server's
+# memory and the writes a minute while the 1000 Computers wait for a host, 1
+# and 10 minutes after the first create. About 12 minutes on 2 cores.
+# BENCH_SKIP_COMPACTION=1 skips the wait for the compaction,
+# BENCH_WAITING_MINUTES=N replaces the 10 and BENCH_DOTS=N the 1000;
+# BENCH_PROFILE=DIR writes the server's CPU profile of the create and patch
+# loops and its heap at each memory figure into DIR (go tool pprof). Then
+# the same loads on kine/PostgreSQL and on etcd (the ratio), bench-parts and
+# bench-web. Every run's output is kept in $(BENCH_OUT), and the last lines
+# are one table of the figures that have a goal (test/bench/figures): what
+# is met and what is not.
 BENCH_FLAGS ?= -benchtime=1x -timeout 30m
+BENCH_OUT := _output/bench/figures.txt
 bench: build
-	INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/ -run '^$$' -bench . $(BENCH_FLAGS)
+	@mkdir -p $(dir $(BENCH_OUT)) && : > $(BENCH_OUT)
+	set -o pipefail; INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/ -run '^$$' -bench ControlPlane $(BENCH_FLAGS) | tee -a $(BENCH_OUT)
+	set -o pipefail; INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/ -run '^$$' -bench StoreBesideEtcd $(BENCH_FLAGS) | tee -a $(BENCH_OUT)
 	$(MAKE) bench-parts
-	$(MAKE) bench-web
+	$(MAKE) bench-web 2>&1 | tee -a $(BENCH_OUT)
+	$(GO) run ./test/bench/figures < $(BENCH_OUT)
 
 # The other figures of `make bench`: the host agent's VMs under the test image
 # (tcg on hosts whose host.yaml says so), the Computer reconciler over 100
@@ -239,16 +250,18 @@ bench: build
 # 1,000 events/s (target p99 50 ms), and a Dot's chat: warm p50/p99 over 50
 # messages and a sleeping Dot's answer against the same image's boot
 # (BenchmarkDotChat, real VM under tcg, a stand-in model). Each prints its
-# own figures.
+# own figures, appended to $(BENCH_OUT).
+BENCH_TEE := 2>&1 | tee -a $(BENCH_OUT)
 bench-parts: test-image
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./hostagent/qemu/ ./guest/image/testimage/
-	$(GO) test -run '^$$' -bench Reconcile100Computers -benchtime 50x ./hostagent/computer/
-	$(GO) test -count=1 -v ./test/integration/ -ginkgo.focus 'acts on a start at once|100 Computers' -ginkgo.v | grep -A1 -E 'start acted on|create-to-Ready'
-	$(GO) test -run '^$$' -bench . -benchtime 5x ./internal/postgres/
-	$(GO) test -run '^$$' -bench . -v ./internal/store/ | grep -v '^=== '
-	$(GO) test -run '^$$' -bench . ./guest/engine/...
-	$(GO) test -run '^$$' -bench PumpIngest -benchtime 3x ./internal/dotsapi/
-	$(GO) test -run '^$$' -bench StreamFanOut -benchtime 1x ./internal/dotsapi/
-	$(GO) test -run '^$$' -bench 'DotChat|TelegramChat' -benchtime 1x -timeout 30m ./test/e2e/
+	@mkdir -p $(dir $(BENCH_OUT))
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 3x ./hostagent/qemu/ ./guest/image/testimage/ $(BENCH_TEE)
+	set -o pipefail; $(GO) test -run '^$$' -bench Reconcile100Computers -benchtime 50x ./hostagent/computer/ $(BENCH_TEE)
+	set -o pipefail; $(GO) test -count=1 -v ./test/integration/ -ginkgo.focus 'acts on a start at once|100 Computers' -ginkgo.v | grep -A1 -E 'start acted on|create-to-Ready' $(BENCH_TEE)
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 5x ./internal/postgres/ $(BENCH_TEE)
+	set -o pipefail; $(GO) test -run '^$$' -bench . -v ./internal/store/ | grep -v '^=== ' $(BENCH_TEE)
+	set -o pipefail; $(GO) test -run '^$$' -bench . ./guest/engine/... $(BENCH_TEE)
+	set -o pipefail; $(GO) test -run '^$$' -bench PumpIngest -benchtime 3x ./internal/dotsapi/ $(BENCH_TEE)
+	set -o pipefail; $(GO) test -run '^$$' -bench StreamFanOut -benchtime 1x ./internal/dotsapi/ $(BENCH_TEE)
+	set -o pipefail; $(GO) test -run '^$$' -bench 'DotChat|TelegramChat' -benchtime 1x -timeout 30m ./test/e2e/ $(BENCH_TEE)
 # dot-agentd under 1,000 hostile connections: the host's health checks' p50/p99.
-	$(GO) test -run '^$$' -bench HostileConnections -benchtime 1x ./guest/agentd/
+	set -o pipefail; $(GO) test -run '^$$' -bench HostileConnections -benchtime 1x ./guest/agentd/ $(BENCH_TEE)

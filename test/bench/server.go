@@ -53,7 +53,8 @@ type readiness struct {
 	Dots time.Duration
 }
 
-// startServer execs bin as `invisible-dots server --no-web` on home,
+// startServer execs bin as `invisible-dots server --no-web` (with
+// --profiling when the bench takes profiles) on home,
 // listening on addr, its output appended to logPath.
 func startServer(bin string, h home.Layout, addr, logPath string) (*server, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -61,7 +62,11 @@ func startServer(bin string, h home.Layout, addr, logPath string) (*server, erro
 		return nil, fmt.Errorf("open the server log: %w", err)
 	}
 	s := &server{home: h, addr: addr, logPath: logPath, exited: make(chan struct{})}
-	cmd := exec.Command(bin, "server", "--no-web")
+	args := []string{"server", "--no-web"}
+	if os.Getenv(envProfile) != "" {
+		args = append(args, "--profiling")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = serverEnv(h.Root, addr)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A benchmark killed by go test's timeout must not leave the server

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestParseAndTableSayWhatIsMetMissedAndNotRun(t *testing.T) {
+	const out = `goos: linux
+BenchmarkControlPlane/start/cold-2         	       1	      1500 api-ready-ms	      2100 dots-ready-ms
+BenchmarkControlPlane/start/warm-2         	       1	      1200 api-ready-ms
+BenchmarkOutboxLive-2   	  200000	      5000 ns/op	     25000 events/s
+--- some other line 12 p99-ms
+PASS`
+	figures, err := parse(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := figures["ControlPlane/start/cold"]["dots-ready-ms"]; got != 2100 {
+		t.Errorf("cold dots-ready-ms = %v, want 2100", got)
+	}
+	if got := figures["OutboxLive"]["events/s"]; got != 25000 {
+		t.Errorf("OutboxLive events/s = %v, want 25000", got)
+	}
+	var sb strings.Builder
+	met, missed, notRun := table(&sb, figures)
+	// cold 1500 ≤ 2000 and outbox 25000 ≥ 20000 are met; warm 1200 > 1000
+	// is not; the rest did not run.
+	if met != 2 || missed != 1 || notRun != len(goals)-3 {
+		t.Errorf("met, missed, not run = %d, %d, %d; want 2, 1, %d\n%s", met, missed, notRun, len(goals)-3, sb.String())
+	}
+	for _, want := range []string{
+		`warm start to /readyz \(ms\)\s+1200\s+≤ 1000\s+NO`,
+		`engine outbox, live \(events/s\)\s+25000\s+≥ 20000\s+yes`,
+		`idle server PSS \(MiB\)\s+not run\s+≤ 120\s+—`,
+	} {
+		if !regexp.MustCompile(want).MatchString(sb.String()) {
+			t.Errorf("the table has no row matching %s:\n%s", want, sb.String())
+		}
+	}
+}
