@@ -80,6 +80,34 @@ func loadMessages(ctx context.Context, q querier, session string, after int64) (
 	if err != nil {
 		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
 	}
+	return scanMessages(session, rows)
+}
+
+// loadChatDays returns the session's messages of every UTC day from the
+// first day holding a message with id > after, oldest first: each day it
+// holds is whole, whatever order the clock gave the messages. Nothing is
+// new: none.
+func loadChatDays(ctx context.Context, q querier, session string, after int64) ([]Message, error) {
+	var first sql.NullInt64
+	if err := q.QueryRowContext(ctx, "SELECT MIN(ts_ms) FROM messages WHERE session = ? AND id > ?", session, after).Scan(&first); err != nil {
+		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
+	}
+	if !first.Valid {
+		return nil, nil
+	}
+	y, m, d := time.UnixMilli(first.Int64).UTC().Date()
+	from := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).UnixMilli()
+	rows, err := q.QueryContext(ctx, `SELECT m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.inbound_id,
+		m.ts_ms, m.cleared, COALESCE(r.reasoning, ''), r.details
+		FROM messages m LEFT JOIN message_reasoning r ON r.message_id = m.id
+		WHERE m.session = ? AND m.ts_ms >= ? ORDER BY m.id`, session, from)
+	if err != nil {
+		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
+	}
+	return scanMessages(session, rows)
+}
+
+func scanMessages(session string, rows *sql.Rows) ([]Message, error) {
 	defer rows.Close()
 	var out []Message
 	for rows.Next() {
