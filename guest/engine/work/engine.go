@@ -65,6 +65,9 @@ type Engine struct {
 	state      protocol.AgentState // last emitted agent.state
 	pending    int                 // approvals waiting for the person
 
+	// chatDays keeps what the chat's conversation files are written from.
+	chatDays chatDays
+
 	kick chan struct{}
 	wg   sync.WaitGroup
 	loop context.CancelFunc

@@ -12,10 +12,11 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
 )
 
-// TestLoadChatDays: after a turn the chat is read from the first UTC day
+// TestChatDays: after a turn the chat is read from the first UTC day
 // holding a message not written yet, every day it reads whole, also when
-// the clock went back (a newer message on an older day).
-func TestLoadChatDays(t *testing.T) {
+// the clock went back (a newer message on an older day); what it kept is
+// read again only when that first day changes.
+func TestChatDays(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName))
 	if err != nil {
@@ -23,16 +24,36 @@ func TestLoadChatDays(t *testing.T) {
 	}
 	defer st.Close()
 	day := func(d, h int) time.Time { return time.Date(2026, 3, d, h, 0, 0, 0, time.UTC) }
-	// ids 1..5 in this order.
-	at := []time.Time{day(1, 9), day(1, 23), day(2, 1), day(3, 8), day(2, 22)}
-	for i, when := range at {
+	n := 0
+	add := func(when time.Time) {
+		t.Helper()
+		n++
 		st.SetClock(func() time.Time { return when })
 		if err := st.Write(ctx, "test", func(tx *store.Tx) error {
-			_, err := appendMessage(ctx, tx, chatSession, Message{Role: "user", Content: fmt.Sprint("m", i+1)})
+			_, err := appendMessage(ctx, tx, chatSession, Message{Role: "user", Content: fmt.Sprint("m", n)})
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	load := func(c *chatDays, after int64) []string {
+		t.Helper()
+		var got []string
+		err := st.Read(ctx, func(q store.Querier) error {
+			msgs, err := c.load(ctx, q, chatSession, after)
+			for _, m := range msgs {
+				got = append(got, m.Content)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// ids 1..5 in this order.
+	for _, when := range []time.Time{day(1, 9), day(1, 23), day(2, 1), day(3, 8), day(2, 22)} {
+		add(when)
 	}
 	tests := map[string]struct {
 		after int64
@@ -46,20 +67,30 @@ func TestLoadChatDays(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			var got []string
-			err := st.Read(ctx, func(q store.Querier) error {
-				msgs, err := loadChatDays(ctx, q, chatSession, tc.after)
-				for _, m := range msgs {
-					got = append(got, m.Content)
-				}
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("loadChatDays(after %d) (-want +got):\n%s", tc.after, diff)
+			if diff := cmp.Diff(tc.want, load(&chatDays{}, tc.after)); diff != "" {
+				t.Errorf("load(after %d) (-want +got):\n%s", tc.after, diff)
 			}
 		})
+	}
+	// One chatDays turn after turn, as the engine keeps it.
+	var c chatDays
+	steps := []struct {
+		add   time.Time // a message stored before the step, when set
+		after int64     // what the files were written with
+		want  []string
+	}{
+		{after: 5, want: nil},
+		{add: day(3, 9), after: 5, want: []string{"m4", "m6"}},                                // m6: day 3 read
+		{add: day(3, 10), after: 6, want: []string{"m4", "m6", "m7"}},                         // kept, m7 read
+		{add: day(3, 11), after: 6, want: []string{"m4", "m6", "m7", "m8"}},                   // a file not written: kept still
+		{add: day(2, 23), after: 8, want: []string{"m3", "m4", "m5", "m6", "m7", "m8", "m9"}}, // back to day 2: read again
+	}
+	for i, step := range steps {
+		if !step.add.IsZero() {
+			add(step.add)
+		}
+		if diff := cmp.Diff(step.want, load(&c, step.after)); diff != "" {
+			t.Errorf("step %d: load(after %d) (-want +got):\n%s", i, step.after, diff)
+		}
 	}
 }

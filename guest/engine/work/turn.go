@@ -211,7 +211,7 @@ func (e *Engine) transcribe(ctx context.Context, t *turn) {
 			// The chat's day files from the first day with a message not
 			// written yet: reading the whole chat after every turn made a
 			// turn's cost grow with the chat's length.
-			msgs, err = loadChatDays(ctx, q, t.session, e.mem.Transcribed(t.session))
+			msgs, err = e.chatDays.load(ctx, q, t.session, e.mem.Transcribed(t.session))
 			return err
 		}
 		msgs, err = loadMessages(ctx, q, t.session, 0)
