@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -629,9 +630,14 @@ func (s *Store) EventsAfter(ctx context.Context, after int64, limit int) ([]prot
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.prepareWanted()
+	// The limit is written into the query, not bound: SQLite prepares a
+	// statement whose LIMIT is a parameter again at every run whose
+	// bindings changed (they all do, the driver clears them after each run),
+	// which cost a stream's read three times the read itself. The streams
+	// ask with one limit, so this is one prepared statement.
 	rows, err := reader{s}.QueryContext(ctx,
-		"SELECT seq, id, type, ts, data FROM dots_outbox WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
-		after, s.lastSeq, limit)
+		"SELECT seq, id, type, ts, data FROM dots_outbox WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT "+strconv.Itoa(max(limit, 0)),
+		after, s.lastSeq)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox after %d: %w", after, err)
 	}
