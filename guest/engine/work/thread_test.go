@@ -94,3 +94,73 @@ func TestChatDays(t *testing.T) {
 		}
 	}
 }
+
+// TestChatThread: the chat's thread as kept between requests is the thread
+// as read whole: new messages come, a new summary's cut is followed, and a
+// cleared result is seen once what was kept is forgotten.
+func TestChatThread(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	write := func(f func(tx *store.Tx) error) {
+		t.Helper()
+		if err := st.Write(ctx, "test", f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add := func(role, content string) {
+		t.Helper()
+		write(func(tx *store.Tx) error {
+			_, err := appendMessage(ctx, tx, chatSession, Message{Role: role, Content: content})
+			return err
+		})
+	}
+	var c chatThread
+	check := func(step string, upto int64) {
+		t.Helper()
+		var kept, whole []string
+		err := st.Read(ctx, func(q store.Querier) error {
+			a, err := c.load(ctx, q, upto)
+			if err != nil {
+				return err
+			}
+			b, err := loadMessages(ctx, q, chatSession, upto)
+			for _, m := range a {
+				kept = append(kept, fmt.Sprintf("%d %s %s %v", m.ID, m.Role, m.Content, m.Cleared))
+			}
+			for _, m := range b {
+				whole = append(whole, fmt.Sprintf("%d %s %s %v", m.ID, m.Role, m.Content, m.Cleared))
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(whole) == 0 && step != "empty" {
+			t.Fatalf("%s: the thread is empty", step)
+		}
+		if diff := cmp.Diff(whole, kept); diff != "" {
+			t.Errorf("%s: kept thread (-read whole +kept):\n%s", step, diff)
+		}
+	}
+	check("empty", 0)
+	add("user", "hello")
+	add("assistant", "hi")
+	check("first", 0)
+	add("tool", "a long result")
+	add("user", "more")
+	check("newer", 0)
+	write(func(tx *store.Tx) error {
+		_, err := tx.Exec(ctx, "UPDATE messages SET cleared = 1 WHERE content = 'a long result'")
+		return err
+	})
+	c.forget()
+	check("cleared", 0)
+	add("assistant", "after the summary")
+	check("a summary up to 2", 2)
+	add("user", "last")
+	check("newer after the summary", 2)
+}
