@@ -33,6 +33,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -159,6 +160,9 @@ type Manager struct {
 	// being asked, with what ended, until a launch opens them again: every
 	// call and frame says so meanwhile.
 	crashed map[string]string
+	// gathered is set once Proxies gathered the proxies of older
+	// identities into dots_masked.
+	gathered atomic.Bool
 }
 
 // session is one open identity: its server and the call in flight on it.
@@ -1083,6 +1087,13 @@ func (m *Manager) IdentityTool(ctx context.Context, name string, args map[string
 	return Result{Text: fmt.Sprintf("There is no browser identity tool named %q.", name)}
 }
 
+// txQuerier reads inside a store transaction.
+type txQuerier struct{ tx *store.Tx }
+
+func (t txQuerier) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return t.tx.Query(ctx, q, args...)
+}
+
 // RelayRemover deletes a directory of the Dot's home as dot, through the same
 // relay that runs the browser (dot-agentd has no delete route): the profile
 // is dot's, written by the browser as dot, and the engine's own user has no
@@ -1108,16 +1119,17 @@ func RelayRemover(l mcphost.Launcher) func(ctx context.Context, dir string) erro
 // tab read must not keep it, not even after the identity is deleted (ref
 // 8.6: never forgotten). Each proxy comes with its password alone, which a
 // person or the model may write apart from the URL. The proxies of
-// identities made before dots_masked existed are gathered into it here.
+// identities made before dots_masked existed are gathered into it by the
+// first call; the later ones only read it (an identity's proxy goes into
+// dots_masked in the transaction that makes it), since this runs after
+// every turn and a write transaction there cost the turn for nothing.
 func (m *Manager) Proxies(ctx context.Context) []string {
 	var proxies []string
-	err := m.o.Store.Write(ctx, "masked-proxies", func(tx *store.Tx) error {
+	read := func(q interface {
+		QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	}) error {
 		proxies = nil
-		if _, err := tx.Exec(ctx, `INSERT INTO dots_masked(value) SELECT proxy FROM dots_browser_identities
-			WHERE proxy IS NOT NULL AND proxy != '' ON CONFLICT DO NOTHING`); err != nil {
-			return fmt.Errorf("gather proxies for masking: %w", err)
-		}
-		rs, err := tx.Query(ctx, "SELECT value FROM dots_masked")
+		rs, err := q.QueryContext(ctx, "SELECT value FROM dots_masked")
 		if err != nil {
 			return fmt.Errorf("read proxies for masking: %w", err)
 		}
@@ -1130,7 +1142,22 @@ func (m *Manager) Proxies(ctx context.Context) []string {
 			proxies = append(proxies, v)
 		}
 		return rs.Err()
-	})
+	}
+	var err error
+	if m.gathered.Load() {
+		err = m.o.Store.Read(ctx, func(q store.Querier) error { return read(q) })
+	} else {
+		err = m.o.Store.Write(ctx, "masked-proxies", func(tx *store.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO dots_masked(value) SELECT proxy FROM dots_browser_identities
+			WHERE proxy IS NOT NULL AND proxy != '' ON CONFLICT DO NOTHING`); err != nil {
+				return fmt.Errorf("gather proxies for masking: %w", err)
+			}
+			return read(txQuerier{tx})
+		})
+		if err == nil {
+			m.gathered.Store(true)
+		}
+	}
 	if err != nil {
 		m.o.Log.Warn("read the proxies to mask", "err", err)
 		return nil

@@ -86,3 +86,27 @@ func BenchmarkFit(b *testing.B) {
 		}
 	}
 }
+
+// TestScaleAveragesWhatShows: a transparent pixel's colour does not bleed
+// into its opaque neighbour's (NRGBA is premultiplied as it is read), and
+// an opaque NRGBA image, read in place, scales as the same RGBA one does.
+func TestScaleAveragesWhatShows(t *testing.T) {
+	n := image.NewNRGBA(image.Rect(0, 0, 2, 1))
+	n.SetNRGBA(0, 0, color.NRGBA{R: 255, A: 0})
+	n.SetNRGBA(1, 0, color.NRGBA{B: 255, A: 255})
+	if got, want := scale(n, 1, 1).RGBAAt(0, 0), (color.RGBA{B: 127, A: 127}); got != want {
+		t.Errorf("scale(transparent red, opaque blue) = %v, want %v", got, want)
+	}
+	opaque := image.NewNRGBA(image.Rect(0, 0, 4, 2))
+	same := image.NewRGBA(opaque.Rect)
+	for x := 0; x < 4; x++ {
+		for y := 0; y < 2; y++ {
+			c := color.NRGBA{R: uint8(40 * x), G: uint8(100 * y), B: 7, A: 255}
+			opaque.SetNRGBA(x, y, c)
+			same.Set(x, y, c)
+		}
+	}
+	if got, want := scale(opaque, 2, 1).Pix, scale(same, 2, 1).Pix; !bytes.Equal(got, want) {
+		t.Errorf("scale(opaque NRGBA) = %v, scale(RGBA) = %v, want the same", got, want)
+	}
+}

@@ -281,6 +281,13 @@ func (m *Memory) Transcribe(ctx context.Context, session, title string, msgs []w
 	m.mu.Unlock()
 }
 
+// Transcribed is the newest message id Transcribe wrote of session.
+func (m *Memory) Transcribed(session string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.written[session]
+}
+
 func safeName(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r == '/' || r == '\\' || r < 0x20 {

@@ -134,6 +134,9 @@ CREATE TABLE IF NOT EXISTS messages (
 	cleared      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_session ON messages(session, id);
+-- The chat's conversation files are one a UTC day: after a turn the engine
+-- reads the chat from the first day it has to write again, by time.
+CREATE INDEX IF NOT EXISTS messages_session_ts ON messages(session, ts_ms);
 -- An assistant message's reasoning as the model gave it (the text and the
 -- reasoning_details JSON), sent back with it on every later request of the
 -- thread. A table of its own so that a database made before it needs no

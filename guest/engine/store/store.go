@@ -3,6 +3,13 @@
 // begins and ends (Store.Write), so every commit point is a single
 // transaction that carries the outbox rows describing it, and a row is handed
 // to the event streams only after its transaction committed.
+//
+// Commits are grouped: a commit under synchronous=FULL costs an fsync of the
+// WAL (about 0.25 ms here, far more on a busy disk), which bounded the outbox
+// at one commit point per fsync. Commit points that arrive while another is
+// committing wait and then commit together, in one SQLite transaction, each
+// inside a savepoint of its own (group commit). Each writer still gets its
+// own answer, and only after the transaction holding its rows committed.
 package store
 
 import (
@@ -13,8 +20,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -39,6 +48,20 @@ type Store struct {
 
 	mu      sync.Mutex // serializes transactions on the one connection
 	lastSeq int64
+	// stmts are the prepared statements by query text, nil for one that
+	// did not prepare; wanted are queries seen but not prepared yet (a
+	// statement is prepared outside a transaction: see stmt). Guarded by mu.
+	stmts  map[string]*sql.Stmt
+	wanted map[string]struct{}
+
+	// The commit queue (Write): writers waiting for the next group commit,
+	// oldest first, and whether one of them is committing now.
+	qmu     sync.Mutex
+	queue   []*write
+	leading bool
+	// groups counts the group commits tried, grouped the commit points
+	// they held (GroupSize).
+	groups, grouped atomic.Int64
 
 	subMu sync.Mutex
 	subs  map[chan struct{}]struct{}
@@ -67,7 +90,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	s := &Store{db: db, path: path, now: time.Now, subs: map[chan struct{}]struct{}{}}
+	s := &Store{db: db, path: path, now: time.Now, subs: map[chan struct{}]struct{}{},
+		stmts: map[string]*sql.Stmt{}, wanted: map[string]struct{}{}}
 	// Take the write lock now, so a second engine fails here and not at its
 	// first write.
 	if _, err := db.ExecContext(ctx, "BEGIN IMMEDIATE; COMMIT"); err != nil {
@@ -112,6 +136,12 @@ func (s *Store) Now() time.Time { return s.now() }
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for q, st := range s.stmts {
+		if st != nil {
+			st.Close()
+		}
+		delete(s.stmts, q)
+	}
 	_, cerr := s.db.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close engine database: %w", err)
@@ -132,26 +162,88 @@ func (s *Store) Checkpoint(ctx context.Context) error {
 	return nil
 }
 
-// Tx is one write transaction. Emit adds outbox rows to it.
+// Tx is one commit point's part of a write transaction (the whole of it,
+// or one savepoint of a group commit). Emit adds outbox rows to it.
 type Tx struct {
 	tx      *sql.Tx
 	s       *Store
 	emitted int
+	maxSeq  int64 // the highest seq it wrote
 	after   []func()
+}
+
+// uninterrupted is the context a statement of a transaction runs under. A
+// context that ends while SQLite runs a write inside an explicit transaction
+// interrupts it, and SQLite then rolls the whole transaction back: in a
+// group commit every writer would lose its part to one writer's cancel. So a
+// statement, once begun, runs to its end (they take microseconds); a context
+// that already ended fails the statement before it begins (database/sql
+// checks that first), which fails that writer's part only.
+func uninterrupted(ctx context.Context) context.Context {
+	if ctx.Err() != nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// maxStmts bounds the prepared statements kept. The engine's queries are a
+// few dozen constant texts; the bound only guards against a query built at
+// run time.
+const maxStmts = 256
+
+// stmt returns the prepared statement of q, or nil when there is none yet.
+// modernc's driver parses a query's SQL at every call otherwise, which was
+// about a tenth of a turn's CPU. A statement is prepared on the database,
+// which needs the one connection outside a transaction, so a query first
+// seen inside one is noted and prepared at the next moment the connection
+// is free (prepareWanted); it runs unprepared until then. The caller holds
+// s.mu.
+func (s *Store) stmt(q string) *sql.Stmt {
+	if st, ok := s.stmts[q]; ok {
+		return st
+	}
+	if len(s.stmts)+len(s.wanted) < maxStmts {
+		s.wanted[q] = struct{}{}
+	}
+	return nil
+}
+
+// prepareWanted prepares the queries noted by stmt. The caller holds s.mu
+// and no transaction is open. A query that does not prepare is kept as nil
+// and runs unprepared, its own run saying what is wrong with it.
+func (s *Store) prepareWanted() {
+	for q := range s.wanted {
+		delete(s.wanted, q)
+		st, err := s.db.Prepare(q)
+		if err != nil {
+			st = nil
+		}
+		s.stmts[q] = st
+	}
 }
 
 // Exec runs a statement inside the transaction.
 func (t *Tx) Exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	ctx = uninterrupted(ctx)
+	if st := t.s.stmt(q); st != nil {
+		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
 	return t.tx.ExecContext(ctx, q, args...)
 }
 
-// Query runs a query inside the transaction.
+// Query runs a query inside the transaction. It is never run from a
+// prepared statement: a caller may run the same query again while the rows
+// of the first are open, which one prepared statement cannot serve.
 func (t *Tx) Query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return t.tx.QueryContext(ctx, q, args...)
+	return t.tx.QueryContext(uninterrupted(ctx), q, args...)
 }
 
 // QueryRow runs a one-row query inside the transaction.
 func (t *Tx) QueryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	ctx = uninterrupted(ctx)
+	if st := t.s.stmt(q); st != nil {
+		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
 	return t.tx.QueryRowContext(ctx, q, args...)
 }
 
@@ -180,7 +272,7 @@ func (s *Store) CatchUp(ctx context.Context, cursor int64) (bool, error) {
 	moved := false
 	err := s.Write(ctx, "outbox reset", func(tx *Tx) error {
 		var last int64
-		if err := tx.tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(seq), 0) FROM dots_outbox").Scan(&last); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT COALESCE(MAX(seq), 0) FROM dots_outbox").Scan(&last); err != nil {
 			return fmt.Errorf("read the outbox's end: %w", err)
 		}
 		if cursor <= last {
@@ -191,11 +283,12 @@ func (s *Store) CatchUp(ctx context.Context, cursor int64) (bool, error) {
 			return err
 		}
 		ts := s.now().UTC().Format("2006-01-02T15:04:05.000Z")
-		if _, err := tx.tx.ExecContext(ctx, "INSERT INTO dots_outbox(seq, id, type, ts, data) VALUES (?, ?, ?, ?, ?)",
+		if _, err := tx.Exec(ctx, "INSERT INTO dots_outbox(seq, id, type, ts, data) VALUES (?, ?, ?, ?, ?)",
 			cursor+1, NewID(), protocol.EventOutboxReset, ts, string(raw)); err != nil {
 			return fmt.Errorf("write %s to the outbox: %w", protocol.EventOutboxReset, err)
 		}
 		tx.emitted++
+		tx.maxSeq = max(tx.maxSeq, cursor+1)
 		moved = true
 		return nil
 	})
@@ -212,7 +305,7 @@ func (t *Tx) Emit(ctx context.Context, typ string, data any) (int64, error) {
 	}
 	id := NewID()
 	ts := t.s.now().UTC().Format("2006-01-02T15:04:05.000Z")
-	res, err := t.tx.ExecContext(ctx, "INSERT INTO dots_outbox(id, type, ts, data) VALUES (?, ?, ?, ?)", id, typ, ts, string(raw))
+	res, err := t.Exec(ctx, "INSERT INTO dots_outbox(id, type, ts, data) VALUES (?, ?, ?, ?)", id, typ, ts, string(raw))
 	if err != nil {
 		return 0, fmt.Errorf("write %s event to the outbox: %w", typ, err)
 	}
@@ -221,6 +314,7 @@ func (t *Tx) Emit(ctx context.Context, typ string, data any) (int64, error) {
 		return 0, fmt.Errorf("read seq of %s event: %w", typ, err)
 	}
 	t.emitted++
+	t.maxSeq = max(t.maxSeq, seq)
 	return seq, nil
 }
 
@@ -234,51 +328,268 @@ type Querier interface {
 func (s *Store) Read(ctx context.Context, fn func(q Querier) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fn(s.db)
+	s.prepareWanted()
+	return fn(reader{s})
+}
+
+// reader is the Querier of Read: the store's prepared statements, or the
+// database. Outside a transaction a query holds the one connection until its
+// rows close, so no query of a Read can run while another's rows are open:
+// a prepared statement is never used twice at once.
+type reader struct{ s *Store }
+
+func (r reader) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := r.s.stmt(q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return r.s.db.QueryContext(ctx, q, args...)
+}
+
+func (r reader) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := r.s.stmt(q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return r.s.db.QueryRowContext(ctx, q, args...)
 }
 
 // Write runs fn in one write transaction named point (a commit point of ref
-// 8.8) and commits it; fn's error rolls everything back, its events
-// included. The streams are woken after the commit.
+// 8.8) and commits it; fn's error rolls everything fn did back, its events
+// included. Write returns only once fn's rows committed (or failed to): the
+// streams are woken after the commit, and AfterCommit and the OnCommit
+// functions run in the caller's goroutine after it.
+//
+// Commit points that come while another group is committing are committed
+// together (see the package comment), in the order they came, each in a
+// savepoint: fn's error rolls back its own savepoint only. An error of the
+// transaction itself (its commit, or SQLite abandoning it) fails every
+// writer of the group, none of whose rows committed.
 func (s *Store) Write(ctx context.Context, point string, fn func(tx *Tx) error) error {
-	s.mu.Lock()
-	sqlTx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		s.mu.Unlock()
-		return fmt.Errorf("begin %s: %w", point, err)
+	w := &write{ctx: ctx, point: point, fn: fn, turn: make(chan bool, 1)}
+	s.qmu.Lock()
+	s.queue = append(s.queue, w)
+	lead := !s.leading
+	s.leading = true
+	s.qmu.Unlock()
+	if !lead {
+		lead = <-w.turn
 	}
-	tx := &Tx{tx: sqlTx, s: s}
-	if err := fn(tx); err != nil {
-		rerr := sqlTx.Rollback()
-		s.mu.Unlock()
-		if rerr != nil {
-			return errors.Join(err, fmt.Errorf("roll back %s: %w", point, rerr))
-		}
-		return err
+	if lead {
+		s.commitQueue()
 	}
-	if s.BeforeCommit != nil {
-		s.BeforeCommit(point)
+	if w.err != nil {
+		return w.err
 	}
-	if err := sqlTx.Commit(); err != nil {
-		s.mu.Unlock()
-		return fmt.Errorf("commit %s: %w", point, err)
-	}
-	if tx.emitted > 0 {
-		// Read the highest seq while still holding the connection: this is
-		// the committed end of the outbox.
-		_ = s.db.QueryRowContext(context.Background(), "SELECT COALESCE(MAX(seq), 0) FROM dots_outbox").Scan(&s.lastSeq)
-	}
-	s.mu.Unlock()
 	if s.AfterCommit != nil {
 		s.AfterCommit(point)
 	}
-	for _, f := range tx.after {
+	for _, f := range w.tx.after {
 		f()
 	}
-	if tx.emitted > 0 {
+	return nil
+}
+
+// write is one commit point in the queue.
+type write struct {
+	ctx   context.Context
+	point string
+	fn    func(tx *Tx) error
+	tx    *Tx // its part, once it committed
+	err   error
+	// turn says true when the writer is to commit the queue itself (it is
+	// at its head), false when its write is done.
+	turn chan bool
+}
+
+// maxGroup bounds the commit points of one group commit, so that a burst
+// does not make one transaction (and its first writer's wait) unbounded.
+const maxGroup = 256
+
+// commitQueue commits the writes at the queue's head, its caller's first,
+// as one group; then hands the queue to the next writer waiting, if any,
+// and answers the others of the group. Only one goroutine runs it at a time
+// (the one whose write is at the head while leading is set).
+func (s *Store) commitQueue() {
+	s.mu.Lock()
+	group, emitted := s.commitGroup(s.take(maxGroup))
+	s.mu.Unlock()
+	s.groups.Add(1)
+	s.grouped.Add(int64(len(group)))
+	if emitted {
 		s.wake()
 	}
-	return nil
+
+	s.qmu.Lock()
+	var next *write
+	if len(s.queue) > 0 {
+		next = s.queue[0]
+	} else {
+		s.leading = false
+	}
+	s.qmu.Unlock()
+	if next != nil {
+		next.turn <- true
+	}
+	for _, w := range group[1:] {
+		w.turn <- false
+	}
+}
+
+// take moves at most n writes from the queue's head into a group.
+func (s *Store) take(n int) []*write {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	n = min(len(s.queue), n)
+	group := append([]*write(nil), s.queue[:n]...)
+	rest := copy(s.queue, s.queue[n:])
+	clear(s.queue[rest:])
+	s.queue = s.queue[:rest]
+	return group
+}
+
+// savepoint names each commit point's part of a group commit (one at a
+// time, never nested).
+const savepoint = "commit_point"
+
+// commitGroup runs the group's functions in one transaction and commits it,
+// setting each write's err or tx; it returns the group as it grew and
+// whether outbox rows committed. A group of more than one takes in, before
+// it commits, the writes that queued while its functions ran: the writers
+// answered by the last commit queue again meanwhile, and without this each
+// group would hold only about half of the writers. A group of one runs
+// without a savepoint, as a plain transaction, and takes in nothing. The
+// caller holds s.mu.
+func (s *Store) commitGroup(group []*write) ([]*write, bool) {
+	s.prepareWanted()
+	// The transaction is the group's, not any one writer's: database/sql
+	// rolls a transaction back when the context it began under ends.
+	sqlTx, err := s.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		for _, w := range group {
+			w.err = fmt.Errorf("begin %s: %w", w.point, err)
+		}
+		return group, false
+	}
+	alone := len(group) == 1
+	var done []*write
+	for i := 0; ; i++ {
+		if i == len(group) {
+			if alone || len(group) >= maxGroup {
+				break
+			}
+			more := s.take(maxGroup - len(group))
+			if len(more) == 0 {
+				break
+			}
+			group = append(group, more...)
+		}
+		w := group[i]
+		if err := w.ctx.Err(); err != nil {
+			w.err = fmt.Errorf("begin %s: %w", w.point, err)
+			continue
+		}
+		if !alone {
+			if _, err := s.execTx(sqlTx, "SAVEPOINT "+savepoint); err != nil {
+				abandon(sqlTx, group[i:], done, fmt.Errorf("open the savepoint of %s: %w", w.point, err))
+				return group, false
+			}
+		}
+		tx := &Tx{tx: sqlTx, s: s}
+		err := w.fn(tx)
+		if err == nil && w.ctx.Err() != nil {
+			// Its writer gave up while it ran: as a lone transaction would
+			// be, its part is rolled back.
+			err = fmt.Errorf("commit %s: %w", w.point, w.ctx.Err())
+		}
+		if err != nil {
+			w.err = err
+			if alone {
+				if rerr := sqlTx.Rollback(); rerr != nil {
+					w.err = errors.Join(err, fmt.Errorf("roll back %s: %w", w.point, rerr))
+				}
+				return group, false
+			}
+			if _, rerr := s.execTx(sqlTx, "ROLLBACK TO "+savepoint); rerr != nil {
+				// SQLite already rolled the whole transaction back (an I/O
+				// error, a full disk): the parts before this one are gone.
+				w.err = errors.Join(err, fmt.Errorf("roll back %s: %w", w.point, rerr))
+				abandon(sqlTx, group[i+1:], done, fmt.Errorf("%s rolled the transaction back: %w", w.point, rerr))
+				return group, false
+			}
+			if _, rerr := s.execTx(sqlTx, "RELEASE "+savepoint); rerr != nil {
+				w.err = errors.Join(err, fmt.Errorf("roll back %s: %w", w.point, rerr))
+				abandon(sqlTx, group[i+1:], done, fmt.Errorf("%s rolled the transaction back: %w", w.point, rerr))
+				return group, false
+			}
+			continue
+		}
+		if !alone {
+			// RELEASE fails when SQLite abandoned the transaction under a
+			// function that returned nil anyway: nothing of the group holds.
+			if _, err := s.execTx(sqlTx, "RELEASE "+savepoint); err != nil {
+				abandon(sqlTx, group[i:], done, fmt.Errorf("release the savepoint of %s: %w", w.point, err))
+				return group, false
+			}
+		}
+		w.tx = tx
+		done = append(done, w)
+	}
+	if len(done) == 0 {
+		_ = sqlTx.Rollback()
+		return group, false
+	}
+	if s.BeforeCommit != nil {
+		for _, w := range done {
+			s.BeforeCommit(w.point)
+		}
+	}
+	if err := sqlTx.Commit(); err != nil {
+		// A COMMIT that SQLite refused (a deferred constraint) leaves the
+		// transaction open on the connection, which database/sql has let go
+		// of: end it, or the next BEGIN would fail.
+		_, _ = s.db.Exec("ROLLBACK")
+		for _, w := range done {
+			w.err, w.tx = fmt.Errorf("commit %s: %w", w.point, err), nil
+		}
+		return group, false
+	}
+	emitted := false
+	for _, w := range done {
+		if w.tx.emitted > 0 {
+			emitted = true
+			// The committed end of the outbox: seqs only grow
+			// (AUTOINCREMENT), so the group's highest is the end.
+			s.lastSeq = max(s.lastSeq, w.tx.maxSeq)
+		}
+	}
+	return group, emitted
+}
+
+// execTx runs one of the group commit's own statements in sqlTx.
+func (s *Store) execTx(sqlTx *sql.Tx, q string) (sql.Result, error) {
+	return (&Tx{tx: sqlTx, s: s}).Exec(context.Background(), q)
+}
+
+// abandon rolls back a group's transaction that cannot commit and fails the
+// writes whose parts ran (done) and those not run yet (rest) with cause.
+func abandon(sqlTx *sql.Tx, rest, done []*write, cause error) {
+	_ = sqlTx.Rollback() // SQLite may have rolled it back already
+	for _, ws := range [][]*write{done, rest} {
+		for _, w := range ws {
+			if w.err == nil {
+				w.err, w.tx = fmt.Errorf("%s: its group commit failed: %w", w.point, cause), nil
+			}
+		}
+	}
+}
+
+// GroupSize is the mean number of commit points a transaction held since
+// the store opened (1 when no two writes ever met; 0 before any write).
+func (s *Store) GroupSize() float64 {
+	g := s.groups.Load()
+	if g == 0 {
+		return 0
+	}
+	return float64(s.grouped.Load()) / float64(g)
 }
 
 // LastSeq is the seq of the newest committed outbox row.
@@ -318,9 +629,15 @@ func (s *Store) wake() {
 func (s *Store) EventsAfter(ctx context.Context, after int64, limit int) ([]protocol.OutboundEvent, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rows, err := s.db.QueryContext(ctx,
-		"SELECT seq, id, type, ts, data FROM dots_outbox WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
-		after, s.lastSeq, limit)
+	s.prepareWanted()
+	// The limit is written into the query, not bound: SQLite prepares a
+	// statement whose LIMIT is a parameter again at every run whose
+	// bindings changed (they all do, the driver clears them after each run),
+	// which cost a stream's read three times the read itself. The streams
+	// ask with one limit, so this is one prepared statement.
+	rows, err := reader{s}.QueryContext(ctx,
+		"SELECT seq, id, type, ts, data FROM dots_outbox WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT "+strconv.Itoa(max(limit, 0)),
+		after, s.lastSeq)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox after %d: %w", after, err)
 	}

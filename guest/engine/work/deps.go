@@ -94,6 +94,11 @@ type Memory interface {
 	// Transcribe writes a session's conversation file from its transcript,
 	// after a turn. Failures are logged, never fatal.
 	Transcribe(ctx context.Context, session string, title string, msgs []Message)
+	// Transcribed is the newest message id of the session its files were
+	// written with (0 before any). The chat's files are one a day and only
+	// the days holding a newer message are written again, so a turn gives
+	// Transcribe the chat's messages from the first of those days only.
+	Transcribed(session string) int64
 }
 
 // Message is one transcript row.

@@ -65,6 +65,11 @@ type Engine struct {
 	state      protocol.AgentState // last emitted agent.state
 	pending    int                 // approvals waiting for the person
 
+	// chatDays keeps what the chat's conversation files are written from,
+	// chatThread the chat's messages after its summary.
+	chatDays   chatDays
+	chatThread chatThread
+
 	kick chan struct{}
 	wg   sync.WaitGroup
 	loop context.CancelFunc

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
@@ -80,6 +82,76 @@ func loadMessages(ctx context.Context, q querier, session string, after int64) (
 	if err != nil {
 		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
 	}
+	return scanMessages(session, rows)
+}
+
+// chatDays is what the chat's conversation files are written from after a
+// turn: its messages of every UTC day from the first day holding a message
+// not written yet (each day whole, whatever order the clock gave the
+// messages). It keeps the messages it read, from the day starting at from
+// up to id upto, and while that first day stays the same it reads only the
+// messages after upto: the chat's day was otherwise read whole from SQLite
+// after every turn, a cost that grew with the day's length. What the files
+// show of a message never changes once it is stored (only cleared does, of
+// a tool result, which they do not show).
+type chatDays struct {
+	mu   sync.Mutex
+	from int64 // the first day's start (Unix ms); msgs nil: nothing kept
+	upto int64
+	msgs []Message
+}
+
+// load returns the messages of the session's days from the first holding
+// a message with id > after; none when nothing is new.
+func (c *chatDays) load(ctx context.Context, q querier, session string, after int64) ([]Message, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var first sql.NullInt64
+	if err := q.QueryRowContext(ctx, "SELECT MIN(ts_ms) FROM messages WHERE session = ? AND id > ?", session, after).Scan(&first); err != nil {
+		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
+	}
+	if !first.Valid {
+		return nil, nil
+	}
+	y, m, d := time.UnixMilli(first.Int64).UTC().Date()
+	from := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).UnixMilli()
+	if c.msgs != nil && c.from == from && c.upto >= after {
+		// Every message after upto is after after too, so on the first
+		// day or later: the kept ones and these are the days whole (ids
+		// only grow, and a read sees committed rows only).
+		newer, err := loadMessages(ctx, q, session, c.upto)
+		if err != nil {
+			return nil, err
+		}
+		c.msgs = append(c.msgs, newer...)
+	} else {
+		msgs, err := loadMessagesFrom(ctx, q, session, from)
+		if err != nil {
+			c.msgs = nil
+			return nil, err
+		}
+		c.from, c.msgs = from, msgs
+	}
+	if n := len(c.msgs); n > 0 {
+		c.upto = c.msgs[n-1].ID
+	}
+	return slices.Clip(c.msgs), nil
+}
+
+// loadMessagesFrom returns the session's messages stored at or after from
+// (Unix ms), oldest first.
+func loadMessagesFrom(ctx context.Context, q querier, session string, from int64) ([]Message, error) {
+	rows, err := q.QueryContext(ctx, `SELECT m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.inbound_id,
+		m.ts_ms, m.cleared, COALESCE(r.reasoning, ''), r.details
+		FROM messages m LEFT JOIN message_reasoning r ON r.message_id = m.id
+		WHERE m.session = ? AND m.ts_ms >= ? ORDER BY m.id`, session, from)
+	if err != nil {
+		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
+	}
+	return scanMessages(session, rows)
+}
+
+func scanMessages(session string, rows *sql.Rows) ([]Message, error) {
 	defer rows.Close()
 	var out []Message
 	for rows.Next() {

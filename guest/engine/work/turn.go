@@ -207,6 +207,13 @@ func (e *Engine) transcribe(ctx context.Context, t *turn) {
 	title := "Chat"
 	err := e.st.Read(ctx, func(q store.Querier) error {
 		var err error
+		if t.taskID == "" {
+			// The chat's day files from the first day with a message not
+			// written yet: reading the whole chat after every turn made a
+			// turn's cost grow with the chat's length.
+			msgs, err = e.chatDays.load(ctx, q, t.session, e.mem.Transcribed(t.session))
+			return err
+		}
 		msgs, err = loadMessages(ctx, q, t.session, 0)
 		if err != nil {
 			return err
