@@ -31,6 +31,21 @@ func (h histogram) minus(earlier histogram) histogram {
 	return out
 }
 
+// plus adds o's observations to h's (the same series scraped from another
+// server).
+func (h histogram) plus(o histogram) histogram {
+	if len(h.bounds) == 0 {
+		return o
+	}
+	out := histogram{bounds: h.bounds, counts: slices.Clone(h.counts), sum: h.sum + o.sum, count: h.count + o.count}
+	for i := range out.counts {
+		if i < len(o.counts) {
+			out.counts[i] += o.counts[i]
+		}
+	}
+	return out
+}
+
 // quantile is the q-th quantile (0 < q < 1) as Prometheus' histogram_quantile
 // estimates it: linear within the bucket it falls in, the first bucket
 // starting at 0; the highest finite bound when it falls in +Inf. The
