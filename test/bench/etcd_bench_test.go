@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
@@ -267,7 +268,7 @@ func runStore(ctx context.Context, b *testing.B, bin, etcdBin, dir string, onEtc
 		return err
 	}
 	dots := client.Resource(dotsGVR).Namespace(benchNS)
-	w, err := watchDots(ctx, dots)
+	w, err := watchDots(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -345,7 +346,19 @@ type dotWatch struct {
 	cancel   context.CancelFunc
 }
 
-func watchDots(ctx context.Context, dots dynamic.ResourceInterface) (*dotWatch, error) {
+func watchDots(ctx context.Context, h home.Layout) (*dotWatch, error) {
+	// The server's client (server.client) gives up on a request after 30 s,
+	// a watch included.
+	cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig())
+	if err != nil {
+		return nil, fmt.Errorf("read the kubeconfig %s: %w", h.Kubeconfig(), err)
+	}
+	cfg.QPS, cfg.Burst = 10000, 10000
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dots := client.Resource(dotsGVR).Namespace(benchNS)
 	list, err := dots.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list Dots in %s: %w", benchNS, err)
