@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -143,6 +144,54 @@ func (e *etcdProcess) stop() {
 		_ = e.cmd.Process.Kill()
 		<-e.exited
 	}
+}
+
+func (e *etcdProcess) pid() int { return e.cmd.Process.Pid }
+
+// clockTick is the unit of the CPU times in /proc/pid/stat (USER_HZ, 100 on
+// Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuTime is the CPU time, user and system, that pid has used.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, fmt.Errorf("read the stat of process %d: %w", pid, err)
+	}
+	// The fields after the command name: state is the first, utime the
+	// 12th and stime the 13th.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("the stat of process %d is short", pid)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("the stat of process %d: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * clockTick, nil
+}
+
+// treeCPU is the CPU time of pid and, apart, of its descendants living now
+// (the managed PostgreSQL and its backends, which kine's pool keeps).
+func treeCPU(pid int) (self, children time.Duration, err error) {
+	if self, err = cpuTime(pid); err != nil {
+		return 0, 0, err
+	}
+	kids, err := descendants(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, k := range kids {
+		if d, err := cpuTime(k.pid); err == nil {
+			children += d
+		}
+	}
+	return self, children, nil
 }
 
 // fileTail is the last n lines of the file at path.
