@@ -81,6 +81,12 @@ type Options struct {
 	KineDSN string
 	// KineSocket is the unix socket kine serves the etcd API on.
 	KineSocket string
+	// EtcdServers, when set, stores the resources in these etcd servers
+	// (URLs, as --etcd-servers takes them) instead of kine on PostgreSQL:
+	// kine is not started and KineDSN and KineSocket are unused. It exists
+	// to compare the product's store with upstream's (test/bench); the
+	// product's store is kine on PostgreSQL.
+	EtcdServers []string
 	// Log receives the API server's and kine's log lines.
 	Log logr.Logger
 	// RequestTimeout replaces the upstream request timeout (60 s) when
@@ -127,7 +133,7 @@ type Server struct {
 	// CAFile is the CA that signed the serving certificate.
 	CAFile string
 
-	kine     *kine
+	kine     *kine // nil when the resources are in an external etcd
 	builtins *builtinControllers
 	runCtx   context.Context
 	cancel   context.CancelFunc
@@ -152,7 +158,8 @@ var enabledAPIs = []string{
 	"apiregistration.k8s.io/v1=true",
 }
 
-// Start brings up kine and the API server and returns once /readyz answers.
+// Start brings up kine (unless EtcdServers names another store) and the API
+// server and returns once /readyz answers.
 // The server runs until ctx ends or Stop is called.
 func Start(ctx context.Context, o Options) (*Server, error) {
 	if len(o.Token) < MinTokenLength {
@@ -180,13 +187,19 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 
-	k, err := startKine(ctx, o.KineDSN, o.KineSocket)
-	if err != nil {
-		return nil, err
+	var k *kine
+	store := o.EtcdServers
+	if len(store) == 0 {
+		if k, err = startKine(ctx, o.KineDSN, o.KineSocket); err != nil {
+			return nil, err
+		}
+		store = []string{k.endpoint()}
+	} else {
+		o.Log.Info("resources are stored in an external etcd, not kine on PostgreSQL (for comparison only); kine is not started", "etcd", store)
 	}
 	ok := false
 	defer func() {
-		if !ok {
+		if !ok && k != nil {
 			k.stop()
 		}
 	}()
@@ -202,7 +215,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	var fss cliflag.NamedFlagSets
 	opts.AddFlags(&fss)
 	args := []string{
-		"--etcd-servers=" + k.endpoint(),
+		"--etcd-servers=" + strings.Join(store, ","),
 		"--bind-address=" + host,
 		"--secure-port=" + port,
 		"--tls-cert-file=" + pki.ServingCert(),
@@ -507,8 +520,8 @@ func (s *Server) StartBuiltinControllers() error {
 	return nil
 }
 
-// Stop stops the built-in controllers, then the API server, then kine, and
-// waits for each.
+// Stop stops the built-in controllers, then the API server, then kine (when
+// it runs), and waits for each.
 func (s *Server) Stop() {
 	if s.builtins != nil {
 		s.builtins.stop()
@@ -521,7 +534,9 @@ func (s *Server) Stop() {
 		// keep the process from stopping: kine and the database go next.
 		s.log.Error(nil, "the API server did not stop in time; stopping its storage anyway", "after", stopTimeout)
 	}
-	s.kine.stop()
+	if s.kine != nil {
+		s.kine.stop()
+	}
 }
 
 // stopTimeout bounds the API server's own stop.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -35,6 +36,11 @@ const (
 	envDatabaseURL = "DATABASE_URL"
 	// envHost names this machine's Host for server and agent (--host).
 	envHost = "INVISIBLE_DOTS_HOST"
+	// envEtcdServers stores the embedded API server's resources in an
+	// external etcd (comma-separated client URLs) instead of kine on
+	// PostgreSQL, for comparison benchmarks only (test/bench); PostgreSQL
+	// still runs for everything else.
+	envEtcdServers = "INVISIBLE_DOTS_ETCD_SERVERS"
 )
 
 func newServerCommand() *cobra.Command {
@@ -96,12 +102,17 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 			if err != nil {
 				return err
 			}
+			etcdServers, err := parseEtcdServers(os.Getenv(envEtcdServers))
+			if err != nil {
+				return err
+			}
 			channelKinds, channelLinks := channelKinds(ctx, layout, log)
 			cp, err := controlplane.Start(ctx, controlplane.Options{
 				Home:               layout,
 				ListenAddress:      listen,
 				DatabaseURL:        os.Getenv(envDatabaseURL),
 				ExternalKubeconfig: kubeconfig,
+				EtcdServers:        etcdServers,
 				Channels:           channelKinds,
 				ChannelLinks:       channelLinks,
 				Profiling:          profiling,
@@ -188,6 +199,24 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 	cmd.Flags().StringVar(&hostName, "host", os.Getenv(envHost), "the name of this machine's Host (default: $"+envHost+", else the machine's host name)")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0 = events only)")
 	return cmd
+}
+
+// parseEtcdServers reads INVISIBLE_DOTS_ETCD_SERVERS: comma-separated
+// http, https or unix URLs of etcd's client endpoints; empty is none.
+func parseEtcdServers(v string) ([]string, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") || (u.Host == "" && u.Path == "") {
+			return nil, fmt.Errorf("%s=%q: %q is not an http, https or unix URL of an etcd client endpoint", envEtcdServers, v, s)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 // stopWhenDatabaseLost ends ctx when the control plane's database is lost

@@ -51,6 +51,11 @@ type Options struct {
 	// ExternalKubeconfig runs against an existing cluster instead of the
 	// embedded API server (--kubeconfig).
 	ExternalKubeconfig string
+	// EtcdServers stores the resources in an external etcd instead of kine
+	// on PostgreSQL (INVISIBLE_DOTS_ETCD_SERVERS), for comparison benchmarks
+	// only; PostgreSQL still holds everything else. Not with
+	// ExternalKubeconfig.
+	EtcdServers []string
 	// RequestTimeout replaces the API server's request timeout (60 s) when
 	// set; the live streams are long-running and not subject to it.
 	RequestTimeout time.Duration
@@ -99,6 +104,9 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	log := o.Log
 	if o.ListenAddress == "" {
 		o.ListenAddress = DefaultListenAddress
+	}
+	if len(o.EtcdServers) > 0 && o.ExternalKubeconfig != "" {
+		return nil, errors.New("an external etcd stores the embedded API server's resources, and an external kubeconfig runs without one: choose one")
 	}
 	if problem := home.QEMUPathProblem(o.Home.Root); problem != nil {
 		return nil, fmt.Errorf("INVISIBLE_DOTS_HOME %s cannot be used: %w; choose a plain-ASCII path without commas", o.Home.Root, problem)
@@ -177,6 +185,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		EncryptionKey:  key,
 		KineDSN:        cp.DB.KineDSN(),
 		KineSocket:     o.Home.Run() + "/kine.sock",
+		EtcdServers:    o.EtcdServers,
 		Log:            log,
 		RequestTimeout: o.RequestTimeout,
 		Profiling:      o.Profiling,

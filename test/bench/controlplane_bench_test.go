@@ -39,10 +39,6 @@ const (
 	// (the bench's home registers no image) are watched for churn: the
 	// figures at 1 minute and at this many (default 10).
 	envWaitingMinutes = "BENCH_WAITING_MINUTES"
-	// envProfile=DIR takes a CPU profile of the server in each of the
-	// create and patch loads (their first profileSeconds) into DIR, for
-	// `go tool pprof`.
-	envProfile = "BENCH_PROFILE"
 	// envKeep=1 keeps the home and the server's log after a run that passed
 	// (a failed run always keeps them).
 	envKeep = "BENCH_KEEP"
@@ -666,9 +662,10 @@ func (r *report) latencies(figure, target string, ds []time.Duration) []metric {
 // serverSide adds the API server's own p99 of a load's requests and of
 // their store operations (from its histograms, so to a bucket's precision).
 func (r *report) serverSide(load string, m measured) []metric {
+	req, store := 1000*m.Request.quantile(0.99), 1000*m.Store.quantile(0.99)
 	r.add(load+": server-side p99, request / store (API server histograms)",
-		fmt.Sprintf("%.1f / %.1f ms (%d / %d observed)", m.Request.quantile(0.99), m.Store.quantile(0.99), m.Request.count(), m.Store.count()), "")
-	return []metric{{m.Request.quantile(0.99), "server-p99-ms"}, {m.Store.quantile(0.99), "store-p99-ms"}}
+		fmt.Sprintf("%.1f / %.1f ms (%.0f / %.0f observed)", req, store, m.Request.count, m.Store.count), "")
+	return []metric{{req, "server-p99-ms"}, {store, "store-p99-ms"}}
 }
 
 func (r *report) print() {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -22,6 +23,151 @@ import (
 // load, their difference is that load's; set beside the client's figure, a
 // store-side cost shows apart from the server's own and the client's.
 
+// histogram is a Prometheus histogram summed over the series that matched:
+// the cumulative count at each upper bound (+Inf last), the sum and the count.
+type histogram struct {
+	bounds []float64
+	counts []float64
+	sum    float64
+	count  float64
+}
+
+// minus is what h counted since earlier (an older scrape of the same series).
+func (h histogram) minus(earlier histogram) histogram {
+	out := histogram{bounds: h.bounds, counts: slices.Clone(h.counts), sum: h.sum - earlier.sum, count: h.count - earlier.count}
+	for i := range out.counts {
+		if i < len(earlier.counts) {
+			out.counts[i] -= earlier.counts[i]
+		}
+	}
+	return out
+}
+
+// plus adds o's observations to h's (the same series scraped from another
+// server).
+func (h histogram) plus(o histogram) histogram {
+	if len(h.bounds) == 0 {
+		return o
+	}
+	out := histogram{bounds: h.bounds, counts: slices.Clone(h.counts), sum: h.sum + o.sum, count: h.count + o.count}
+	for i := range out.counts {
+		if i < len(o.counts) {
+			out.counts[i] += o.counts[i]
+		}
+	}
+	return out
+}
+
+// quantile is the q-th quantile (0 < q < 1), in seconds, as Prometheus'
+// histogram_quantile estimates it: linear within the bucket it falls in, the
+// first bucket starting at 0; the highest finite bound when it falls in
+// +Inf. The buckets of the API server's latencies are coarse (5, 25, 50,
+// 100 ms...), so this tells which bucket, not the value.
+func (h histogram) quantile(q float64) float64 {
+	if h.count <= 0 || len(h.bounds) == 0 {
+		return 0
+	}
+	rank := q * h.count
+	lower, below := 0.0, 0.0
+	for i, upper := range h.bounds {
+		if h.counts[i] >= rank {
+			if math.IsInf(upper, 1) {
+				return lower
+			}
+			in := h.counts[i] - below
+			if in <= 0 {
+				return upper
+			}
+			return lower + (upper-lower)*(rank-below)/in
+		}
+		lower, below = upper, h.counts[i]
+	}
+	return lower
+}
+
+// mean is sum/count, 0 for no observations.
+func (h histogram) mean() float64 {
+	if h.count <= 0 {
+		return 0
+	}
+	return h.sum / h.count
+}
+
+// scrapeMetrics reads the API server's /metrics with the admin token.
+func scrapeMetrics(ctx context.Context, c *http.Client, addr, token string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("read /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("read /metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("/metrics answered %s", resp.Status)
+	}
+	return string(body), nil
+}
+
+// findHistogram sums, from a scrape in Prometheus' text format (read by
+// Prometheus' own parser), the series of the histogram name whose labels
+// include every pair of match.
+func findHistogram(text, name string, match map[string]string) (histogram, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return histogram{}, fmt.Errorf("parse /metrics: %w", err)
+	}
+	var h histogram
+	byBound := map[float64]float64{}
+	f := families[name]
+	for _, m := range f.GetMetric() {
+		if m.GetHistogram() == nil || !matches(m.GetLabel(), match) {
+			continue
+		}
+		hist := m.GetHistogram()
+		h.sum += hist.GetSampleSum()
+		h.count += float64(hist.GetSampleCount())
+		hasInf := false
+		for _, b := range hist.GetBucket() {
+			byBound[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+			hasInf = hasInf || math.IsInf(b.GetUpperBound(), 1)
+		}
+		// The +Inf bucket is the count; a series may list it or not.
+		if !hasInf {
+			byBound[math.Inf(1)] += float64(hist.GetSampleCount())
+		}
+	}
+	for b := range byBound {
+		h.bounds = append(h.bounds, b)
+	}
+	slices.Sort(h.bounds)
+	for _, b := range h.bounds {
+		h.counts = append(h.counts, byBound[b])
+	}
+	return h, nil
+}
+
+// matches: every pair of want is among labels.
+func matches(labels []*dto.LabelPair, want map[string]string) bool {
+	have := make(map[string]string, len(labels))
+	for _, l := range labels {
+		have[l.GetName()] = l.GetValue()
+	}
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
 // serverSide names the histograms of one load: the request's verb and
 // resource, and the store operation it makes.
 type serverSide struct {
@@ -30,126 +176,40 @@ type serverSide struct {
 	Group          string // the resource's API group, for the store's histogram
 }
 
-// histogram is a cumulative histogram: upper bound -> count at or below.
-type histogram map[float64]uint64
-
-// scrape reads /metrics with the admin token and returns the summed
-// histograms of the request and of the store for s.
-func (srv *server) scrape(ctx context.Context, s serverSide) (request, storage histogram, err error) {
-	probe, token, err := srv.probeClient()
-	if err != nil {
-		return nil, nil, err
-	}
-	probe.Timeout = 0
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+srv.addr+"/metrics", nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := probe.Do(req)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the API server's /metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, nil, fmt.Errorf("read the API server's /metrics: %s", resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, nil, fmt.Errorf("parse the API server's /metrics: %w", err)
-	}
-	// The object's own requests, not its status subresource's (the
-	// controllers' writes).
-	request = sumHistograms(families["apiserver_request_duration_seconds"], map[string]string{"verb": s.Verb, "resource": s.Resource, "subresource": ""})
-	// The store's operations are counted per resource, the controllers'
-	// status writes with the rest: read it as the store's cost of a write
-	// of a Dot during the load.
-	storage = sumHistograms(families["etcd_request_duration_seconds"], map[string]string{"operation": s.StoreOp, "group": s.Group, "resource": s.Resource})
-	return request, storage, nil
-}
-
-// sumHistograms adds up the histograms of f whose labels include want.
-func sumHistograms(f *dto.MetricFamily, want map[string]string) histogram {
-	h := histogram{}
-	if f == nil {
-		return h
-	}
-	for _, m := range f.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		match := true
-		for k, v := range want {
-			if labels[k] != v {
-				match = false
-			}
-		}
-		if !match || m.GetHistogram() == nil {
-			continue
-		}
-		for _, b := range m.GetHistogram().GetBucket() {
-			// The text format lists le="+Inf" too: it is the sample
-			// count, added below once.
-			if !math.IsInf(b.GetUpperBound(), 1) {
-				h[b.GetUpperBound()] += b.GetCumulativeCount()
-			}
-		}
-		h[math.Inf(1)] += m.GetHistogram().GetSampleCount()
-	}
-	return h
-}
-
-// minus is h's counts less those of before: the load between two scrapes.
-func (h histogram) minus(before histogram) histogram {
-	d := histogram{}
-	for le, n := range h {
-		d[le] = n - before[le]
-	}
-	return d
-}
-
-// count is how many observations h holds.
-func (h histogram) count() uint64 { return h[math.Inf(1)] }
-
-// quantile estimates the q-th quantile (0 < q < 1) in milliseconds as
-// Prometheus' histogram_quantile does: linear within the bucket that holds
-// it. The histograms' buckets are coarse (5, 10, 25, 50, 100 ms ...), so the
-// figure says which bucket, not the exact value; NaN for an empty histogram.
-func (h histogram) quantile(q float64) float64 {
-	total := h.count()
-	if total == 0 {
-		return math.NaN()
-	}
-	bounds := make([]float64, 0, len(h))
-	for le := range h {
-		bounds = append(bounds, le)
-	}
-	slices.Sort(bounds)
-	rank := q * float64(total)
-	lower, below := 0.0, uint64(0)
-	for _, le := range bounds {
-		n := h[le]
-		if float64(n) >= rank {
-			if math.IsInf(le, 1) {
-				return lower * 1000
-			}
-			inBucket := float64(n - below)
-			if inBucket == 0 {
-				return le * 1000
-			}
-			return (lower + (le-lower)*(rank-float64(below))/inBucket) * 1000
-		}
-		lower, below = le, n
-	}
-	return lower * 1000
-}
-
 // measured is one load's share of the server's histograms.
 type measured struct {
 	Request, Store histogram
 }
+
+// scrape reads /metrics and returns the summed histograms of the request
+// and of the store for s.
+func (srv *server) scrape(ctx context.Context, s serverSide) (measured, error) {
+	probe, token, err := srv.probeClient()
+	if err != nil {
+		return measured{}, err
+	}
+	probe.Timeout = 0
+	text, err := scrapeMetrics(ctx, probe, srv.addr, token)
+	if err != nil {
+		return measured{}, err
+	}
+	// The object's own requests, not its status subresource's (the
+	// controllers' writes).
+	req, err := findHistogram(text, "apiserver_request_duration_seconds", map[string]string{"verb": s.Verb, "resource": s.Resource, "subresource": ""})
+	if err != nil {
+		return measured{}, err
+	}
+	// The store's operations are counted per resource, the controllers'
+	// status writes with the rest: read it as the store's cost of a write
+	// of that resource during the load.
+	store, err := findHistogram(text, "etcd_request_duration_seconds", map[string]string{"operation": s.StoreOp, "group": s.Group, "resource": s.Resource})
+	return measured{Request: req, Store: store}, err
+}
+
+// envProfile=DIR starts the server with --profiling and takes a CPU profile
+// of it in each of the create and patch loads (their first profileSeconds)
+// and its heap at each memory figure, into DIR, for `go tool pprof`.
+const envProfile = "BENCH_PROFILE"
 
 // profileSeconds is how much of a load a CPU profile covers (BENCH_PROFILE):
 // the server's pprof takes a duration up front, and 20 s holds most of a
@@ -160,7 +220,7 @@ const profileSeconds = 20
 // and, with BENCH_PROFILE=DIR, takes a CPU profile of the server during it
 // into DIR/<name>.pprof.
 func (srv *server) measure(ctx context.Context, name string, s serverSide, load func() error) (measured, error) {
-	req0, store0, err := srv.scrape(ctx, s)
+	before, err := srv.scrape(ctx, s)
 	if err != nil {
 		return measured{}, err
 	}
@@ -176,11 +236,11 @@ func (srv *server) measure(ctx context.Context, name string, s serverSide, load 
 	if err := <-profiled; err != nil {
 		return measured{}, err
 	}
-	req1, store1, err := srv.scrape(ctx, s)
+	after, err := srv.scrape(ctx, s)
 	if err != nil {
 		return measured{}, err
 	}
-	return measured{Request: req1.minus(req0), Store: store1.minus(store0)}, nil
+	return measured{Request: after.Request.minus(before.Request), Store: after.Store.minus(before.Store)}, nil
 }
 
 // cpuProfile writes seconds of the server's CPU profile to path.

@@ -1,15 +1,11 @@
 package bench
 
 import (
-	"math"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 func TestPercentile(t *testing.T) {
@@ -105,60 +101,5 @@ func TestTreeMemoryOfThisProcess(t *testing.T) {
 	}
 	if self.RSS <= 0 || self.PSS <= 0 || self.Processes != 1 {
 		t.Errorf("treeMemory(self) = %+v, want a positive RSS and PSS of one process", self)
-	}
-}
-
-func TestHistogramQuantileInterpolatesWithinTheBucket(t *testing.T) {
-	inf := math.Inf(1)
-	before := histogram{0.005: 5, 0.01: 5, 0.025: 5, inf: 5}
-	after := histogram{0.005: 15, 0.01: 65, 0.025: 105, inf: 105}
-	h := after.minus(before)
-	if h.count() != 100 {
-		t.Fatalf("count() = %d, want 100", h.count())
-	}
-	for _, c := range []struct{ q, want float64 }{
-		{0.05, 2.5},    // halfway into the first bucket, from 0
-		{0.5, 9},       // 40 of the 50 in (5, 10] ms
-		{0.99, 24.625}, // 39 of the 40 in (10, 25] ms
-	} {
-		if got := h.quantile(c.q); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("quantile(%v) = %v ms, want %v", c.q, got, c.want)
-		}
-	}
-	if got := (histogram{}).quantile(0.99); !math.IsNaN(got) {
-		t.Errorf("quantile of an empty histogram = %v, want NaN", got)
-	}
-	// Beyond the last finite bound, the bound is all a histogram can say.
-	if got := (histogram{0.05: 0, inf: 3}).quantile(0.99); got != 50 {
-		t.Errorf("quantile past the last bucket = %v ms, want 50", got)
-	}
-}
-
-func TestSumHistogramsReadsTheTextFormatOnceAndByLabel(t *testing.T) {
-	const text = `# TYPE apiserver_request_duration_seconds histogram
-apiserver_request_duration_seconds_bucket{verb="POST",resource="dots",subresource="",le="0.005"} 1
-apiserver_request_duration_seconds_bucket{verb="POST",resource="dots",subresource="",le="0.025"} 3
-apiserver_request_duration_seconds_bucket{verb="POST",resource="dots",subresource="",le="+Inf"} 4
-apiserver_request_duration_seconds_sum{verb="POST",resource="dots",subresource=""} 0.2
-apiserver_request_duration_seconds_count{verb="POST",resource="dots",subresource=""} 4
-apiserver_request_duration_seconds_bucket{verb="POST",resource="dots",subresource="status",le="0.005"} 0
-apiserver_request_duration_seconds_bucket{verb="POST",resource="dots",subresource="status",le="0.025"} 0
-apiserver_request_duration_seconds_bucket{verb="POST",resource="dots",subresource="status",le="+Inf"} 9
-apiserver_request_duration_seconds_sum{verb="POST",resource="dots",subresource="status"} 9
-apiserver_request_duration_seconds_count{verb="POST",resource="dots",subresource="status"} 9
-`
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sumHistograms(families["apiserver_request_duration_seconds"], map[string]string{"verb": "POST", "resource": "dots", "subresource": ""})
-	want := histogram{0.005: 1, 0.025: 3, math.Inf(1): 4}
-	if diff := cmp.Diff(want, h); diff != "" {
-		t.Errorf("sumHistograms() (-want +got):\n%s", diff)
-	}
-	// One of the 4 is above 25 ms: the p99 is past the last finite bound.
-	if got := h.quantile(0.99); got != 25 {
-		t.Errorf("quantile(0.99) = %v ms, want 25", got)
 	}
 }
