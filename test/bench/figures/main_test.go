@@ -32,7 +32,7 @@ PASS`
 	}
 	for _, want := range []string{
 		`warm start to /readyz \(ms\)\s+1200\s+≤ 1000\s+NO`,
-		`engine outbox, live \(events/s\)\s+25000\s+≥ 20000\s+yes`,
+		`engine outbox, live, 64 writers \(events/s\)\s+25000\s+≥ 20000\s+yes`,
 		`idle server PSS \(MiB\)\s+not run\s+≤ 120\s+—`,
 	} {
 		if !regexp.MustCompile(want).MatchString(sb.String()) {
