@@ -32,6 +32,7 @@ import (
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/kubernetes"
@@ -158,6 +159,18 @@ var enabledAPIs = []string{
 	"apiregistration.k8s.io/v1=true",
 }
 
+// featureGates are the upstream feature gates the server sets otherwise
+// than upstream's defaults.
+var featureGates = map[string]bool{
+	// Every 5 minutes the watch cache's consistency checker reads every
+	// object of every resource from the store and decodes it, to compare a
+	// digest with the cache's (a check for bugs of the watch cache, which
+	// only logs and counts what it finds). With 1000 Dots that is a read of
+	// kine's whole table per resource and tens of MiB of heap each time, on
+	// a server that is otherwise idle.
+	"DetectCacheInconsistency": false,
+}
+
 // Start brings up kine (unless EtcdServers names another store) and the API
 // server and returns once /readyz answers.
 // The server runs until ctx ends or Stop is called.
@@ -204,6 +217,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 	}()
 
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(featureGates); err != nil {
+		return nil, fmt.Errorf("set the API server's feature gates: %w", err)
+	}
 	opts := server.NewOptions()
 	enabled := []string{"NamespaceLifecycle"}
 	for _, p := range o.Admission {
