@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -42,6 +43,10 @@ const (
 	// still runs for everything else.
 	envEtcdServers = "INVISIBLE_DOTS_ETCD_SERVERS"
 )
+
+// startSettles is how long after the control plane is ready the controllers
+// have listed what they cache, when the start's memory is given back.
+const startSettles = 10 * time.Second
 
 func newServerCommand() *cobra.Command {
 	var (
@@ -151,6 +156,9 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 					fmt.Fprintf(cmd.ErrOrStderr(), "\ninvisible-dots is ready. Use it with:\n  export KUBECONFIG=%s\n  kubectl get dots\n\n", cp.KubeconfigPath)
 				}
 			}
+			// Once the controllers filled their caches, what the start
+			// took and no longer holds goes back to the system.
+			defer memlimit.ReleaseStartAfter(startSettles)()
 			if noControllers {
 				log.Info("serving the API alone (--no-controllers): the central controllers and host agents run elsewhere")
 				select {

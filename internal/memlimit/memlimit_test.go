@@ -92,3 +92,19 @@ func TestTheRealTunerRunsAfterCollections(t *testing.T) {
 		t.Errorf("readRuntime() = %d, %d; want both above 0", live, outside)
 	}
 }
+
+func TestReleaseStartAfterFreesOnceAfterTheDelay(t *testing.T) {
+	freed := make(chan struct{}, 2)
+	defer func(f func()) { freeOSMemory = f }(freeOSMemory)
+	freeOSMemory = func() { freed <- struct{}{} }
+	ReleaseStartAfter(20 * time.Millisecond)
+	select {
+	case <-freed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the start's memory was not released")
+	}
+	cancel := ReleaseStartAfter(time.Hour)
+	if !cancel() {
+		t.Error("a release not yet run could not be cancelled")
+	}
+}
