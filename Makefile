@@ -227,8 +227,9 @@ clean:
 # BENCH_WAITING_MINUTES=N replaces the 10 and BENCH_DOTS=N the 1000;
 # BENCH_PROFILE=DIR writes the server's CPU profile of the create and patch
 # loops and its heap at each memory figure into DIR (go tool pprof). Then
-# the same loads on kine/PostgreSQL and on etcd (the ratio), bench-parts and
-# bench-web. Every run's output is kept in $(BENCH_OUT), and the last lines
+# the same loads on kine/PostgreSQL and on etcd, the ratio of their p99s
+# (BenchmarkStoreBesideEtcd; it needs Debian's etcd-server, and is skipped
+# without it), bench-parts and bench-web. Every run's output is kept in $(BENCH_OUT), and the last lines
 # are one table of the figures that have a goal (test/bench/figures): what
 # is met and what is not.
 BENCH_FLAGS ?= -benchtime=1x -timeout 30m
