@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,9 +24,7 @@ type etcdProcess struct {
 	ClientURL string
 	logPath   string
 
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error
+	*child
 }
 
 // etcdReadyTimeout bounds how long a fresh etcd may take to answer /health.
@@ -48,7 +45,7 @@ func startEtcd(ctx context.Context, bin, dir, logPath string) (*etcdProcess, err
 	if err != nil {
 		return nil, fmt.Errorf("open the etcd log: %w", err)
 	}
-	e := &etcdProcess{ClientURL: "http://" + client, logPath: logPath, exited: make(chan struct{})}
+	e := &etcdProcess{ClientURL: "http://" + client, logPath: logPath}
 	peerURL := "http://" + peer
 	cmd := exec.Command(bin,
 		"--name=bench",
@@ -65,27 +62,10 @@ func startEtcd(ctx context.Context, bin, dir, logPath string) (*etcdProcess, err
 	// The API server would otherwise find a configuration of etcd's in the
 	// environment (ETCD_*) we did not mean.
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// As for the server (startServer): a killed benchmark stops etcd too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	startErr := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			startErr <- err
-			return
-		}
-		startErr <- nil
-		e.waitErr = cmd.Wait()
-		logFile.Close()
-		close(e.exited)
-	}()
-	if err := <-startErr; err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	if e.child, err = startChild(cmd, logFile, syscall.SIGTERM); err != nil {
+		return nil, err
 	}
-	e.cmd = cmd
 	if err := e.waitHealthy(ctx); err != nil {
 		e.stop()
 		return nil, err
@@ -145,8 +125,6 @@ func (e *etcdProcess) stop() {
 		<-e.exited
 	}
 }
-
-func (e *etcdProcess) pid() int { return e.cmd.Process.Pid }
 
 // clockTick is the unit of the CPU times in /proc/pid/stat (USER_HZ, 100 on
 // Linux).

@@ -5,9 +5,13 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // memory is the resident memory of a set of processes. RSS counts a page
@@ -154,3 +158,42 @@ func parseStat(pid int, b []byte) (proc, error) {
 	}
 	return proc{pid: pid, ppid: ppid, comm: s[open+1 : end]}, nil
 }
+
+// child is a process the bench runs, its output appended to a log file.
+type child struct {
+	cmd     *exec.Cmd
+	started time.Time     // just before exec
+	exited  chan struct{} // closed once the process has been waited for
+	waitErr error         // how it ended, once exited is closed
+}
+
+// startChild starts cmd with its output appended to logFile (closed when
+// the process ends). A benchmark killed by go test's timeout must not leave
+// it running: sig reaches it when the bench dies. The signal follows the
+// thread that forked, so that thread stays for the child's life.
+func startChild(cmd *exec.Cmd, logFile *os.File, sig syscall.Signal) (*child, error) {
+	c := &child{cmd: cmd, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: sig}
+	startErr := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		c.started = time.Now()
+		if err := cmd.Start(); err != nil {
+			startErr <- err
+			return
+		}
+		startErr <- nil
+		c.waitErr = cmd.Wait()
+		logFile.Close()
+		close(c.exited)
+	}()
+	if err := <-startErr; err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	return c, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }

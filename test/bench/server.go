@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -37,10 +36,7 @@ type server struct {
 	addr    string
 	logPath string
 
-	cmd     *exec.Cmd
-	started time.Time     // just before exec
-	exited  chan struct{} // closed once the process has been waited for
-	waitErr error
+	*child
 }
 
 // readiness is how long after exec the server could be used.
@@ -61,38 +57,18 @@ func startServer(bin string, h home.Layout, addr, logPath string) (*server, erro
 	if err != nil {
 		return nil, fmt.Errorf("open the server log: %w", err)
 	}
-	s := &server{home: h, addr: addr, logPath: logPath, exited: make(chan struct{})}
 	args := []string{"server", "--no-web"}
 	if os.Getenv(envProfile) != "" {
 		args = append(args, "--profiling")
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = serverEnv(h.Root, addr)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// A benchmark killed by go test's timeout must not leave the server
-	// running; SIGINT is the server's clean stop. The signal follows the
-	// thread that forked, so that thread stays for the child's life.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGINT}
-	startErr := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		s.started = time.Now()
-		if err := cmd.Start(); err != nil {
-			startErr <- err
-			return
-		}
-		startErr <- nil
-		s.waitErr = cmd.Wait()
-		logFile.Close()
-		close(s.exited)
-	}()
-	if err := <-startErr; err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s server: %w", bin, err)
+	// SIGINT is the server's clean stop.
+	c, err := startChild(cmd, logFile, syscall.SIGINT)
+	if err != nil {
+		return nil, fmt.Errorf("start the server: %w", err)
 	}
-	s.cmd = cmd
-	return s, nil
+	return &server{home: h, addr: addr, logPath: logPath, child: c}, nil
 }
 
 // serverEnv is the benchmark's environment without anything that would point
@@ -109,8 +85,6 @@ func serverEnv(homeDir, addr string) []string {
 	}
 	return append(env, home.EnvHome+"="+homeDir, "INVISIBLE_DOTS_LISTEN="+addr)
 }
-
-func (s *server) pid() int { return s.cmd.Process.Pid }
 
 // waitReady polls until the API answers /readyz and a list of Dots succeeds,
 // and says how long after exec each happened. Polling every 20 ms bounds how
