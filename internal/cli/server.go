@@ -46,7 +46,7 @@ const (
 
 // startSettles is how long after the control plane is ready the controllers
 // have listed what they cache, when the start's memory is given back.
-const startSettles = 10 * time.Second
+const startSettles = 5 * time.Second
 
 func newServerCommand() *cobra.Command {
 	var (
