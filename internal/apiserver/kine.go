@@ -42,13 +42,18 @@ var kineSettings = struct {
 	CompactMinRetain: 1000,
 	CompactBatchSize: 1000,
 	PollBatchSize:    500,
-	// Idle connections are PostgreSQL backends of about 2.5 MiB each that
-	// wait: a few cover the steady state (the poll, a write, a read), and a
-	// burst opens more up to MaxOpenConns and closes them again after.
-	MaxIdleConns:    4,
+	// An idle connection is a PostgreSQL backend of about 2.5 MiB that
+	// waits. Fewer idle ones than a burst uses makes each returned one close
+	// and the next request open another (a fork and a start of a backend
+	// per request: with 4, PostgreSQL was seen starting backends all
+	// through a bench's create loop); so as many may
+	// stay idle as may be open, and a connection lives a minute, after which
+	// the pool's cleaner closes it when idle: a quiet server keeps the few
+	// its poll uses, a busy one opens about one a second.
+	MaxIdleConns:    20,
 	MaxOpenConns:    20,
 	WriteSlots:      8,
-	ConnMaxLifetime: time.Hour,
+	ConnMaxLifetime: time.Minute,
 	EmulatedVersion: "3.5.13",
 }
 
