@@ -303,8 +303,11 @@ func BenchmarkControlPlane(b *testing.B) {
 			dots := client.Resource(dotsGVR).Namespace(benchNS)
 			// A watch, not a list in a loop, sees the Computers come: it
 			// costs the server nothing during the patch loop that follows.
-			var err error
-			if computersMade, err = whenAllAdded(ctx, client, benchNS, n); err != nil {
+			watcher, err := srv.watchClient()
+			if err != nil {
+				return nil, err
+			}
+			if computersMade, err = whenAllAdded(ctx, watcher, benchNS, n); err != nil {
 				return nil, err
 			}
 			var lat []time.Duration

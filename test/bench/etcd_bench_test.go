@@ -19,8 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
@@ -388,12 +386,7 @@ type dotWatch struct {
 func watchDots(ctx context.Context, h home.Layout) (*dotWatch, error) {
 	// The server's client (server.client) gives up on a request after 30 s,
 	// a watch included.
-	cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig())
-	if err != nil {
-		return nil, fmt.Errorf("read the kubeconfig %s: %w", h.Kubeconfig(), err)
-	}
-	cfg.QPS, cfg.Burst = 10000, 10000
-	client, err := dynamic.NewForConfig(cfg)
+	client, err := kubeconfigClient(h, 0)
 	if err != nil {
 		return nil, err
 	}

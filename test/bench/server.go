@@ -178,14 +178,24 @@ func readyz(ctx context.Context, c *http.Client, addr, token string) error {
 
 // client is a dynamic client from the kubeconfig the server wrote, with
 // client-go's 5 requests/s limit raised out of the way: the figures are the
-// server's, not the client's rate limiter's.
+// server's, not the client's rate limiter's. It gives up on a request after
+// 30 s, a watch included: watch with watchClient.
 func (s *server) client() (dynamic.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.home.Kubeconfig())
+	return kubeconfigClient(s.home, 30*time.Second)
+}
+
+// watchClient is client without the 30 s bound, for watches that outlast it.
+func (s *server) watchClient() (dynamic.Interface, error) {
+	return kubeconfigClient(s.home, 0)
+}
+
+func kubeconfigClient(h home.Layout, timeout time.Duration) (dynamic.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig())
 	if err != nil {
-		return nil, fmt.Errorf("read the kubeconfig %s: %w", s.home.Kubeconfig(), err)
+		return nil, fmt.Errorf("read the kubeconfig %s: %w", h.Kubeconfig(), err)
 	}
 	cfg.QPS, cfg.Burst = 10000, 10000
-	cfg.Timeout = 30 * time.Second
+	cfg.Timeout = timeout
 	return dynamic.NewForConfig(cfg)
 }
 
