@@ -206,18 +206,7 @@ ON CONFLICT (binding_id, approval_id, peer_id) DO UPDATE SET chat_id = EXCLUDED.
 // OpenPrompts are binding's prompts not settled yet; approvalID or taskID,
 // when not empty, narrow them to one approval's or one task's.
 func (s *Store) OpenPrompts(ctx context.Context, binding, approvalID, taskID string) ([]Prompt, error) {
-	rows, err := s.pool.Query(ctx, `
-SELECT dot_uid, approval_id, task_id, peer_id, chat_id, ref, body FROM channel_prompts
-WHERE binding_id = $1 AND NOT settled AND ($2 = '' OR approval_id = $2) AND ($3 = '' OR task_id = $3)
-ORDER BY created_at, approval_id, peer_id`, binding, approvalID, taskID)
-	if err != nil {
-		return nil, fmt.Errorf("read the approval prompts of channel %s: %w", binding, err)
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Prompt, error) {
-		p := Prompt{Binding: binding}
-		err := r.Scan(&p.DotUID, &p.ApprovalID, &p.TaskID, &p.PeerID, &p.Chat, &p.Ref, &p.Body)
-		return p, err
-	})
+	return s.prompts(ctx, binding, `AND NOT settled AND ($2 = '' OR approval_id = $2) AND ($3 = '' OR task_id = $3)`, approvalID, taskID)
 }
 
 // HasPrompt says whether binding sent person a prompt for approvalID.
@@ -240,9 +229,16 @@ func (s *Store) SettlePrompt(ctx context.Context, binding, approvalID, peerID st
 
 // Prompts are every prompt binding sent, settled or not.
 func (s *Store) Prompts(ctx context.Context, binding string) ([]Prompt, error) {
+	return s.prompts(ctx, binding, "")
+}
+
+// prompts reads binding's prompts that also match the condition and, in
+// order, the arguments after the binding ($2 on).
+func (s *Store) prompts(ctx context.Context, binding, condition string, args ...any) ([]Prompt, error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT dot_uid, approval_id, task_id, peer_id, chat_id, ref, body FROM channel_prompts
-WHERE binding_id = $1 ORDER BY created_at, approval_id, peer_id`, binding)
+WHERE binding_id = $1 `+condition+`
+ORDER BY created_at, approval_id, peer_id`, append([]any{binding}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read the approval prompts of channel %s: %w", binding, err)
 	}
