@@ -162,8 +162,8 @@ func BenchmarkControlPlane(b *testing.B) {
 		if err != nil {
 			return nil, err
 		}
-		rep.add(kind+" start: /readyz 200 after exec", fmt.Sprintf("%.0f ms", ms(r.API)), targetIf(kind == "warm", "< 2000 ms"))
-		rep.add(kind+" start: Dots listable (kubeconfig written)", fmt.Sprintf("%.0f ms", ms(r.Dots)), targetIf(kind == "warm", "< 2000 ms"))
+		rep.add(kind+" start: /readyz 200 after exec", fmt.Sprintf("%.0f ms", ms(r.API)), "")
+		rep.add(kind+" start: Dots listable (kubeconfig written)", fmt.Sprintf("%.0f ms", ms(r.Dots)), "")
 		return []metric{{ms(r.API), "api-ready-ms"}, {ms(r.Dots), "dots-ready-ms"}}, nil
 	}
 	stop := func(kind string) ([]metric, error) {
@@ -184,11 +184,7 @@ func BenchmarkControlPlane(b *testing.B) {
 		if err := srv.heapProfile(ctx, "heap "+label); err != nil {
 			return nil, err
 		}
-		target := ""
-		if strings.HasPrefix(label, "idle") {
-			target = "< 200 MiB"
-		}
-		rep.add("memory "+label+": server VmRSS", fmt.Sprintf("%.1f MiB", mib(self.RSS)), target)
+		rep.add("memory "+label+": server VmRSS", fmt.Sprintf("%.1f MiB", mib(self.RSS)), "")
 		rep.add("memory "+label+": postgres RSS (sum) / PSS (sum)",
 			fmt.Sprintf("%.1f / %.1f MiB in %d processes", mib(kids.RSS), mib(kids.PSS), kids.Processes), "")
 		if others := otherThan(names, "postgres"); others != "" {
@@ -274,7 +270,7 @@ func BenchmarkControlPlane(b *testing.B) {
 			slices.Sort(took)
 			median, worst := took[len(took)/2], took[len(took)-1]
 			rep.add(fmt.Sprintf("stop 2 s after /readyz (SIGTERM to exit; median, worst of %d)", stopSoonRuns),
-				fmt.Sprintf("%.0f ms, %.0f ms", median, worst), "< 5000 ms")
+				fmt.Sprintf("%.0f ms, %.0f ms", median, worst), "")
 			return []metric{{median, "stop-median-ms"}, {worst, "stop-worst-ms"}}, nil
 		}},
 		{"start/warm", func() ([]metric, error) {
@@ -328,7 +324,7 @@ func BenchmarkControlPlane(b *testing.B) {
 			if err != nil {
 				return nil, err
 			}
-			m := rep.latencies(fmt.Sprintf("create %d Dots one after another", n), "p99 ≤ 20 ms", lat)
+			m := rep.latencies(fmt.Sprintf("create %d Dots one after another", n), "", lat)
 			return append(m, rep.serverSide(fmt.Sprintf("create %d Dots", n), side)...), nil
 		}},
 		{"dots/patch", func() ([]metric, error) {
@@ -348,7 +344,7 @@ func BenchmarkControlPlane(b *testing.B) {
 			if err != nil {
 				return nil, err
 			}
-			m := rep.latencies(fmt.Sprintf("merge-patch %d Dots one after another", n), "p99 ≤ 20 ms", lat)
+			m := rep.latencies(fmt.Sprintf("merge-patch %d Dots one after another", n), "", lat)
 			return append(m, rep.serverSide(fmt.Sprintf("merge-patch %d Dots", n), side)...), nil
 		}},
 		{"dots/computers", func() ([]metric, error) {
@@ -363,7 +359,7 @@ func BenchmarkControlPlane(b *testing.B) {
 			}
 			all, lag := made.Sub(createsBegan), max(made.Sub(createsEnded), 0)
 			rep.add(fmt.Sprintf("every one of %d Dots has its Computer: from the first create, from the last", n),
-				fmt.Sprintf("%.1f s, %.1f s", all.Seconds(), lag.Seconds()), "from the last ≤ 10 s")
+				fmt.Sprintf("%.1f s, %.1f s", all.Seconds(), lag.Seconds()), "")
 			return []metric{{all.Seconds(), "all-computers-s"}, {lag.Seconds(), "after-last-create-s"}}, nil
 		}},
 		{"memory/with-dots", func() ([]metric, error) {
@@ -553,7 +549,7 @@ func watchLatency(ctx context.Context, client dynamic.Interface, rep *report) ([
 		}
 		fromReturn = append(fromReturn, d)
 	}
-	m := rep.latencies(fmt.Sprintf("create-to-ADDED event, from create start (%d Dots)", watchCount), "p99 < 50 ms", fromStart)
+	m := rep.latencies(fmt.Sprintf("create-to-ADDED event, from create start (%d Dots)", watchCount), "", fromStart)
 	m2 := rep.latencies("create-to-ADDED event, from create return (0 if before)", "", fromReturn)
 	rep.add("ADDED events that arrived before their create returned", fmt.Sprintf("%d of %d", early, watchCount), "")
 	for i := range m2 {
@@ -676,19 +672,15 @@ func (r *report) print() {
 	fmt.Fprintf(&sb, "\ninvisible-dots control plane, %d Dots; %d CPUs; load average %s before, %s after; %s in all\n\n",
 		r.dots, runtime.NumCPU(), r.loadBefore, loadAverage(), time.Since(r.began).Round(time.Second))
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\tmeasured\ttarget")
+	// The goals are in one place, the table `make bench` ends with
+	// (test/bench/figures); this column holds only what a figure is
+	// expected to be beside the others.
+	fmt.Fprintln(tw, "figure\tmeasured\texpected")
 	for _, row := range r.rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", row[0], row[1], row[2])
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(os.Stdout, sb.String())
-}
-
-func targetIf(ok bool, target string) string {
-	if ok {
-		return target
-	}
-	return ""
 }
 
 func sizes(s dbStats) string {
