@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -90,53 +89,22 @@ type thread struct {
 	msgs    []Message
 }
 
-// chatThread keeps the chat's messages after its summary as the last
-// request read them, so that the next request reads only the newer ones:
-// the chat's thread was otherwise read whole from SQLite for every request,
-// a cost that grew with the thread. A stored message changes only by being
-// cleared (clearOldResults, which drops what is kept); a new summary moves
-// upto, which makes the next read whole again.
-type chatThread struct {
-	mu    sync.Mutex
-	valid bool
-	upto  int64 // the summary's last message id the messages follow
-	last  int64 // the newest message id read
-	msgs  []Message
-}
+// chatThread is the chat's messages after its summary, kept between
+// requests (msgTail) while the summary stays the same. A stored message
+// changes only by being cleared (clearOldResults, which forgets what is
+// kept); a new summary moves upto, which makes the next read whole again.
+type chatThread struct{ tail msgTail }
 
 // load returns the chat's messages after upto, the summary's last id.
 func (c *chatThread) load(ctx context.Context, q querier, upto int64) ([]Message, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.valid && c.upto == upto {
-		// Ids only grow and a read sees committed rows only: every message
-		// not kept is after last.
-		newer, err := loadMessages(ctx, q, chatSession, c.last)
-		if err != nil {
-			return nil, err
-		}
-		c.msgs = append(c.msgs, newer...)
-	} else {
-		msgs, err := loadMessages(ctx, q, chatSession, upto)
-		if err != nil {
-			c.valid = false
-			return nil, err
-		}
-		c.valid, c.upto, c.last, c.msgs = true, upto, upto, msgs
-	}
-	if n := len(c.msgs); n > 0 {
-		c.last = c.msgs[n-1].ID
-	}
+	read := func(after int64) ([]Message, error) { return loadMessages(ctx, q, chatSession, after) }
+	msgs, err := c.tail.load(upto, upto, func() ([]Message, error) { return read(upto) }, read)
 	// A copy: the caller rewrites approval lines in it.
-	return slices.Clone(c.msgs), nil
+	return slices.Clone(msgs), err
 }
 
 // forget drops what is kept (a message changed).
-func (c *chatThread) forget() {
-	c.mu.Lock()
-	c.valid, c.msgs = false, nil
-	c.mu.Unlock()
-}
+func (c *chatThread) forget() { c.tail.forget() }
 
 func (e *Engine) loadThread(ctx context.Context, session string) (thread, error) {
 	var th thread

@@ -85,27 +85,65 @@ func loadMessages(ctx context.Context, q querier, session string, after int64) (
 	return scanMessages(session, rows)
 }
 
+// msgTail keeps the messages one read of a range gave, and while the range
+// starts at the same place reads only the messages after the newest it
+// kept: ids only grow and a read sees committed rows only, so every message
+// it does not hold is after that one. The chat's thread (chatThread) and its
+// days (chatDays) are two such ranges; both were read whole from SQLite at
+// every turn before, a cost that grew with the chat.
+type msgTail struct {
+	mu    sync.Mutex
+	valid bool
+	start int64 // where the kept range starts (a message id, or a day)
+	last  int64 // the newest message id read
+	msgs  []Message
+}
+
+// load returns the range that starts at start. The kept messages are
+// reused, with newer(last) after them, when they start there and were read
+// up to at least seen; otherwise whole() reads the range anew, and last
+// starts at seen when it holds nothing.
+func (t *msgTail) load(start, seen int64, whole func() ([]Message, error), newer func(after int64) ([]Message, error)) ([]Message, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.valid && t.start == start && t.last >= seen {
+		more, err := newer(t.last)
+		if err != nil {
+			return nil, err
+		}
+		t.msgs = append(t.msgs, more...)
+	} else {
+		msgs, err := whole()
+		if err != nil {
+			t.valid, t.msgs = false, nil
+			return nil, err
+		}
+		t.valid, t.start, t.last, t.msgs = true, start, seen, msgs
+	}
+	if n := len(t.msgs); n > 0 {
+		t.last = t.msgs[n-1].ID
+	}
+	return slices.Clip(t.msgs), nil
+}
+
+// forget drops what is kept (a kept message changed).
+func (t *msgTail) forget() {
+	t.mu.Lock()
+	t.valid, t.msgs = false, nil
+	t.mu.Unlock()
+}
+
 // chatDays is what the chat's conversation files are written from after a
 // turn: its messages of every UTC day from the first day holding a message
 // not written yet (each day whole, whatever order the clock gave the
-// messages). It keeps the messages it read, from the day starting at from
-// up to id upto, and while that first day stays the same it reads only the
-// messages after upto: the chat's day was otherwise read whole from SQLite
-// after every turn, a cost that grew with the day's length. What the files
-// show of a message never changes once it is stored (only cleared does, of
-// a tool result, which they do not show).
-type chatDays struct {
-	mu   sync.Mutex
-	from int64 // the first day's start (Unix ms); msgs nil: nothing kept
-	upto int64
-	msgs []Message
-}
+// messages), kept between turns (msgTail) while that first day stays the
+// same. What the files show of a message never changes once it is stored
+// (only cleared does, of a tool result, which they do not show).
+type chatDays struct{ tail msgTail }
 
 // load returns the messages of the session's days from the first holding
 // a message with id > after; none when nothing is new.
 func (c *chatDays) load(ctx context.Context, q querier, session string, after int64) ([]Message, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var first sql.NullInt64
 	if err := q.QueryRowContext(ctx, "SELECT MIN(ts_ms) FROM messages WHERE session = ? AND id > ?", session, after).Scan(&first); err != nil {
 		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
@@ -115,27 +153,9 @@ func (c *chatDays) load(ctx context.Context, q querier, session string, after in
 	}
 	y, m, d := time.UnixMilli(first.Int64).UTC().Date()
 	from := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).UnixMilli()
-	if c.msgs != nil && c.from == from && c.upto >= after {
-		// Every message after upto is after after too, so on the first
-		// day or later: the kept ones and these are the days whole (ids
-		// only grow, and a read sees committed rows only).
-		newer, err := loadMessages(ctx, q, session, c.upto)
-		if err != nil {
-			return nil, err
-		}
-		c.msgs = append(c.msgs, newer...)
-	} else {
-		msgs, err := loadMessagesFrom(ctx, q, session, from)
-		if err != nil {
-			c.msgs = nil
-			return nil, err
-		}
-		c.from, c.msgs = from, msgs
-	}
-	if n := len(c.msgs); n > 0 {
-		c.upto = c.msgs[n-1].ID
-	}
-	return slices.Clip(c.msgs), nil
+	return c.tail.load(from, after,
+		func() ([]Message, error) { return loadMessagesFrom(ctx, q, session, from) },
+		func(last int64) ([]Message, error) { return loadMessages(ctx, q, session, last) })
 }
 
 // loadMessagesFrom returns the session's messages stored at or after from
