@@ -219,6 +219,11 @@ func parseEtcdServers(v string) ([]string, error) {
 	for _, s := range strings.Split(v, ",") {
 		s = strings.TrimSpace(s)
 		u, err := url.Parse(s)
+		if err == nil && u.User != nil {
+			// Never echoed: it holds a credential, which would then be in
+			// the log and the error.
+			return nil, fmt.Errorf("%s names a URL with a user and password; the embedded API server takes none in it: name the endpoint alone", envEtcdServers)
+		}
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") || (u.Host == "" && u.Path == "") {
 			return nil, fmt.Errorf("%s=%q: %q is not an http, https or unix URL of an etcd client endpoint", envEtcdServers, v, s)
 		}
