@@ -114,8 +114,8 @@ const (
 	ErrPermissionDenied = "permission_denied"  // 403: dot may not open that path
 	ErrNotFound         = "not_found"          // 404: no such file or directory; unknown route
 	ErrMethodNotAllowed = "method_not_allowed" // 405: a known path asked with another method (Allow lists them)
-	ErrIsDirectory      = "is_directory"       // 400: GET/PUT /v1/files on a directory
-	ErrNotDirectory     = "not_directory"      // 400: GET /v1/files/list on a file
+	ErrIsDirectory      = "is_a_directory"     // 400: GET/PUT /v1/files on a directory
+	ErrNotDirectory     = "not_a_directory"    // 400: GET /v1/files/list on a file
 	ErrTooLarge         = "too_large"          // 413: a body over the route's limit
 	ErrNoDisplay        = "no_display"         // 503: no X display to screenshot
 	ErrScreenshotFailed = "screenshot_failed"  // 500: the capture program failed

@@ -185,7 +185,7 @@ var guestCodeRE = regexp.MustCompile(`^[a-z][a-z_]{0,39}$`)
 const maxGuestMessage = 300
 
 // guestRefusal passes a guest's refusal through with its code and status
-// (ref 9.6: outside_home, not_found, is_directory, the engine's own). A
+// (ref 9.6: outside_home, not_found, is_a_directory, the engine's own). A
 // 401 is the token the agent sent, not the caller's: it is the guest that
 // could not be used. The guest's message is the Dot's own answer to a
 // person who may read the Dot; it is clipped to printable text and never

@@ -73,7 +73,7 @@ func TestListFiles(t *testing.T) {
 		case "/home/dot/link":
 			return fakeAnswer(http.StatusForbidden, `{"error":"outside_home","message":"/home/dot/link resolves outside /home/dot"}`)
 		case "/home/dot/a.md":
-			return fakeAnswer(http.StatusBadRequest, `{"error":"not_directory","message":"a file"}`)
+			return fakeAnswer(http.StatusBadRequest, `{"error":"not_a_directory","message":"a file"}`)
 		case "/home/dot/gone":
 			return fakeAnswer(http.StatusNotFound, `{"error":"not_found"}`)
 		}
@@ -105,8 +105,8 @@ func TestListFiles(t *testing.T) {
 			want: answer{http.StatusBadRequest, wire.CodeInvalidPath, "no .. segment"}},
 		{reason: "a link out of the home is the guest's outside_home, passed through", who: "viewer", path: path, query: q("link"),
 			want: answer{http.StatusForbidden, protocol.ErrOutsideHome, "resolves outside"}, asks: asked(runningDot, "/v1/files/list?path=%2Fhome%2Fdot%2Flink")},
-		{reason: "a file is the guest's not_directory", who: "viewer", path: path, query: q("a.md"),
-			want: answer{http.StatusBadRequest, protocol.ErrNotDirectory, "the guest answered 400 not_directory"}, asks: asked(runningDot, "/v1/files/list?path=%2Fhome%2Fdot%2Fa.md")},
+		{reason: "a file is the guest's not_a_directory", who: "viewer", path: path, query: q("a.md"),
+			want: answer{http.StatusBadRequest, protocol.ErrNotDirectory, "the guest answered 400 not_a_directory"}, asks: asked(runningDot, "/v1/files/list?path=%2Fhome%2Fdot%2Fa.md")},
 		{reason: "a missing directory is the guest's not_found", who: "viewer", path: path, query: q("gone"),
 			want: answer{http.StatusNotFound, protocol.ErrNotFound, ""}, asks: asked(runningDot, "/v1/files/list?path=%2Fhome%2Fdot%2Fgone")},
 		{reason: "an unknown parameter is refused", who: "viewer", path: path, query: url.Values{"pth": {"x"}},
@@ -162,7 +162,7 @@ func TestReadFile(t *testing.T) {
 		case "/home/dot/endless.txt":
 			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(huge), ContentLength: -1}
 		case "/home/dot/notes":
-			return fakeAnswer(http.StatusBadRequest, `{"error":"is_directory","message":"a directory"}`)
+			return fakeAnswer(http.StatusBadRequest, `{"error":"is_a_directory","message":"a directory"}`)
 		case "/home/dot/secret-link":
 			return fakeAnswer(http.StatusForbidden, `{"error":"outside_home","message":"resolves outside the home"}`)
 		}
@@ -222,7 +222,7 @@ func TestReadFile(t *testing.T) {
 			want: answer{http.StatusForbidden, protocol.ErrOutsideHome, "resolves outside the home"}, asks: asked(runningDot, "/v1/files?path=%2Fhome%2Fdot%2Fsecret-link")},
 		{reason: "an unknown file is the guest's not_found", who: "viewer", path: path, query: q("nothing.txt"),
 			want: answer{http.StatusNotFound, protocol.ErrNotFound, "no such file"}, asks: asked(runningDot, "/v1/files?path=%2Fhome%2Fdot%2Fnothing.txt")},
-		{reason: "a directory is the guest's is_directory", who: "viewer", path: path, query: q("notes"),
+		{reason: "a directory is the guest's is_a_directory", who: "viewer", path: path, query: q("notes"),
 			want: answer{http.StatusBadRequest, protocol.ErrIsDirectory, "a directory"}, asks: asked(runningDot, "/v1/files?path=%2Fhome%2Fdot%2Fnotes")},
 	}, commonGuestRefusals(wire.FilesPath, url.Values{"path": {"notes.md"}})...))
 	if huge.read > wire.MaxFileBytes+1<<20 {
