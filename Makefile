@@ -11,7 +11,7 @@ LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 BIN := bin/invisible-dots
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
-.PHONY: all build build-go web playwright-mcp test-web bench-web run test test-unit test-integration test-e2e test-image golden-image test-golden-image bench-golden dot-agentd test-agentd bench bench-parts manifests generate verify clean
+.PHONY: all build build-go web playwright-mcp test-web bench-web run test test-unit test-integration test-e2e test-image golden-image test-golden-image bench-golden dot-agentd test-agentd bench bench-parts manifests generate verify notices clean
 
 all: build
 
@@ -79,6 +79,12 @@ manifests:
 		output:rbac:artifacts:config=config/rbac/host_agent
 
 # Deepcopy functions for the API types.
+# THIRD_PARTY_NOTICES.md from the Go module graph and web/package-lock.json
+# (hack/notices; its test fails when the file is not current). Needs
+# web/node_modules for the web packages' license texts.
+notices: web/node_modules/.package-lock.json
+	$(GO) run ./hack/notices
+
 generate:
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 

@@ -48,17 +48,30 @@ func currentBuild() buildInfo {
 	return b
 }
 
+// Notices are the third-party notices the binary embeds (main.go), printed
+// by `version --notices`.
+var Notices string
+
 func newVersionCommand() *cobra.Command {
 	var output string
+	var notices bool
 	cmd := &cobra.Command{
-		Use:   "version [--output json]",
-		Short: "Print this build's version (with --output json, the build's details)",
+		Use:   "version [--output json] [--notices]",
+		Short: "Print this build's version (with --output json, the build's details; with --notices, the third-party notices)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if notices {
+				if Notices == "" {
+					return fmt.Errorf("this build carries no third-party notices: it was not built from the repository's main package")
+				}
+				_, err := io.WriteString(cmd.OutOrStdout(), Notices)
+				return err
+			}
 			return printVersion(cmd.OutOrStdout(), output)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json for the build's details (its Kubernetes and Go versions, platform, commit)")
+	cmd.Flags().BoolVar(&notices, "notices", false, "print the licenses and notices of the third-party code this binary holds (THIRD_PARTY_NOTICES.md)")
 	return cmd
 }
 
