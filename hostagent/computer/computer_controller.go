@@ -331,6 +331,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		if obs.ExitStatus != "" {
 			msg += " (" + obs.ExitStatus + ")"
 		}
+		if obs.Fix != "" {
+			msg += "; " + obs.Fix
+		}
 		r.recordStartFailure(c, msg+logSuffix(obs.LogTail))
 		in.BackoffLeft = r.backoffLeft(c)
 		d = decideRun(in)

@@ -293,6 +293,9 @@ func (r *Reconciler) recordAction(s *scope) {
 		} else if s.seen.ExitStatus != "" {
 			how += " (" + s.seen.ExitStatus + ")"
 		}
+		if s.seen.Fix != "" {
+			how += "; " + s.seen.Fix
+		}
 		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "Exited", "Observe", "%s%s", how, logSuffix(s.seen.LogTail))
 	}
 	if s.decision.StopDone {

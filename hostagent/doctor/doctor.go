@@ -29,6 +29,7 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostfix"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/hostagent/qemu"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
@@ -220,14 +221,10 @@ var (
 		"installs qemu-img (invisible-dots setup installs every package the doctor finds missing)"}
 	fixInstallPostgres = fix{"sudo apt-get install -y postgresql",
 		"installs PostgreSQL's server, which invisible-dots server runs in its home; or set DATABASE_URL to an existing server instead (invisible-dots setup installs every package the doctor finds missing)"}
-	fixKVMGroup = fix{"sudo usermod -aG kvm $USER",
-		"adds you to the kvm group, which may open /dev/kvm; log out and in again for it to apply (invisible-dots setup says the same)"}
-	fixKVMModule = fix{"sudo modprobe kvm_intel || sudo modprobe kvm_amd",
-		"loads KVM for an Intel or an AMD processor; when neither loads, enable virtualization (VT-x or AMD-V) in the firmware's settings first"}
-	fixKVMRuns = fix{"lsmod | grep -E 'kvm|vbox|vmw'",
-		"shows the KVM modules loaded, and another hypervisor's (VirtualBox, VMware) that may hold VT-x: KVM must run guests here (nested virtualization enabled on a VM host, no other hypervisor running, virtualization enabled in the firmware)"}
-	fixRecordCPUModel = fix{"invisible-dots setup",
-		"records cpuModel " + hostconfig.CPUModelNoArchCapabilities + " in host.yaml, the model the probe runs here"}
+	fixKVMGroup       = fix(hostfix.KVMGroup)
+	fixKVMModule      = fix(hostfix.KVMModule)
+	fixKVMRuns        = fix(hostfix.KVMRuns)
+	fixRecordCPUModel = fix(hostfix.RecordCPUModel)
 	// The golden row wants a full golden image, which only image build
 	// makes; the runtime ISO is built by either.
 	fixGolden  = fix{"invisible-dots image build", "builds the golden image with the desktop and the runtime ISO, and registers them (it takes a while)"}
@@ -239,12 +236,13 @@ var (
 		"starts the server this home runs; the key is stored through it, then: invisible-dots secret openrouter"}
 )
 
-// fix is a command and the words beside it.
-type fix struct{ cmd, why string }
+// fix is a command and the words beside it (hostfix.Fix, the fixes a failed
+// QEMU start names too, converts to it).
+type fix hostfix.Fix
 
 // on sets the fix of a row.
 func (f fix) on(c Check) Check {
-	c.Fix, c.FixWhy = f.cmd, f.why
+	c.Fix, c.FixWhy = f.Cmd, f.Why
 	return c
 }
 
@@ -337,7 +335,7 @@ func Run(ctx context.Context, d Deps) Report {
 // the command uses the system's QEMU instead, and the words say the other way.
 func fixFor(_ Deps, b Binaries, f fix) fix {
 	if b.Dir != "" {
-		return fix{"unset " + home.EnvQEMUDir + " && " + f.cmd,
+		return fix{"unset " + home.EnvQEMUDir + " && " + f.Cmd,
 			home.EnvQEMUDir + " chooses " + b.Dir + ", which holds no usable QEMU: the command drops it for the system's QEMU, which it installs (then start the server from that shell); or install QEMU into " + b.Dir}
 	}
 	return f

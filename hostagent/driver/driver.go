@@ -83,6 +83,11 @@ type Observation struct {
 	// LogTail is the end of QEMU's own log and of the guest's serial console,
 	// filled when the VM exited or is in Error, for Events and conditions.
 	LogTail string
+	// Fix is the command that fixes why QEMU exited, with what it does
+	// (hostfix.Fix.String), when its log of that start names a cause of the
+	// host that has one (KVM missing or closed, a CPU model KVM refuses);
+	// empty otherwise.
+	Fix string
 }
 
 // Spec is what a start needs: the VM's identity and its shape.

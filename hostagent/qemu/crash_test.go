@@ -15,6 +15,7 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostfix"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
@@ -199,5 +200,52 @@ func TestObserveAQEMUThatNeverListens(t *testing.T) {
 	res, err := d.Kill(context.Background(), testID)
 	if err != nil || !res.WasRunning || !res.Gone {
 		t.Errorf("Kill() of a spawned QEMU that never listened = %+v, %v; want it killed (the driver's own child)", res, err)
+	}
+}
+
+// TestObserveAQEMUThatExitsNamesTheFix: a QEMU that exits at its start with
+// QEMU's own words for a /dev/kvm this user may not open (a stand-in that
+// writes them) is observed exited with the command that fixes it, the one
+// the doctor's accelerator row gives (ref 3.4: the error names the fix).
+func TestObserveAQEMUThatExitsNamesTheFix(t *testing.T) {
+	boot := home.Stamp{BootID: "boot-a", HostUptimeS: 100}
+	d := testDriver(t, &boot)
+	stand := filepath.Join(t.TempDir(), "qemu-without-kvm")
+	script := "#!/bin/sh\necho 'Could not access KVM kernel module: Permission denied' >&2\n" +
+		"echo 'qemu-system-x86_64: failed to initialize kvm: Permission denied' >&2\nexit 1\n"
+	if err := os.WriteFile(stand, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.bin.System = stand
+	if err := os.MkdirAll(d.home.Logs(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := d.home.VM(testID)
+	m := machine{Binary: stand, Name: vm.QEMUName(), Accelerator: "kvm", CPUModel: "host", CPUs: 1, MemoryMiB: 128,
+		Disk: vm.Disk(), Seed: vm.Seed(), Runtime: vm.Seed(), SerialLog: vm.SerialLog(), GuestPort: port}
+	if err := d.spawn(vm, m, "g", "r"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Kill(context.Background(), testID) })
+	var obs driver.Observation
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		obs, err = d.Observe(context.Background(), testID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obs.Exited || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(observePoll)
+	}
+	if !obs.Exited {
+		t.Fatalf("Observe() = %+v; want the QEMU that exited at its start seen exited", obs)
+	}
+	if want := hostfix.KVMGroup.String(); obs.Fix != want {
+		t.Errorf("Observe().Fix = %q; want %q", obs.Fix, want)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
 	"github.com/invisible-dots/invisible-dots/hostagent/guestclient"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostfix"
 	"github.com/invisible-dots/invisible-dots/hostagent/images"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
@@ -217,6 +218,9 @@ func (d *Driver) observe(_ context.Context, id home.VMID) (driver.Observation, *
 		obs.LogTail = d.logTail(vm)
 		last := lastStartLog(vm)
 		obs.PortTaken = strings.Contains(last, portTakenMessage)
+		if f, ok := hostfix.ForQEMULog(last); ok {
+			obs.Fix = f.String()
+		}
 		if strings.Contains(last, diskLockedMessage) {
 			// A QEMU without a record (an agent killed between the spawn
 			// and qemu.json) still runs on this disk; QEMU's own image lock
