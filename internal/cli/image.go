@@ -238,21 +238,8 @@ func buildImages(ctx context.Context, h home.Layout, repo, work string, bins gue
 			return err
 		}
 	}
-	files, err := runtimeiso.Contents(bins.agentd, bins.engine)
-	if err != nil {
+	if err := buildRuntimeISO(ctx, h, filepath.Join(out, "runtime"), bins, logf); err != nil {
 		return err
-	}
-	if m, ok := images.FindBuilt(h, home.Runtime, runtimeiso.Sum(files)); ok {
-		logf("runtime ISO %s already registered", m.Version)
-	} else {
-		mp, m, err := runtimeiso.Build(filepath.Join(out, "runtime"), files, time.Now())
-		if err != nil {
-			return err
-		}
-		if _, err := images.Register(h, mp); err != nil {
-			return err
-		}
-		logf("runtime ISO %s registered", m.Version)
 	}
 
 	res, err := golden.Build(ctx, golden.Options{
@@ -279,6 +266,35 @@ func buildImages(ctx context.Context, h home.Layout, repo, work string, bins gue
 	}
 	logf("image build finished in %s", time.Since(start).Round(time.Second))
 	logf("%s", runtimeRollout(h))
+	return nil
+}
+
+// buildRuntimeISO builds and registers the runtime ISO of bins unless one of
+// the same contents is registered, under the home's runtime build lock, which
+// every builder of a runtime ISO takes (this one and the test image's, ref
+// 3.2): two builds at once wait for each other instead of both registering.
+func buildRuntimeISO(ctx context.Context, h home.Layout, out string, bins guestBins, logf func(string, ...any)) error {
+	files, err := runtimeiso.Contents(bins.agentd, bins.engine)
+	if err != nil {
+		return err
+	}
+	lock, err := images.LockRuntimeBuild(ctx, h, logf)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	if m, ok := images.FindBuilt(h, home.Runtime, runtimeiso.Sum(files)); ok {
+		logf("runtime ISO %s already registered", m.Version)
+		return nil
+	}
+	mp, m, err := runtimeiso.Build(out, files, time.Now())
+	if err != nil {
+		return err
+	}
+	if _, err := images.Register(h, mp); err != nil {
+		return err
+	}
+	logf("runtime ISO %s registered", m.Version)
 	return nil
 }
 

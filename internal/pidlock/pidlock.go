@@ -15,6 +15,7 @@ package pidlock
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/google/renameio/v2"
 
@@ -153,6 +155,34 @@ func Acquire(path string, opts Options) (*Lock, error) {
 		}
 	}
 	return nil, fmt.Errorf("the lock %s kept changing while being taken: try again", path)
+}
+
+// AcquireWait takes the lock file at path as Acquire does, but while a live
+// holder has it, waits for its release (polling every interval, 1 s when 0)
+// instead of refusing, and tells waiting the first time it waits and each
+// time the holder changes. A lock that cannot be read or taken over safely
+// is refused at once, as by Acquire; ctx ends the wait.
+func AcquireWait(ctx context.Context, path string, opts Options, interval time.Duration, waiting func(*HeldError)) (*Lock, error) {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	var told *Record
+	for {
+		l, err := Acquire(path, opts)
+		var held *HeldError
+		if err == nil || !errors.As(err, &held) || held.Holder == nil {
+			return l, err
+		}
+		if waiting != nil && (told == nil || *told != *held.Holder) {
+			waiting(held)
+			told = held.Holder
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %s: %w", path, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
 }
 
 // live says why holder still holds the lock, or "" when it is stale.

@@ -1,6 +1,7 @@
 package pidlock
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -268,5 +270,53 @@ func TestSetChild(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("lock file still there after Release")
+	}
+}
+
+// TestAcquireWait: a lock a live process holds is waited for, the wait told
+// once, and taken when its holder releases it; a context that ends first
+// ends the wait; an unreadable lock is refused at once, not waited on.
+func TestAcquireWait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), home.RuntimeBuildLock)
+	holder, err := Acquire(path, Options{PID: other, Boot: fakeHost().Boot, Alive: func(int) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := fakeHost(other)
+	var told []*HeldError
+	done := make(chan error, 1)
+	go func() {
+		l, err := AcquireWait(context.Background(), path, host, 10*time.Millisecond, func(e *HeldError) { told = append(told, e) })
+		if err == nil && l.Record().PID != me {
+			err = errors.New("the lock taken records another pid")
+		}
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("AcquireWait returned %v while the holder held the lock", err)
+	default:
+	}
+	if err := holder.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("AcquireWait after the release: %v", err)
+	}
+	if len(told) != 1 || told[0].Holder == nil || told[0].Holder.PID != other {
+		t.Errorf("the wait was told %+v; want once, naming pid %d", told, other)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := AcquireWait(ctx, path, Options{PID: 3000, Boot: host.Boot, Alive: func(int) bool { return true }}, 10*time.Millisecond, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("AcquireWait of a held lock whose context ends = %v; want the context's error", err)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.lock")
+	writeLock(t, bad, "not a record")
+	if _, err := AcquireWait(context.Background(), bad, host, 10*time.Millisecond, func(*HeldError) { t.Error("an unreadable lock was waited on") }); !errors.Is(err, ErrHeld) {
+		t.Errorf("AcquireWait of an unreadable lock = %v; want ErrHeld at once", err)
 	}
 }

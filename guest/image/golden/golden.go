@@ -127,7 +127,7 @@ func Check() error {
 // Build builds the golden image into o.Out unless one of the same inputs is
 // registered. Cancelling ctx stops it (mmdebstrap gets SIGTERM and cleans its
 // mounts up) and removes what it made; Out is then left without a manifest.
-func Build(ctx context.Context, o Options) (Result, error) {
+func Build(ctx context.Context, o Options) (_ Result, err error) {
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
 	}
@@ -169,11 +169,25 @@ func Build(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	root := filepath.Join(scratch, "root")
+	// A build that fails keeps its work (ref 3.2 .golden-<v>.work), for a
+	// person to read what the failed step left; a stopped or finished one
+	// removes it. The next build removes what an earlier failure kept.
+	var failed bool
 	defer func() {
+		if failed && ctx.Err() == nil {
+			kept := filepath.Join(o.Work, KeptWorkPrefix+version+".work")
+			if kerr := keepWork(scratch, root, kept); kerr != nil {
+				o.Log("%v", kerr)
+			} else {
+				err = fmt.Errorf("%w\nwhat the build made is kept in %s for a look (the next build removes it; or: sudo rm -rf %s)", err, kept, kept)
+			}
+			return
+		}
 		if err := removeTree(scratch, root); err != nil {
 			o.Log("%v", err)
 		}
 	}()
+	removeKeptWork(o.Work, o.Log)
 	b := &build{o: o, scratch: scratch, root: root, start: time.Now()}
 
 	steps := []struct {
@@ -198,6 +212,7 @@ func Build(ctx context.Context, o Options) (Result, error) {
 			if ctx.Err() != nil {
 				return Result{}, fmt.Errorf("golden image build stopped during %s: %w", s.name, ctx.Err())
 			}
+			failed = true
 			return Result{}, fmt.Errorf("golden image build, %s: %w", s.name, err)
 		}
 		o.Log("      done in %s", time.Since(t).Round(100*time.Millisecond))
@@ -544,25 +559,62 @@ func (b *build) qcow2(ctx context.Context) error {
 	return os.Rename(tmp, dest)
 }
 
+// KeptWorkPrefix begins the name of the work folder a failed build keeps in
+// Options.Work: .golden-<version>.work (ref 3.2).
+const KeptWorkPrefix = ".golden-"
+
+// keepWork keeps a failed build's scratch folder as kept: what mmdebstrap
+// left mounted in its root is unmounted first (as removeTree does), so
+// nothing of the host stays reachable through it.
+func keepWork(scratch, root, kept string) error {
+	if err := unmountUnder(scratch, root); err != nil {
+		return err
+	}
+	if err := os.Rename(scratch, kept); err != nil {
+		return fmt.Errorf("keep the failed build's work as %s: %w", kept, err)
+	}
+	return nil
+}
+
+// removeKeptWork removes the work folders earlier failed builds kept in
+// work, saying each: only the newest failure is worth a look.
+func removeKeptWork(work string, logf func(string, ...any)) {
+	matches, _ := filepath.Glob(filepath.Join(work, KeptWorkPrefix+"*.work"))
+	for _, dir := range matches {
+		if err := removeTree(dir, filepath.Join(dir, "root")); err != nil {
+			logf("%v", err)
+			continue
+		}
+		logf("removed %s, the work an earlier failed build kept", dir)
+	}
+}
+
 // removeTree removes a build's scratch folder, but never while anything is
 // mounted below it: mmdebstrap mounts /proc, /sys and /dev of the host into
 // the new root, and removing through such a mount would delete the host's
 // files. A mount it left behind (it was killed) is unmounted first.
 func removeTree(dir, root string) error {
+	if err := unmountUnder(dir, root); err != nil {
+		return fmt.Errorf("not removing %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmountUnder unmounts what is mounted at or below root, deepest first.
+func unmountUnder(dir, root string) error {
 	mounts, err := mountsUnder(root)
 	if err != nil {
-		return fmt.Errorf("not removing %s: cannot read the mounts: %w", dir, err)
+		return fmt.Errorf("cannot read the mounts: %w", err)
 	}
-	// Deepest first.
 	sort.Sort(sort.Reverse(sort.StringSlice(mounts)))
 	for _, m := range mounts {
 		_ = syscall.Unmount(m, syscall.MNT_DETACH)
 	}
 	if mounts, err = mountsUnder(root); err != nil || len(mounts) > 0 {
-		return fmt.Errorf("not removing %s: %s is still mounted; unmount it (umount -R) and remove the folder", dir, strings.Join(mounts, ", "))
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
+		return fmt.Errorf("%s is still mounted; unmount it (umount -R) and remove %s", strings.Join(mounts, ", "), dir)
 	}
 	return nil
 }

@@ -68,6 +68,13 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	// The runtime ISO is built and registered here too: under the lock
+	// every runtime builder takes (ref 3.2), held to the registration.
+	lock, err := images.LockRuntimeBuild(ctx, h, logf)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	res, err := testimage.Build(ctx, testimage.Options{
 		Out: out, Repo: *repo, Work: *work, Log: logf,
 		Registered: func(kind, digest string) (protocol.ImageManifest, bool) {
