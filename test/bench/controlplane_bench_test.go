@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -497,10 +498,23 @@ func watchLatency(ctx context.Context, client dynamic.Interface, rep *report) ([
 		mu    sync.Mutex
 		added = map[string]time.Time{}
 		all   = make(chan struct{})
+		// ended is closed when the server ends the watch before all came:
+		// under load its watch cache closes a watcher that falls behind,
+		// which a client (an informer) answers by watching again. The
+		// bench says so instead of counting what never comes.
+		ended  = make(chan struct{})
+		status string
 	)
 	go func() {
+		defer close(ended)
 		for ev := range w.ResultChan() {
 			at := time.Now()
+			if ev.Type == watch.Error {
+				mu.Lock()
+				status = fmt.Sprintf("%v", apierrors.FromObject(ev.Object))
+				mu.Unlock()
+				continue
+			}
 			if ev.Type != watch.Added {
 				continue
 			}
@@ -528,6 +542,16 @@ func watchLatency(ctx context.Context, client dynamic.Interface, rep *report) ([
 	}
 	select {
 	case <-all:
+	case <-ended:
+		mu.Lock()
+		got, why := len(added), status
+		mu.Unlock()
+		if got < watchCount {
+			if why == "" {
+				why = "no error event: the connection closed"
+			}
+			return nil, fmt.Errorf("the server ended the watch after %d of %d ADDED events (%s)", got, watchCount, why)
+		}
 	case <-time.After(time.Minute):
 		mu.Lock()
 		got := len(added)
