@@ -9,7 +9,9 @@
 // "BenchmarkControlPlane/dots/create-2  1  12.3 p50-ms  19.8 p99-ms" gives
 // ControlPlane/dots/create's p50-ms and p99-ms. A goal whose benchmark did
 // not run shows "not run", one whose benchmark ran without that figure "not
-// reported": a missing figure is said, not skipped.
+// reported": a missing figure is said, not skipped. A benchmark or package
+// that failed is listed after the table and makes the command fail: `make
+// bench` goes on past a failed step to measure the rest, and ends with this.
 package main
 
 import (
@@ -63,16 +65,27 @@ var goals = []goal{
 	{What: "Telegram: the hub's own part of a chat, p99 (ms)", Bench: "TelegramChat", Unit: "hub-p99-ms", AtMost: 100},
 }
 
-var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+(.*)$`)
+var (
+	benchLine = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+(.*)$`)
+	// failLine is go test's line for a failed benchmark or test ("--- FAIL:
+	// BenchmarkX/y") or package ("FAIL\tpkg\t12.3s").
+	failLine = regexp.MustCompile(`^(?:--- FAIL: (\S+)|FAIL\s+(\S+)\s)`)
+)
 
 // parse reads go test -bench output: benchmark -> unit -> value. A later
-// line of the same benchmark and unit wins.
-func parse(r io.Reader) (map[string]map[string]float64, error) {
-	out := map[string]map[string]float64{}
+// line of the same benchmark and unit wins. failed are the benchmarks and
+// packages that failed, in order.
+func parse(r io.Reader) (out map[string]map[string]float64, failed []string, err error) {
+	out = map[string]map[string]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
-		m := benchLine.FindStringSubmatch(strings.TrimSpace(sc.Text()))
+		line := strings.TrimSpace(sc.Text())
+		if f := failLine.FindStringSubmatch(line + " "); f != nil {
+			failed = append(failed, f[1]+f[2])
+			continue
+		}
+		m := benchLine.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
@@ -88,7 +101,7 @@ func parse(r io.Reader) (map[string]map[string]float64, error) {
 			out[m[1]][fields[i+1]] = v
 		}
 	}
-	return out, sc.Err()
+	return out, failed, sc.Err()
 }
 
 // table writes the goals' rows with what was measured.
@@ -140,7 +153,7 @@ func num(v float64) string {
 }
 
 func main() {
-	figures, err := parse(os.Stdin)
+	figures, failed, err := parse(os.Stdin)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "figures:", err)
 		os.Exit(1)
@@ -149,4 +162,8 @@ func main() {
 	fmt.Println()
 	met, missed, notRun := table(os.Stdout, figures)
 	fmt.Printf("\n%d met, %d not met, %d not run\n", met, missed, notRun)
+	if len(failed) > 0 {
+		fmt.Printf("\nfailed (their output above says why): %s\n", strings.Join(failed, ", "))
+		os.Exit(1)
+	}
 }

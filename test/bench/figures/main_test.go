@@ -12,10 +12,15 @@ BenchmarkControlPlane/start/cold-2         	       1	      1500 api-ready-ms	   
 BenchmarkControlPlane/start/warm-2         	       1	      1200 api-ready-ms
 BenchmarkOutboxLive-2   	  200000	      5000 ns/op	     25000 events/s
 --- some other line 12 p99-ms
+--- FAIL: BenchmarkControlPlane/watch
+FAIL	github.com/invisible-dots/invisible-dots/test/bench	813.540s
 PASS`
-	figures, err := parse(strings.NewReader(out))
+	figures, failed, err := parse(strings.NewReader(out))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := []string{"BenchmarkControlPlane/watch", "github.com/invisible-dots/invisible-dots/test/bench"}; strings.Join(failed, ",") != strings.Join(want, ",") {
+		t.Errorf("failed = %q; want %q", failed, want)
 	}
 	if got := figures["ControlPlane/start/cold"]["dots-ready-ms"]; got != 2100 {
 		t.Errorf("cold dots-ready-ms = %v, want 2100", got)
