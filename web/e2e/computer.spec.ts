@@ -109,8 +109,30 @@ test("a card's power menu on Home stops the computer, asking first, and the card
 test("the Computer page says what the Dot's model spent, while the computer is off", async ({ page }) => {
   await applyDot('spent-dot');
   await guestSays('spent-dot', [{ type: 'message.assistant', data: { text: 'Done.', spent_usd: 1.5 } }]);
-  await page.goto(harness().url + '/dots/default/spent-dot/computer');
+  await page.goto(harness().url + '/dots/default/spent-dot/computer?view=usage');
   await expect(page.getByTestId('computer-spend')).toHaveText('$1.50 today · $1.50 in all');
+  // Usage reads while the computer is off; Screen says it is off.
+  await expect(page.getByRole('region', { name: 'Usage' })).toContainText('2 CPUs');
+  await page.getByRole('link', { name: 'Screen' }).click();
+  await expect(page).toHaveURL(/view=screen/);
+  await expect(page.getByTestId('computer-off')).toBeVisible();
+});
+
+test('the old addresses lead to where their pages went (ref 9.7)', async ({ page }) => {
+  await applyDot('moved-dot');
+  for (const [from, to] of [
+    ['/approvals', /\/inbox$/],
+    ['/dots/default/moved-dot/approvals', /\/inbox\?dot=default%2Fmoved-dot$/],
+    ['/dots/default/moved-dot/timeline', /\/dots\/default\/moved-dot\/activity$/],
+    ['/dots/default/moved-dot/browser', /\/dots\/default\/moved-dot\/computer\?view=screen$/],
+    ['/dots/default/moved-dot/computer?view=browser', /\/dots\/default\/moved-dot\/computer\?view=browser$/],
+  ] as const) {
+    await page.goto(harness().url + from);
+    await expect(page).toHaveURL(to);
+    await expect(page.getByRole('heading', { name: 'No such page' })).toHaveCount(0);
+  }
+  // The old Browser view's query shows the Screen.
+  await expect(page.getByRole('link', { name: 'Screen' })).toHaveAttribute('aria-current', 'page');
 });
 
 test('while a task runs, Reboot and Stop ask first and name the task', async ({ page }) => {

@@ -71,17 +71,21 @@ const cases: { name: string; path: string; running?: boolean; task?: boolean; fa
     want: ["err-dot's config could not be read: etcdserver: request timed out. Reload the page to try again."],
   },
   {
-    name: "the Computer page, when the spend, the screen and the files cannot be read",
+    name: "the Computer page's Usage, when the spend cannot be read",
+    path: '/dots/default/err-dot/computer?view=usage',
+    fail: (p) => failing(p, `**${DOT}/usage*`),
+    want: ['could not be read: the database did not answer. Reload the page to try again.'],
+  },
+  {
+    name: "the Computer page, when the screen and the files cannot be read",
     path: '/dots/default/err-dot/computer',
     running: true,
     fail: async (p) => {
-      await failing(p, `**${DOT}/usage*`);
       await failing(p, `**${DOT}/screenshot`, 502, 'the guest did not answer');
       await failing(p, `**${DOT}/files/list?*`, 502, 'the guest did not answer');
     },
     act: (p) => p.getByRole('link', { name: 'Files', exact: true }).click(),
     want: [
-      'could not be read: the database did not answer. Reload the page to try again.',
       'The screen could not be read: the guest did not answer. Trying again.',
       'The folder could not be read: the guest did not answer. Reload the page to try again.',
     ],

@@ -10,6 +10,7 @@ const PAGES: { name: string; path: string; running?: string }[] = [
   { name: 'Inbox', path: '/inbox' },
   { name: 'Tasks', path: '/dots/default/axe-dot/tasks' },
   { name: 'Computer', path: '/dots/default/axe-dot/computer' },
+  { name: 'Computer usage', path: '/dots/default/axe-dot/computer?view=usage' },
   { name: 'Skills', path: '/dots/default/axe-dot/skills' },
   { name: 'Channels', path: '/dots/default/axe-dot/channels' },
   { name: 'Activity', path: '/dots/default/axe-dot/activity' },

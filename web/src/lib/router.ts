@@ -15,6 +15,27 @@ export type Route =
   | { page: 'dot'; tab: DotPage; ns: string; name: string; task?: string }
   | { page: 'missing' };
 
+/**
+ * The address an old one moved to (ref 9.7), or null: /approvals and a Dot's
+ * approvals are the Inbox (that Dot's, with ?dot=), a Dot's timeline is its
+ * Activity, and its Browser view is the Computer page's Screen. Followed in
+ * place (history.replaceState), so Back does not lead to the old address.
+ */
+export function moved(pathname: string): string | null {
+  if (/^\/approvals\/?$/.test(pathname)) return '/inbox';
+  const m = /^\/dots\/([^/]+)\/([^/]+)\/(approvals|timeline|browser)\/?$/.exec(pathname);
+  if (!m) return null;
+  const [ns, name] = [decodeURIComponent(m[1]), decodeURIComponent(m[2])];
+  switch (m[3]) {
+    case 'approvals':
+      return `/inbox?dot=${encodeURIComponent(`${ns}/${name}`)}`;
+    case 'timeline':
+      return dotHref(ns, name, 'activity');
+    default:
+      return `${dotHref(ns, name, 'computer')}?view=screen`;
+  }
+}
+
 export function parse(pathname: string): Route {
   if (pathname === '/' || pathname === '') return { page: 'home' };
   if (pathname === '/inbox') return { page: 'inbox' };
@@ -45,8 +66,13 @@ export function navigate(href: string, replace = false) {
 export function useRoute(): Route {
   const [route, setRoute] = useState(() => parse(location.pathname));
   useEffect(() => {
-    const on = () => setRoute(parse(location.pathname));
+    const on = () => {
+      const to = moved(location.pathname);
+      if (to) navigate(to, true);
+      else setRoute(parse(location.pathname));
+    };
     addEventListener('popstate', on);
+    on();
     return () => removeEventListener('popstate', on);
   }, []);
   return route;

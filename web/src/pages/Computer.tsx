@@ -7,6 +7,7 @@ import { btn } from '../lib/ui';
 import { FrameView } from '../components/FrameView';
 import { NotRunning } from '../components/NotRunning';
 import { PowerActions } from '../components/PowerActions';
+import type { Computer } from '../lib/types';
 
 // What a file view shows in the page; anything larger is a download only.
 const MAX_TEXT = 1 << 20;
@@ -29,11 +30,65 @@ function bytes(n?: number) {
   return `${n.toFixed(i ? 1 : 0)} ${u[i]}`;
 }
 
+type View = 'screen' | 'files' | 'usage';
+const VIEWS: View[] = ['screen', 'files', 'usage'];
+const VIEW_WORDS: Record<View, string> = { screen: 'Screen', files: 'Files', usage: 'Usage' };
+
+/**
+ * Usage reads while the computer is off (ref 9.7): what it was given, what
+ * it uses while it runs, its images, its automations, its host and what its
+ * model spent.
+ */
+function Usage({ ns, name, computer: c, halted }: { ns: string; name: string; computer: Computer; halted: boolean }) {
+  return (
+    <section aria-label="Usage" class="rounded-card border border-border bg-surface p-4">
+      <dl class="grid grid-cols-[auto_minmax(0,1fr)] gap-x-4 gap-y-1 text-sm break-words">
+        <dt class="text-muted">Size</dt>
+        <dd>
+          {c.spec.cpu ?? 2} CPUs · {c.spec.memory ?? '4Gi'} memory · {c.spec.disk ?? '40Gi'} disk
+        </dd>
+        {c.status?.system && (
+          <>
+            <dt class="text-muted">In use</dt>
+            <dd>
+              memory {bytes((c.status.system.memTotalBytes ?? 0) - (c.status.system.memAvailableBytes ?? 0))} of{' '}
+              {bytes(c.status.system.memTotalBytes)} · disk {bytes((c.status.system.diskTotalBytes ?? 0) - (c.status.system.diskFreeBytes ?? 0))} of{' '}
+              {bytes(c.status.system.diskTotalBytes)}
+            </dd>
+          </>
+        )}
+        <dt class="text-muted">Images</dt>
+        <dd class="truncate">
+          golden {c.status?.goldenImage || 'not chosen yet'} · runtime{' '}
+          {c.status?.runtimeImage || 'not chosen yet'}
+        </dd>
+        <dt class="text-muted">Automations</dt>
+        <dd>
+          {halted
+            ? 'Paused: the computer was stopped by a person'
+            : c.status?.nextAutomationTime
+              ? `next due ${new Date(c.status.nextAutomationTime).toLocaleString()} (a sleeping computer starts shortly before)`
+              : 'none due'}
+        </dd>
+        <dt class="text-muted">Host</dt>
+        <dd>{c.spec.nodeName || 'not placed yet'}</dd>
+        <dt class="text-muted">Model spend</dt>
+        <dd data-testid="computer-spend">
+          <Spend ns={ns} name={name} />
+        </dd>
+      </dl>
+    </section>
+  );
+}
+
 export function ComputerPage({ ns, name }: { ns: string; name: string }) {
   const cs = useCell(computers);
   const c = cs.items.get(`${ns}/${name}`);
   const q = useQuery();
-  const view = q.get('view') === 'files' ? 'files' : 'screen';
+  // ?view=screen|files|usage (ref 9.7); anything else, the old Browser
+  // view's address included, is Screen.
+  const asked = q.get('view');
+  const view: View = asked === 'files' || asked === 'usage' ? asked : 'screen';
   const state = c?.status?.state;
   const running = state === 'RUNNING';
   const halted = c?.spec.runStrategy === 'Halted';
@@ -75,39 +130,6 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
                 </dd>
               </>
             )}
-            <dt class="text-muted">Size</dt>
-            <dd>
-              {c.spec.cpu ?? 2} CPUs · {c.spec.memory ?? '4Gi'} memory · {c.spec.disk ?? '40Gi'} disk
-            </dd>
-            {c.status?.system && (
-              <>
-                <dt class="text-muted">In use</dt>
-                <dd>
-                  memory {bytes((c.status.system.memTotalBytes ?? 0) - (c.status.system.memAvailableBytes ?? 0))} of{' '}
-                  {bytes(c.status.system.memTotalBytes)} · disk {bytes((c.status.system.diskTotalBytes ?? 0) - (c.status.system.diskFreeBytes ?? 0))} of{' '}
-                  {bytes(c.status.system.diskTotalBytes)}
-                </dd>
-              </>
-            )}
-            <dt class="text-muted">Images</dt>
-            <dd class="truncate">
-              golden {c.status?.goldenImage || 'not chosen yet'} · runtime{' '}
-              {c.status?.runtimeImage || 'not chosen yet'}
-            </dd>
-            <dt class="text-muted">Automations</dt>
-            <dd>
-              {halted
-                ? 'Paused: the computer was stopped by a person'
-                : c.status?.nextAutomationTime
-                  ? `next due ${new Date(c.status.nextAutomationTime).toLocaleString()} (a sleeping computer starts shortly before)`
-                  : 'none due'}
-            </dd>
-            <dt class="text-muted">Host</dt>
-            <dd>{c.spec.nodeName || 'not placed yet'}</dd>
-            <dt class="text-muted">Model spend</dt>
-            <dd data-testid="computer-spend">
-              <Spend ns={ns} name={name} />
-            </dd>
           </dl>
           <p role="status" class="mt-2 h-5 text-sm text-muted">
             {message}
@@ -115,19 +137,21 @@ export function ComputerPage({ ns, name }: { ns: string; name: string }) {
         </section>
       )}
       <nav aria-label="Computer views" class="mt-4 flex gap-1 border-b border-border">
-        {(['screen', 'files'] as const).map((v) => (
+        {VIEWS.map((v) => (
           <a
             key={v}
             href={`${base}?view=${v}`}
             aria-current={view === v ? 'page' : undefined}
             class={`-mb-px border-b-2 px-3 py-2 text-sm ${view === v ? 'border-accent font-semibold' : 'border-transparent text-muted'}`}
           >
-            {v === 'screen' ? 'Screen' : 'Files'}
+            {VIEW_WORDS[v]}
           </a>
         ))}
       </nav>
       <div class="mt-3">
-        {!running ? (
+        {view === 'usage' ? (
+          c && <Usage ns={ns} name={name} computer={c} halted={halted} />
+        ) : !running ? (
           <NotRunning ns={ns} state={state} onStart={() => power(ns, name, 'start')} />
         ) : view === 'screen' ? (
           <FrameView ns={ns} name={name} />
