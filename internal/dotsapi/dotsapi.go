@@ -198,6 +198,7 @@ func (h *Handler) routes() []route {
 		{"health", map[string]handlerFunc{http.MethodGet: h.health}},
 		{"doctor", map[string]handlerFunc{http.MethodGet: h.runDoctor}},
 		{"secrets/openrouter", map[string]handlerFunc{http.MethodPut: h.putOpenRouterKey}},
+		{"namespaces/{ns}/dots/{name}/secrets/openrouter", map[string]handlerFunc{http.MethodPut: h.putDotOpenRouterKey}},
 		{"namespaces/{ns}/approvals/{approval}/approve", map[string]handlerFunc{http.MethodPost: h.answerApproval(dotsv1.Approve)}},
 		{"namespaces/{ns}/approvals/{approval}/reject", map[string]handlerFunc{http.MethodPost: h.answerApproval(dotsv1.Reject)}},
 	}

@@ -94,3 +94,69 @@ func TestPutOpenRouterKey(t *testing.T) {
 		t.Errorf("health after the store: %s", hb)
 	}
 }
+
+// TestPutDotOpenRouterKey: under a Dot's path (ref 9.6's dot_id, here its
+// namespace and name) the key is that Dot's own, stored by a person who may write the
+// Dot's secrets, and the answer says whether its running computer got it.
+func TestPutDotOpenRouterKey(t *testing.T) {
+	e := newGuestEnv(t, guestEnvOptions{})
+	const key = "sk-or-v1-fedcba9876543210"
+	path := func(d types.NamespacedName) string {
+		return "/dots/v1/namespaces/" + d.Namespace + "/dots/" + d.Name + "/secrets/openrouter"
+	}
+	body := `{"key":"` + key + `"}`
+	for _, tc := range []struct {
+		reason, who string
+		dot         types.NamespacedName
+		body        string
+		want        answer
+	}{
+		{"a viewer of the Dot", "viewer", runningDot, body, answer{http.StatusForbidden, wire.CodeForbidden, ""}},
+		{"a Dot of a namespace the editor has no role in", "editor", types.NamespacedName{Namespace: "team-b", Name: "runner"}, body, answer{http.StatusForbidden, wire.CodeForbidden, ""}},
+		{"a Dot that does not exist", "editor", types.NamespacedName{Namespace: "team-a", Name: "ghost"}, body, answer{http.StatusNotFound, wire.CodeNotFound, ""}},
+		{"an unknown field", "editor", runningDot, `{"key":"` + key + `","dot_id":"x"}`, answer{http.StatusBadRequest, wire.CodeInvalidRequest, ""}},
+		{"a key with a space", "editor", runningDot, `{"key":"sk-or nope-secretvalue"}`, answer{http.StatusBadRequest, wire.CodeInvalidRequest, ""}},
+	} {
+		got, b := e.call(t, tc.who, http.MethodPut, path(tc.dot), "application/json", tc.body)
+		if !got.matches(tc.want) {
+			t.Errorf("%s: got %+v, want %+v", tc.reason, got, tc.want)
+		}
+		if strings.Contains(string(b), key) || strings.Contains(string(b), "nope-secretvalue") {
+			t.Errorf("%s: the answer repeats the key: %s", tc.reason, b)
+		}
+	}
+	for _, d := range []struct {
+		dot     types.NamespacedName
+		running int
+	}{{runningDot, 1}, {stoppedDot, 0}} {
+		got, b := e.call(t, "editor", http.MethodPut, path(d.dot), "application/json", body)
+		if got.Status != http.StatusOK || strings.Contains(string(b), key) {
+			t.Fatalf("store the key of %s: %+v %s", d.dot, got, b)
+		}
+		var out OpenRouterKeyStored
+		if err := json.Unmarshal(b, &out); err != nil || out.RunningDots == nil || *out.RunningDots != d.running {
+			t.Errorf("the key of %s: answer %s (%v); want running_dots %d", d.dot, b, err, d.running)
+		}
+		dot := &dotsv1.Dot{}
+		if err := e.client.Get(context.Background(), d.dot, dot); err != nil {
+			t.Fatal(err)
+		}
+		if dot.Spec.SecretRef == nil || out.Secret != d.dot.Namespace+"/"+dot.Spec.SecretRef.Name {
+			t.Fatalf("the key of %s went to %s; the Dot names %+v", d.dot, out.Secret, dot.Spec.SecretRef)
+		}
+		sec := &corev1.Secret{}
+		if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: d.dot.Namespace, Name: dot.Spec.SecretRef.Name}, sec); err != nil {
+			t.Fatal(err)
+		}
+		if string(sec.Data[dotsv1.OpenRouterKeySecretKey]) != key {
+			t.Errorf("the Dot's Secret holds %d bytes, not the key", len(sec.Data[dotsv1.OpenRouterKeySecretKey]))
+		}
+		if dot.Annotations[dotsv1.SecretsChangedAnnotation] == "" {
+			t.Errorf("Dot %s was not told of its new key (its host agent pushes it at once when told)", d.dot)
+		}
+	}
+	def := &corev1.Secret{}
+	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: dotsv1.SystemNamespace, Name: dotsv1.DefaultKeySecretName}, def); err == nil {
+		t.Errorf("a Dot's key was stored as the host-wide default")
+	}
+}
