@@ -97,6 +97,13 @@ type Options struct {
 	// Doctor runs the doctor of the server's host (hostagent/doctor); nil
 	// answers the doctor route 501.
 	Doctor func(ctx context.Context) wire.DoctorReport
+	// OpenAIAnswerWait bounds how long a chat completion of the
+	// OpenAI-compatible endpoint waits for the Dot's answer, 10 minutes
+	// when 0.
+	OpenAIAnswerWait time.Duration
+	// WebURL is the web client's address, named where a person answers an
+	// approval (its Inbox); empty names none.
+	WebURL string
 }
 
 // Handler serves every route under wire.Prefix.
@@ -118,6 +125,9 @@ type Handler struct {
 	// channelKinds are the channel types the server runs.
 	channelKinds hub.Kinds
 	channelLinks ChannelLinks
+	// answerWait and webURL are the OpenAI-compatible endpoint's.
+	answerWait time.Duration
+	webURL     string
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -145,6 +155,7 @@ func New(o Options) (*Handler, error) {
 	}
 	h.guests, h.writer, h.server, h.channelKinds = o.Guests, o.Client, o.Server, o.Channels
 	h.channelLinks = o.ChannelLinks
+	h.answerWait, h.webURL = o.OpenAIAnswerWait, o.WebURL
 	if o.Doctor != nil {
 		h.doctor = &doctorRuns{run: o.Doctor}
 	}
