@@ -62,7 +62,7 @@ type openAIRoute struct {
 func (h *Handler) openAIRoutes() []openAIRoute {
 	return []openAIRoute{
 		{"models", map[string]handlerFunc{http.MethodGet: h.listModels}},
-		{"models/{ns}/{name}", map[string]handlerFunc{http.MethodGet: h.getModel}},
+		{"models/{model...}", map[string]handlerFunc{http.MethodGet: h.getModel}},
 		{"chat/completions", map[string]handlerFunc{http.MethodPost: h.chatCompletion}},
 	}
 }
@@ -229,10 +229,11 @@ func (h *Handler) listModels(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// getModel answers one Dot as a model, if the caller may chat with it.
+// getModel answers one Dot as a model, if the caller may chat with it. The
+// model's slash comes as a slash or escaped (%2F, as OpenAI's clients
+// escape a path parameter): the path's rest is the model either way.
 func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) error {
-	ns, name := r.PathValue("ns"), r.PathValue("name")
-	d, err := h.chatDot(r, wire.OpenAIModelID(ns, name))
+	d, err := h.chatDot(r, r.PathValue("model"))
 	if err != nil {
 		return err
 	}
