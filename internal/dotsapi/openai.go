@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -354,8 +355,20 @@ func (h *Handler) chatCompletion(w http.ResponseWriter, r *http.Request) error {
 	if wait <= 0 {
 		wait = defaultOpenAIAnswerWait
 	}
+	// A Dot that waits for a chat approval already answers nothing before
+	// a person answers that: said at once, as one asked meanwhile.
+	pending, err := h.pendingChatApproval(ctx, d)
+	if err != nil {
+		h.log.Error(err, "could not read whether the Dot waits for an approval; waiting for its answer", "dot", req.Model)
+	}
+	await := func(keepAlive func() error) (chatAnswer, error) {
+		if pending != nil {
+			return chatAnswer{text: approvalText(d, approvalRequestOf(pending), h.webURL)}, nil
+		}
+		return h.awaitAnswer(ctx, sub, d, posted, wait, keepAlive)
+	}
 	if !req.Stream {
-		a, err := h.awaitAnswer(ctx, sub, d, posted, wait, nil)
+		a, err := await(nil)
 		if err != nil {
 			return err
 		}
@@ -378,7 +391,7 @@ func (h *Handler) chatCompletion(w http.ResponseWriter, r *http.Request) error {
 	if err := send(sseData(c.chunk(wire.OpenAIChatDelta{Role: wire.OpenAIRoleAssistant, Content: new(string)}, nil, nil))); err != nil {
 		return nil // the client went
 	}
-	a, err := h.awaitAnswer(ctx, sub, d, posted, wait, func() error { return send([]byte(openAIKeepAlive)) })
+	a, err := await(func() error { return send([]byte(openAIKeepAlive)) })
 	if err != nil {
 		if ctx.Err() == nil {
 			// The answer began: the failure is said in the stream, as
@@ -562,6 +575,38 @@ func (h *Handler) answerOf(f *frame, d *dotsv1.Dot, posted store.PostedMessage) 
 		return chatAnswer{text: approvalText(d, ar, h.webURL)}, true
 	}
 	return chatAnswer{}, false
+}
+
+// pendingChatApproval is the oldest Approval of the chat (of no Task) the
+// Dot d waits for, nil when none: read only when the Dot's status counts
+// one pending.
+func (h *Handler) pendingChatApproval(ctx context.Context, d *dotsv1.Dot) (*dotsv1.Approval, error) {
+	if d.Status.PendingApprovals == 0 {
+		return nil, nil
+	}
+	var list dotsv1.ApprovalList
+	if err := h.dots.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingLabels{dotsv1.DotLabel: d.Name}); err != nil {
+		return nil, fmt.Errorf("list the Approvals of the Dot %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	var oldest *dotsv1.Approval
+	for i := range list.Items {
+		a := &list.Items[i]
+		waits := a.Spec.Decision == "" && a.Spec.TaskName == "" && a.Spec.RequestID != "" && a.Spec.DotName == d.Name &&
+			(a.Status.Phase == "" || a.Status.Phase == dotsv1.ApprovalPending) && a.DeletionTimestamp == nil
+		if waits && (oldest == nil || a.CreationTimestamp.Before(&oldest.CreationTimestamp)) {
+			oldest = a
+		}
+	}
+	return oldest, nil
+}
+
+// approvalRequestOf is what a pending Approval asks, as the guest asked it.
+func approvalRequestOf(a *dotsv1.Approval) protocol.ApprovalRequested {
+	ar := protocol.ApprovalRequested{ApprovalID: a.Spec.RequestID, Tool: a.Spec.Tool, Permission: a.Spec.Permission, Reason: a.Spec.Reason}
+	if a.Spec.Arguments != nil {
+		ar.Arguments = a.Spec.Arguments.Raw
+	}
+	return ar
 }
 
 // approvalText says that the Dot waits for a person's approval, what it

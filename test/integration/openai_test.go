@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -60,7 +61,7 @@ func expectOpenAIError(err error, status int, code string) {
 // fakeDot answers the person's messages of a Dot in its log as the event
 // pump writes a guest's answer: a message.assistant naming the message,
 // with a spend. A message that says "delete" is answered with a chat
-// approval request instead. It keeps when each answer was committed.
+// approval request instead, one that says "quiet" not at all. It keeps when each answer was committed.
 type fakeDot struct {
 	dot       store.Dot
 	seq       atomic.Int64
@@ -89,6 +90,9 @@ func answerMessages(d *dotsv1.Dot) *fakeDot {
 		for e := range events {
 			var m wire.MessageUser
 			Expect(json.Unmarshal(e.Data, &m)).To(Succeed())
+			if strings.Contains(m.Text, "quiet") {
+				continue
+			}
 			if strings.Contains(m.Text, "delete") {
 				f.says(protocol.EventApprovalRequested, protocol.ApprovalRequested{ApprovalID: fmt.Sprintf("chat-%d", e.ID), Tool: "exec",
 					Permission: "computer.exec", Arguments: json.RawMessage(`{"command":"rm -rf build"}`), Reason: "clean the build"})
@@ -258,33 +262,8 @@ var _ = Describe("The OpenAI-compatible endpoint", Ordered, func() {
 		expectOpenAIError(err, http.StatusBadRequest, wire.OpenAICodeNoUserMessage)
 	})
 
-	It("answers, rather than hangs, when the Dot waits for an approval: which, and where to answer it", func() {
-		resp, err := editor.Chat.Completions.New(suiteCtx, openai.ChatCompletionNewParams{
-			Model: modelA, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("delete the build")},
-		})
-		Expect(err).NotTo(HaveOccurred())
-		said := strings.TrimPrefix(resp.ID, "chatcmpl-")
-		name := dotsv1.ApprovalName(dotA.Name, "chat-"+said)
-		text := resp.Choices[0].Message.Content
-		Expect(text).To(ContainSubstring("waits for an approval"))
-		Expect(text).To(ContainSubstring(name))
-		Expect(text).To(ContainSubstring("invisible-dots approve"))
-		Expect(text).To(ContainSubstring("clean the build"))
-
-		By("streamed too")
-		stream := editor.Chat.Completions.NewStreaming(suiteCtx, openai.ChatCompletionNewParams{
-			Model: modelA, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("delete the logs")},
-		})
-		acc := openai.ChatCompletionAccumulator{}
-		for stream.Next() {
-			acc.AddChunk(stream.Current())
-		}
-		Expect(stream.Err()).NotTo(HaveOccurred())
-		Expect(acc.Choices[0].Message.Content).To(ContainSubstring("waits for an approval"))
-	})
-
 	It("measures its overhead above the Dot's own answer: from the answer's commit to the client", func() {
-		const turns = 40
+		const turns = 100
 		var whole, streamed []time.Duration
 		for i := range turns {
 			text := fmt.Sprintf("turn %d", i)
@@ -312,6 +291,45 @@ var _ = Describe("The OpenAI-compatible endpoint", Ordered, func() {
 		// Timings are reported, never asserted (DESIGN.md 7).
 		AddReportEntry("OpenAI endpoint overhead above the Dot's answer (commit to client)",
 			fmt.Sprintf("whole: %s; streamed: %s (%d turns each)", percentiles(whole), percentiles(streamed), turns), ReportEntryVisibilityAlways)
+	})
+	It("answers, rather than hangs, when the Dot waits for an approval: which, and where to answer it", func() {
+		resp, err := editor.Chat.Completions.New(suiteCtx, openai.ChatCompletionNewParams{
+			Model: modelA, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("delete the build")},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		said := strings.TrimPrefix(resp.ID, "chatcmpl-")
+		name := dotsv1.ApprovalName(dotA.Name, "chat-"+said)
+		text := resp.Choices[0].Message.Content
+		Expect(text).To(ContainSubstring("waits for an approval"))
+		Expect(text).To(ContainSubstring(name))
+		Expect(text).To(ContainSubstring("invisible-dots approve"))
+		Expect(text).To(ContainSubstring("clean the build"))
+
+		By("streamed too")
+		stream := editor.Chat.Completions.NewStreaming(suiteCtx, openai.ChatCompletionNewParams{
+			Model: modelA, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("delete the logs")},
+		})
+		acc := openai.ChatCompletionAccumulator{}
+		for stream.Next() {
+			acc.AddChunk(stream.Current())
+		}
+		Expect(stream.Err()).NotTo(HaveOccurred())
+		Expect(acc.Choices[0].Message.Content).To(ContainSubstring("waits for an approval"))
+
+		By("saying at once that a Dot waits for an approval already, naming one")
+		Eventually(func(g Gomega) {
+			d := &dotsv1.Dot{}
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(dotA), d)).To(Succeed())
+			g.Expect(d.Status.PendingApprovals).To(BeNumerically(">=", 1))
+		}).Should(Succeed())
+		// The fake Dot leaves a quiet message unanswered: the answer is the
+		// approval's.
+		resp, err = editor.Chat.Completions.New(suiteCtx, openai.ChatCompletionNewParams{
+			Model: modelA, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a quiet hello")},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.Choices[0].Message.Content).To(ContainSubstring("waits for an approval"))
+		Expect(resp.Choices[0].Message.Content).To(ContainSubstring("invisible-dots approve " + dotA.Name + "-"))
 	})
 })
 
