@@ -258,9 +258,9 @@ func (h *Handler) allowed(ctx context.Context, u user.Info, verb, subresource, n
 }
 
 // chatDot is the Dot model names, once the caller may chat with it: a
-// model that is no Dot, or one the caller may not even get, is
-// model_not_found; one the caller may get but not chat with (dots-viewer)
-// is a 403.
+// model that is no Dot, or one whose chat the caller may not even read, is
+// model_not_found; one whose chat the caller may read but not write
+// (dots-viewer) is a 403.
 func (h *Handler) chatDot(r *http.Request, model string) (*dotsv1.Dot, error) {
 	u, err := callerOf(r)
 	if err != nil {
@@ -271,9 +271,9 @@ func (h *Handler) chatDot(r *http.Request, model string) (*dotsv1.Dot, error) {
 		return nil, modelNotFound(model)
 	}
 	if !h.allowed(r.Context(), u, "create", messagesSubresource, ns, name) {
-		if h.allowed(r.Context(), u, "get", "", ns, name) {
+		if h.allowed(r.Context(), u, "get", messagesSubresource, ns, name) {
 			return nil, openAIErrorf(http.StatusForbidden, wire.OpenAITypePermission, wire.CodeForbidden, "model",
-				"user %q may look at the Dot %s but not chat with it: that takes create on dots/messages in namespace %s (the role dots-editor)", u.GetName(), model, ns)
+				"user %q may read the chat of the Dot %s but not say anything in it: that takes create on dots/messages in namespace %s (the role dots-editor)", u.GetName(), model, ns)
 		}
 		return nil, modelNotFound(model)
 	}
@@ -329,7 +329,9 @@ func (h *Handler) chatCompletion(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if d.DeletionTimestamp != nil {
-		return openAIErrorf(http.StatusConflict, wire.OpenAITypeInvalidRequest, wire.CodeDotDeleting, "model", "the Dot %s is being deleted and takes no messages", req.Model)
+		oe := openAIErrorf(http.StatusConflict, wire.OpenAITypeInvalidRequest, wire.CodeDotDeleting, "model", "the Dot %s is being deleted and takes no messages", req.Model)
+		oe.noRetry = true // a 409 is retried by OpenAI's clients; this one stays
+		return oe
 	}
 	if h.feed == nil {
 		return openAIErrorf(http.StatusNotImplemented, wire.OpenAITypeServer, wire.CodeNotImplemented, "", "this server does not follow the event log live, so it cannot wait for a Dot's answer")
