@@ -41,6 +41,11 @@ import (
 // defaultOpenAIAnswerWait bounds the wait for a Dot's answer.
 const defaultOpenAIAnswerWait = 10 * time.Minute
 
+// defaultOpenAIMaxWaits is the most chat completions waiting at once: the
+// route is long-running, so the API server's in-flight limit does not
+// count it, and this does.
+const defaultOpenAIMaxWaits = 256
+
 // The OpenAI objects' names.
 const (
 	openAIObjectList   = "list"
@@ -301,7 +306,9 @@ func (h *Handler) chatDot(r *http.Request, model string) (*dotsv1.Dot, error) {
 // task) is answered at once with a message saying so and where to answer,
 // rather than waited past; the Dot's answer then goes to its own thread.
 // The wait is bounded (Options.OpenAIAnswerWait); past it, the message
-// stays queued and the request fails with answer_timeout.
+// stays queued and the request fails with answer_timeout. At most
+// Options.OpenAIMaxWaits requests wait at once; one more is a 429, before
+// anything is said.
 //
 // usage is the answer's spend as the log records it: spent_usd in cost and
 // the reasoning tokens; the log has no prompt or completion token counts,
@@ -339,6 +346,12 @@ func (h *Handler) chatCompletion(w http.ResponseWriter, r *http.Request) error {
 	if !h.feed.available() {
 		return openAIErrorf(http.StatusServiceUnavailable, wire.OpenAITypeServer, wire.CodeUnavailable, "", "the server stops; try again")
 	}
+	if !h.openAIWaits.TryAcquire(1) {
+		w.Header().Set("Retry-After", "1")
+		return openAIErrorf(http.StatusTooManyRequests, wire.OpenAITypeRateLimit, wire.OpenAICodeRateLimit, "",
+			"the server waits for %d answers already, the most it holds at once; try again", h.openAIMaxWaits)
+	}
+	defer h.openAIWaits.Release(1)
 	ctx := r.Context()
 	sub, err := h.feed.subscribe(ctx, string(d.UID), []string{protocol.EventMessageAssistant, protocol.EventApprovalRequested})
 	if err != nil {
@@ -372,6 +385,9 @@ func (h *Handler) chatCompletion(w http.ResponseWriter, r *http.Request) error {
 	if !req.Stream {
 		a, err := await(nil)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // the client went; the message stays said
+			}
 			return err
 		}
 		writeJSON(w, http.StatusOK, c.whole(a))

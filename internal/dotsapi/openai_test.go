@@ -8,11 +8,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
 func TestNewestUserText(t *testing.T) {
@@ -103,9 +105,19 @@ func openAIServer(t *testing.T, e *env) *httptest.Server {
 
 func callOpenAI(t *testing.T, srv *httptest.Server, who, method, path, body string) (int, []byte, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	status, data, header, err := doOpenAI(srv, who, method, path, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return status, data, header
+}
+
+// doOpenAI sends a request as who and returns the answer's status, body
+// and header.
+func doOpenAI(srv *httptest.Server, who, method, path, body string) (int, []byte, http.Header, error) {
+	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+who)
 	if body != "" {
@@ -113,14 +125,11 @@ func callOpenAI(t *testing.T, srv *httptest.Server, who, method, path, body stri
 	}
 	resp, err := srv.Client().Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, data, resp.Header
+	return resp.StatusCode, data, resp.Header, err
 }
 
 func TestOpenAIModels(t *testing.T) {
@@ -278,5 +287,47 @@ func TestOpenAIModelByPath(t *testing.T) {
 		if diff := cmp.Diff(wire.OpenAIModel{ID: "team-a/helper", Object: "model", Created: m.Created, OwnedBy: "team-a"}, m); diff != "" {
 			t.Errorf("GET %s (-want +got):\n%s", path, diff)
 		}
+	}
+}
+
+func TestOpenAIWaitIsBounded(t *testing.T) {
+	e := newEnv(t, func(o *Options, _ *FeedOptions) { o.OpenAIMaxWaits, o.OpenAIAnswerWait = 1, 2*time.Second })
+	srv := openAIServer(t, e)
+	body := `{"model":"team-a/helper","messages":[{"role":"user","content":"is anyone there?"}]}`
+	type result struct {
+		status int
+		data   []byte
+		header http.Header
+		err    error
+	}
+	first := make(chan result, 1)
+	go func() {
+		status, data, header, err := doOpenAI(srv, "editor", http.MethodPost, "/v1/chat/completions", body)
+		first <- result{status, data, header, err}
+	}()
+	// The first waits for an answer that does not come.
+	d := e.dots["team-a/helper"]
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		said, err := testStore.Events(t.Context(), store.EventQuery{DotUID: d.UID, Types: []string{wire.EventMessageUser}, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(said) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first message was not said within 10 s")
+		}
+	}
+	status, data, header := callOpenAI(t, srv, "editor", http.MethodPost, "/v1/chat/completions", body)
+	if status != http.StatusTooManyRequests || header.Get("Retry-After") == "" || !strings.Contains(string(data), wire.OpenAICodeRateLimit) {
+		t.Errorf("a second wait beyond the most: %d %s (Retry-After %q), want 429 %s", status, data, header.Get("Retry-After"), wire.OpenAICodeRateLimit)
+	}
+	r := <-first
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.status != http.StatusGatewayTimeout || r.header.Get("X-Should-Retry") != "false" || !strings.Contains(string(r.data), wire.OpenAICodeAnswerTimeout) {
+		t.Errorf("a wait past its bound: %d %s (X-Should-Retry %q), want 504 %s and no retry", r.status, r.data, r.header.Get("X-Should-Retry"), wire.OpenAICodeAnswerTimeout)
 	}
 }

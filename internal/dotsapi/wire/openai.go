@@ -176,11 +176,13 @@ const (
 	OpenAITypeAuthentication = "authentication_error"
 	OpenAITypeServer         = "server_error"
 	OpenAITypeTimeout        = "timeout_error"
+	OpenAITypeRateLimit      = "rate_limit_error"
 
 	OpenAICodeModelNotFound      = "model_not_found"
 	OpenAICodeUnsupportedContent = "unsupported_content"
 	OpenAICodeNoUserMessage      = "no_user_message"
 	OpenAICodeAnswerTimeout      = "answer_timeout"
+	OpenAICodeRateLimit          = "rate_limit_exceeded"
 )
 
 // OpenAIModelID is the model id of the Dot namespace/name.
