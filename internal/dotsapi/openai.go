@@ -388,7 +388,9 @@ func (h *Handler) chatCompletion(w http.ResponseWriter, r *http.Request) error {
 			if ctx.Err() != nil {
 				return nil // the client went; the message stays said
 			}
-			return err
+			oe := h.asOpenAIError(r, err)
+			oe.noRetry = true // the message is said: a retry would say it again
+			return oe
 		}
 		writeJSON(w, http.StatusOK, c.whole(a))
 		return nil

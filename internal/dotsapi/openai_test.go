@@ -90,7 +90,7 @@ func TestNewestUserText(t *testing.T) {
 
 // openAIServer serves the env's handler's OpenAI-compatible endpoint, with
 // the env's people.
-func openAIServer(t *testing.T, e *env) *httptest.Server {
+func openAIServer(t testing.TB, e *env) *httptest.Server {
 	t.Helper()
 	h := (*e.current.Load()).(*Handler).OpenAI()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
