@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
@@ -329,5 +332,43 @@ func TestOpenAIWaitIsBounded(t *testing.T) {
 	}
 	if r.status != http.StatusGatewayTimeout || r.header.Get("X-Should-Retry") != "false" || !strings.Contains(string(r.data), wire.OpenAICodeAnswerTimeout) {
 		t.Errorf("a wait past its bound: %d %s (X-Should-Retry %q), want 504 %s and no retry", r.status, r.data, r.header.Get("X-Should-Retry"), wire.OpenAICodeAnswerTimeout)
+	}
+}
+
+func TestApprovalText(t *testing.T) {
+	d := &dotsv1.Dot{ObjectMeta: metav1.ObjectMeta{Namespace: "family", Name: "helper"}}
+	ar := protocol.ApprovalRequested{ApprovalID: "req-1", Tool: "exec", Permission: "computer.exec", Arguments: json.RawMessage(`{"command":"make"}`), Reason: "build it"}
+	name := dotsv1.ApprovalName("helper", "req-1")
+	tests := map[string]struct {
+		reason string
+		webURL string
+		want   []string
+		absent []string
+	}{
+		"with the web client": {
+			reason: "the Inbox is named where the server serves the web client",
+			webURL: "http://127.0.0.2:3000/",
+			want:   []string{"helper waits for an approval", "build it", name, "http://127.0.0.2:3000/inbox", "invisible-dots approve " + name + " -n family", "kubectl patch approval " + name + " -n family"},
+		},
+		"without": {
+			reason: "no web client (--no-web): the commands alone",
+			want:   []string{name, "invisible-dots approve " + name + " -n family"},
+			absent: []string{"Inbox"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := approvalText(d, ar, tc.webURL)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("%s\napprovalText(web %q) = %q, want it to say %q", tc.reason, tc.webURL, got, w)
+				}
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(got, a) {
+					t.Errorf("%s\napprovalText(web %q) = %q, want no %q", tc.reason, tc.webURL, got, a)
+				}
+			}
+		})
 	}
 }
