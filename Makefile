@@ -255,7 +255,8 @@ bench: build
 # fake VMs, a start while 20 VMs power off and 100 Computers create-to-Ready
 # through the real API server (fake VMs), the guest engine, PostgreSQL, the
 # event log store, the events one event pump gets stored per second, the
-# live stream's latency from commit to 100 clients at 1,000 events/s, and a
+# live stream's latency from commit to 100 clients at 1,000 events/s, the
+# OpenAI-compatible endpoint's overhead above a Dot's answer, and a
 # Dot's chat: warm p50/p99 over 50
 # messages and a sleeping Dot's answer against the same image's boot
 # (BenchmarkDotChat, real VM under tcg, a stand-in model). Each prints its
@@ -272,6 +273,7 @@ bench-parts: test-image
 	set -o pipefail; $(GO) test -run '^$$' -bench . ./guest/engine/... $(BENCH_TEE) || echo "FAIL	./guest/engine/...	(a make bench step)" >> $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench PumpIngest -benchtime 3x ./internal/dotsapi/ $(BENCH_TEE) || echo "FAIL	PumpIngest	(a make bench step)" >> $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench StreamFanOut -benchtime 1x ./internal/dotsapi/ $(BENCH_TEE) || echo "FAIL	StreamFanOut	(a make bench step)" >> $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench OpenAIChat -benchtime 1x ./internal/dotsapi/ $(BENCH_TEE) || echo "FAIL	OpenAIChat	(a make bench step)" >> $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench 'DotChat|TelegramChat' -benchtime 1x -timeout 30m ./test/e2e/ $(BENCH_TEE) || echo "FAIL	DotChat|TelegramChat	(a make bench step)" >> $(BENCH_OUT)
 # dot-agentd under 1,000 hostile connections: the host's health checks' p50/p99.
 	set -o pipefail; $(GO) test -run '^$$' -bench HostileConnections -benchtime 1x ./guest/agentd/ $(BENCH_TEE) || echo "FAIL	HostileConnections	(a make bench step)" >> $(BENCH_OUT)

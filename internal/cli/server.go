@@ -112,6 +112,10 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 				return err
 			}
 			channelKinds, channelLinks := channelKinds(ctx, layout, log)
+			webAt := ""
+			if !noWeb {
+				webAt = webListen.URL()
+			}
 			cp, err := controlplane.Start(ctx, controlplane.Options{
 				Home:               layout,
 				ListenAddress:      listen,
@@ -120,6 +124,7 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 				EtcdServers:        etcdServers,
 				Channels:           channelKinds,
 				ChannelLinks:       channelLinks,
+				WebURL:             webAt,
 				Profiling:          profiling,
 				Log:                log,
 			})

@@ -67,7 +67,10 @@ type Options struct {
 	// ChannelLinks are WhatsApp's link codes, streamed by the Dots API; nil
 	// when the server runs no WhatsApp.
 	ChannelLinks *port.Links
-	Log          logr.Logger
+	// WebURL is the web client's address, which the OpenAI-compatible
+	// endpoint names where a person answers an approval; empty names none.
+	WebURL string
+	Log    logr.Logger
 }
 
 // ControlPlane is a started control plane.
@@ -159,10 +162,10 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		cancelFeed()
 		<-feedDone
 	}
-	mount := dotsAPIMount(cp.DB, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, channels: o.Channels, links: o.ChannelLinks})
+	mounts := dotsAPIMounts(cp.DB, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, channels: o.Channels, links: o.ChannelLinks, webURL: o.WebURL})
 
 	if o.ExternalKubeconfig != "" {
-		if err := cp.startExternal(ctx, o, mount); err != nil {
+		if err := cp.startExternal(ctx, o, mounts); err != nil {
 			return nil, err
 		}
 		return cp, nil
@@ -194,7 +197,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 			{Name: objectsize.Name, Plugin: objectsize.New()},
 			{Name: approvalonce.Name, Plugin: approvalonce.New()},
 		},
-		Mounts: []apiserver.Mount{mount},
+		Mounts: mounts,
 	})
 	if err != nil {
 		return nil, err
@@ -228,36 +231,66 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	return cp, nil
 }
 
-// dotsAPIMount serves the Dots API on the API server's port, over the event
-// log and outbox in db, reading Dots with the loopback credential once the
-// server's authorizer let the caller through.
-func dotsAPIMount(db *postgres.Instance, changes *store.Changes, feed *dotsapi.Feed, log logr.Logger, x dotsAPIExtras) apiserver.Mount {
-	return apiserver.Mount{
+// dotsAPIMounts serve the Dots API and, beside it, the OpenAI-compatible
+// endpoint (wire.OpenAIPrefix) on the API server's port, over the event log
+// and outbox in db, reading Dots with the loopback credential once the
+// server's authorizer let the caller through. One handler serves both: the
+// first mount made makes it, the other takes it (both are given the same
+// loopback and authorizer).
+func dotsAPIMounts(db *postgres.Instance, changes *store.Changes, feed *dotsapi.Feed, log logr.Logger, x dotsAPIExtras) []apiserver.Mount {
+	var (
+		made    *dotsapi.Handler
+		madeErr error
+	)
+	handler := func(loopback *rest.Config, authz authorizer.Authorizer) (*dotsapi.Handler, error) {
+		if made != nil || madeErr != nil {
+			return made, madeErr
+		}
+		reader, err := client.New(loopback, client.Options{Scheme: scheme.Scheme})
+		if err != nil {
+			madeErr = fmt.Errorf("make the Dots API's client of the API server: %w", err)
+			return nil, madeErr
+		}
+		made, madeErr = dotsapi.New(dotsapi.Options{
+			Store:      store.New(db.Pool()),
+			Changes:    changes,
+			Feed:       feed,
+			Reader:     reader,
+			Authorizer: authz,
+			Log:        log,
+			// Every guest, the in-process agent's included, through its
+			// host agent's endpoint.
+			Guests:       &dotsapi.HostGuests{Reader: reader, Writer: reader},
+			Client:       reader,
+			Server:       x.serverInfo(db),
+			Doctor:       serverDoctor(x.home, reader),
+			Channels:     x.channels,
+			ChannelLinks: x.channelLinks(),
+			WebURL:       x.webURL,
+		})
+		return made, madeErr
+	}
+	return []apiserver.Mount{{
 		Prefix:      wire.Prefix,
 		LongRunning: wire.IsLongRunningPath,
 		New: func(loopback *rest.Config, authz authorizer.Authorizer) (http.Handler, error) {
-			reader, err := client.New(loopback, client.Options{Scheme: scheme.Scheme})
+			h, err := handler(loopback, authz)
 			if err != nil {
-				return nil, fmt.Errorf("make the Dots API's client of the API server: %w", err)
+				return nil, err
 			}
-			return dotsapi.New(dotsapi.Options{
-				Store:      store.New(db.Pool()),
-				Changes:    changes,
-				Feed:       feed,
-				Reader:     reader,
-				Authorizer: authz,
-				Log:        log,
-				// Every guest, the in-process agent's included, through its
-				// host agent's endpoint.
-				Guests:       &dotsapi.HostGuests{Reader: reader, Writer: reader},
-				Client:       reader,
-				Server:       x.serverInfo(db),
-				Doctor:       serverDoctor(x.home, reader),
-				Channels:     x.channels,
-				ChannelLinks: x.channelLinks(),
-			})
+			return h, nil
 		},
-	}
+	}, {
+		Prefix:      wire.OpenAIPrefix,
+		LongRunning: wire.IsOpenAILongRunningPath,
+		New: func(loopback *rest.Config, authz authorizer.Authorizer) (http.Handler, error) {
+			h, err := handler(loopback, authz)
+			if err != nil {
+				return nil, err
+			}
+			return h.OpenAI(), nil
+		},
+	}}
 }
 
 // Store is the event log and outbox on the control plane's database, for

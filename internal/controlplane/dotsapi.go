@@ -21,6 +21,9 @@ type dotsAPIExtras struct {
 	home     home.Layout
 	channels hub.Kinds
 	links    *port.Links
+	// webURL is the web client's address, for the OpenAI-compatible
+	// endpoint's approval messages.
+	webURL string
 }
 
 // channelLinks is links as the Dots API takes it: nil (no WhatsApp) stays

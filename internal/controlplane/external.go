@@ -23,7 +23,7 @@ import (
 // API, which that cluster's API server does not serve, on our own HTTPS port
 // (o.ListenAddress) with authentication and authorization asked of the
 // cluster, published in the ConfigMap clients look for.
-func (cp *ControlPlane) startExternal(ctx context.Context, o Options, mount apiserver.Mount) error {
+func (cp *ControlPlane) startExternal(ctx context.Context, o Options, mounts []apiserver.Mount) error {
 	var err error
 	cp.Config, err = clientcmd.BuildConfigFromFlags("", o.ExternalKubeconfig)
 	if err != nil {
@@ -49,7 +49,7 @@ func (cp *ControlPlane) startExternal(ctx context.Context, o Options, mount apis
 		PKIDir:        o.Home.PKI(),
 		Kubeconfig:    o.ExternalKubeconfig,
 		Cluster:       cp.Config,
-		Mounts:        []apiserver.Mount{mount},
+		Mounts:        mounts,
 		Log:           cp.log,
 	})
 	if err != nil {

@@ -37,6 +37,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/semaphore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -97,6 +98,16 @@ type Options struct {
 	// Doctor runs the doctor of the server's host (hostagent/doctor); nil
 	// answers the doctor route 501.
 	Doctor func(ctx context.Context) wire.DoctorReport
+	// OpenAIAnswerWait bounds how long a chat completion of the
+	// OpenAI-compatible endpoint waits for the Dot's answer, 10 minutes
+	// when 0.
+	OpenAIAnswerWait time.Duration
+	// OpenAIMaxWaits is the most chat completions that wait for an
+	// answer at once, 256 when 0; one more is refused with a 429.
+	OpenAIMaxWaits int
+	// WebURL is the web client's address, named where a person answers an
+	// approval (its Inbox); empty names none.
+	WebURL string
 }
 
 // Handler serves every route under wire.Prefix.
@@ -118,6 +129,11 @@ type Handler struct {
 	// channelKinds are the channel types the server runs.
 	channelKinds hub.Kinds
 	channelLinks ChannelLinks
+	// answerWait and webURL are the OpenAI-compatible endpoint's.
+	answerWait     time.Duration
+	webURL         string
+	openAIMaxWaits int
+	openAIWaits    *semaphore.Weighted
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -145,6 +161,11 @@ func New(o Options) (*Handler, error) {
 	}
 	h.guests, h.writer, h.server, h.channelKinds = o.Guests, o.Client, o.Server, o.Channels
 	h.channelLinks = o.ChannelLinks
+	h.answerWait, h.webURL, h.openAIMaxWaits = o.OpenAIAnswerWait, o.WebURL, o.OpenAIMaxWaits
+	if h.openAIMaxWaits <= 0 {
+		h.openAIMaxWaits = defaultOpenAIMaxWaits
+	}
+	h.openAIWaits = semaphore.NewWeighted(int64(h.openAIMaxWaits))
 	if o.Doctor != nil {
 		h.doctor = &doctorRuns{run: o.Doctor}
 	}

@@ -59,6 +59,8 @@ var goals = []goal{
 	{What: "engine outbox, live, one writer waiting on each (events/s)", Bench: "OutboxLiveOneWriter", Unit: "events/s"},
 	{What: "event pump ingest (events/s)", Bench: "PumpIngest", Unit: "events/s", AtLeast: 5000},
 	{What: "live stream, commit to 100 clients p99 (ms)", Bench: "StreamFanOut", Unit: "p99-ms", AtMost: 50},
+	{What: "OpenAI endpoint, answer's commit to the client, whole p99 (ms)", Bench: "OpenAIChat", Unit: "whole-p99-ms", AtMost: 50},
+	{What: "OpenAI endpoint, answer's commit to the client, streamed p99 (ms)", Bench: "OpenAIChat", Unit: "streamed-p99-ms", AtMost: 50},
 	{What: "warm chat round trip p99, tcg, stand-in model (ms)", Bench: "DotChat", Unit: "chat-p99-ms"},
 	{What: "our own overhead in a warm chat, p99 (ms)", Bench: "DotChat", Unit: "overhead-p99-ms", AtMost: 100},
 	{What: "a sleeping Dot's answer ÷ the image's boot", Bench: "DotChat", Unit: "wake-answer/boot", AtMost: 1.1},
