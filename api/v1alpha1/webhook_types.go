@@ -174,7 +174,7 @@ func WebhookSecretName(webhook string) string { return webhook + "-webhook" }
 // WebhookLabel labels a Task a Webhook made with the Webhook's name.
 const WebhookLabel = "dots.invisible.dev/webhook"
 
-func (w *Webhook) GetConditions() []metav1.Condition   { return w.Status.Conditions }
+func (w *Webhook) GetConditions() []metav1.Condition  { return w.Status.Conditions }
 func (w *Webhook) SetConditions(c []metav1.Condition) { w.Status.Conditions = c }
 
 func init() {

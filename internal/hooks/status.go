@@ -39,12 +39,12 @@ type statusBatch struct {
 
 // delta is what is not written yet of a Webhook's status.
 type delta struct {
-	uid                          types.UID
+	uid                           types.UID
 	accepted, duplicates, refused int64
-	lastDelivery                 time.Time
-	lastTask                     string
-	lastError                    string
-	lastErrorTime                time.Time
+	lastDelivery                  time.Time
+	lastTask                      string
+	lastError                     string
+	lastErrorTime                 time.Time
 }
 
 func newStatusBatch(c client.Client, r client.Reader, clk clock.PassiveClock, log logr.Logger) *statusBatch {
