@@ -168,14 +168,18 @@ func New(o Options) *Listener {
 // NeedLeaderElection is false: every server listens (see the package doc).
 func (l *Listener) NeedLeaderElection() bool { return false }
 
-// Start listens on Options.Address until ctx ends, then stops taking
-// deliveries, lets those under way end (5 s at most) and writes the status
-// they left.
+// Start listens on Options.Address until ctx ends (Serve).
 func (l *Listener) Start(ctx context.Context) error {
 	ln, err := net.Listen("tcp", l.o.Address)
 	if err != nil {
 		return fmt.Errorf("webhooks: listen on %s (%s): %w", l.o.Address, EnvListen, err)
 	}
+	return l.Serve(ctx, ln)
+}
+
+// Serve serves deliveries on ln until ctx ends, then stops taking them,
+// lets those under way end (5 s at most) and writes the status they left.
+func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           l.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
