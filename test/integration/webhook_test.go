@@ -265,7 +265,7 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 
 		// Sent again: the same Task. Signed with another secret: refused.
 		Expect(run(secret)).To(ContainSubstring(`"duplicate":true`))
-		Expect(run("another-secret")).To(Equal(`{"error":"unauthorized"} 401`))
+		Expect(run("another-secret")).To(Equal("{\"error\":\"unauthorized\"}\n 401"))
 		Expect(webhookTasks(wh)).To(HaveLen(1))
 	})
 
