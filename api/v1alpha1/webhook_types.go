@@ -171,6 +171,12 @@ const WebhookSecretKey = "secret"
 // the Webhook name (owned by it, gone with it).
 func WebhookSecretName(webhook string) string { return webhook + "-webhook" }
 
+// WebhookSecretRotatedAnnotation is when the Webhook's secret was last
+// rotated (RFC 3339), written after the new secret is stored: the listener
+// reads the secret again as soon as it sees it change, so the old secret is
+// refused at once. A Secret changed without it is read again within 10 s.
+const WebhookSecretRotatedAnnotation = "dots.invisible.dev/secret-rotated-at"
+
 // WebhookLabel labels a Task a Webhook made with the Webhook's name.
 const WebhookLabel = "dots.invisible.dev/webhook"
 

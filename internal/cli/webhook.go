@@ -209,6 +209,16 @@ an array's first item, {{.}} the whole body; nothing else is code.`,
 			if err != nil {
 				return err
 			}
+			// Told to the listener through the Webhook, which it watches:
+			// it reads the secret again at once, and the old one is refused.
+			rotated := wh.DeepCopy()
+			if rotated.Annotations == nil {
+				rotated.Annotations = map[string]string{}
+			}
+			rotated.Annotations[dotsv1.WebhookSecretRotatedAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
+			if err := c.kube.Patch(ctx, rotated, client.MergeFrom(wh)); err != nil {
+				return fmt.Errorf("the new secret is stored, but Webhook %s/%s could not be marked rotated (the old secret works for up to 10 s more): %w", c.ns, wh.Name, err)
+			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "Webhook %s/%s has a new secret; give it to its sender (the old one is refused from now on)\n\n", c.ns, wh.Name)
 			printWebhookDoor(out, wh, secret)

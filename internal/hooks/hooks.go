@@ -76,11 +76,12 @@ const (
 	DefaultBurst = 100
 )
 
-// secretFresh is how long a Webhook's secret is used as read; a delivery
-// that fails with an older copy reads it again (a rotated secret works at
-// once), at most once per secretRetry.
+// secretFresh is how long a Webhook's secret is used as read, unless its
+// Webhook's WebhookSecretRotatedAnnotation changes meanwhile (a rotation:
+// read again at once); a delivery that fails with an older copy reads it
+// again, at most once per secretRetry.
 const (
-	secretFresh = 30 * time.Second
+	secretFresh = 10 * time.Second
 	secretRetry = time.Second
 )
 
@@ -139,6 +140,8 @@ type Listener struct {
 type cachedSecret struct {
 	value []byte
 	read  time.Time
+	// rotated is the Webhook's WebhookSecretRotatedAnnotation when read.
+	rotated string
 }
 
 // New makes a Listener.
@@ -322,7 +325,8 @@ func (l *Listener) secret(ctx context.Context, wh *dotsv1.Webhook, again bool) (
 	if again {
 		maxAge = secretRetry
 	}
-	if ok && now.Sub(c.read) < maxAge {
+	rotated := wh.Annotations[dotsv1.WebhookSecretRotatedAnnotation]
+	if ok && now.Sub(c.read) < maxAge && c.rotated == rotated {
 		return c.value, nil
 	}
 	sec := &corev1.Secret{}
@@ -337,7 +341,7 @@ func (l *Listener) secret(ctx context.Context, wh *dotsv1.Webhook, again bool) (
 		return nil, fmt.Errorf("its Secret %s holds no %q", key.Name, wh.Spec.SecretRef.SecretKey())
 	}
 	l.mu.Lock()
-	l.secrets[key] = cachedSecret{value: v, read: now}
+	l.secrets[key] = cachedSecret{value: v, read: now, rotated: rotated}
 	l.mu.Unlock()
 	return v, nil
 }

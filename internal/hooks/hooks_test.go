@@ -267,27 +267,63 @@ func TestRefusalsAnswerAlike(t *testing.T) {
 }
 
 func TestRotatedSecretWorksAtOnce(t *testing.T) {
+	ctx := context.Background()
 	f := newFixture(t, Options{})
 	if code, out := f.send(f.github("gh", "d-1", []byte(`{}`))); code != http.StatusAccepted {
 		t.Fatalf("first delivery: %d %s", code, out)
 	}
+	// As webhook rotate does: the new secret stored, then the Webhook
+	// marked.
 	sec := &corev1.Secret{}
-	key := types.NamespacedName{Namespace: ns, Name: "gh-webhook"}
-	if err := f.client.Get(context.Background(), key, sec); err != nil {
+	if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "gh-webhook"}, sec); err != nil {
 		t.Fatal(err)
 	}
 	sec.Data[dotsv1.WebhookSecretKey] = []byte("rotated-secret")
-	if err := f.client.Update(context.Background(), sec); err != nil {
+	if err := f.client.Update(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	wh := &dotsv1.Webhook{}
+	if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "gh"}, wh); err != nil {
+		t.Fatal(err)
+	}
+	wh.Annotations = map[string]string{dotsv1.WebhookSecretRotatedAnnotation: "2026-12-05T10:00:01Z"}
+	if err := f.client.Update(ctx, wh); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := f.send(f.github("gh", "d-2", []byte(`{"n":2}`))); code != http.StatusUnauthorized {
+		t.Errorf("a delivery signed with the old secret right after the rotation: %d; want 401", code)
+	}
+	body := []byte(`{"n":3}`)
+	d := delivery{name: "gh", body: body, header: http.Header{"X-Hub-Signature-256": {SignGitHub([]byte("rotated-secret"), body)}, "X-Github-Delivery": {"d-3"}}}
+	if code, out := f.send(d); code != http.StatusAccepted {
+		t.Errorf("a delivery signed with the rotated secret: %d %s; want 202", code, out)
+	}
+}
+
+func TestSecretChangedBehindItsWebhook(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, Options{})
+	if code, out := f.send(f.github("gh", "d-1", []byte(`{}`))); code != http.StatusAccepted {
+		t.Fatalf("first delivery: %d %s", code, out)
+	}
+	// The Secret edited with kubectl, the Webhook not marked.
+	sec := &corev1.Secret{}
+	if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "gh-webhook"}, sec); err != nil {
+		t.Fatal(err)
+	}
+	sec.Data[dotsv1.WebhookSecretKey] = []byte("edited-secret")
+	if err := f.client.Update(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Step(2 * time.Second)
 	body := []byte(`{"n":2}`)
-	d := delivery{name: "gh", body: body, header: http.Header{"X-Hub-Signature-256": {SignGitHub([]byte("rotated-secret"), body)}, "X-Github-Delivery": {"d-2"}}}
+	d := delivery{name: "gh", body: body, header: http.Header{"X-Hub-Signature-256": {SignGitHub([]byte("edited-secret"), body)}, "X-Github-Delivery": {"d-2"}}}
 	if code, out := f.send(d); code != http.StatusAccepted {
-		t.Errorf("a delivery signed with the rotated secret: %d %s; want 202 (the secret is read again on a mismatch)", code, out)
+		t.Errorf("a delivery signed with the new secret: %d %s; want 202 (the secret is read again on a mismatch)", code, out)
 	}
+	f.clock.Step(secretFresh)
 	if code, _ := f.send(f.github("gh", "d-3", []byte(`{"n":3}`))); code != http.StatusUnauthorized {
-		t.Errorf("a delivery signed with the old secret after the rotation: %d; want 401", code)
+		t.Errorf("a delivery signed with the old secret %s later: %d; want 401", secretFresh, code)
 	}
 }
 
