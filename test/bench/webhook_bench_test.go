@@ -26,8 +26,9 @@ var (
 )
 
 const (
-	// webhookRate is the deliveries a second the bench sends, spread over
-	// webhookCount Webhooks (each within the listener's own rate limit).
+	// webhookRate is the deliveries a second the bench sends
+	// (BENCH_WEBHOOK_RATE), spread over webhookCount Webhooks (each within
+	// the listener's own rate limit up to 200 a second).
 	webhookRate  = 100
 	webhookCount = 10
 	// webhookDeliveries is how many it sends (BENCH_WEBHOOK_DELIVERIES).
@@ -51,6 +52,7 @@ func BenchmarkWebhookAccept(b *testing.B) {
 		b.Fatalf("no invisible-dots binary at %s (%v): run `make build` first, or set %s", bin, err, envBinary)
 	}
 	n := positiveEnv(b, "BENCH_WEBHOOK_DELIVERIES", webhookDeliveries)
+	perSecond := positiveEnv(b, "BENCH_WEBHOOK_RATE", webhookRate)
 	root, err := os.MkdirTemp("", "idbench-hooks-")
 	if err != nil {
 		b.Fatal(err)
@@ -155,7 +157,7 @@ func BenchmarkWebhookAccept(b *testing.B) {
 			wg   sync.WaitGroup
 			errs []error
 		)
-		tick := time.NewTicker(time.Second / webhookRate)
+		tick := time.NewTicker(time.Second / time.Duration(perSecond))
 		began := time.Now()
 		for i := range n {
 			<-tick.C
@@ -183,7 +185,7 @@ func BenchmarkWebhookAccept(b *testing.B) {
 		b.ReportMetric(ms(p99), "p99-ms")
 		b.ReportMetric(float64(n)/took.Seconds(), "deliveries/s")
 		fmt.Printf("\nwebhook accept (signed delivery to 202, one Task made), %d deliveries at %d/s over %d Webhooks, sent %.1f/s:\n  p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
-			n, webhookRate, webhookCount, float64(n)/took.Seconds(), ms(p50), ms(p99), ms(percentile(lat, 100)))
+			n, perSecond, webhookCount, float64(n)/took.Seconds(), ms(p50), ms(p99), ms(percentile(lat, 100)))
 	}
 	b.StopTimer()
 	list, err := client.Resource(dotsGVR.GroupVersion().WithResource("tasks")).Namespace(webhookNS).List(ctx, metav1.ListOptions{})
