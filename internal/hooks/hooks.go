@@ -196,7 +196,7 @@ func (l *Listener) Serve(ctx context.Context, ln net.Listener) error {
 	flushed := make(chan struct{})
 	go func() {
 		defer close(flushed)
-		l.status.run(ctx, l.o.FlushEvery)
+		l.status.run(ctx, l.o.FlushEvery, l.pruneLimiters)
 	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -263,7 +263,7 @@ func (l *Listener) deliver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	if !l.limiter(wh).Allow() {
+	if !l.limiter(wh).AllowN(now, 1) {
 		l.refused(wh, errors.New("over the rate limit"))
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "rate limited"})
@@ -373,6 +373,20 @@ func (l *Listener) limiter(wh *dotsv1.Webhook) *rate.Limiter {
 		l.limiters[wh.UID] = lim
 	}
 	return lim
+}
+
+// pruneLimiters forgets the limiters that are full (idle long enough to
+// have every token back): one made again is the same, and a Webhook gone
+// leaves nothing behind.
+func (l *Listener) pruneLimiters() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.o.Clock.Now()
+	for uid, lim := range l.limiters {
+		if lim.TokensAt(now) >= float64(lim.Burst()) {
+			delete(l.limiters, uid)
+		}
+	}
 }
 
 // TaskName is the name of the Task the delivery id makes through the

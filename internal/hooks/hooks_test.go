@@ -340,6 +340,21 @@ func TestRateLimit(t *testing.T) {
 	if n := len(f.tasks()); n != 2 {
 		t.Errorf("%d tasks made; want 2", n)
 	}
+	// A second later one token is back: one more, not two.
+	f.clock.Step(time.Second)
+	f.l.pruneLimiters()
+	if code, _ := f.send(f.github("gh", "d-3", []byte(`{}`))); code != http.StatusAccepted {
+		t.Errorf("a second later: %d; want 202", code)
+	}
+	if code, _ := f.send(f.github("gh", "d-4", []byte(`{}`))); code != http.StatusTooManyRequests {
+		t.Errorf("a second later, the second delivery: %d; want 429 (a limiter not yet full is kept)", code)
+	}
+	// Idle until full: forgotten, nothing left behind.
+	f.clock.Step(time.Minute)
+	f.l.pruneLimiters()
+	if n := len(f.l.limiters); n != 0 {
+		t.Errorf("%d limiters kept after a minute idle; want none", n)
+	}
 }
 
 func TestTaskName(t *testing.T) {

@@ -82,8 +82,8 @@ func (s *statusBatch) refused(wh *dotsv1.Webhook, why string, now time.Time) {
 	d.lastError, d.lastErrorTime = eventtext.Cut(why, maxLastError), now
 }
 
-// run flushes every period until ctx ends.
-func (s *statusBatch) run(ctx context.Context, period time.Duration) {
+// run flushes every period until ctx ends, then calls also.
+func (s *statusBatch) run(ctx context.Context, period time.Duration, also func()) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -92,6 +92,7 @@ func (s *statusBatch) run(ctx context.Context, period time.Duration) {
 			return
 		case <-t.C:
 			s.flush(ctx)
+			also()
 		}
 	}
 }
