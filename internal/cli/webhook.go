@@ -83,9 +83,11 @@ an array's first item, {{.}} the whole body; nothing else is code.`,
 			wh := &dotsv1.Webhook{
 				ObjectMeta: metav1.ObjectMeta{
 					Namespace: c.ns, Name: name,
-					// Owned by its Dot, gone with it (as a Channel).
+					// Owned by its Dot, gone with it (the Webhook controller
+					// binds one applied without it the same way).
 					OwnerReferences: []metav1.OwnerReference{{
-						APIVersion: dotsv1.GroupVersion.String(), Kind: "Dot", Name: d.Name, UID: d.UID, BlockOwnerDeletion: ptr.To(true),
+						APIVersion: dotsv1.GroupVersion.String(), Kind: "Dot", Name: d.Name, UID: d.UID,
+						Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 					}},
 				},
 				Spec: dotsv1.WebhookSpec{

@@ -283,6 +283,26 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 		}).Should(BeTrue())
 	})
 
+	It("applied without an owner, is bound to its Dot by the controllers", func() {
+		dot, _, _, _ := channelDot()
+		wh := &dotsv1.Webhook{
+			ObjectMeta: metav1.ObjectMeta{Namespace: dot.Namespace, Name: "applied-" + rand.String(5)},
+			Spec: dotsv1.WebhookSpec{
+				DotName: dot.Name, Signature: dotsv1.WebhookGitHub,
+				SecretRef: dotsv1.WebhookSecretRef{Name: "s"},
+				Task:      dotsv1.WebhookTaskTemplate{Description: "x"},
+			},
+		}
+		Expect(k8sClient.Create(suiteCtx, wh)).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := &dotsv1.Webhook{}
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(wh), got)).To(Succeed())
+			g.Expect(metav1.IsControlledBy(got, dot)).To(BeTrue())
+			g.Expect(got.Status.Conditions).To(ContainElement(And(
+				HaveField("Type", dotsv1.DotBoundCondition), HaveField("Status", metav1.ConditionTrue))))
+		}).Should(Succeed())
+	})
+
 	It("refuses a Webhook the schema does not allow", func() {
 		dot := validDot()
 		wh := &dotsv1.Webhook{
