@@ -14,6 +14,9 @@
 //     sender's values marked as untrusted;
 //  7. the Task is made, and the answer is 202 {"task": name} at once.
 //
+// GitHub's ping (X-GitHub-Event: ping, sent when a webhook is added there),
+// well signed, is answered 200 {"pong": true} and makes no Task.
+//
 // A refusal at steps 1 to 4 is one answer, whatever its reason: 401 with
 // the same body for an unknown Webhook, a paused one, a bad signature, a
 // timestamp out of the replay window and a body over MaxBody alike, so the
@@ -263,6 +266,12 @@ func (l *Listener) deliver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if wh.Spec.Signature == dotsv1.WebhookGitHub && r.Header.Get("X-GitHub-Event") == "ping" {
+		// GitHub's ping, sent when the webhook is added there: it proves
+		// the secret and the URL, and is no work for the Dot.
+		writeJSON(w, http.StatusOK, map[string]bool{"pong": true})
+		return
+	}
 	if !l.limiter(wh).AllowN(now, 1) {
 		l.refused(wh, errors.New("over the rate limit"))
 		w.Header().Set("Retry-After", "1")

@@ -327,6 +327,24 @@ func TestSecretChangedBehindItsWebhook(t *testing.T) {
 	}
 }
 
+func TestGitHubPingMakesNoTask(t *testing.T) {
+	f := newFixture(t, Options{})
+	d := f.github("gh", "p-1", []byte(`{"zen":"Keep it logically awesome.","hook_id":1}`))
+	d.header.Set("X-GitHub-Event", "ping")
+	if code, out := f.send(d); code != http.StatusOK || !strings.Contains(out, `"pong":true`) {
+		t.Errorf("GitHub's ping: %d %s; want 200 pong", code, out)
+	}
+	bad := f.github("gh", "p-2", []byte(`{}`))
+	bad.header.Set("X-GitHub-Event", "ping")
+	bad.body = []byte(`{"x":1}`)
+	if code, _ := f.send(bad); code != http.StatusUnauthorized {
+		t.Errorf("a ping with a bad signature: %d; want 401 (a ping proves the secret too)", code)
+	}
+	if n := len(f.tasks()); n != 0 {
+		t.Errorf("pings made %d tasks; want none", n)
+	}
+}
+
 func TestRateLimit(t *testing.T) {
 	f := newFixture(t, Options{Rate: 1, Burst: 2})
 	var codes []int
