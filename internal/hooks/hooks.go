@@ -283,8 +283,11 @@ func (l *Listener) deliver(w http.ResponseWriter, r *http.Request) {
 	dup := false
 	if err := l.o.Client.Create(ctx, task); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
-			l.refused(wh, fmt.Errorf("the Task could not be made: %s", apiReason(err)))
-			l.o.Log.Error(err, "webhook: make the Task", "webhook", key.String(), "task", task.Name)
+			reason := apiReason(err)
+			l.refused(wh, fmt.Errorf("the Task could not be made: %s", reason))
+			// The reason alone: the API's message may quote the sender's
+			// text.
+			l.o.Log.Info("webhook: the Task could not be made", "webhook", key.String(), "task", task.Name, "reason", reason)
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "the task could not be made"})
 			return
 		}
