@@ -70,10 +70,10 @@ bench-web: build
 	cd web && WEB_BENCH=1 INVISIBLE_DOTS_BIN=$(CURDIR)/$(BIN) npx playwright test e2e/bench.spec.ts
 
 # CRDs and RBAC from the kubebuilder markers: the central controllers' role
-# from controllers/ and internal/dotsapi/ (served by the same credential
+# from controllers/, internal/dotsapi/ and internal/hooks/ (served by the same credential
 # against a cluster that is not ours), every host agent's from hostagent/.
 manifests:
-	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=invisible-dots-controller paths=./api/... paths=./controllers/... paths=./internal/dotsapi/... \
+	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=invisible-dots-controller paths=./api/... paths=./controllers/... paths=./internal/dotsapi/... paths=./internal/hooks/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) rbac:roleName=invisible-dots-host-agent paths=./hostagent/... \
 		output:rbac:artifacts:config=config/rbac/host_agent

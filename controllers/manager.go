@@ -1,9 +1,10 @@
 // Package controllers holds the central controllers: one reconciler per
-// concern (Dots, Tasks, Approvals, placement of Computers on hosts, the
-// lifecycle of hosts, and a Dot's work: dispatch, approval requests, MCP
-// additions, activity status and power, over one view of each Dot's event
-// log, WorkLog). They decide and write resources; they never touch a
-// VM or a host's disk, which is the host agent's (hostagent/agent).
+// concern (Dots, Tasks, Approvals, the Webhooks' owners, placement of
+// Computers on hosts, the lifecycle of hosts, and a Dot's work: dispatch,
+// approval requests, MCP additions, activity status and power, over one
+// view of each Dot's event log, WorkLog). They decide and write resources;
+// they never touch a VM or a host's disk, which is the host agent's
+// (hostagent/agent).
 package controllers
 
 import (
@@ -173,6 +174,9 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		Recorder: mgr.GetEventRecorder(ApprovalControllerName),
 		Clock:    o.Clock,
 	}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&WebhookReconciler{Client: mgr.GetClient(), Clock: o.Clock}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := (&PlacementReconciler{

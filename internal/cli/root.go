@@ -28,6 +28,7 @@ var subcommands = []func() *cobra.Command{
 	newComputerCommand,
 	newTaskCommand,
 	newChannelCommand,
+	newWebhookCommand,
 	newChatCommand,
 	newLogsCommand,
 	newStatusCommand,

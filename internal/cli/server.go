@@ -25,6 +25,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/controlplane"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/home"
+	"github.com/invisible-dots/invisible-dots/internal/hooks"
 	"github.com/invisible-dots/invisible-dots/internal/memlimit"
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
 	"github.com/invisible-dots/invisible-dots/internal/webui"
@@ -72,7 +73,9 @@ off), which adds the API credential itself for the machine's owner. With
 made for them and act with their own rights; an address others reach
 (127.0.0.1, which every guest reaches, or one of another network, served
 over HTTPS with a certificate of the server's CA, pki/ca.crt) turns sign-in
-on. The channel hub polls Telegram for the Dots' Channels
+on. With INVISIBLE_DOTS_HOOKS_LISTEN (host:port; off by default) it serves
+the Webhooks there, plain HTTP for a reverse proxy or tunnel to put behind
+TLS (invisible-dots webhook --help). The channel hub polls Telegram for the Dots' Channels
 (INVISIBLE_DOTS_TELEGRAM_API, default https://api.telegram.org). Once idle,
 it gives the memory a burst of work took back to the system (the Go
 runtime's memory limit follows its live heap; GOMEMLIMIT, when set, is kept
@@ -108,6 +111,10 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 				return err
 			}
 			etcdServers, err := parseEtcdServers(os.Getenv(envEtcdServers))
+			if err != nil {
+				return err
+			}
+			hooksListen, err := parseHooksListen(os.Getenv(hooks.EnvListen))
 			if err != nil {
 				return err
 			}
@@ -189,6 +196,9 @@ $INVISIBLE_DOTS_HOME/kubeconfig for kubectl:
 			if err != nil {
 				return err
 			}
+			if err := addHooksListener(central, hooksListen, log); err != nil {
+				return err
+			}
 			// The Dots API reaches this host's guests through this agent's
 			// guest endpoint, as any other host's (DESIGN.md 2: whatever
 			// talks to a guest runs in its host's agent); on the loopback,
@@ -235,6 +245,38 @@ func parseEtcdServers(v string) ([]string, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// parseHooksListen reads INVISIBLE_DOTS_HOOKS_LISTEN: host:port, or empty
+// for no webhooks listener.
+func parseHooksListen(v string) (string, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return "", nil
+	}
+	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+		return "", fmt.Errorf("%s=%q is not host:port (127.0.0.1:8790, or :8790 for every address)", hooks.EnvListen, v)
+	}
+	return v, nil
+}
+
+// addHooksListener runs the webhooks listener with the central controllers
+// when addr is set: in every server, leading or not (a delivery's Task has
+// one name whichever server makes it), stopped with the manager. It reads
+// Webhooks through the manager's cache and their Secrets from the API
+// server (the manager caches none).
+func addHooksListener(mgr ctrl.Manager, addr string, log logr.Logger) error {
+	if addr == "" {
+		log.V(1).Info("the webhooks listener is off (" + hooks.EnvListen + " is not set)")
+		return nil
+	}
+	return mgr.Add(hooks.New(hooks.Options{
+		Address:      addr,
+		Reader:       mgr.GetClient(),
+		SecretReader: mgr.GetAPIReader(),
+		Client:       mgr.GetClient(),
+		Log:          log.WithName("webhooks"),
+	}))
 }
 
 // stopWhenDatabaseLost ends ctx when the control plane's database is lost

@@ -51,8 +51,9 @@ type readiness struct {
 
 // startServer execs bin as `invisible-dots server --no-web` (with
 // --profiling when the bench takes profiles) on home,
-// listening on addr, its output appended to logPath.
-func startServer(bin string, h home.Layout, addr, logPath string) (*server, error) {
+// listening on addr, its output appended to logPath; env is added to the
+// server's environment (NAME=value).
+func startServer(bin string, h home.Layout, addr, logPath string, env ...string) (*server, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open the server log: %w", err)
@@ -62,7 +63,7 @@ func startServer(bin string, h home.Layout, addr, logPath string) (*server, erro
 		args = append(args, "--profiling")
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = serverEnv(h.Root, addr)
+	cmd.Env = append(serverEnv(h.Root, addr), env...)
 	// SIGINT is the server's clean stop.
 	c, err := startChild(cmd, logFile, syscall.SIGINT)
 	if err != nil {

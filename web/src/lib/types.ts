@@ -173,6 +173,27 @@ export interface Channel {
   };
 }
 
+/** A Dot's signed door that makes Tasks (api/v1alpha1 Webhook). */
+export interface Webhook {
+  metadata: Meta;
+  spec: {
+    dotName: string;
+    signature: 'github' | 'standard' | 'token' | string;
+    secretRef: { name: string; key?: string };
+    task: { description: string; priority?: number };
+    paused?: boolean;
+  };
+  status?: {
+    lastDeliveryTime?: string;
+    lastTaskName?: string;
+    accepted?: number;
+    duplicates?: number;
+    refused?: number;
+    lastError?: string;
+    lastErrorTime?: string;
+  };
+}
+
 /** A channel type the server runs (wire.ChannelKind). */
 export interface ChannelKind {
   type: string;

@@ -4,7 +4,8 @@
 // no Channel of yet. Telegram is linked with a bot's token, sent once and
 // never read back; a card then pairs a chat (a one-time code: the words to
 // send, the link, its QR code, the time left), lists the people paired,
-// switches the settings, pauses, takes a new token and unlinks.
+// switches the settings, pauses, takes a new token and unlinks. Below them,
+// the Dot's Webhooks (components/Webhooks).
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { says } from '../lib/api';
 import {
@@ -33,6 +34,7 @@ import {
   type LinkView,
   type SettingName,
 } from '../lib/channels';
+import { Webhooks } from '../components/Webhooks';
 import { ago, toneText } from '../lib/format';
 import { channels, useCell } from '../lib/live';
 import { CHANNEL_WARNINGS } from '../lib/generated';
@@ -108,6 +110,7 @@ export function Channels({ ns, name }: { ns: string; name: string }) {
       )}
       {(!all.loaded || (!kinds && !kindsError)) && mine.length === 0 && <p class="text-sm text-muted">Reading the channels…</p>}
       {kinds && kinds.length === 0 && mine.length === 0 && <p class="text-sm text-muted">This server runs no channel.</p>}
+      <Webhooks ns={ns} name={name} />
     </div>
   );
 }
