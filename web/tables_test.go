@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/engine/tools"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
@@ -28,10 +29,17 @@ func tablesSource() ([]byte, error) {
 		Description string `json:"description"`
 		Risk        string `json:"risk"`
 		Default     string `json:"default"`
+		// Tools are what an "Always allow" of it covers (the engine's tool
+		// table, tools.ToolsOf), named on the approval card.
+		Tools []string `json:"tools"`
 	}
 	perms := make([]perm, 0, len(protocol.Permissions))
 	for _, p := range protocol.Permissions {
-		perms = append(perms, perm{p.Name, p.Label, p.Description, string(p.Risk), string(p.Default)})
+		perms = append(perms, perm{p.Name, p.Label, p.Description, string(p.Risk), string(p.Default), tools.ToolsOf(p.Name)})
+	}
+	dj, err := json.Marshal(protocol.DestructivePermissions)
+	if err != nil {
+		return nil, err
 	}
 	b := protocol.Bounds
 	bounds := map[string]any{
@@ -95,10 +103,14 @@ func tablesSource() ([]byte, error) {
 		return nil, err
 	}
 	var out bytes.Buffer
-	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.\n")
+	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds, DestructivePermissions), the engine's tool table (ToolsOf), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.\n")
 	fmt.Fprintf(&out, "// UPDATE_WEB_TABLES=1 go test ./web writes it again.\n\n")
 	fmt.Fprintf(&out, "export type Decision = 'allow' | 'ask' | 'deny';\n\n")
-	fmt.Fprintf(&out, "export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision }[] = %s;\n\n", pj)
+	fmt.Fprintf(&out, "export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision; tools: string[] }[] = %s;\n\n", pj)
+	fmt.Fprintf(&out, "/** The permissions every call of which an approval card marks destructive; a file write is destructive outside WORKSPACE_DIR (guest/protocol DestructiveCall). */\n")
+	fmt.Fprintf(&out, "export const DESTRUCTIVE_PERMISSIONS: readonly string[] = %s;\n\n", dj)
+	fmt.Fprintf(&out, "/** Where the engine's relative paths start, and the Dot's home (\"~\"). */\n")
+	fmt.Fprintf(&out, "export const WORKSPACE_DIR = %q;\nexport const DOT_HOME = %q;\n\n", protocol.DefaultWorkspace, protocol.DefaultDotHome)
 	fmt.Fprintf(&out, "export const BOUNDS = %s as const;\n\n", bj)
 	fmt.Fprintf(&out, "/** The events whose spent_usd the usage route sums: a Dot's spend changes on these only. */\n")
 	fmt.Fprintf(&out, "export const SPEND_EVENT_TYPES: readonly string[] = %s;\n\n", sj)

@@ -407,6 +407,7 @@ func say(ctx context.Context, c *clients, dot, text string, timeout time.Duratio
 func askApproval(ctx context.Context, c *clients, dot string, d protocol.ApprovalRequested, out io.Writer, ask *bufio.Scanner) error {
 	name := dotsv1.ApprovalName(dot, d.ApprovalID)
 	fmt.Fprintf(out, "  ? %s %s\n", dot, eventtext.ApprovalLine(d))
+	fmt.Fprintf(out, "    %s\n", eventtext.RiskLine(d.Permission, d.Tool, d.Arguments))
 	if ask == nil {
 		fmt.Fprintf(out, "    answer it with: invisible-dots approve %s [--always], or invisible-dots reject %s\n", name, name)
 		return nil

@@ -49,12 +49,31 @@ test('a command is not allowed by the a key alone: it focuses Allow once', async
   expect((await getApproval('exec-a1')).spec.decision).toBe('approve');
 });
 
+test('a card says the risk, and a file written outside the workspace is destructive where one inside is not', async ({ page }) => {
+  await applyDot('write-dot');
+  await askApproval('write-in', 'write-dot', 'default', { tool: 'write_file', permission: 'files.write', arguments: { path: 'notes/today.md', content: 'x' } });
+  await askApproval('write-out', 'write-dot', 'default', { tool: 'write_file', permission: 'files.write', arguments: { path: '~/.bashrc', content: 'x' } });
+  await page.goto(harness().url + '/inbox');
+  const inside = page.locator('[data-card]', { hasText: 'notes/today.md' });
+  const outside = page.locator('[data-card]', { hasText: '.bashrc' });
+  await expect(inside.getByTestId('permission-phrase')).toHaveText('Write files (medium risk)');
+  await expect(inside.getByTestId('destructive')).toHaveCount(0);
+  await expect(outside.getByTestId('destructive')).toBeVisible();
+  // The destructive one is not allowed by the a key alone.
+  await outside.focus();
+  await page.keyboard.press('a');
+  await expect(outside.getByRole('button', { name: 'Allow once' })).toBeFocused();
+  expect((await getApproval('write-out')).spec.decision).toBeUndefined();
+});
+
 test('Always allow says what it allows, then answers with always', async ({ page }) => {
   await applyDot('always-dot');
   await askApproval('always-a1', 'always-dot');
   await page.goto(harness().url + '/inbox');
   await page.locator('[data-card]', { hasText: 'always-dot' }).getByRole('button', { name: 'Always allow…' }).click();
   await expect(page.getByRole('note')).toContainText('will not ask again');
+  // It names the tools the permission covers (the engine's tool table).
+  await expect(page.getByTestId('always-covers')).toHaveText(/^exec, .*exec_session/);
   await page.getByRole('button', { name: 'Always allow computer.exec' }).click();
   await expect(page.locator('[data-card]', { hasText: 'always-dot' })).toHaveCount(0);
   const a = await getApproval('always-a1');

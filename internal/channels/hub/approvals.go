@@ -128,11 +128,14 @@ func (p *Prompts) promptText(a Asked) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s asks to use %s.\n", p.Binding.Dot.Name, a.Tool)
 	if info, ok := protocol.LookupPermission(a.Permission); ok {
-		fmt.Fprintf(&b, "Permission: %s (%s risk): %s.\n", info.Label, info.Risk, info.Description)
-	} else if server, ok := protocol.MCPServerOfPermission(a.Permission); ok {
-		fmt.Fprintf(&b, "Permission: the MCP server %s (high risk): every tool of that server.\n", server)
+		fmt.Fprintf(&b, "Permission: %s: %s.\n", eventtext.PermissionPhrase(a.Permission), info.Description)
+	} else if _, ok := protocol.MCPServerOfPermission(a.Permission); ok {
+		fmt.Fprintf(&b, "Permission: %s: every tool of that server.\n", eventtext.PermissionPhrase(a.Permission))
 	} else {
-		fmt.Fprintf(&b, "Permission: %s.\n", a.Permission)
+		fmt.Fprintf(&b, "Permission: %s.\n", eventtext.PermissionPhrase(a.Permission))
+	}
+	if protocol.DestructiveCall(a.Permission, a.Tool, a.Arguments) {
+		b.WriteString("This is destructive: check it before you approve.\n")
 	}
 	if r := strings.TrimSpace(a.Reason); r != "" {
 		fmt.Fprintf(&b, "Reason: %s\n", eventtext.Cut(r, maxPromptPart))

@@ -220,3 +220,15 @@ func TestAPromptHidesArgumentsWhenAskedAndCutsThem(t *testing.T) {
 		t.Fatalf("showArguments on: %q", text)
 	}
 }
+
+// TestAPromptSaysADestructiveCall: a file written outside the workspace is
+// said destructive in the chat as on the web client's card; one inside is
+// not.
+func TestAPromptSaysADestructiveCall(t *testing.T) {
+	p := &Prompts{Binding: Binding{Dot: store.Dot{Name: "helper"}}, Send: &recordingSender{}}
+	out := p.promptText(Asked{ID: "x", Tool: "write_file", Permission: "files.write", Arguments: json.RawMessage(`{"path":"~/.bashrc"}`)})
+	in := p.promptText(Asked{ID: "y", Tool: "write_file", Permission: "files.write", Arguments: json.RawMessage(`{"path":"notes.md"}`)})
+	if !strings.Contains(out, "This is destructive") || strings.Contains(in, "destructive") {
+		t.Fatalf("outside the workspace: %q\ninside: %q", out, in)
+	}
+}

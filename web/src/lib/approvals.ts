@@ -6,6 +6,7 @@
 // second answer with a 409 whose message starts with already_resolved.
 
 import { ApiError, GROUP, getJSON, mergePatch } from './api';
+import { DESTRUCTIVE_PERMISSIONS, DOT_HOME, PERMISSIONS, WORKSPACE_DIR } from './generated';
 import { Cell } from './live';
 import type { Approval } from './types';
 
@@ -72,4 +73,59 @@ export async function answerApproval(a: Approval, ans: Answer): Promise<void> {
       current = await getJSON<Approval>(path);
     }
   }
+}
+
+/**
+ * Whether an approval card is destructive (ref 9.7): a command, the deletion
+ * of a browser identity, or a file write outside the workspace. The Go
+ * rule, protocol.DestructiveCall, is the owner; this is its reading of the
+ * same tables (generated.ts), for the card's key rule and its mark.
+ */
+export function isDestructive(permission: string, tool: string, args: unknown): boolean {
+  if (DESTRUCTIVE_PERMISSIONS.includes(permission)) return true;
+  return writePaths(tool, args).some((p) => !within(resolvePath(p), WORKSPACE_DIR));
+}
+
+function writePaths(tool: string, args: unknown): string[] {
+  if (!args || typeof args !== 'object') return [];
+  const a = args as Record<string, unknown>;
+  if (tool === 'write_file' || tool === 'edit_file') return typeof a.path === 'string' && a.path ? [a.path] : [];
+  if (tool === 'apply_patch' && Array.isArray(a.edits))
+    return a.edits.map((e: any) => (typeof e?.path === 'string' ? e.path : '')).filter((p: string) => p !== '');
+  return [];
+}
+
+function resolvePath(p: string): string {
+  if (p === '~' || p.startsWith('~/')) return clean(DOT_HOME + p.slice(1));
+  if (p.startsWith('/')) return clean(p);
+  return clean(`${WORKSPACE_DIR}/${p}`);
+}
+
+/** path.Clean of an absolute path: no empty, . or .. segments. */
+function clean(p: string): string {
+  const out: string[] = [];
+  for (const s of p.split('/')) {
+    if (s === '' || s === '.') continue;
+    if (s === '..') out.pop();
+    else out.push(s);
+  }
+  return '/' + out.join('/');
+}
+
+const within = (p: string, dir: string) => p === dir || p.startsWith(dir.replace(/\/$/, '') + '/');
+
+/** The tools an "Always allow" of permission covers, in words for the card. */
+export function coveredTools(permission: string): string {
+  if (permission.startsWith('mcp.') && !PERMISSIONS.some((p) => p.name === permission))
+    return `every tool of the MCP server ${permission.slice(4)}`;
+  const tools = PERMISSIONS.find((p) => p.name === permission)?.tools ?? [];
+  return tools.length ? tools.join(', ') : permission;
+}
+
+/** A permission in words with its risk, as every approval card says it (protocol.Permissions). */
+export function permissionPhrase(permission: string): string {
+  const p = PERMISSIONS.find((x) => x.name === permission);
+  if (p) return `${p.label} (${p.risk} risk)`;
+  if (permission.startsWith('mcp.')) return `the MCP server ${permission.slice(4)} (high risk)`;
+  return permission;
 }

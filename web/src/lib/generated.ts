@@ -1,108 +1,182 @@
-// Written by web/tables_test.go from guest/protocol (Permissions, Bounds), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.
+// Written by web/tables_test.go from guest/protocol (Permissions, Bounds, DestructivePermissions), the engine's tool table (ToolsOf), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.
 // UPDATE_WEB_TABLES=1 go test ./web writes it again.
 
 export type Decision = 'allow' | 'ask' | 'deny';
 
-export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision }[] = [
+export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision; tools: string[] }[] = [
   {
     "name": "computer.exec",
     "label": "Run commands",
     "description": "Run shell commands on its computer as the dot user",
     "risk": "high",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "exec",
+      "exec_session",
+      "list_exec_sessions"
+    ]
   },
   {
     "name": "computer.screenshot",
     "label": "See the desktop",
     "description": "Take screenshots of its whole desktop",
     "risk": "low",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "computer_screenshot"
+    ]
   },
   {
     "name": "files.read",
     "label": "Read files",
     "description": "Read, list and search files in its home",
     "risk": "low",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "find_files",
+      "grep",
+      "list_dir",
+      "read_file"
+    ]
   },
   {
     "name": "files.write",
     "label": "Write files",
     "description": "Create, edit and patch files in its home",
     "risk": "medium",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "apply_patch",
+      "edit_file",
+      "write_file"
+    ]
   },
   {
     "name": "automations",
     "label": "Schedule automations",
     "description": "Add, list and remove its own scheduled automations",
     "risk": "medium",
-    "default": "ask"
+    "default": "ask",
+    "tools": [
+      "cron"
+    ]
   },
   {
     "name": "browser.identity.list",
     "label": "List browser identities",
     "description": "List its browser identities and their status",
     "risk": "low",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "browser_identity_list"
+    ]
   },
   {
     "name": "browser.identity.create",
     "label": "Create browser identities",
     "description": "Make a new browser identity",
     "risk": "low",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "browser_identity_create"
+    ]
   },
   {
     "name": "browser.identity.delete",
     "label": "Delete browser identities",
     "description": "Delete a browser identity with its profile, cookies and logins",
     "risk": "high",
-    "default": "ask"
+    "default": "ask",
+    "tools": [
+      "browser_identity_delete"
+    ]
   },
   {
     "name": "browser.identity.launch",
     "label": "Open browsers",
     "description": "Open the browser of an identity",
     "risk": "low",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "browser_identity_launch"
+    ]
   },
   {
     "name": "browser.identity.close",
     "label": "Close browsers",
     "description": "Close the browser of an identity, keeping its profile",
     "risk": "low",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "browser_identity_close"
+    ]
   },
   {
     "name": "browser.navigate",
     "label": "Browse",
     "description": "Open http and https pages in a browser",
     "risk": "medium",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "browser_navigate",
+      "browser_navigate_back",
+      "browser_tabs"
+    ]
   },
   {
     "name": "browser.read",
     "label": "Read pages",
     "description": "Read the text, HTML and screenshots of open pages",
     "risk": "low",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "browser_console_messages",
+      "browser_network_request",
+      "browser_network_requests",
+      "browser_snapshot",
+      "browser_take_screenshot",
+      "browser_wait_for"
+    ]
   },
   {
     "name": "browser.act",
     "label": "Act on pages",
     "description": "Click, type, choose options and upload files on pages",
     "risk": "high",
-    "default": "allow"
+    "default": "allow",
+    "tools": [
+      "browser_click",
+      "browser_drag",
+      "browser_drop",
+      "browser_evaluate",
+      "browser_file_upload",
+      "browser_fill_form",
+      "browser_handle_dialog",
+      "browser_hover",
+      "browser_press_key",
+      "browser_resize",
+      "browser_select_option",
+      "browser_type"
+    ]
   },
   {
     "name": "mcp.servers.add",
     "label": "Add MCP servers",
     "description": "Add an MCP server to its own configuration",
     "risk": "high",
-    "default": "ask"
+    "default": "ask",
+    "tools": [
+      "add_mcp_server"
+    ]
   }
 ];
+
+/** The permissions every call of which an approval card marks destructive; a file write is destructive outside WORKSPACE_DIR (guest/protocol DestructiveCall). */
+export const DESTRUCTIVE_PERMISSIONS: readonly string[] = ["computer.exec","browser.identity.delete"];
+
+/** Where the engine's relative paths start, and the Dot's home ("~"). */
+export const WORKSPACE_DIR = "/home/dot/workspace";
+export const DOT_HOME = "/home/dot";
 
 export const BOUNDS = {
   "cpu": {

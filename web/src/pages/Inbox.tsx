@@ -1,6 +1,6 @@
 import { useRef, useState } from 'preact/hooks';
 import { says } from '../lib/api';
-import { AnsweredElsewhere, answerApproval, answeredHere, type Answer } from '../lib/approvals';
+import { AnsweredElsewhere, answerApproval, answeredHere, coveredTools, isDestructive, permissionPhrase, type Answer } from '../lib/approvals';
 import { approvals, inView, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
 import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
@@ -11,9 +11,6 @@ import { fileChanges } from '../lib/diff';
 import { useCan } from '../lib/session';
 import { accountWords, channelName } from '../lib/channels';
 
-// A command and the deletion of a browser identity are not allowed by a key
-// alone: a moves the focus to Allow once, whose press is the confirmation.
-const DESTRUCTIVE = new Set(['computer.exec', 'browser.identity.delete']);
 
 const HISTORY_PAGE = 50;
 
@@ -254,6 +251,10 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
   const [busy, setBusy] = useState(false);
   const ns = a.metadata.namespace ?? 'default';
   const can = useCan(ns);
+  // A destructive card (a command, an identity's deletion, a file written
+  // outside the workspace) is not allowed by a key alone: a moves the focus
+  // to Allow once, whose press is the confirmation.
+  const destructive = isDestructive(a.spec.permission, a.spec.tool, a.spec.arguments);
 
   async function answer(ans: Answer) {
     setBusy(true);
@@ -270,7 +271,7 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
   return (
     <li
       data-card
-      data-destructive={DESTRUCTIVE.has(a.spec.permission) ? '' : undefined}
+      data-destructive={destructive ? '' : undefined}
       tabIndex={0}
       aria-label={`${a.spec.dotName} asks to use ${a.spec.tool}`}
       class="rounded-card border border-border bg-surface p-4 focus:ring-2 focus:ring-accent focus:outline-none"
@@ -284,7 +285,12 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
         <span class="ml-auto text-xs text-muted">{ago(a.metadata.creationTimestamp)}</span>
       </div>
       <p class="mt-1 text-sm">
-        Permission <code class="font-mono">{a.spec.permission}</code>
+        Permission <code class="font-mono">{a.spec.permission}</code>, <span data-testid="permission-phrase">{permissionPhrase(a.spec.permission)}</span>
+        {destructive && (
+          <span data-testid="destructive" class="ml-2 rounded-card border border-danger px-1.5 text-xs text-danger">
+            destructive
+          </span>
+        )}
         {a.spec.reason ? `: ${a.spec.reason}` : ''}
       </p>
       {fileChanges(a.spec.tool, a.spec.arguments).length ? <FileDiffs tool={a.spec.tool} args={a.spec.arguments} /> : <CallSummary args={a.spec.arguments} />}
@@ -297,7 +303,7 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
       {mode === 'always' && (
         <p class="mt-3 rounded-card bg-surface-2 p-2 text-sm" role="note">
           Always allow sets <code class="font-mono">{a.spec.permission}</code> to allow in {a.spec.dotName}'s spec: it will not ask
-          again for anything this permission covers.
+          again for anything this permission covers: <span data-testid="always-covers">{coveredTools(a.spec.permission)}</span>.
         </p>
       )}
       {mode === 'deny' && (
