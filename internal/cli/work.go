@@ -163,16 +163,20 @@ func newTaskCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// One Dot's tasks by its label (set on every Task at admission,
+			// and by the Task controller on a cluster without that plugin):
+			// the server filters, not this command.
+			opts := []client.ListOption{client.InNamespace(c.ns)}
+			if len(args) == 1 {
+				opts = append(opts, client.MatchingLabels{dotsv1.DotLabel: args[0]})
+			}
 			var tasks dotsv1.TaskList
-			if err := c.kube.List(cmd.Context(), &tasks, client.InNamespace(c.ns)); err != nil {
+			if err := c.kube.List(cmd.Context(), &tasks, opts...); err != nil {
 				return err
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "NAME\tDOT\tPHASE\tPRIORITY\tSPENT USD\tSUMMARY")
 			for _, t := range tasks.Items {
-				if len(args) == 1 && t.Spec.DotName != args[0] {
-					continue
-				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.4f\t%s\n", t.Name, t.Spec.DotName, t.Status.Phase, t.Spec.Priority, t.Status.SpentUSD, eventtext.Cut(cmp.Or(t.Status.Summary, t.Status.Error), 60))
 			}
 			return w.Flush()

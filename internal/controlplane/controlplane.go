@@ -35,6 +35,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/postgres"
 	"github.com/invisible-dots/invisible-dots/internal/scheme"
 	"github.com/invisible-dots/invisible-dots/internal/store"
+	"github.com/invisible-dots/invisible-dots/internal/tasklabel"
 )
 
 // DefaultListenAddress is where the API listens unless INVISIBLE_DOTS_LISTEN
@@ -196,6 +197,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 			{Name: hostrestriction.Name, Plugin: hostrestriction.New(cp.loopbackReader)},
 			{Name: objectsize.Name, Plugin: objectsize.New()},
 			{Name: approvalonce.Name, Plugin: approvalonce.New()},
+			{Name: tasklabel.Name, Plugin: tasklabel.New()},
 		},
 		Mounts: mounts,
 	})
