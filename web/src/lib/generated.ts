@@ -101,6 +101,13 @@ export const PERMISSIONS: { name: string; label: string; description: string; ri
     "description": "Add an MCP server to its own configuration",
     "risk": "high",
     "default": "ask"
+  },
+  {
+    "name": "dots.delegate",
+    "label": "Ask other Dots",
+    "description": "Ask another Dot of its namespace to do a task, when both Dots' delegation settings allow it",
+    "risk": "medium",
+    "default": "ask"
   }
 ];
 
