@@ -160,8 +160,13 @@ type Delegation struct {
 	Text string `json:"text"`
 }
 
-// DelegationRefused is the outcome of a request the host did not pass on.
-const DelegationRefused = "REFUSED"
+// Outcomes of a delegation besides a Task's end: the host passed the
+// request on (a note the engine keeps without a chat turn: the Dot knows it
+// asked) or refused it.
+const (
+	DelegationAccepted = "ACCEPTED"
+	DelegationRefused  = "REFUSED"
+)
 
 // Outbound data shapes. Optional keys are pointers with omitempty, so an
 // absent key and a zero value stay distinct on the wire.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -100,6 +101,13 @@ func TestDelegateTaskAsksAndReportsItsArguments(t *testing.T) {
 	ans = decode[protocol.MessageAssistant](t, ofType(evs, protocol.EventMessageAssistant)[1])
 	if !strings.Contains(ans.Text, "[Delegation: researcher, completed] researcher answered: 42 EUR") {
 		t.Errorf("the chat answered %q, want it told the delegation's answer", ans.Text)
+	}
+	// The note that a request was passed on is kept without a turn.
+	h.send("delegation-accepted", protocol.InboundSystemEvent, protocol.SystemEvent{Name: protocol.SystemEventDelegation,
+		Data: mustJSON(t, protocol.Delegation{Dot: "researcher", Task: "researcher-from-y", Outcome: protocol.DelegationAccepted, Text: "passed on"})})
+	time.Sleep(300 * time.Millisecond)
+	if n := countType(s.Events(), protocol.EventMessageAssistant); n != 2 {
+		t.Errorf("%d answers after the note that the request was passed on, want 2 (no turn for it)", n)
 	}
 	// Every other tool's tool.called carries no arguments.
 	for _, ev := range ofType(evs, protocol.EventToolCalled) {

@@ -742,10 +742,16 @@ func (e *Engine) failTask(ctx context.Context, tx *store.Tx, taskID, reason stri
 }
 
 // isDelegation says whether an inbound event tells what became of a request
-// the Dot made of another Dot (delegate_task): the chat answers it.
+// the Dot made of another Dot (delegate_task) that the chat answers: an
+// answer, a refusal, a cancellation; the note that the request was passed
+// on is kept without a turn.
 func isDelegation(parsed any) bool {
 	d, ok := parsed.(*protocol.SystemEvent)
-	return ok && d.Name == protocol.SystemEventDelegation
+	if !ok || d.Name != protocol.SystemEventDelegation {
+		return false
+	}
+	var del protocol.Delegation
+	return json.Unmarshal(d.Data, &del) == nil && del.Outcome != protocol.DelegationAccepted
 }
 
 // delegationText is what the chat is told of a request made of another Dot.

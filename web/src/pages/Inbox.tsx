@@ -1,7 +1,7 @@
 import { useRef, useState } from 'preact/hooks';
 import { says } from '../lib/api';
 import { AnsweredElsewhere, answerApproval, answeredHere, type Answer } from '../lib/approvals';
-import { approvals, inView, useCell, viewNamespace, waiting } from '../lib/live';
+import { approvals, inView, useCell, useTasks, viewNamespace, waiting } from '../lib/live';
 import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
 import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
 import { ago } from '../lib/format';
@@ -254,6 +254,9 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
   const [busy, setBusy] = useState(false);
   const ns = a.metadata.namespace ?? 'default';
   const can = useCan(ns);
+  // A task another Dot asked for: both Dots are named.
+  const tasks = useTasks();
+  const askedBy = a.spec.taskName ? tasks.items.get(`${ns}/${a.spec.taskName}`)?.spec.requestedBy : undefined;
 
   async function answer(ans: Answer) {
     setBusy(true);
@@ -283,6 +286,26 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
         <code class="font-mono text-sm">{a.spec.tool}</code>
         <span class="ml-auto text-xs text-muted">{ago(a.metadata.creationTimestamp)}</span>
       </div>
+      {askedBy && (
+        <p class="mt-1 text-sm text-muted" data-testid="asked-by">
+          asked by{' '}
+          <a href={chatHref(ns, askedBy.dot)} class="underline">
+            {askedBy.dot}
+          </a>
+          {askedBy.task ? (
+            <>
+              {' '}
+              (task{' '}
+              <a href={taskHref(ns, askedBy.dot, askedBy.task)} class="underline">
+                {askedBy.task}
+              </a>
+              )
+            </>
+          ) : (
+            ' (from its chat)'
+          )}
+        </p>
+      )}
       <p class="mt-1 text-sm">
         Permission <code class="font-mono">{a.spec.permission}</code>
         {a.spec.reason ? `: ${a.spec.reason}` : ''}
