@@ -150,6 +150,37 @@ var _ = Describe("Delegation", func() {
 		Expect(delegationNotes(asker)).To(HaveLen(2))
 	})
 
+	It("passes on, under the default ask, only a request a person approved with these very arguments", func() {
+		asker, askerLog, receiver, _ := pairOfDots()
+		got := &dotsv1.Dot{}
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(asker), got)).To(Succeed())
+		asks := got.DeepCopy()
+		asks.Spec.Permissions = nil // dots.delegate at its default, ask
+		Expect(k8sClient.Patch(suiteCtx, asks, client.MergeFrom(got))).To(Succeed())
+		Eventually(func() map[string]dotsv1.Decision {
+			Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(asker), got)).To(Succeed())
+			return got.Spec.Permissions
+		}).Should(BeEmpty())
+
+		args := json.RawMessage(`{"description":"summarise the report","dot":"` + receiver.Name + `"}`)
+		askerLog.says(protocol.EventApprovalRequested, protocol.ApprovalRequested{ApprovalID: "req-deleg", Tool: "delegate_task",
+			Permission: "dots.delegate", Arguments: args, Reason: "The Dot's configuration asks"})
+		approval := approvalFor(asker, "req-deleg")
+		approved := approval.DeepCopy()
+		approved.Spec.Decision = dotsv1.Approve
+		Expect(k8sClient.Patch(suiteCtx, approved, client.MergeFrom(approval))).To(Succeed())
+		id := store.Dot{Namespace: asker.Namespace, Name: asker.Name, UID: string(asker.UID)}
+		Eventually(func() []string { return outbox(id) }).Should(ContainElement("approval.received:"))
+
+		By("the approved call makes the Task; another, never approved, is refused")
+		askerLog.delegates(nil, receiver.Name, "summarise the report")
+		Eventually(func() []dotsv1.Task { return requestsOf(asker) }).Should(HaveLen(1))
+		askerLog.delegates(nil, receiver.Name, "something else")
+		Eventually(func() []protocol.Delegation { return delegationNotes(asker) }).Should(ContainElement(
+			And(HaveField("Outcome", protocol.DelegationRefused), HaveField("Text", ContainSubstring("no person approved this request")))))
+		Expect(requestsOf(asker)).To(HaveLen(1))
+	})
+
 	It("refuses a request either Dot did not consent to, or past the depth or the fan-out, saying why", func() {
 		asker, askerLog, receiver, _ := pairOfDots()
 		stranger, _ := namedDelegationDot(validDot().Name, nil, nil)
