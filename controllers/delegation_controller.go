@@ -112,6 +112,13 @@ func (r *DelegationReconciler) askersOf(ctx context.Context, o client.Object) []
 			}
 		}
 	}
+	// The Dots it asked: an asker going away cancels its requests there.
+	var asked dotsv1.TaskList
+	if err := r.Client.List(ctx, &asked, client.InNamespace(dot.Namespace), client.MatchingLabels{dotsv1.RequestedByLabel: dot.Name}); err == nil {
+		for _, t := range asked.Items {
+			names[t.Spec.DotName] = true
+		}
+	}
 	out := make([]reconcile.Request, 0, len(names))
 	for n := range names {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: dot.Namespace, Name: n}})
@@ -135,6 +142,7 @@ func (r *DelegationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	steps.run("answer the requests that ended", r.answerEnded(ctx, in.Dot, children))
 	steps.run("cancel the requests no longer wanted", r.cancelUnwanted(ctx, in.Dot, in.Tasks, children))
 	steps.run("write the delegated spend", r.writeSpend(ctx, in.Tasks, children))
+	steps.run("cancel the requests of askers gone", r.cancelOrphans(ctx, in.Dot, in.Tasks))
 	return steps.result(ctx, r.Recorder, in.Dot, ctrl.Result{})
 }
 
@@ -206,6 +214,7 @@ func (r *DelegationReconciler) decideRequests(ctx context.Context, in *workInput
 		args, argErr := lifecycle.ParseDelegationArgs(call.Arguments)
 		name := lifecycle.DelegatedTaskName(args.Dot, string(asker.UID), call.EventID)
 		var d lifecycle.DelegationDecision
+		var usedApproval string
 		if argErr != nil {
 			d.Refused = argErr.Error()
 		} else {
@@ -220,10 +229,11 @@ func (r *DelegationReconciler) decideRequests(ctx context.Context, in *workInput
 			case !apierrors.IsNotFound(err):
 				return err
 			}
-			facts, err := r.facts(ctx, in, args, call)
+			facts, approval, err := r.facts(ctx, in, args, call, *children)
 			if err != nil {
 				return err
 			}
+			usedApproval = approval
 			facts.Open = openCount(*children)
 			d = lifecycle.DecideDelegation(args, facts)
 		}
@@ -241,6 +251,9 @@ func (r *DelegationReconciler) decideRequests(ctx context.Context, in *workInput
 				Labels: map[string]string{dotsv1.RequestedByLabel: asker.Name}},
 			Spec: dotsv1.TaskSpec{DotName: args.Dot, Description: args.Description, Priority: args.Priority,
 				RequestedBy: &dotsv1.TaskRequester{Dot: asker.Name, Task: taskNameOf(in.Tasks, call.TaskID), Depth: d.Depth, Event: call.EventID}},
+		}
+		if usedApproval != "" && resolvePermission(asker.Spec, lifecycle.DelegatePermission) == protocol.Ask {
+			task.Annotations = map[string]string{dotsv1.DelegationApprovalAnnotation: usedApproval}
 		}
 		if err := r.Client.Create(ctx, task); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("make the task %s asked of %s: %w", name, args.Dot, err)
@@ -267,7 +280,8 @@ func cmpOr(s, def string) string {
 }
 
 // facts reads what the decision on one call needs, now.
-func (r *DelegationReconciler) facts(ctx context.Context, in *workInput, args lifecycle.DelegationArgs, call projection.Delegation) (lifecycle.DelegationFacts, error) {
+func (r *DelegationReconciler) facts(ctx context.Context, in *workInput, args lifecycle.DelegationArgs, call projection.Delegation,
+	children []dotsv1.Task) (lifecycle.DelegationFacts, string, error) {
 	f := lifecycle.DelegationFacts{Asker: in.Dot.Name, AskerSpec: in.Dot.Spec}
 	receiver := &dotsv1.Dot{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: in.Dot.Namespace, Name: args.Dot}, receiver)
@@ -275,42 +289,57 @@ func (r *DelegationReconciler) facts(ctx context.Context, in *workInput, args li
 	case err == nil && receiver.DeletionTimestamp.IsZero():
 		f.Receiver = &receiver.Spec
 	case err != nil && !apierrors.IsNotFound(err):
-		return f, err
+		return f, "", err
 	}
 	for _, t := range in.Tasks {
 		if string(t.UID) == call.TaskID && t.Spec.RequestedBy != nil {
 			f.ParentDepth = t.Spec.RequestedBy.Depth
 		}
 	}
-	approved, err := r.approved(ctx, in.Dot, call.Arguments)
+	approval, err := r.approval(ctx, in.Dot, call.Arguments, children)
 	if err != nil {
-		return f, err
+		return f, "", err
 	}
-	f.Approved = approved
-	return f, nil
+	f.Approved = approval != ""
+	return f, approval, nil
 }
 
-// approved says whether a person approved a delegate_task call of the asker
-// with exactly these arguments (equal as JSON values).
-func (r *DelegationReconciler) approved(ctx context.Context, asker *dotsv1.Dot, args json.RawMessage) (bool, error) {
+func resolvePermission(spec dotsv1.DotSpec, name string) protocol.Decision {
+	listed := make(map[string]protocol.Decision, len(spec.Permissions))
+	for k, d := range spec.Permissions {
+		listed[k] = protocol.Decision(d)
+	}
+	return protocol.ResolvePermission(name, listed, nil)
+}
+
+// approval is the Approval a person gave of a delegate_task call of the
+// asker with exactly these arguments (equal as JSON values) that no request
+// used yet (a request's Task names the approval it used), "" for none.
+func (r *DelegationReconciler) approval(ctx context.Context, asker *dotsv1.Dot, args json.RawMessage, children []dotsv1.Task) (string, error) {
 	approvals, err := dotApprovals(ctx, r.Client, asker)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	var want any
 	if json.Unmarshal(args, &want) != nil {
-		return false, nil
+		return "", nil
+	}
+	used := map[string]bool{}
+	for _, c := range children {
+		if a := c.Annotations[dotsv1.DelegationApprovalAnnotation]; a != "" {
+			used[a] = true
+		}
 	}
 	for _, a := range approvals {
-		if a.Spec.Tool != lifecycle.DelegateTool || a.Spec.Decision != dotsv1.Approve || a.Spec.Arguments == nil {
+		if a.Spec.Tool != lifecycle.DelegateTool || a.Spec.Decision != dotsv1.Approve || a.Spec.Arguments == nil || used[a.Name] {
 			continue
 		}
 		var got any
 		if json.Unmarshal(a.Spec.Arguments.Raw, &got) == nil && jsonEqual(got, want) {
-			return true, nil
+			return a.Name, nil
 		}
 	}
-	return false, nil
+	return "", nil
 }
 
 func jsonEqual(a, b any) bool {
@@ -456,6 +485,40 @@ func (r *DelegationReconciler) writeSpend(ctx context.Context, tasks []dotsv1.Ta
 		if _, err := helper.Patch(ctx, t); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
+	}
+	return nil
+}
+
+// cancelOrphans asks the Dot's own open requests to cancel when the Dot that
+// asked for them is gone: nobody is left to take the answer (its tasks went
+// with it).
+func (r *DelegationReconciler) cancelOrphans(ctx context.Context, dot *dotsv1.Dot, tasks []dotsv1.Task) error {
+	gone := map[string]bool{}
+	for i := range tasks {
+		t := &tasks[i]
+		rb := t.Spec.RequestedBy
+		if rb == nil || t.Status.Phase.Ended() || t.Spec.CancelRequested || !t.DeletionTimestamp.IsZero() {
+			continue
+		}
+		isGone, seen := gone[rb.Dot]
+		if !seen {
+			asker := &dotsv1.Dot{}
+			err := r.Client.Get(ctx, types.NamespacedName{Namespace: dot.Namespace, Name: rb.Dot}, asker)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			isGone = err != nil || !asker.DeletionTimestamp.IsZero()
+			gone[rb.Dot] = isGone
+		}
+		if !isGone {
+			continue
+		}
+		before := t.DeepCopy()
+		t.Spec.CancelRequested = true
+		if err := r.Client.Patch(ctx, t, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("cancel the task %s asked by %s, which is gone: %w", t.Name, rb.Dot, err)
+		}
+		r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "Cancelled", "Delegate", "Dot %s, which asked for it, is gone", rb.Dot)
 	}
 	return nil
 }

@@ -76,8 +76,15 @@ type TaskRequester struct {
 const (
 	MaxDelegationDepth  = 3
 	MaxDelegationFanOut = 5
-	RequestedByLabel    = "dots.invisible.dev/requested-by"
 )
+
+// RequestedByLabel names, on a delegated Task, the Dot that asked for it, so
+// a Dot's requests are listed by selector.
+const RequestedByLabel = "dots.invisible.dev/requested-by"
+
+// DelegationApprovalAnnotation names, on a delegated Task, the Approval that
+// let its request through: one approval passes one request on.
+const DelegationApprovalAnnotation = "dots.invisible.dev/approval"
 
 // TaskPhase is a task's state.
 // +kubebuilder:validation:Enum=PENDING;RUNNING;WAITING_APPROVAL;COMPLETED;FAILED;CANCELLED

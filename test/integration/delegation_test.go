@@ -172,12 +172,17 @@ var _ = Describe("Delegation", func() {
 		id := store.Dot{Namespace: asker.Namespace, Name: asker.Name, UID: string(asker.UID)}
 		Eventually(func() []string { return outbox(id) }).Should(ContainElement("approval.received:"))
 
-		By("the approved call makes the Task; another, never approved, is refused")
+		By("the approved call makes the Task, naming the approval it used")
 		askerLog.delegates(nil, receiver.Name, "summarise the report")
 		Eventually(func() []dotsv1.Task { return requestsOf(asker) }).Should(HaveLen(1))
+		Expect(requestsOf(asker)[0].Annotations).To(HaveKeyWithValue(dotsv1.DelegationApprovalAnnotation, approval.Name))
+
+		By("another call, never approved, is refused; so is the same call again: an approval passes one request on")
 		askerLog.delegates(nil, receiver.Name, "something else")
-		Eventually(func() []protocol.Delegation { return delegationNotes(asker) }).Should(ContainElement(
-			And(HaveField("Outcome", protocol.DelegationRefused), HaveField("Text", ContainSubstring("no person approved this request")))))
+		askerLog.delegates(nil, receiver.Name, "summarise the report")
+		Eventually(func() []string { return outcomes(delegationNotes(asker)) }).Should(Equal([]string{
+			protocol.DelegationAccepted, protocol.DelegationRefused, protocol.DelegationRefused}))
+		Expect(delegationNotes(asker)[2].Text).To(ContainSubstring("no person approved this request"))
 		Expect(requestsOf(asker)).To(HaveLen(1))
 	})
 
@@ -272,5 +277,14 @@ var _ = Describe("Delegation", func() {
 			And(HaveField("Task", open.Name), HaveField("Outcome", "CANCELLED"),
 				HaveField("Text", ContainSubstring(receiver.Name+" no longer accepts requests from you")))))
 		Expect(taskOf(other).Spec.CancelRequested).To(BeFalse(), "the asker's own task goes on")
+	})
+
+	It("cancels the open requests of an asker that is deleted", func() {
+		asker, askerLog, receiver, _ := pairOfDots()
+		askerLog.delegates(nil, receiver.Name, "keep watch")
+		Eventually(func() []dotsv1.Task { return requestsOf(asker) }).Should(HaveLen(1))
+		child := requestsOf(asker)[0]
+		Expect(k8sClient.Delete(suiteCtx, asker)).To(Succeed())
+		Eventually(func() bool { return taskOf(&child).Spec.CancelRequested }).Should(BeTrue())
 	})
 })
