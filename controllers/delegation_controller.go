@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -238,10 +239,11 @@ func (r *DelegationReconciler) decideRequests(ctx context.Context, in *workInput
 			d = lifecycle.DecideDelegation(args, facts)
 		}
 		if d.Refused != "" {
+			who := cmp.Or(args.Dot, "another Dot")
 			r.Recorder.Eventf(asker, nil, corev1.EventTypeWarning, "DelegationRefused", "Delegate",
-				"Dot %s asked %s for a task; refused: %s", asker.Name, args.Dot, d.Refused)
-			text := fmt.Sprintf("Your request to %s was not passed on: %s.", args.Dot, d.Refused)
-			if err := r.send(ctx, in.DotWork, id, protocol.Delegation{Dot: cmpOr(args.Dot, "?"), Outcome: protocol.DelegationRefused, Text: text}); err != nil {
+				"Dot %s asked %s for a task; refused: %s", asker.Name, who, d.Refused)
+			text := fmt.Sprintf("Your request to %s was not passed on: %s.", who, d.Refused)
+			if err := r.send(ctx, in.DotWork, id, protocol.Delegation{Dot: who, Outcome: protocol.DelegationRefused, Text: text}); err != nil {
 				return err
 			}
 			continue
@@ -252,7 +254,7 @@ func (r *DelegationReconciler) decideRequests(ctx context.Context, in *workInput
 			Spec: dotsv1.TaskSpec{DotName: args.Dot, Description: args.Description, Priority: args.Priority,
 				RequestedBy: &dotsv1.TaskRequester{Dot: asker.Name, Task: taskNameOf(in.Tasks, call.TaskID), Depth: d.Depth, Event: call.EventID}},
 		}
-		if usedApproval != "" && resolvePermission(asker.Spec, lifecycle.DelegatePermission) == protocol.Ask {
+		if usedApproval != "" && lifecycle.SpecPermission(asker.Spec, lifecycle.DelegatePermission) == protocol.Ask {
 			task.Annotations = map[string]string{dotsv1.DelegationApprovalAnnotation: usedApproval}
 		}
 		if err := r.Client.Create(ctx, task); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -270,13 +272,6 @@ func (r *DelegationReconciler) decideRequests(ctx context.Context, in *workInput
 func accepted(receiver, task string) protocol.Delegation {
 	return protocol.Delegation{Dot: receiver, Task: task, Outcome: protocol.DelegationAccepted,
 		Text: fmt.Sprintf("Your request was passed on to %s as its task %s.", receiver, task)}
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // facts reads what the decision on one call needs, now.
@@ -302,14 +297,6 @@ func (r *DelegationReconciler) facts(ctx context.Context, in *workInput, args li
 	}
 	f.Approved = approval != ""
 	return f, approval, nil
-}
-
-func resolvePermission(spec dotsv1.DotSpec, name string) protocol.Decision {
-	listed := make(map[string]protocol.Decision, len(spec.Permissions))
-	for k, d := range spec.Permissions {
-		listed[k] = protocol.Decision(d)
-	}
-	return protocol.ResolvePermission(name, listed, nil)
 }
 
 // approval is the Approval a person gave of a delegate_task call of the

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -36,6 +37,8 @@ func ParseDelegationArgs(raw json.RawMessage) (DelegationArgs, error) {
 		return DelegationArgs{}, fmt.Errorf("its arguments do not read: %v", err)
 	}
 	switch {
+	case !dotNameRe.MatchString(a.Dot):
+		return DelegationArgs{}, fmt.Errorf("it names no Dot (a name is 1 to 40 of a-z, 0-9 and -)")
 	case strings.TrimSpace(a.Description) == "":
 		return a, fmt.Errorf("its description is empty")
 	case utf8.RuneCountInString(a.Description) > maxTaskDescription:
@@ -47,6 +50,8 @@ func ParseDelegationArgs(raw json.RawMessage) (DelegationArgs, error) {
 	}
 	return a, nil
 }
+
+var dotNameRe = regexp.MustCompile(protocol.NamePattern)
 
 // maxTaskDescription is a Task's description's bound (its CRD's MaxLength).
 const maxTaskDescription = 20000
@@ -99,7 +104,7 @@ func DecideDelegation(args DelegationArgs, f DelegationFacts) DelegationDecision
 	case !f.Receiver.AcceptsFromDot(f.Asker):
 		return refuse("%s does not accept requests from you (its delegation.acceptsFrom does not name %s)", receiver, f.Asker)
 	}
-	switch resolvePermission(f.AskerSpec, DelegatePermission) {
+	switch SpecPermission(f.AskerSpec, DelegatePermission) {
 	case protocol.Deny:
 		return refuse("your configuration denies %s", DelegatePermission)
 	case protocol.Ask:
@@ -117,7 +122,9 @@ func DecideDelegation(args DelegationArgs, f DelegationFacts) DelegationDecision
 	return DelegationDecision{Depth: depth}
 }
 
-func resolvePermission(spec dotsv1.DotSpec, name string) protocol.Decision {
+// SpecPermission is the decision a Dot's spec gives the permission name,
+// its default applied (protocol.ResolvePermission).
+func SpecPermission(spec dotsv1.DotSpec, name string) protocol.Decision {
 	listed := make(map[string]protocol.Decision, len(spec.Permissions))
 	for k, d := range spec.Permissions {
 		listed[k] = protocol.Decision(d)

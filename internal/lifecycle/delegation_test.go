@@ -104,6 +104,7 @@ func TestParseDelegationArgs(t *testing.T) {
 		"priority":    {raw: `{"dot":"helper","description":"x","priority":500}`, wantErr: "outside -100..100"},
 		"nul":         {raw: `{"dot":"helper","description":"a\u0000b"}`, wantErr: "NUL"},
 		"not an args": {raw: `[1]`, wantErr: "do not read"},
+		"bad dot":     {raw: `{"dot":"Not A Dot","description":"x"}`, wantErr: "names no Dot"},
 		"too long":    {raw: `{"dot":"helper","description":"` + strings.Repeat("x", 20001) + `"}`, wantErr: "longer than 20000"},
 	}
 	for name, c := range cases {
