@@ -217,6 +217,14 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
+		if err := (&DelegationReconciler{
+			Client:   mgr.GetClient(),
+			Log:      work,
+			Store:    o.Store,
+			Recorder: mgr.GetEventRecorder(DelegationControllerName),
+		}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
 		if err := (&ActivityStatusReconciler{
 			Client:   mgr.GetClient(),
 			Log:      work,

@@ -184,6 +184,24 @@ func (l *WorkLog) tell(uid types.UID) {
 	l.mu.Unlock()
 }
 
+// Wake tells every controller of the Dot's work to look at it again, as the
+// follower does for new events: for a decision stored without an event of
+// the log (an outbox row alone), which another controller acts on (power
+// wakes the computer for an undelivered row).
+func (l *WorkLog) Wake(ctx context.Context, namespace, name string) {
+	l.mu.Lock()
+	wakes := l.wakes
+	l.mu.Unlock()
+	dot := &dotsv1.Dot{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	for _, out := range wakes {
+		select {
+		case out <- event.TypedGenericEvent[*dotsv1.Dot]{Object: dot}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // source is a controller's wake-ups from the log's follower: one channel a
 // controller, each told of every Dot with new events. Taken before the
 // manager starts.

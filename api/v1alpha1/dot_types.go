@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -203,7 +205,7 @@ type DotSpec struct {
 	// permissions map a permission name to allow, ask or deny. Permissions not
 	// listed take their defaults.
 	// +kubebuilder:validation:MaxProperties=64
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['computer.exec','computer.screenshot','files.read','files.write','automations','browser.identity.list','browser.identity.create','browser.identity.delete','browser.identity.launch','browser.identity.close','browser.navigate','browser.read','browser.act','mcp.servers.add'] || k.startsWith('mcp.'))",messageExpression="'unknown permission ' + self.filter(k, !(k in ['computer.exec','computer.screenshot','files.read','files.write','automations','browser.identity.list','browser.identity.create','browser.identity.delete','browser.identity.launch','browser.identity.close','browser.navigate','browser.read','browser.act','mcp.servers.add'] || k.startsWith('mcp.')))[0] + ' (the permissions are those of the tools, and mcp.<server> for a server in mcpServers)'",reason=FieldValueInvalid
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['computer.exec','computer.screenshot','files.read','files.write','automations','browser.identity.list','browser.identity.create','browser.identity.delete','browser.identity.launch','browser.identity.close','browser.navigate','browser.read','browser.act','mcp.servers.add','dots.delegate'] || k.startsWith('mcp.'))",messageExpression="'unknown permission ' + self.filter(k, !(k in ['computer.exec','computer.screenshot','files.read','files.write','automations','browser.identity.list','browser.identity.create','browser.identity.delete','browser.identity.launch','browser.identity.close','browser.navigate','browser.read','browser.act','mcp.servers.add','dots.delegate'] || k.startsWith('mcp.')))[0] + ' (the permissions are those of the tools, and mcp.<server> for a server in mcpServers)'",reason=FieldValueInvalid
 	// +optional
 	Permissions map[string]Decision `json:"permissions,omitempty"`
 
@@ -222,6 +224,49 @@ type DotSpec struct {
 	// secretRef names the Secret with the Dot's OpenRouter key and MCP secrets.
 	// +optional
 	SecretRef *SecretReference `json:"secretRef,omitempty"`
+
+	// delegation says which Dots of the namespace this Dot may ask to do a
+	// task (its delegate_task tool) and which may ask it. A request needs
+	// both sides: the asker's canAsk names the receiver and the receiver's
+	// acceptsFrom names the asker.
+	// +optional
+	Delegation *DotDelegation `json:"delegation,omitempty"`
+}
+
+// DotDelegation is a Dot's side of delegation with consent: whom it may ask,
+// whom it accepts requests from, by Dot name in its own namespace. Taking a
+// name out of either list cancels the open requests of that pair.
+type DotDelegation struct {
+	// canAsk names the Dots this Dot may ask to do a task. Its delegate_task
+	// tool is offered only when the list names one.
+	// +kubebuilder:validation:MaxItems=50
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9-]{1,40}$`
+	// +kubebuilder:validation:items:MaxLength=40
+	// +listType=set
+	// +optional
+	CanAsk []string `json:"canAsk,omitempty"`
+
+	// acceptsFrom names the Dots whose requests this Dot takes.
+	// +kubebuilder:validation:MaxItems=50
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9-]{1,40}$`
+	// +kubebuilder:validation:items:MaxLength=40
+	// +listType=set
+	// +optional
+	AcceptsFrom []string `json:"acceptsFrom,omitempty"`
+}
+
+// MaxDelegationNames is the most Dots canAsk or acceptsFrom names (the
+// markers above repeat it).
+const MaxDelegationNames = 50
+
+// CanAskDot says whether the spec lets this Dot ask the Dot named receiver.
+func (s DotSpec) CanAskDot(receiver string) bool {
+	return s.Delegation != nil && slices.Contains(s.Delegation.CanAsk, receiver)
+}
+
+// AcceptsFromDot says whether the spec lets the Dot named asker ask this one.
+func (s DotSpec) AcceptsFromDot(asker string) bool {
+	return s.Delegation != nil && slices.Contains(s.Delegation.AcceptsFrom, asker)
 }
 
 // DotPhase is the one-word state of a Dot (ref 9.3).

@@ -5,6 +5,7 @@ import (
 )
 
 // TaskSpec is a piece of work handed to a Dot.
+// +kubebuilder:validation:XValidation:rule="has(self.requestedBy) == has(oldSelf.requestedBy)",message="requestedBy is set when a Task is made and never changes"
 type TaskSpec struct {
 	// dotName is the Dot that does the task, in the same namespace.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9-]{1,40}$`
@@ -33,7 +34,57 @@ type TaskSpec struct {
 	// cancelRequested asks the Dot to stop the task.
 	// +optional
 	CancelRequested bool `json:"cancelRequested,omitempty"`
+
+	// requestedBy is the Dot that asked for the task with its delegate_task
+	// tool; absent for a task a person or a program gave. Set by the control
+	// plane when it makes the task; it never changes.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="requestedBy cannot change; make a new Task"
+	// +optional
+	RequestedBy *TaskRequester `json:"requestedBy,omitempty"`
 }
+
+// TaskRequester is who asked for a delegated task: the asking Dot, the task
+// it was working on and how deep the request is in its tree.
+type TaskRequester struct {
+	// dot is the asking Dot, in the same namespace.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9-]{1,40}$`
+	// +kubebuilder:validation:MaxLength=40
+	// +required
+	Dot string `json:"dot"`
+
+	// task is the asker's Task the request was made in; empty when the
+	// asker asked from its chat.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Task string `json:"task,omitempty"`
+
+	// depth is 1 for a request made in a task nobody delegated, one more
+	// than the asker's task's depth otherwise; at most MaxDelegationDepth.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3
+	// +required
+	Depth int32 `json:"depth"`
+
+	// event is the id, in the asker's event log, of the tool.called of the
+	// delegate_task call that asked.
+	// +optional
+	Event int64 `json:"event,omitempty"`
+}
+
+// Bounds of delegation: how deep a tree of requests goes, and how many of a
+// Dot's requests may be open at once (the depth marker repeats the first).
+const (
+	MaxDelegationDepth  = 3
+	MaxDelegationFanOut = 5
+)
+
+// RequestedByLabel names, on a delegated Task, the Dot that asked for it, so
+// a Dot's requests are listed by selector.
+const RequestedByLabel = "dots.invisible.dev/requested-by"
+
+// DelegationApprovalAnnotation names, on a delegated Task, the Approval that
+// let its request through: one approval passes one request on.
+const DelegationApprovalAnnotation = "dots.invisible.dev/approval"
 
 // TaskPhase is a task's state.
 // +kubebuilder:validation:Enum=PENDING;RUNNING;WAITING_APPROVAL;COMPLETED;FAILED;CANCELLED
@@ -99,6 +150,11 @@ type TaskStatus struct {
 	// spentUSD is the model spend of the task.
 	// +optional
 	SpentUSD float64 `json:"spentUSD,omitempty"`
+	// delegatedSpentUSD is the model spend of the tasks this task asked
+	// other Dots for (delegate_task), their own requests' included: each
+	// counted where it happened, shown here beside the task's own.
+	// +optional
+	DelegatedSpentUSD float64 `json:"delegatedSpentUSD,omitempty"`
 	// progress is the Dot's last progress note.
 	// +optional
 	Progress string `json:"progress,omitempty"`
@@ -119,6 +175,8 @@ type TaskStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=10
 // +kubebuilder:printcolumn:name="Spent",type=number,JSONPath=`.status.spentUSD`,priority=10
+// +kubebuilder:printcolumn:name="Delegated",type=number,JSONPath=`.status.delegatedSpentUSD`,priority=10
+// +kubebuilder:printcolumn:name="Asked By",type=string,JSONPath=`.spec.requestedBy.dot`,priority=10
 // +kubebuilder:printcolumn:name="Started",type=date,JSONPath=`.status.startTime`
 // +kubebuilder:printcolumn:name="Completed",type=date,JSONPath=`.status.completionTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -23,6 +23,28 @@ type RuntimeConfig struct {
 	Permissions  map[string]Decision        `json:"permissions"`
 	Limits       Limits                     `json:"limits"`
 	MCPServers   map[string]MCPServerConfig `json:"mcp_servers,omitempty"`
+	// Delegation is whom the Dot may ask to do a task (delegate_task);
+	// absent when it may ask nobody, so a guest that predates it never
+	// sees the key.
+	Delegation *DelegationConfig `json:"delegation,omitempty"`
+}
+
+// DelegationConfig is the part of a Dot's delegation settings the guest
+// needs: the Dots of its namespace it may ask. Whether a Dot accepts is the
+// host's to check, at the moment of each request.
+type DelegationConfig struct {
+	CanAsk []string `json:"can_ask"`
+}
+
+// MaxDelegationNames is the most Dots can_ask names.
+const MaxDelegationNames = 50
+
+// CanAsk reports the Dots the config lets the Dot ask, nil for none.
+func (c RuntimeConfig) CanAsk() []string {
+	if c.Delegation == nil {
+		return nil
+	}
+	return c.Delegation.CanAsk
 }
 
 // ModelRef names the Dot's model; provider is always "openrouter".
@@ -149,6 +171,16 @@ func (c RuntimeConfig) Validate() error {
 	for _, name := range sortedKeys(c.MCPServers) {
 		if err := validateMCPServer(name, c.MCPServers[name]); err != nil {
 			return err
+		}
+	}
+	if c.Delegation != nil {
+		if len(c.Delegation.CanAsk) > MaxDelegationNames {
+			return fmt.Errorf("delegation.can_ask names %d Dots, more than %d", len(c.Delegation.CanAsk), MaxDelegationNames)
+		}
+		for _, name := range c.Delegation.CanAsk {
+			if !dotNameRe.MatchString(name) {
+				return fmt.Errorf("delegation.can_ask: %q is not a Dot name (1 to 40 of [a-z0-9-])", name)
+			}
 		}
 	}
 	for _, name := range sortedKeys(c.Permissions) {

@@ -62,6 +62,8 @@ func TestRuntimeConfigRefusals(t *testing.T) {
 		"secret also env":        {base + `,"mcp_servers":{"s":{"command":"x","env":{"A":"1"},"secrets":["A"]}}}`, `names "A", which env also writes`},
 		"secret also header":     {base + `,"mcp_servers":{"s":{"url":"https://a","headers":{"authorization":"x"},"secrets":["Authorization"]}}}`, "which headers also writes"},
 		"two values":             {base + `} {}`, "more than one JSON value"},
+		"can_ask name":           {base + `,"delegation":{"can_ask":["Helper"]}}`, `delegation.can_ask: "Helper" is not a Dot name`},
+		"can_ask too many":       {base + `,"delegation":{"can_ask":[` + strings.TrimSuffix(strings.Repeat(`"d",`, 51), ",") + `]}}`, "names 51 Dots, more than 50"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -141,6 +141,33 @@ type TaskCancelled struct {
 	TaskID string `json:"task_id"`
 }
 
+// SystemEventDelegation is the name of the system.event that tells a Dot
+// what became of a request it made of another Dot with delegate_task: the
+// other Dot's answer, a refusal, a cancellation. The engine puts its text in
+// the chat as a message to answer.
+const SystemEventDelegation = "delegation"
+
+// Delegation is the data of the system.event named delegation.
+type Delegation struct {
+	// Dot is the Dot that was asked.
+	Dot string `json:"dot"`
+	// Task is the receiver's task, when one was made.
+	Task string `json:"task,omitempty"`
+	// Outcome is what became of the request: a Task phase (COMPLETED,
+	// FAILED, CANCELLED) or DelegationRefused.
+	Outcome string `json:"outcome"`
+	// Text is what the Dot is told, written by the host.
+	Text string `json:"text"`
+}
+
+// Outcomes of a delegation besides a Task's end: the host passed the
+// request on (a note the engine keeps without a chat turn: the Dot knows it
+// asked) or refused it.
+const (
+	DelegationAccepted = "ACCEPTED"
+	DelegationRefused  = "REFUSED"
+)
+
 // Outbound data shapes. Optional keys are pointers with omitempty, so an
 // absent key and a zero value stay distinct on the wire.
 //
@@ -217,6 +244,9 @@ type ToolCalled struct {
 	Target      *string  `json:"target,omitempty"`
 	TTY         *bool    `json:"tty,omitempty"`
 	Interrupted *bool    `json:"interrupted,omitempty"`
+	// Arguments are the call's arguments, only on the calls the host acts
+	// on (delegate_task): absent on every other tool's.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
 
 // BrowserIdentityEvent is the data of every browser.identity.* event.
@@ -465,6 +495,12 @@ func ParseInbound(ev InboundEvent) (any, error) {
 		}
 		if d.Name == "" {
 			return nil, fmt.Errorf("system.event has no name")
+		}
+		if d.Name == SystemEventDelegation {
+			var c Delegation
+			if err := json.Unmarshal(d.Data, &c); err != nil || c.Dot == "" || strings.TrimSpace(c.Text) == "" {
+				return nil, fmt.Errorf("system.event delegation needs data.dot and data.text")
+			}
 		}
 		if d.Name == SystemEventTaskCancelled {
 			var c TaskCancelled

@@ -232,6 +232,8 @@ func TestParseInbound(t *testing.T) {
 		"approval maybe":     {InboundEvent{ID: "1", Type: InboundApprovalReceived, Data: json.RawMessage(`{"approval_id":"a","decision":"maybe"}`)}, "neither approve nor reject"},
 		"cancel":             {InboundEvent{ID: "1", Type: InboundSystemEvent, Data: json.RawMessage(`{"name":"task.cancelled","data":{"task_id":"t"}}`)}, ""},
 		"cancel without id":  {InboundEvent{ID: "1", Type: InboundSystemEvent, Data: json.RawMessage(`{"name":"task.cancelled","data":{}}`)}, "needs data.task_id"},
+		"delegation":         {InboundEvent{ID: "1", Type: InboundSystemEvent, Data: json.RawMessage(`{"name":"delegation","data":{"dot":"helper","outcome":"COMPLETED","text":"done"}}`)}, ""},
+		"delegation no text": {InboundEvent{ID: "1", Type: InboundSystemEvent, Data: json.RawMessage(`{"name":"delegation","data":{"dot":"helper","outcome":"COMPLETED"}}`)}, "needs data.dot and data.text"},
 		"no id":              {InboundEvent{Type: InboundUserMessage, Data: json.RawMessage(`{"text":"hi"}`)}, "no id"},
 		"unknown":            {InboundEvent{ID: "1", Type: "user.shout", Data: json.RawMessage(`{}`)}, "unknown inbound event type"},
 		"data not an object": {InboundEvent{ID: "1", Type: InboundUserMessage, Data: json.RawMessage(`"hi"`)}, "not a JSON object"},

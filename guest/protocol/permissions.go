@@ -48,6 +48,7 @@ var Permissions = []PermissionInfo{
 	{"browser.read", "Read pages", "Read the text, HTML and screenshots of open pages", RiskLow, Allow},
 	{"browser.act", "Act on pages", "Click, type, choose options and upload files on pages", RiskHigh, Allow},
 	{"mcp.servers.add", "Add MCP servers", "Add an MCP server to its own configuration", RiskHigh, Ask},
+	{"dots.delegate", "Ask other Dots", "Ask another Dot of its namespace to do a task, when both Dots' delegation settings allow it", RiskMedium, Ask},
 }
 
 // MCPPermissionPrefix starts the permission of a declared MCP server:

@@ -54,6 +54,9 @@ func RuntimeConfig(dot *dotsv1.Dot) (protocol.RuntimeConfig, error) {
 	if len(servers) > 0 {
 		c.MCPServers = servers
 	}
+	if spec.Delegation != nil && len(spec.Delegation.CanAsk) > 0 {
+		c.Delegation = &protocol.DelegationConfig{CanAsk: append([]string(nil), spec.Delegation.CanAsk...)}
+	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
 		return protocol.RuntimeConfig{}, fmt.Errorf("the Dot's spec does not make a runtime configuration: %w", err)

@@ -21,7 +21,7 @@ func defaults(edit map[string]protocol.Decision) map[string]protocol.Decision {
 		"computer.exec": "allow", "computer.screenshot": "allow", "files.read": "allow", "files.write": "allow",
 		"automations": "ask", "browser.identity.list": "allow", "browser.identity.create": "allow",
 		"browser.identity.delete": "ask", "browser.identity.launch": "allow", "browser.identity.close": "allow",
-		"browser.navigate": "allow", "browser.read": "allow", "browser.act": "allow", "mcp.servers.add": "ask",
+		"browser.navigate": "allow", "browser.read": "allow", "browser.act": "allow", "mcp.servers.add": "ask", "dots.delegate": "ask",
 	}
 	for k, v := range edit {
 		m[k] = v
@@ -123,6 +123,27 @@ func TestRuntimeConfig(t *testing.T) {
 		"permission of an undeclared server": {
 			reason: "a permission of a server the Dot does not declare (the CRD refuses it; a stored object from before is not trusted) is left out, so the guest denies it",
 			dot:    base(func(s *dotsv1.DotSpec) { s.Permissions = map[string]dotsv1.Decision{"mcp.gone": "allow"} }),
+			want: protocol.RuntimeConfig{
+				Name: "fare-watch", Model: protocol.ModelRef{Provider: "openrouter", ID: "z-ai/glm-5.3-flash"},
+				Permissions: defaults(nil),
+				Limits:      protocol.Limits{MaxStepsPerTask: 60, MaxCostPerTaskUSD: 1},
+			},
+		},
+		"delegation": {
+			reason: "canAsk reaches the guest, which offers delegate_task by it; acceptsFrom is the host's to check and stays there",
+			dot: base(func(s *dotsv1.DotSpec) {
+				s.Delegation = &dotsv1.DotDelegation{CanAsk: []string{"researcher", "writer"}, AcceptsFrom: []string{"boss"}}
+			}),
+			want: protocol.RuntimeConfig{
+				Name: "fare-watch", Model: protocol.ModelRef{Provider: "openrouter", ID: "z-ai/glm-5.3-flash"},
+				Permissions: defaults(nil),
+				Limits:      protocol.Limits{MaxStepsPerTask: 60, MaxCostPerTaskUSD: 1},
+				Delegation:  &protocol.DelegationConfig{CanAsk: []string{"researcher", "writer"}},
+			},
+		},
+		"accepts only": {
+			reason: "a Dot that may ask nobody sends no delegation key, so a guest that predates it takes the config",
+			dot:    base(func(s *dotsv1.DotSpec) { s.Delegation = &dotsv1.DotDelegation{AcceptsFrom: []string{"boss"}} }),
 			want: protocol.RuntimeConfig{
 				Name: "fare-watch", Model: protocol.ModelRef{Provider: "openrouter", ID: "z-ai/glm-5.3-flash"},
 				Permissions: defaults(nil),

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,7 +36,10 @@ func vmHome(t testing.TB) home.Layout {
 	if err := h.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	cvmRun(t, repoRoot, nil, "go", "run", "./hostagent/images/cmd/test-image", "--work", filepath.Join(repoRoot, "_output/test-image"), "--home", h.Root)
+	// INVISIBLE_DOTS_E2E_IMAGE_WORK keeps the image's work (the guest's
+	// binaries built from this tree) apart from a shared _output.
+	work := cmp.Or(os.Getenv("INVISIBLE_DOTS_E2E_IMAGE_WORK"), filepath.Join(repoRoot, "_output/test-image"))
+	cvmRun(t, repoRoot, nil, "go", "run", "./hostagent/images/cmd/test-image", "--work", work, "--home", h.Root)
 	if err := hostconfig.Save(h, hostconfig.Config{Accelerator: hostconfig.TCG}); err != nil {
 		t.Fatal(err)
 	}

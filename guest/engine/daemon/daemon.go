@@ -248,6 +248,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 					return c.ServerNames()
 				}
 				return nil
+			}, CanAsk: func() []string {
+				if c := eng.Config(); c != nil {
+					return c.CanAsk()
+				}
+				return nil
 			}})
 		defer runner.Close()
 		// The declared MCP servers run through the same relay as the model's
@@ -490,7 +495,8 @@ type Toolbox struct {
 func (t Toolbox) Tools() []work.Tool {
 	out := make([]work.Tool, 0, len(tools.Table))
 	for _, s := range tools.Table {
-		out = append(out, work.Tool{Name: s.Name, Permission: s.Permission, Description: s.Description, Parameters: s.Parameters})
+		out = append(out, work.Tool{Name: s.Name, Permission: s.Permission, Description: s.Description, Parameters: s.Parameters,
+			OfferedWhen: s.OfferedWhen})
 	}
 	if t.Browser != nil {
 		for _, pt := range t.Browser.Tools() {
@@ -624,7 +630,8 @@ func (t Toolbox) Run(ctx context.Context, name string, args json.RawMessage) wor
 		return work.ToolResult{Text: text, OK: r.OK, Interrupted: !r.OK && ctx.Err() != nil, ImageURLs: urls}
 	}
 	r := t.Runner.Run(ctx, name, args)
-	out := work.ToolResult{Text: r.Text, OK: r.OK, Interrupted: r.Interrupted, TTY: r.TTY, ImageURLs: r.ImageURLs}
+	out := work.ToolResult{Text: r.Text, OK: r.OK, Interrupted: r.Interrupted, TTY: r.TTY, ImageURLs: r.ImageURLs,
+		CalledArguments: r.CalledArguments}
 	for _, ev := range r.Events {
 		out.Events = append(out.Events, work.ToolEvent{Type: ev.Type, Data: ev.Data})
 	}

@@ -162,7 +162,7 @@ func (f *fakeOpenRouter) Requests() []fakeRequest {
 	return append([]fakeRequest(nil), f.requests...)
 }
 
-var runRe = regexp.MustCompile(`(fake_[a-z]+|cron|write_file|read_file|add_mcp_server|computer_screenshot|browser_[a-z_]+|mcp__[a-z0-9-]+__[a-z_]+) (\{[^}]*\})`)
+var runRe = regexp.MustCompile(`(fake_[a-z]+|cron|write_file|read_file|add_mcp_server|delegate_task|computer_screenshot|browser_[a-z_]+|mcp__[a-z0-9-]+__[a-z_]+) (\{[^}]*\})`)
 
 type fakeCall struct{ name, args string }
 

@@ -36,6 +36,9 @@ type Env struct {
 	// DeclaredMCPServers names the MCP servers the config declares now, so
 	// add_mcp_server refuses a name already taken; nil reads as none.
 	DeclaredMCPServers func() []string
+	// CanAsk names the Dots the config lets this Dot ask (delegate_task);
+	// nil reads as none.
+	CanAsk func() []string
 	// Now reads the clock (tests fix it).
 	Now func() time.Time
 }
@@ -57,6 +60,9 @@ type Result struct {
 	// ImageURLs are the images the model is shown with the result, as data:
 	// URLs, in memory only: Text holds each one's placeholder (ref 6).
 	ImageURLs []string
+	// CalledArguments are the call's arguments for its tool.called, set
+	// only by a tool the host acts on (delegate_task).
+	CalledArguments json.RawMessage
 }
 
 // Event is one outbound event of a call's result.
@@ -153,6 +159,8 @@ func (r *Runner) run(ctx context.Context, name string, a map[string]any) Result 
 		return r.cron(ctx, a)
 	case AddMCPServerTool:
 		return r.addMCPServerCall(ctx, a)
+	case DelegateTaskTool:
+		return r.delegateTaskCall(a)
 	case ComputerScreenshotTool:
 		return r.screenshot(ctx)
 	}

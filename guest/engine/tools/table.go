@@ -43,6 +43,10 @@ type Spec struct {
 	// Target says what a call acts on, in one line (ref 5.4 tool.called
 	// target): a name or a place, never content. "" means no target.
 	Target func(args map[string]any) string
+	// OfferedWhen says, beside the permission, whether the model is offered
+	// the tool under a config (delegate_task: only to a Dot that may ask
+	// another); nil offers it whenever its permission is not deny.
+	OfferedWhen func(cfg protocol.RuntimeConfig) bool
 }
 
 // Table is the permission table of ref 8.3 for the tools implemented now.
@@ -291,6 +295,7 @@ var Table = []Spec{
 		},
 	},
 	addMCPServer,
+	delegateTask,
 	{
 		Name:       ComputerScreenshotTool,
 		Permission: "computer.screenshot",
@@ -430,6 +435,40 @@ var addMCPServer = Spec{
 		"required": ["name", "reason"]
 	}`),
 	Target: func(a map[string]any) string { return oneLine(str(a, "name")) },
+}
+
+// delegate_task is the Dot asking another Dot of its namespace to do a task
+// (delegation with consent). The tool makes nothing: its tool.called carries
+// the call's arguments, on which the host checks both Dots' consent and the
+// bounds and makes the other Dot's Task; the answer comes back later as a
+// system.event, which the chat is told.
+var delegateTask = Spec{
+	Name:       DelegateTaskTool,
+	Permission: "dots.delegate",
+	Description: "Ask another Dot to do a task for you: `dot` is its name (one of the Dots your configuration lets you ask), " +
+		"`description` says what to do and what to answer, as you would write a task for a person; `priority` orders its " +
+		"tasks (-100 to 100, higher first). The other Dot works with its own tools, permissions and memory. This call does " +
+		"not wait: its answer, or why the request was refused, arrives later in your chat as a message starting with [Delegation].",
+	Parameters: schema(`{
+		"type": "object",
+		"properties": {
+			"dot": {"type": "string", "description": "The name of the Dot to ask."},
+			"description": {"type": "string", "description": "What the other Dot should do and answer."},
+			"priority": {"type": "integer", "minimum": -100, "maximum": 100, "description": "Priority among its tasks (default 0)."}
+		},
+		"required": ["dot", "description"]
+	}`),
+	Target:      func(a map[string]any) string { return oneLine(str(a, "dot")) },
+	OfferedWhen: func(cfg protocol.RuntimeConfig) bool { return len(cfg.CanAsk()) > 0 },
+}
+
+// DelegateTaskTool is the name of the tool that asks another Dot for a task.
+const DelegateTaskTool = "delegate_task"
+
+// Offered says whether the model is offered the tool under cfg: its
+// permission is not deny, and its own condition holds.
+func (s Spec) Offered(cfg protocol.RuntimeConfig) bool {
+	return cfg.Decision(s.Permission) != protocol.Deny && (s.OfferedWhen == nil || s.OfferedWhen(cfg))
 }
 
 // AddMCPServerTool is the name of the tool that asks for a new MCP server.

@@ -12,7 +12,7 @@ import (
 
 func TestTableRows(t *testing.T) {
 	want := []string{"exec", "exec_session", "list_exec_sessions", "read_file", "list_dir", "find_files", "grep", "write_file", "edit_file", "apply_patch", "cron", "add_mcp_server",
-		"computer_screenshot", "browser_identity_list", "browser_identity_create", "browser_identity_delete", "browser_identity_launch", "browser_identity_close"}
+		"delegate_task", "computer_screenshot", "browser_identity_list", "browser_identity_create", "browser_identity_delete", "browser_identity_launch", "browser_identity_close"}
 	var got []string
 	for _, s := range Table {
 		got = append(got, s.Name)
@@ -37,7 +37,7 @@ func TestTableRows(t *testing.T) {
 		"exec": "computer.exec", "exec_session": "computer.exec", "list_exec_sessions": "computer.exec",
 		"read_file": "files.read", "list_dir": "files.read", "find_files": "files.read", "grep": "files.read",
 		"write_file": "files.write", "edit_file": "files.write", "apply_patch": "files.write", "cron": "automations",
-		"add_mcp_server": "mcp.servers.add", "computer_screenshot": "computer.screenshot",
+		"add_mcp_server": "mcp.servers.add", "delegate_task": "dots.delegate", "computer_screenshot": "computer.screenshot",
 		"browser_identity_list": "browser.identity.list", "browser_identity_create": "browser.identity.create",
 		"browser_identity_delete": "browser.identity.delete", "browser_identity_launch": "browser.identity.launch",
 		"browser_identity_close": "browser.identity.close",

@@ -27,6 +27,15 @@ type Tool struct {
 	Permission  string
 	Description string
 	Parameters  json.RawMessage
+	// OfferedWhen is the tool's condition beside its permission (the
+	// table's Spec.OfferedWhen); nil offers it whenever the permission is
+	// not deny.
+	OfferedWhen func(cfg protocol.RuntimeConfig) bool
+}
+
+// offered says whether the model is offered the tool under cfg.
+func (t Tool) offered(cfg protocol.RuntimeConfig) bool {
+	return cfg.Decision(t.Permission) != protocol.Deny && (t.OfferedWhen == nil || t.OfferedWhen(cfg))
 }
 
 // ToolResult is a call's outcome.
@@ -42,6 +51,9 @@ type ToolResult struct {
 	// ImageURLs are images the model is shown (data: URLs), held in memory
 	// for the rest of the turn only; Text holds their placeholders (ref 6).
 	ImageURLs []string
+	// CalledArguments go into the call's tool.called (delegate_task's,
+	// which the host acts on); nil for every other call.
+	CalledArguments json.RawMessage
 }
 
 // Browsers are the Dot's open browsers, which a stop closes (ref 5.3

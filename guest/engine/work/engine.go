@@ -370,7 +370,9 @@ func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
 	var approvalDecided bool
 	err = e.st.Write(ctx, "inbound", func(tx *store.Tx) error {
 		state := inboundApplied
-		if ev.Type == protocol.InboundUserMessage {
+		if ev.Type == protocol.InboundUserMessage || isDelegation(parsed) {
+			// A message to answer in the chat: a person's, or what became
+			// of a request made of another Dot.
 			state = inboundPending
 		}
 		fresh, err := InsertInbound(ctx, tx, ev.ID, ev.Type, ev.TS, ev.Data, state)
@@ -606,7 +608,7 @@ func (e *Engine) ToolsInfo() protocol.Tools {
 	cfg := e.Config()
 	out := protocol.Tools{Tools: []protocol.ToolInfo{}, MCPServers: []protocol.MCPServerStatus{}}
 	for _, t := range e.tools.Tools() {
-		offered := cfg != nil && cfg.Decision(t.Permission) != protocol.Deny
+		offered := cfg != nil && t.offered(*cfg)
 		out.Tools = append(out.Tools, protocol.ToolInfo{Name: t.Name, Permission: t.Permission, Offered: offered, Description: t.Description})
 	}
 	if e.mcp != nil {

@@ -261,6 +261,9 @@ func (e *Engine) execute(t *turn, tool Tool, c Call, msgID int64, decision proto
 		if res.Interrupted {
 			called.Interrupted = &res.Interrupted
 		}
+		if len(res.CalledArguments) > 0 {
+			called.Arguments = res.CalledArguments
+		}
 		if _, err := tx.Emit(ctx, protocol.EventToolCalled, called); err != nil {
 			return err
 		}

@@ -53,7 +53,7 @@ type turn struct {
 func (e *Engine) offeredTools(cfg protocol.RuntimeConfig) []Tool {
 	var out []Tool
 	for _, tool := range e.tools.Tools() {
-		if cfg.Decision(tool.Permission) != protocol.Deny {
+		if tool.offered(cfg) {
 			out = append(out, tool)
 		}
 	}
@@ -561,6 +561,16 @@ func (e *Engine) injectInputs(ctx context.Context, tx *store.Tx) error {
 				return fmt.Errorf("decode firing %s: %w", r.ID, err)
 			}
 			text = fmt.Sprintf("[Automation %q fired] %s", d.Job, d.Message)
+		case protocol.InboundSystemEvent:
+			var d protocol.SystemEvent
+			var del protocol.Delegation
+			if err := json.Unmarshal(r.Data, &d); err != nil || d.Name != protocol.SystemEventDelegation {
+				continue
+			}
+			if err := json.Unmarshal(d.Data, &del); err != nil {
+				return fmt.Errorf("decode delegation %s: %w", r.ID, err)
+			}
+			text = delegationText(del)
 		default:
 			continue
 		}
@@ -729,4 +739,22 @@ func (e *Engine) failTask(ctx context.Context, tx *store.Tx, taskID, reason stri
 	_, err = tx.Emit(ctx, protocol.EventTaskFailed, protocol.TaskFailed{TaskID: taskID, Error: reason, SpentUSD: &usd,
 		ReasoningTokens: sp.reasoning()})
 	return err
+}
+
+// isDelegation says whether an inbound event tells what became of a request
+// the Dot made of another Dot (delegate_task) that the chat answers: an
+// answer, a refusal, a cancellation; the note that the request was passed
+// on is kept without a turn.
+func isDelegation(parsed any) bool {
+	d, ok := parsed.(*protocol.SystemEvent)
+	if !ok || d.Name != protocol.SystemEventDelegation {
+		return false
+	}
+	var del protocol.Delegation
+	return json.Unmarshal(d.Data, &del) == nil && del.Outcome != protocol.DelegationAccepted
+}
+
+// delegationText is what the chat is told of a request made of another Dot.
+func delegationText(d protocol.Delegation) string {
+	return fmt.Sprintf("[Delegation: %s, %s] %s", d.Dot, strings.ToLower(d.Outcome), d.Text)
 }

@@ -123,6 +123,10 @@ type View struct {
 	MCPAdditions     []MCPAddition
 	MCPAnswered      map[int64]bool
 	MCPApprovalsUsed map[string]bool
+	// Delegations are the guest's delegate_task calls that ran (tool.called
+	// ok, with their arguments), in log order: requests of another Dot the
+	// control plane decides.
+	Delegations []Delegation
 }
 
 // NewView is an empty view.
@@ -271,6 +275,8 @@ func guestData(e Event) any {
 		out = &protocol.AutomationNextRun{}
 	case protocol.EventMCPServerAdded:
 		out = &protocol.MCPServerAdded{}
+	case protocol.EventToolCalled:
+		out = &protocol.ToolCalled{}
 	default:
 		return nil // nothing of a status comes from it
 	}
@@ -315,6 +321,14 @@ func (v *View) foldGuest(e Event) {
 		}
 	case *protocol.MCPServerAdded:
 		v.MCPAdditions = append(v.MCPAdditions, MCPAddition{EventID: e.ID, Arguments: ev.Arguments})
+	case *protocol.ToolCalled:
+		if ev.Tool == delegateTool && ev.OK && len(ev.Arguments) > 0 {
+			d := Delegation{EventID: e.ID, Arguments: ev.Arguments}
+			if ev.TaskID != nil {
+				d.TaskID = *ev.TaskID
+			}
+			v.Delegations = append(v.Delegations, d)
+		}
 	case *protocol.ApprovalRequested:
 		if _, ok := v.Approvals[ev.ApprovalID]; !ok {
 			v.Approvals[ev.ApprovalID] = &ApprovalView{Requested: *ev}
@@ -355,4 +369,19 @@ func (v *View) PendingMCPAdditions() []MCPAddition {
 		}
 	}
 	return out
+}
+
+// delegateTool is the guest's tool that asks another Dot for a task
+// (guest/engine/tools; lifecycle.DelegateTool).
+const delegateTool = "delegate_task"
+
+// Delegation is a guest's delegate_task call that ran: a request of another
+// Dot, which the control plane decides (lifecycle.DecideDelegation).
+type Delegation struct {
+	// EventID is the tool.called's id in the log: the request's identity.
+	EventID int64
+	// TaskID is the asker's task the call was made in (its Task's UID),
+	// "" for the chat.
+	TaskID    string
+	Arguments json.RawMessage
 }

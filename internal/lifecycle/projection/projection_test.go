@@ -139,3 +139,22 @@ func TestViewFoldsMCPAdditions(t *testing.T) {
 		t.Errorf("pending after both answered = %+v", got)
 	}
 }
+
+func TestViewFoldsDelegations(t *testing.T) {
+	v := NewView()
+	v.Fold(
+		Event{ID: 1, Type: protocol.EventToolCalled, Data: json.RawMessage(`{"task_id":"t1","tool":"delegate_task","permission":"dots.delegate","decision":"allow","ok":true,"duration_ms":1,"arguments":{"dot":"helper","description":"x"}}`)},
+		// A call that failed in the guest asked nothing.
+		Event{ID: 2, Type: protocol.EventToolCalled, Data: json.RawMessage(`{"tool":"delegate_task","permission":"dots.delegate","decision":"allow","ok":false,"duration_ms":1}`)},
+		// Another tool's call, even with arguments, is no request.
+		Event{ID: 3, Type: protocol.EventToolCalled, Data: json.RawMessage(`{"tool":"exec","permission":"computer.exec","decision":"allow","ok":true,"duration_ms":1,"arguments":{"dot":"helper"}}`)},
+		Event{ID: 4, Type: protocol.EventToolCalled, Data: json.RawMessage(`{"tool":"delegate_task","permission":"dots.delegate","decision":"ask","ok":true,"duration_ms":1,"arguments":{"dot":"other","description":"y"}}`)},
+	)
+	want := []Delegation{
+		{EventID: 1, TaskID: "t1", Arguments: json.RawMessage(`{"dot":"helper","description":"x"}`)},
+		{EventID: 4, Arguments: json.RawMessage(`{"dot":"other","description":"y"}`)},
+	}
+	if d := cmp.Diff(want, v.Delegations); d != "" {
+		t.Errorf("delegations (-want +got):\n%s", d)
+	}
+}

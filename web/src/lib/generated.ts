@@ -168,6 +168,16 @@ export const PERMISSIONS: { name: string; label: string; description: string; ri
     "tools": [
       "add_mcp_server"
     ]
+  },
+  {
+    "name": "dots.delegate",
+    "label": "Ask other Dots",
+    "description": "Ask another Dot of its namespace to do a task, when both Dots' delegation settings allow it",
+    "risk": "medium",
+    "default": "ask",
+    "tools": [
+      "delegate_task"
+    ]
   }
 ];
 

@@ -51,7 +51,15 @@ export type TaskPhase = 'PENDING' | 'RUNNING' | 'WAITING_APPROVAL' | 'COMPLETED'
 
 export interface Task {
   metadata: Meta;
-  spec: { dotName: string; description: string; priority?: number; scheduledAt?: string; cancelRequested?: boolean };
+  spec: {
+    dotName: string;
+    description: string;
+    priority?: number;
+    scheduledAt?: string;
+    cancelRequested?: boolean;
+    /** The Dot that asked for the task (delegate_task), the task it asked in, and how deep the request is. */
+    requestedBy?: { dot: string; task?: string; depth: number };
+  };
   status?: {
     phase?: TaskPhase;
     runs?: { number: number; started?: string; delivered?: string; finished?: string; outcome?: string }[];
@@ -62,6 +70,8 @@ export interface Task {
     summary?: string;
     error?: string;
     spentUSD?: number;
+    /** The spend of the tasks this task asked other Dots for, theirs included. */
+    delegatedSpentUSD?: number;
     progress?: string;
   };
 }

@@ -1,7 +1,7 @@
 import { useRef, useState } from 'preact/hooks';
 import { says } from '../lib/api';
 import { AnsweredElsewhere, answerApproval, answeredHere, coveredTools, isDestructive, permissionPhrase, type Answer } from '../lib/approvals';
-import { approvals, inView, useCell, viewNamespace, waiting } from '../lib/live';
+import { approvals, inView, useCell, useTasks, viewNamespace, waiting } from '../lib/live';
 import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
 import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
 import { ago } from '../lib/format';
@@ -255,6 +255,9 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
   // outside the workspace) is not allowed by a key alone: a moves the focus
   // to Allow once, whose press is the confirmation.
   const destructive = isDestructive(a.spec.permission, a.spec.tool, a.spec.arguments);
+  // A task another Dot asked for: both Dots are named.
+  const tasks = useTasks();
+  const askedBy = a.spec.taskName ? tasks.items.get(`${ns}/${a.spec.taskName}`)?.spec.requestedBy : undefined;
 
   async function answer(ans: Answer) {
     setBusy(true);
@@ -284,6 +287,26 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
         <code class="font-mono text-sm">{a.spec.tool}</code>
         <span class="ml-auto text-xs text-muted">{ago(a.metadata.creationTimestamp)}</span>
       </div>
+      {askedBy && (
+        <p class="mt-1 text-sm text-muted" data-testid="asked-by">
+          asked by{' '}
+          <a href={chatHref(ns, askedBy.dot)} class="underline">
+            {askedBy.dot}
+          </a>
+          {askedBy.task ? (
+            <>
+              {' '}
+              (task{' '}
+              <a href={taskHref(ns, askedBy.dot, askedBy.task)} class="underline">
+                {askedBy.task}
+              </a>
+              )
+            </>
+          ) : (
+            ' (from its chat)'
+          )}
+        </p>
+      )}
       <p class="mt-1 text-sm">
         Permission <code class="font-mono">{a.spec.permission}</code>, <span data-testid="permission-phrase">{permissionPhrase(a.spec.permission)}</span>
         {destructive && (

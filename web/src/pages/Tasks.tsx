@@ -342,6 +342,12 @@ function TaskDrawer({ ns, name, id, task, loaded, asks }: { ns: string; name: st
   }, [uid, ns, name]);
 
   const phase = task ? phaseOf(task) : '';
+  // The tasks this one asked other Dots for (delegate_task).
+  const all = useTasks();
+  const asked = task
+    ? [...all.items.values()].filter((t) => t.metadata.namespace === ns && t.spec.requestedBy?.dot === name && t.spec.requestedBy.task === task.metadata.name)
+    : [];
+  const delegated = task?.status?.delegatedSpentUSD ?? 0;
   return (
     <div class="fixed inset-0 z-20 flex justify-end bg-fg/30" onClick={(e) => e.target === e.currentTarget && close()}>
       <div
@@ -369,11 +375,42 @@ function TaskDrawer({ ns, name, id, task, loaded, asks }: { ns: string; name: st
         {task && (
           <>
             <p class="mt-1 text-sm text-muted" data-testid="task-state">
-              {phase.toLowerCase().replace('_', ' ')} · spent {money(task.status?.spentUSD)} · made {ago(task.metadata.creationTimestamp)}
+              {phase.toLowerCase().replace('_', ' ')} · spent {money(task.status?.spentUSD)}
+              {delegated > 0 ? ` + ${money(delegated)} by the Dots it asked (${money((task.status?.spentUSD ?? 0) + delegated)} together)` : ''} · made{' '}
+              {ago(task.metadata.creationTimestamp)}
               {taskStarted(task) ? ` · started ${ago(taskStarted(task))}` : ''}
               {task.status?.completionTime ? ` · ended ${ago(task.status.completionTime)}` : ''}
               {task.spec.priority ? ` · priority ${task.spec.priority}` : ''}
             </p>
+            {task.spec.requestedBy && (
+              <p class="mt-1 text-sm text-muted" data-testid="task-asked-by">
+                asked by{' '}
+                {task.spec.requestedBy.task ? (
+                  <a class="underline" href={taskHref(ns, task.spec.requestedBy.dot, task.spec.requestedBy.task)}>
+                    {task.spec.requestedBy.dot} (task {task.spec.requestedBy.task})
+                  </a>
+                ) : (
+                  `${task.spec.requestedBy.dot} (from its chat)`
+                )}
+              </p>
+            )}
+            {asked.length > 0 && (
+              <div class="mt-3" data-testid="task-asked">
+                <h3 class="font-semibold">Asked of other Dots</h3>
+                <ul class="mt-1 flex flex-col gap-1 text-sm">
+                  {asked.map((t) => (
+                    <li key={t.metadata.uid} class="flex flex-wrap gap-x-2" data-task={t.metadata.name}>
+                      <a class="underline" href={taskHref(ns, t.spec.dotName, t.metadata.name)}>
+                        {t.spec.dotName}: {t.spec.description.split('\n')[0]}
+                      </a>
+                      <span class="text-muted">
+                        {phaseOf(t).toLowerCase().replace('_', ' ')} · spent {money(t.status?.spentUSD)}
+                      </span>
+                    </li>
+                  ))}
+                </ul>
+              </div>
+            )}
             {task.spec.description.includes('\n') && <p class="mt-2 text-sm whitespace-pre-wrap">{task.spec.description}</p>}
             {task.status?.summary && (
               <div class="mt-3 rounded-card border border-border p-3" data-testid="task-result">
