@@ -69,6 +69,17 @@ func (r *TaskReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if !task.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
+	if task.Labels[dotsv1.DotLabel] != task.Spec.DotName {
+		// The Dot's label lists one Dot's tasks by a selector. The embedded
+		// server sets it at admission (internal/tasklabel); a cluster without
+		// that plugin, or a Task made before it, gets it here.
+		base := task.DeepCopy()
+		if task.Labels == nil {
+			task.Labels = map[string]string{}
+		}
+		task.Labels[dotsv1.DotLabel] = task.Spec.DotName
+		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, task, client.MergeFrom(base)))
+	}
 	helper := patch.NewHelper(r.Client, taskWriter, task)
 	if patched, err := bindToDot(ctx, r.Client, task, task.Spec.DotName, r.Clock.Now()); patched || err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
