@@ -192,6 +192,8 @@ func (h *Handler) routes() []route {
 		{"namespaces/{ns}/dots/{name}/activity", map[string]handlerFunc{http.MethodGet: h.getActivity}},
 		{"namespaces/{ns}/dots/{name}/stream", map[string]handlerFunc{http.MethodGet: h.streamDot}},
 		{"stream", map[string]handlerFunc{http.MethodGet: h.streamAll}},
+		{"tasks", map[string]handlerFunc{http.MethodGet: h.listEndedTasks}},
+		{"namespaces/{ns}/tasks", map[string]handlerFunc{http.MethodGet: h.listEndedTasks}},
 		{"hostagent/hosts/{host}/outbox", map[string]handlerFunc{http.MethodGet: h.waitOutbox}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/events", map[string]handlerFunc{http.MethodPost: h.ingestEvents}},
 		{"hostagent/hosts/{host}/dots/{ns}/{name}/outbox", map[string]handlerFunc{http.MethodGet: h.getOutbox}},

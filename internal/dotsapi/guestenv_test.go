@@ -127,10 +127,15 @@ func fakeAnswer(status int, body string) *http.Response {
 }
 
 // guestRBAC is rbac with the guest routes' subresources: the editor and the
-// viewer of team-a get them, and only the editor writes MCP secrets,
+// viewer of team-a get them (and list team-a's Tasks), and only the editor writes MCP secrets,
 // creates, closes and deletes browser identities, and patches Computers
 // (their power).
 var guestRBAC = authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	// dots-editor and dots-viewer list the namespace's Tasks.
+	if a.GetNamespace() == "team-a" && a.GetAPIGroup() == dotsv1.GroupVersion.Group && a.GetResource() == "tasks" && a.GetVerb() == "list" &&
+		(a.GetUser().GetName() == "eddie" || a.GetUser().GetName() == "vera") {
+		return authorizer.DecisionAllow, "", nil
+	}
 	if a.GetNamespace() == "team-a" && a.GetAPIGroup() == dotsv1.GroupVersion.Group && a.GetResource() == "computers" && a.GetSubresource() == "" &&
 		a.GetUser().GetName() == "eddie" && a.GetVerb() == "patch" {
 		return authorizer.DecisionAllow, "", nil

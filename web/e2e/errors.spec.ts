@@ -42,7 +42,7 @@ const cases: { name: string; path: string; running?: boolean; task?: boolean; fa
   {
     name: 'Inbox, when the failed tasks cannot be read',
     path: '/inbox',
-    fail: (p) => failing(p, `**${GROUP}/tasks`),
+    fail: (p) => failing(p, `**/dots/v1/tasks?*`),
     want: ['The failed tasks could not be read: the database did not answer. They are read again when a task fails, or when you reload the page.'],
   },
   {

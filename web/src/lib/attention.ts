@@ -4,7 +4,7 @@
 // and the Channels to link again (a revoked token: nobody can talk to the Dot
 // from that chat until someone gives it a new one, so it is not dismissed).
 import { getJSON, says } from './api';
-import { Cell, approvals, channels, dots, inView, onStreamEvent, onUnpark, scopedPath, useCell, viewNamespace, waiting } from './live';
+import { Cell, approvals, channels, dots, inView, onStreamEvent, onUnpark, scopedDotsPath, useCell, viewNamespace, waiting } from './live';
 import { taskEnded, type Approval, type Channel, type Dot, type Task } from './types';
 import { needsRelink } from './channels';
 
@@ -33,8 +33,11 @@ const finished = (t: Task) => Date.parse(taskEnded(t) ?? '');
 
 async function readFailed() {
   try {
-    const list = await getJSON<{ items: Task[] }>(scopedPath('tasks'));
-    failedTasks.set({ items: list.items.filter((t) => t.status?.phase === 'FAILED') });
+    // The server filters (ref 9.6's finished_after): the day's failures,
+    // not every task there is.
+    const since = new Date(Date.now() - DAY_MS).toISOString().replace(/\.\d+Z$/, 'Z');
+    const list = await getJSON<{ tasks: Task[] }>(`${scopedDotsPath('tasks')}?status=FAILED&finished_after=${encodeURIComponent(since)}`);
+    failedTasks.set({ items: list.tasks });
   } catch (e) {
     failedTasks.set({ ...failedTasks.get(), error: `The failed tasks could not be read: ${says(e, 'They are read again when a task fails, or when you reload the page.')}` });
   }

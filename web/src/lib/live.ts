@@ -11,6 +11,8 @@ export { Cell, useCell } from './cell';
 
 /** A kind's collection as the person may list it: every namespace's, or their namespace's alone. */
 export const scopedPath = (kind: string) => (scope() ? `${GROUP}/namespaces/${encodeURIComponent(scope())}/${kind}` : `${GROUP}/${kind}`);
+/** The Dots API's path of the same scope (/dots/v1/namespaces/NS/KIND or /dots/v1/KIND). */
+export const scopedDotsPath = (kind: string) => (scope() ? `/dots/v1/namespaces/${encodeURIComponent(scope())}/${kind}` : `/dots/v1/${kind}`);
 
 export type LinkState = 'connecting' | 'live' | 'down';
 
