@@ -46,6 +46,9 @@ type turn struct {
 	// compact asks the next request to compact the thread whatever it
 	// measures: the provider refused the last one as longer than its window.
 	compact bool
+	// taint is the session's taint (taint.go), read when the turn opens and
+	// kept by the turn's goroutine as its calls taint it.
+	taint taintState
 }
 
 // offeredTools are the tools the model is offered under cfg: every tool
@@ -258,6 +261,16 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 	if !proceed {
 		return outcomeNothing, ""
 	}
+	if err := e.st.Read(ctx, func(q store.Querier) error {
+		var err error
+		t.taint, err = loadTaint(ctx, q, t.session)
+		return err
+	}); err != nil {
+		if ctx.Err() != nil {
+			return outcomeAbandoned, ""
+		}
+		return outcomeFailed, err.Error()
+	}
 	if e.mcp != nil {
 		// The turn offers the tools of the servers that could start: it waits
 		// for those being started (ref 8.3), each at most its startup timeout.
@@ -284,7 +297,19 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 			return out, ""
 		}
 		if t.taskID == "" {
-			if err := e.st.Write(ctx, "inject", func(tx *store.Tx) error { return e.injectInputs(ctx, tx) }); err != nil {
+			if err := e.st.Write(ctx, "inject", func(tx *store.Tx) error {
+				if err := e.injectInputs(ctx, tx); err != nil {
+					return err
+				}
+				if t.taint.by != nil {
+					return nil
+				}
+				// An input injected now (another Dot's answer) may taint
+				// the turn.
+				var err error
+				t.taint, err = loadTaint(ctx, txq{tx}, t.session)
+				return err
+			}); err != nil {
 				return outcomeFailed, fmt.Sprintf("an input could not be recorded: %v", err)
 			}
 		}
@@ -571,6 +596,10 @@ func (e *Engine) injectInputs(ctx context.Context, tx *store.Tx) error {
 				return fmt.Errorf("decode delegation %s: %w", r.ID, err)
 			}
 			text = delegationText(del)
+			// Another Dot's words are untrusted input to the chat.
+			if err := setTaint(ctx, tx, chatSession, protocol.Taint{Kind: protocol.TaintDelegation, Source: "Dot " + del.Dot}); err != nil {
+				return err
+			}
 		default:
 			continue
 		}
@@ -699,6 +728,10 @@ func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string) erro
 	}
 	if _, err := tx.Exec(ctx, "UPDATE dots_inbound SET state = ? WHERE state = ?", inboundAnswered, inboundTranscript); err != nil {
 		return fmt.Errorf("apply answered inputs: %w", err)
+	}
+	// The chat's turn ends with its answer, and its taint with it.
+	if err := clearTaint(ctx, tx, chatSession); err != nil {
+		return err
 	}
 	return resetSpend(ctx, tx, chatSession)
 }
