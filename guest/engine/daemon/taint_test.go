@@ -106,4 +106,3 @@ func TestTaintedTaskAllowForTheRestOfTheTask(t *testing.T) {
 		})
 	}
 }
-
