@@ -49,6 +49,17 @@ func (h *Handler) answerApproval(decision dotsv1.ApprovalDecision) handlerFunc {
 		if body.Always && decision != dotsv1.Approve {
 			return badRequest("always is for approve: a rejection is for this call only")
 		}
+		switch body.AlwaysFor {
+		case "", wire.AlwaysForHour, wire.AlwaysForEndOfDay:
+		default:
+			return badRequest("alwaysFor is 1h or endOfDay (or absent: for ever)")
+		}
+		if body.AlwaysFor != "" && !body.Always {
+			return badRequest("alwaysFor bounds an always approval: give always too")
+		}
+		if body.Scope != "" && (body.Scope != wire.ScopeTask || decision != dotsv1.Approve) {
+			return badRequest("scope is task, on an approval only")
+		}
 		if h.writer == nil {
 			return apiErrorf(http.StatusNotImplemented, wire.CodeNotImplemented, "this server does not answer approvals here: patch the Approval (kubectl patch approval %s --type merge -p '{\"spec\":{\"decision\":\"%s\"}}')", key.Name, decision)
 		}
@@ -85,6 +96,7 @@ func (h *Handler) answerOnce(ctx context.Context, key types.NamespacedName, deci
 	}
 	base := a.DeepCopy()
 	a.Spec.Decision, a.Spec.Note, a.Spec.Always = decision, body.Note, body.Always
+	a.Spec.AlwaysFor, a.Spec.Scope = body.AlwaysFor, body.Scope
 	return a, h.writer.Patch(ctx, a, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(manager))
 }
 
