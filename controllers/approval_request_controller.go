@@ -109,7 +109,9 @@ func (r *ApprovalRequestReconciler) answer(ctx context.Context, a *dotsv1.Approv
 	if a.Spec.Decision == "" || a.Spec.RequestID == "" {
 		return nil
 	}
-	if a.Spec.Decision == dotsv1.Approve && a.Spec.Always && a.Spec.Permission != "" {
+	// A budget approval (limits.cost) is for its task only: there is no
+	// permission to set.
+	if a.Spec.Decision == dotsv1.Approve && a.Spec.Always && a.Spec.Permission != "" && a.Spec.Permission != protocol.BudgetPermission {
 		if err := r.allowAlways(ctx, a); err != nil {
 			return err
 		}

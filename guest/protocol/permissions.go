@@ -55,6 +55,12 @@ var Permissions = []PermissionInfo{
 	{"dots.delegate", "Ask other Dots", "Ask another Dot of its namespace to do a task, when both Dots' delegation settings allow it", RiskMedium, Ask, true},
 }
 
+// BudgetPermission is the permission of a budget approval: a task that
+// reached limits.max_cost_per_task_usd asks for more instead of failing. It
+// is no tool's, so it is not in Permissions and a config never names it;
+// an approval of it is never "always".
+const BudgetPermission = "limits.cost"
+
 // MCPPermissionPrefix starts the permission of a declared MCP server:
 // mcp.<server> covers every tool of that server, asks by default, high risk.
 const MCPPermissionPrefix = "mcp."

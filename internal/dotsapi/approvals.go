@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
@@ -93,6 +94,9 @@ func (h *Handler) answerOnce(ctx context.Context, key types.NamespacedName, deci
 	}
 	if a.Status.Phase == dotsv1.ApprovalExpired {
 		return nil, apiErrorf(http.StatusConflict, wire.CodeAlreadyResolved, "Approval %s no longer waits: its task ended before anyone answered (Expired)", key)
+	}
+	if body.Always && a.Spec.Permission == protocol.BudgetPermission {
+		return nil, badRequest("a budget approval is for its task only: always is not for it")
 	}
 	base := a.DeepCopy()
 	a.Spec.Decision, a.Spec.Note, a.Spec.Always = decision, body.Note, body.Always

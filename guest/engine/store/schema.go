@@ -98,6 +98,12 @@ CREATE TABLE IF NOT EXISTS dots_taint_allowed (
 	permission TEXT NOT NULL,
 	PRIMARY KEY (session, permission)
 );
+-- What a person allowed a task to spend beyond limits.max_cost_per_task_usd
+-- (budget approvals), by session.
+CREATE TABLE IF NOT EXISTS dots_budget (
+	session TEXT PRIMARY KEY,
+	usd     REAL NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS dots_browser_identities (
 	id           TEXT PRIMARY KEY,
 	name         TEXT NOT NULL,

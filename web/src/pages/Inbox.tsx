@@ -368,9 +368,11 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
                   Allow for this {a.spec.taskName ? 'task' : 'turn'}
                 </button>
               )}
-              <button type="button" disabled={busy} class="rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => setMode('always')}>
-                Always allow…
-              </button>
+              {a.spec.permission !== 'limits.cost' && (
+                <button type="button" disabled={busy} class="rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => setMode('always')}>
+                  Always allow…
+                </button>
+              )}
               <button data-deny type="button" disabled={busy} class="rounded-card border border-danger px-3 py-1.5 text-sm text-danger" onClick={() => setMode('deny')}>
                 Deny…
               </button>
