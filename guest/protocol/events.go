@@ -280,8 +280,9 @@ type ToolCalled struct {
 	// Arguments are the call's arguments, only on the calls the host acts
 	// on (delegate_task): absent on every other tool's.
 	Arguments json.RawMessage `json:"arguments,omitempty"`
-	// TaintedBy is present when the turn had read untrusted input before
-	// the call was decided.
+	// TaintedBy is present when the turn is tainted by untrusted input:
+	// read before the call was decided, or by this call's own result (the
+	// page it read).
 	TaintedBy *Taint `json:"tainted_by,omitempty"`
 }
 
