@@ -8,6 +8,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"unicode"
 
 	"github.com/invisible-dots/invisible-dots/guest/engine/store"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -47,6 +48,26 @@ var workspaceDir = protocol.DefaultWorkspace
 // An exec that prints a downloaded file (cat ~/downloads/x) is not seen:
 // the rule reads the calls' own arguments, never a command's.
 func taintOf(cfg protocol.RuntimeConfig, tool Tool, args map[string]any, result string) (protocol.Taint, bool) {
+	by, ok := taintOfCall(cfg, tool, args, result)
+	by.Source = oneLine(by.Source)
+	return by, ok
+}
+
+// taintSourceMax is the longest source a taint names, in code points.
+const taintSourceMax = 300
+
+// oneLine is a source as events carry it: no control characters, cut.
+func oneLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	return cutText(s, taintSourceMax)
+}
+
+func taintOfCall(cfg protocol.RuntimeConfig, tool Tool, args map[string]any, result string) (protocol.Taint, bool) {
 	switch tool.Permission {
 	case "browser.navigate", "browser.read", "browser.act":
 		src := pageURL(result)
@@ -87,7 +108,7 @@ var pageURLRe = regexp.MustCompile(`(?m)Page URL:\s*(https?://\S+)`)
 
 func pageURL(text string) string {
 	if m := pageURLRe.FindStringSubmatch(text); m != nil {
-		return cutText(m[1], protocol.ToolTargetMax)
+		return m[1]
 	}
 	return ""
 }
