@@ -167,7 +167,9 @@ var describers = map[string]func(e wire.Event) (string, error){
 	protocol.EventToolCalled: of(func(d protocol.ToolCalled) string {
 		return ToolLine(d) + fmt.Sprintf(" in %s", time.Duration(d.DurationMS)*time.Millisecond) + tainted(d.TaintedBy) + task(d.TaskID)
 	}),
-	protocol.EventApprovalRequested: of(func(d protocol.ApprovalRequested) string { return ApprovalLine(d) + tainted(d.TaintedBy) + task(d.TaskID) }),
+	protocol.EventApprovalRequested: of(func(d protocol.ApprovalRequested) string {
+		return ApprovalLine(d) + tainted(d.TaintedBy) + task(d.TaskID)
+	}),
 	wire.EventApprovalResolved: of(func(d struct {
 		Approval string `json:"approval"`
 		Decision string `json:"decision"`
