@@ -140,5 +140,7 @@ export function permissionPhrase(permission: string): string {
   const p = PERMISSIONS.find((x) => x.name === permission);
   if (p) return `${p.label} (${p.risk} risk)`;
   if (permission.startsWith('mcp.')) return `the MCP server ${permission.slice(4)} (high risk)`;
+  // A task at its cost cap asks for more (protocol.BudgetPermission).
+  if (permission === 'limits.cost') return 'Spend more on this task';
   return permission;
 }
