@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -85,6 +86,15 @@ func (r *ApprovalRequestReconciler) allowAlways(ctx context.Context, a *dotsv1.A
 		"metadata":   map[string]any{"name": a.Spec.DotName, "namespace": a.Namespace},
 		"spec":       map[string]any{"permissions": map[string]any{a.Spec.Permission: "allow"}},
 	}}
+	from := time.Now()
+	if a.Status.DecidedAt != nil {
+		from = a.Status.DecidedAt.Time // the same end on every retry
+	}
+	if until, ok := alwaysUntil(a.Spec.AlwaysFor, from); ok {
+		// An allow for a while: the end goes with it, and the guest asks
+		// again from then on.
+		u.Object["spec"].(map[string]any)["allowUntil"] = map[string]any{a.Spec.Permission: until.UTC().Format(time.RFC3339)}
+	}
 	if err := r.Client.Patch(ctx, u, client.Apply, client.FieldOwner(alwaysManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("set %s to allow in Dot %s: %w", a.Spec.Permission, a.Spec.DotName, err)
 	}
@@ -99,12 +109,17 @@ func (r *ApprovalRequestReconciler) answer(ctx context.Context, a *dotsv1.Approv
 	if a.Spec.Decision == "" || a.Spec.RequestID == "" {
 		return nil
 	}
-	if a.Spec.Decision == dotsv1.Approve && a.Spec.Always && a.Spec.Permission != "" {
+	// A budget approval (limits.cost) is for its task only: there is no
+	// permission to set.
+	if a.Spec.Decision == dotsv1.Approve && a.Spec.Always && a.Spec.Permission != "" && a.Spec.Permission != protocol.BudgetPermission {
 		if err := r.allowAlways(ctx, a); err != nil {
 			return err
 		}
 	}
 	msg := protocol.ApprovalReceived{ApprovalID: a.Spec.RequestID, Decision: protocol.ApprovalDecision(a.Spec.Decision)}
+	if a.Spec.Decision == dotsv1.Approve && a.Spec.Scope == "task" {
+		msg.Scope = ptr.To(protocol.ApprovalScopeTask)
+	}
 	if a.Spec.Note != "" {
 		msg.Note = ptr.To(a.Spec.Note)
 	}
@@ -113,7 +128,14 @@ func (r *ApprovalRequestReconciler) answer(ctx context.Context, a *dotsv1.Approv
 		return err
 	}
 	id := w.id
-	logged, _ := json.Marshal(map[string]any{"approval_id": a.Spec.RequestID, "approval": a.Name, "decision": a.Spec.Decision, "always": a.Spec.Always})
+	fields := map[string]any{"approval_id": a.Spec.RequestID, "approval": a.Name, "decision": a.Spec.Decision, "always": a.Spec.Always}
+	if a.Spec.AlwaysFor != "" {
+		fields["always_for"] = a.Spec.AlwaysFor
+	}
+	if a.Spec.Scope != "" {
+		fields["scope"] = a.Spec.Scope
+	}
+	logged, _ := json.Marshal(fields)
 	return w.Decide(ctx, &store.Inbound{ID: store.ApprovalDecisionID(string(a.UID)), Dot: id, Type: protocol.InboundApprovalReceived, Data: body},
 		store.Event{Dot: id, Type: wire.EventApprovalResolved, Source: store.SourceHost, Data: logged})
 }
@@ -145,6 +167,9 @@ func (r *ApprovalRequestReconciler) makeApprovals(ctx context.Context, dot *dots
 					Reason: av.Requested.Reason, Arguments: &apiextensionsv1.JSON{Raw: av.Requested.Arguments},
 				},
 			}
+			if tb := av.Requested.TaintedBy; tb != nil {
+				a.Spec.Taint = &dotsv1.ApprovalTaint{Kind: cutRunes(tb.Kind, 32), Source: cutRunes(tb.Source, 2048)}
+			}
 			if av.Requested.TaskID != nil {
 				a.Spec.TaskName = taskName[*av.Requested.TaskID]
 			}
@@ -174,4 +199,26 @@ func (r *ApprovalRequestReconciler) makeApprovals(ctx context.Context, dot *dots
 		}
 	}
 	return nil
+}
+
+// alwaysUntil is the end of an "always" given for a while (spec.alwaysFor),
+// from now: an hour, or the end of the control plane's day (its local time
+// zone); ok is false for an always without an end.
+func alwaysUntil(alwaysFor string, now time.Time) (time.Time, bool) {
+	switch alwaysFor {
+	case "1h":
+		return now.Add(time.Hour).Truncate(time.Second), true
+	case "endOfDay":
+		y, m, d := now.Date()
+		return time.Date(y, m, d+1, 0, 0, 0, 0, now.Location()), true
+	}
+	return time.Time{}, false
+}
+
+// cutRunes cuts s to at most n code points.
+func cutRunes(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n])
+	}
+	return s
 }

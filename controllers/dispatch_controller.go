@@ -127,7 +127,12 @@ func (r *DispatchReconciler) dispatch(ctx context.Context, t *dotsv1.Task, w *Do
 		run = v.Runs + 1
 	}
 	uid, id := string(t.UID), w.id
-	body, err := json.Marshal(protocol.TaskCreated{TaskID: uid, Description: t.Spec.Description, Priority: int(t.Spec.Priority)})
+	created := protocol.TaskCreated{TaskID: uid, Description: t.Spec.Description, Priority: int(t.Spec.Priority)}
+	if rb := t.Spec.RequestedBy; rb != nil && rb.Dot != "" {
+		// Another Dot's request is untrusted input to the receiver.
+		created.RequestedBy = &rb.Dot
+	}
+	body, err := json.Marshal(created)
 	if err != nil {
 		return err
 	}

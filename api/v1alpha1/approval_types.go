@@ -70,6 +70,35 @@ type ApprovalSpec struct {
 	// always also sets the permission to allow (approve) or deny (reject) in the Dot.
 	// +optional
 	Always bool `json:"always,omitempty"`
+
+	// alwaysFor bounds an always approval: 1h, or endOfDay (the end of the
+	// control plane's day); empty allows for ever. The Dot's
+	// spec.allowUntil records the end.
+	// +kubebuilder:validation:Enum="1h";endOfDay
+	// +optional
+	AlwaysFor string `json:"alwaysFor,omitempty"`
+
+	// scope task, on an approval asked because the Dot read untrusted input
+	// (taint), also allows the permission for the rest of the task.
+	// +kubebuilder:validation:Enum=task
+	// +optional
+	Scope string `json:"scope,omitempty"`
+
+	// taint is what the Dot read that made the call asked: set when the
+	// guest asked because of untrusted input (approval.requested
+	// tainted_by).
+	// +optional
+	Taint *ApprovalTaint `json:"taint,omitempty"`
+}
+
+// ApprovalTaint is the untrusted input a call was asked because of.
+type ApprovalTaint struct {
+	// kind is page, screenshot, download, mcp, webhook or delegation.
+	// +kubebuilder:validation:MaxLength=32
+	Kind string `json:"kind"`
+	// source names it: a URL, a file, a server, a webhook, a Dot.
+	// +kubebuilder:validation:MaxLength=2048
+	Source string `json:"source"`
 }
 
 // ApprovalPhase is where an approval stands.

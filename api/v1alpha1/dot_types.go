@@ -163,6 +163,11 @@ type MCPServer struct {
 	// +kubebuilder:validation:Maximum=600
 	// +optional
 	StartupTimeoutSeconds *int32 `json:"startupTimeoutSeconds,omitempty"`
+
+	// trusted says the server's results are the owner's own data: reading
+	// them does not make a turn tainted by untrusted input (untrustedInput).
+	// +optional
+	Trusted bool `json:"trusted,omitempty"`
 }
 
 // SecretReference names a Secret in the Dot's namespace. It holds the
@@ -231,6 +236,34 @@ type DotSpec struct {
 	// acceptsFrom names the asker.
 	// +optional
 	Delegation *DotDelegation `json:"delegation,omitempty"`
+
+	// untrustedInput is the guardrail of untrusted input: from the moment a
+	// turn reads a page or a screenshot, a file under downloads/, an MCP
+	// server's result (unless the server is trusted), a webhook's payload or
+	// another Dot's request, the permissions under ask are asked even where
+	// they are allow, and the approval says what was read. Absent, ask is
+	// every permission that writes, executes, sends or spends, and mcp.*.
+	// +optional
+	UntrustedInput *DotUntrustedInput `json:"untrustedInput,omitempty"`
+
+	// allowUntil is when an allow given for a while ends, by permission (an
+	// approval's "always" for an hour or until the end of the day): from then
+	// on the permission is asked again.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['computer.exec','computer.screenshot','files.read','files.write','automations','browser.identity.list','browser.identity.create','browser.identity.delete','browser.identity.launch','browser.identity.close','browser.navigate','browser.read','browser.act','mcp.servers.add','dots.delegate'] || k.startsWith('mcp.'))",message="allowUntil names an unknown permission"
+	// +optional
+	AllowUntil map[string]metav1.Time `json:"allowUntil,omitempty"`
+}
+
+// DotUntrustedInput lists the permissions asked while a turn is tainted by
+// untrusted input.
+type DotUntrustedInput struct {
+	// ask are permission names, or mcp.* for every MCP server's.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['computer.exec','computer.screenshot','files.read','files.write','automations','browser.identity.list','browser.identity.create','browser.identity.delete','browser.identity.launch','browser.identity.close','browser.navigate','browser.read','browser.act','mcp.servers.add','dots.delegate'] || k.startsWith('mcp.'))",message="untrustedInput.ask names an unknown permission (the permissions are those of the tools, mcp.<server>, and mcp.*)"
+	// +listType=set
+	// +optional
+	Ask []string `json:"ask"`
 }
 
 // DotDelegation is a Dot's side of delegation with consent: whom it may ask,

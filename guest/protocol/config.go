@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -27,6 +28,50 @@ type RuntimeConfig struct {
 	// absent when it may ask nobody, so a guest that predates it never
 	// sees the key.
 	Delegation *DelegationConfig `json:"delegation,omitempty"`
+	// UntrustedInput lists the permissions asked while a turn is tainted by
+	// untrusted input; absent is DefaultUntrustedAsk.
+	UntrustedInput *UntrustedInputConfig `json:"untrusted_input,omitempty"`
+	// AllowUntil is when a permission's allow ends (RFC 3339), by
+	// permission: at and after it, the guest asks (an "always" given for a
+	// while). Absent for allows given for ever.
+	AllowUntil map[string]string `json:"allow_until,omitempty"`
+}
+
+// UntrustedInputConfig is the Dot's untrustedInput: the permissions asked
+// while a turn is tainted. "mcp.*" stands for every declared server's.
+type UntrustedInputConfig struct {
+	Ask []string `json:"ask"`
+}
+
+// UntrustedAsks reports whether the config asks for permission while a
+// turn is tainted by untrusted input.
+func (c RuntimeConfig) UntrustedAsks(permission string) bool {
+	if c.UntrustedInput == nil {
+		return UntrustedAsksByDefault(permission)
+	}
+	for _, p := range c.UntrustedInput.Ask {
+		if p == permission {
+			return true
+		}
+		if p == MCPPermissionPrefix+"*" {
+			if _, ok := MCPServerOfPermission(permission); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// AllowEnds returns when the config's allow of a permission ends; ok is
+// false for an allow without an end (or one the guest cannot read, which
+// Validate refuses).
+func (c RuntimeConfig) AllowEnds(permission string) (time.Time, bool) {
+	v, ok := c.AllowUntil[permission]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	return t, err == nil
 }
 
 // DelegationConfig is the part of a Dot's delegation settings the guest
@@ -82,6 +127,9 @@ type MCPServerConfig struct {
 	Secrets         []string          `json:"secrets,omitempty"`
 	TimeoutS        int               `json:"timeout_s,omitempty"`
 	StartupTimeoutS int               `json:"startup_timeout_s,omitempty"`
+	// Trusted says the server's results are the owner's own data: they do
+	// not taint a turn (the guardrail of untrusted input).
+	Trusted bool `json:"trusted,omitempty"`
 }
 
 // DecodeRuntimeConfig reads a PUT /config body strictly (DecodeBytes): an
@@ -181,6 +229,24 @@ func (c RuntimeConfig) Validate() error {
 			if !dotNameRe.MatchString(name) {
 				return fmt.Errorf("delegation.can_ask: %q is not a Dot name (1 to 40 of [a-z0-9-])", name)
 			}
+		}
+	}
+	if c.UntrustedInput != nil {
+		for _, name := range c.UntrustedInput.Ask {
+			if name == MCPPermissionPrefix+"*" {
+				continue
+			}
+			if err := c.knownPermission(name); err != nil {
+				return fmt.Errorf("untrusted_input.ask: %w", err)
+			}
+		}
+	}
+	for _, name := range sortedKeys(c.AllowUntil) {
+		if err := c.knownPermission(name); err != nil {
+			return fmt.Errorf("allow_until: %w", err)
+		}
+		if _, err := time.Parse(time.RFC3339, c.AllowUntil[name]); err != nil {
+			return fmt.Errorf("allow_until.%s %q is not an RFC 3339 time", name, c.AllowUntil[name])
 		}
 	}
 	for _, name := range sortedKeys(c.Permissions) {
@@ -290,6 +356,21 @@ func validateMCPServer(name string, s MCPServerConfig) error {
 		}
 	}
 	return nil
+}
+
+// knownPermission refuses a name that is neither a permission of the table
+// nor the mcp.<server> of a declared server.
+func (c RuntimeConfig) knownPermission(name string) error {
+	if _, known := LookupPermission(name); known {
+		return nil
+	}
+	if server, ok := MCPServerOfPermission(name); ok {
+		if _, declared := c.MCPServers[server]; declared {
+			return nil
+		}
+		return fmt.Errorf("permission %q names MCP server %q, which the config does not declare", name, server)
+	}
+	return fmt.Errorf("unknown permission %q", name)
 }
 
 // ServerNames returns the declared MCP servers by name, sorted.

@@ -121,6 +121,9 @@ type TaskCreated struct {
 	TaskID      string `json:"task_id"`
 	Description string `json:"description"`
 	Priority    int    `json:"priority"`
+	// RequestedBy is the Dot that asked for the task (delegate_task), absent
+	// for a person's: its description is untrusted input.
+	RequestedBy *string `json:"requested_by,omitempty"`
 }
 
 // ApprovalReceived is the data of approval.received.
@@ -128,7 +131,34 @@ type ApprovalReceived struct {
 	ApprovalID string           `json:"approval_id"`
 	Decision   ApprovalDecision `json:"decision"`
 	Note       *string          `json:"note,omitempty"`
+	// Scope "task" (ApprovalScopeTask) on an approval asked because the
+	// turn was tainted also allows that permission's taint-asks for the
+	// rest of the task (or of the chat's turn); absent is this call only.
+	Scope *string `json:"scope,omitempty"`
 }
+
+// ApprovalScopeTask is ApprovalReceived's scope "allow for the rest of this
+// task".
+const ApprovalScopeTask = "task"
+
+// Taint is what made a turn tainted: the first untrusted input that entered
+// the model's context (tool.called and approval.requested tainted_by).
+type Taint struct {
+	// Kind is one of the Taint* kinds.
+	Kind string `json:"kind"`
+	// Source names it: a URL, a file, a server, a webhook, a Dot.
+	Source string `json:"source"`
+}
+
+// The kinds of untrusted input.
+const (
+	TaintPage       = "page"       // a browser page's text or screenshot
+	TaintScreenshot = "screenshot" // a screenshot of the desktop
+	TaintDownload   = "download"   // a file under ~/downloads
+	TaintMCP        = "mcp"        // an MCP server's result (not trusted)
+	TaintWebhook    = "webhook"    // a webhook's payload in a task's description
+	TaintDelegation = "delegation" // a task, or an answer, from another Dot
+)
 
 // SystemEvent is the data of system.event.
 type SystemEvent struct {
@@ -230,6 +260,9 @@ type ApprovalRequested struct {
 	Permission string          `json:"permission"`
 	Arguments  json.RawMessage `json:"arguments"`
 	Reason     string          `json:"reason"`
+	// TaintedBy is present when the call was asked because the turn read
+	// untrusted input (the reason says it in words).
+	TaintedBy *Taint `json:"tainted_by,omitempty"`
 }
 
 // ToolCalled is the data of tool.called. TTY and Interrupted are present
@@ -247,6 +280,10 @@ type ToolCalled struct {
 	// Arguments are the call's arguments, only on the calls the host acts
 	// on (delegate_task): absent on every other tool's.
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// TaintedBy is present when the turn is tainted by untrusted input:
+	// read before the call was decided, or by this call's own result (the
+	// page it read).
+	TaintedBy *Taint `json:"tainted_by,omitempty"`
 }
 
 // BrowserIdentityEvent is the data of every browser.identity.* event.

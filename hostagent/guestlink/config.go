@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"slices"
+	"time"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -34,6 +36,7 @@ func RuntimeConfig(dot *dotsv1.Dot) (protocol.RuntimeConfig, error) {
 			Secrets:         append([]string(nil), s.Secrets...),
 			TimeoutS:        int(deref(s.TimeoutSeconds)),
 			StartupTimeoutS: int(deref(s.StartupTimeoutSeconds)),
+			Trusted:         s.Trusted,
 		}
 	}
 	c := protocol.RuntimeConfig{
@@ -56,6 +59,27 @@ func RuntimeConfig(dot *dotsv1.Dot) (protocol.RuntimeConfig, error) {
 	}
 	if spec.Delegation != nil && len(spec.Delegation.CanAsk) > 0 {
 		c.Delegation = &protocol.DelegationConfig{CanAsk: append([]string(nil), spec.Delegation.CanAsk...)}
+	}
+	if spec.UntrustedInput != nil {
+		c.UntrustedInput = &protocol.UntrustedInputConfig{Ask: []string{}}
+		for _, p := range spec.UntrustedInput.Ask {
+			// A server taken out of mcpServers leaves nothing to ask.
+			if server, ok := protocol.MCPServerOfPermission(p); ok && server != "*" && !slices.Contains(names, server) {
+				continue
+			}
+			c.UntrustedInput.Ask = append(c.UntrustedInput.Ask, p)
+		}
+	}
+	for p, until := range spec.AllowUntil {
+		if server, ok := protocol.MCPServerOfPermission(p); ok && !slices.Contains(names, server) {
+			continue
+		} else if _, known := protocol.LookupPermission(p); !ok && !known {
+			continue
+		}
+		if c.AllowUntil == nil {
+			c.AllowUntil = map[string]string{}
+		}
+		c.AllowUntil[p] = until.UTC().Format(time.RFC3339)
 	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -198,5 +199,35 @@ func TestEveryReasoningEffortPassesThrough(t *testing.T) {
 		if err != nil || got.Model.Reasoning != effort {
 			t.Errorf("reasoning %q: RuntimeConfig = %q, %v", effort, got.Model.Reasoning, err)
 		}
+	}
+}
+
+// The guardrails' fields travel to the guest: a server's trusted, the
+// untrustedInput list, and allowUntil as RFC 3339 in UTC; names the config
+// could not accept (a server no longer declared) are left out.
+func TestRuntimeConfigGuardrails(t *testing.T) {
+	until := metav1.NewTime(time.Date(2026, 12, 5, 18, 30, 0, 0, time.FixedZone("X", 3600)))
+	d := &dotsv1.Dot{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "n"}, Spec: dotsv1.DotSpec{
+		Model:          dotsv1.ModelRef{Provider: dotsv1.OpenRouter, ID: "m/x"},
+		MCPServers:     []dotsv1.MCPServer{{Name: "notes", Command: "notes", Trusted: true}},
+		UntrustedInput: &dotsv1.DotUntrustedInput{Ask: []string{"files.write", "mcp.*", "mcp.gone"}},
+		AllowUntil:     map[string]metav1.Time{"computer.exec": until, "mcp.gone": until},
+	}}
+	c, err := RuntimeConfig(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.MCPServers["notes"].Trusted {
+		t.Error("trusted did not travel")
+	}
+	if c.UntrustedInput == nil || strings.Join(c.UntrustedInput.Ask, ",") != "files.write,mcp.*" {
+		t.Errorf("untrusted_input = %+v", c.UntrustedInput)
+	}
+	if len(c.AllowUntil) != 1 || c.AllowUntil["computer.exec"] != "2026-12-05T17:30:00Z" {
+		t.Errorf("allow_until = %v", c.AllowUntil)
+	}
+	d.Spec.UntrustedInput, d.Spec.AllowUntil = nil, nil
+	if c, _ := RuntimeConfig(d); c.UntrustedInput != nil || c.AllowUntil != nil {
+		t.Errorf("absent fields came as %+v %v", c.UntrustedInput, c.AllowUntil)
 	}
 }

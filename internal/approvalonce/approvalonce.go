@@ -148,6 +148,10 @@ type answer struct {
 	Decision dotsv1.ApprovalDecision
 	Note     string
 	Always   bool
+	// AlwaysFor and Scope are the guardrails' parts of an answer (how long
+	// an always lasts; allowed for the rest of the task).
+	AlwaysFor string
+	Scope     string
 }
 
 // words says an answer as a person reads it.
@@ -158,6 +162,15 @@ func (w answer) words() string {
 		s = "approve, always (the permission is allowed from now on)"
 	case w.Always:
 		s += ", always"
+	}
+	switch {
+	case w.Always && w.AlwaysFor == "1h":
+		s = strings.Replace(s, "from now on", "for an hour", 1)
+	case w.Always && w.AlwaysFor == "endOfDay":
+		s = strings.Replace(s, "from now on", "until the end of the day", 1)
+	}
+	if w.Scope == "task" {
+		s += ", for the rest of the task"
 	}
 	if w.Note != "" {
 		note := w.Note
@@ -177,9 +190,11 @@ func answerOf(obj runtime.Object) (answer, bool) {
 		d, _, _ := unstructured.NestedString(o.Object, "spec", "decision")
 		n, _, _ := unstructured.NestedString(o.Object, "spec", "note")
 		al, _, _ := unstructured.NestedBool(o.Object, "spec", "always")
-		return answer{Decision: dotsv1.ApprovalDecision(d), Note: n, Always: al}, true
+		af, _, _ := unstructured.NestedString(o.Object, "spec", "alwaysFor")
+		sc, _, _ := unstructured.NestedString(o.Object, "spec", "scope")
+		return answer{Decision: dotsv1.ApprovalDecision(d), Note: n, Always: al, AlwaysFor: af, Scope: sc}, true
 	case *dotsv1.Approval:
-		return answer{Decision: o.Spec.Decision, Note: o.Spec.Note, Always: o.Spec.Always}, true
+		return answer{Decision: o.Spec.Decision, Note: o.Spec.Note, Always: o.Spec.Always, AlwaysFor: o.Spec.AlwaysFor, Scope: o.Spec.Scope}, true
 	}
 	return answer{}, false
 }

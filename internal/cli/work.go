@@ -255,6 +255,11 @@ func newDecisionCommand(decision dotsv1.ApprovalDecision) *cobra.Command {
 		cn     conn
 		always bool
 		note   string
+		// forLong bounds --always (1h, endOfDay); forTask allows the
+		// permission for the rest of the task (a call asked because the Dot
+		// read untrusted input).
+		forLong string
+		forTask bool
 	)
 	verb := string(decision)
 	cmd := &cobra.Command{
@@ -266,12 +271,25 @@ func newDecisionCommand(decision dotsv1.ApprovalDecision) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return decide(cmd.Context(), c, args[0], decision, always, note, cmd.OutOrStdout())
+			if forLong != "" && forLong != wire.AlwaysForHour && forLong != wire.AlwaysForEndOfDay {
+				return fmt.Errorf("--for is %s or %s", wire.AlwaysForHour, wire.AlwaysForEndOfDay)
+			}
+			if forLong != "" && !always {
+				return fmt.Errorf("--for bounds --always: give --always too")
+			}
+			return decideWith(cmd.Context(), c, args[0], decision, always, note, cmd.OutOrStdout(), func(a *dotsv1.Approval) {
+				a.Spec.AlwaysFor = forLong
+				if forTask {
+					a.Spec.Scope = wire.ScopeTask
+				}
+			})
 		},
 	}
 	addConnFlags(cmd.Flags(), &cn)
 	if decision == dotsv1.Approve {
 		cmd.Flags().BoolVar(&always, "always", false, "also allow this permission from now on (the Dot's spec is changed)")
+		cmd.Flags().StringVar(&forLong, "for", "", "with --always: allow for 1h or until endOfDay only (the Dot's spec.allowUntil)")
+		cmd.Flags().BoolVar(&forTask, "for-task", false, "a call asked because the Dot read untrusted input: also allow this permission for the rest of the task")
 	}
 	cmd.Flags().StringVar(&note, "note", "", "a note the Dot reads with the decision")
 	return cmd
@@ -290,6 +308,13 @@ const ExitAlreadyAnswered = 3
 // status), so a write that meets a newer version only for that reads it
 // again and tries once more.
 func decide(ctx context.Context, c *clients, name string, decision dotsv1.ApprovalDecision, always bool, note string, out io.Writer) error {
+	return decideWith(ctx, c, name, decision, always, note, out, nil)
+}
+
+// decideWith is decide with more of the answer set on the Approval (how
+// long an always lasts, the task's scope).
+func decideWith(ctx context.Context, c *clients, name string, decision dotsv1.ApprovalDecision, always bool, note string, out io.Writer,
+	more func(*dotsv1.Approval)) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		a := &dotsv1.Approval{}
 		if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: name}, a); err != nil {
@@ -306,6 +331,9 @@ func decide(ctx context.Context, c *clients, name string, decision dotsv1.Approv
 		}
 		base := a.DeepCopy()
 		a.Spec.Decision, a.Spec.Always, a.Spec.Note = decision, always, note
+		if more != nil {
+			more(a)
+		}
 		err := c.kube.Patch(ctx, a, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 		if approvalonce.IsAlreadyResolved(err) {
 			// Answered between the read and the write. Not the API's

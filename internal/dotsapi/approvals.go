@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
@@ -49,6 +50,17 @@ func (h *Handler) answerApproval(decision dotsv1.ApprovalDecision) handlerFunc {
 		if body.Always && decision != dotsv1.Approve {
 			return badRequest("always is for approve: a rejection is for this call only")
 		}
+		switch body.AlwaysFor {
+		case "", wire.AlwaysForHour, wire.AlwaysForEndOfDay:
+		default:
+			return badRequest("alwaysFor is 1h or endOfDay (or absent: for ever)")
+		}
+		if body.AlwaysFor != "" && !body.Always {
+			return badRequest("alwaysFor bounds an always approval: give always too")
+		}
+		if body.Scope != "" && (body.Scope != wire.ScopeTask || decision != dotsv1.Approve) {
+			return badRequest("scope is task, on an approval only")
+		}
 		if h.writer == nil {
 			return apiErrorf(http.StatusNotImplemented, wire.CodeNotImplemented, "this server does not answer approvals here: patch the Approval (kubectl patch approval %s --type merge -p '{\"spec\":{\"decision\":\"%s\"}}')", key.Name, decision)
 		}
@@ -83,8 +95,12 @@ func (h *Handler) answerOnce(ctx context.Context, key types.NamespacedName, deci
 	if a.Status.Phase == dotsv1.ApprovalExpired {
 		return nil, apiErrorf(http.StatusConflict, wire.CodeAlreadyResolved, "Approval %s no longer waits: its task ended before anyone answered (Expired)", key)
 	}
+	if body.Always && a.Spec.Permission == protocol.BudgetPermission {
+		return nil, badRequest("a budget approval is for its task only: always is not for it")
+	}
 	base := a.DeepCopy()
 	a.Spec.Decision, a.Spec.Note, a.Spec.Always = decision, body.Note, body.Always
+	a.Spec.AlwaysFor, a.Spec.Scope = body.AlwaysFor, body.Scope
 	return a, h.writer.Patch(ctx, a, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(manager))
 }
 

@@ -165,9 +165,11 @@ var describers = map[string]func(e wire.Event) (string, error){
 		return "task " + short(d.TaskID) + " failed: " + Cut(d.Error, 200) + spent(d.SpentUSD, d.ReasoningTokens)
 	}),
 	protocol.EventToolCalled: of(func(d protocol.ToolCalled) string {
-		return ToolLine(d) + fmt.Sprintf(" in %s", time.Duration(d.DurationMS)*time.Millisecond) + task(d.TaskID)
+		return ToolLine(d) + fmt.Sprintf(" in %s", time.Duration(d.DurationMS)*time.Millisecond) + tainted(d.TaintedBy) + task(d.TaskID)
 	}),
-	protocol.EventApprovalRequested: of(func(d protocol.ApprovalRequested) string { return ApprovalLine(d) + task(d.TaskID) }),
+	protocol.EventApprovalRequested: of(func(d protocol.ApprovalRequested) string {
+		return ApprovalLine(d) + tainted(d.TaintedBy) + task(d.TaskID)
+	}),
 	wire.EventApprovalResolved: of(func(d struct {
 		Approval string `json:"approval"`
 		Decision string `json:"decision"`
@@ -277,4 +279,12 @@ func launched(d protocol.BrowserIdentityEvent) string {
 
 func browser(what string) func(e wire.Event) (string, error) {
 	return of(func(d protocol.BrowserIdentityEvent) string { return what + " " + d.Name })
+}
+
+// tainted says what untrusted input the turn had read (tainted_by), or "".
+func tainted(t *protocol.Taint) string {
+	if t == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (after untrusted input: %s %s)", t.Kind, t.Source)
 }

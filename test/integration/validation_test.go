@@ -103,6 +103,18 @@ var _ = Describe("Dot validation", func() {
 		Entry("a 40-character name", func(d *dotsv1.Dot) { d.Name = "a234567890123456789012345678901234567890" }, ""),
 		Entry("a 41-character name", func(d *dotsv1.Dot) { d.Name = "a2345678901234567890123456789012345678901" }, "a Dot's name is 1 to 40 characters"),
 		Entry("a name with a dot", func(d *dotsv1.Dot) { d.Name = "fare.watch" }, "a Dot's name is 1 to 40 characters"),
+		Entry("untrustedInput.ask of known permissions and mcp.*", func(d *dotsv1.Dot) {
+			d.Spec.UntrustedInput = &dotsv1.DotUntrustedInput{Ask: append(protocol.DefaultUntrustedAsk(), "browser.navigate")}
+		}, ""),
+		Entry("untrustedInput.ask of an unknown permission", func(d *dotsv1.Dot) {
+			d.Spec.UntrustedInput = &dotsv1.DotUntrustedInput{Ask: []string{"computer.fly"}}
+		}, "untrustedInput.ask names an unknown permission"),
+		Entry("allowUntil of a known permission", func(d *dotsv1.Dot) {
+			d.Spec.AllowUntil = map[string]metav1.Time{"computer.exec": metav1.Now()}
+		}, ""),
+		Entry("allowUntil of an unknown permission", func(d *dotsv1.Dot) {
+			d.Spec.AllowUntil = map[string]metav1.Time{"computer.fly": metav1.Now()}
+		}, "allowUntil names an unknown permission"),
 		Entry("every known permission", func(d *dotsv1.Dot) {
 			d.Spec.Permissions = map[string]dotsv1.Decision{}
 			for _, p := range protocol.Permissions {

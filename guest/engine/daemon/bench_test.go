@@ -116,6 +116,22 @@ func BenchmarkTurnOverhead(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/turn")
 }
 
+// BenchmarkTurnOverheadWithCall: a chat turn with one allowed tool call, so
+// the gate decides once per turn (the guardrails' rules are read there).
+func BenchmarkTurnOverheadWithCall(b *testing.B) {
+	h := startEngine(b, b.TempDir(), nil, nil)
+	h.configure(testConfig(nil))
+	s := openStream(b, h.c, 0, false)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h.send(fmt.Sprintf("m%d", i), protocol.InboundUserMessage, protocol.UserMessage{Text: `run fake_exec {"cmd":"true"}`})
+		s.waitFor(b, "the answer", func(evs []protocol.OutboundEvent) bool {
+			return countType(evs, protocol.EventMessageAssistant) == i+1
+		})
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/turn")
+}
+
 // BenchmarkEngineMemory: resident memory of an engine process at idle and
 // after 1000 chat turns.
 func BenchmarkEngineMemory(b *testing.B) {

@@ -84,6 +84,26 @@ CREATE TABLE IF NOT EXISTS dots_spend_tokens (
 	session   TEXT PRIMARY KEY,
 	reasoning INTEGER NOT NULL DEFAULT 0
 );
+-- A session tainted by untrusted input (issue 24): its first source. The
+-- chat's row goes when the chat answers; a task's stays with the task.
+CREATE TABLE IF NOT EXISTS dots_taint (
+	session TEXT PRIMARY KEY,
+	kind    TEXT NOT NULL,
+	source  TEXT NOT NULL
+);
+-- The permissions a person allowed for the rest of a tainted session's task
+-- ("allow for the rest of this task").
+CREATE TABLE IF NOT EXISTS dots_taint_allowed (
+	session    TEXT NOT NULL,
+	permission TEXT NOT NULL,
+	PRIMARY KEY (session, permission)
+);
+-- What a person allowed a task to spend beyond limits.max_cost_per_task_usd
+-- (budget approvals), by session.
+CREATE TABLE IF NOT EXISTS dots_budget (
+	session TEXT PRIMARY KEY,
+	usd     REAL NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS dots_browser_identities (
 	id           TEXT PRIMARY KEY,
 	name         TEXT NOT NULL,

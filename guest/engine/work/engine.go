@@ -64,6 +64,9 @@ type Engine struct {
 	task       *turn
 	state      protocol.AgentState // last emitted agent.state
 	pending    int                 // approvals waiting for the person
+	// expired are the allows whose time ended that were logged, by
+	// permission (the end logged), so each end is logged once.
+	expired map[string]time.Time
 
 	// chatDays keeps what the chat's conversation files are written from,
 	// chatThread the chat's messages after its summary.
@@ -389,6 +392,11 @@ func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
 				VALUES (?, ?, ?, ?, 'queued') ON CONFLICT(task_id) DO NOTHING`, d.TaskID, d.Description, d.Priority, arrival); err != nil {
 				return fmt.Errorf("queue task %s: %w", d.TaskID, err)
 			}
+			if by, ok := taskTaint(d.Description, d.RequestedBy); ok {
+				if err := setTaint(ctx, tx, taskSession(d.TaskID), by); err != nil {
+					return err
+				}
+			}
 		case *protocol.ApprovalReceived:
 			status := "approved"
 			if d.Decision == protocol.ApprovalReject {
@@ -403,6 +411,11 @@ func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
 				e.log.Info("decision for an unknown or decided approval ignored", "approval", d.ApprovalID)
 			} else {
 				approvalDecided = true
+				if status == "approved" && d.Scope != nil && *d.Scope == protocol.ApprovalScopeTask {
+					if err := allowForTask(ctx, tx, d.ApprovalID); err != nil {
+						return err
+					}
+				}
 			}
 		case *protocol.SystemEvent:
 			if d.Name == protocol.SystemEventTaskCancelled {

@@ -52,9 +52,10 @@ func (e *Engine) runCalls(t *turn, l limits, msgID int64, calls []Call) (outcome
 		}
 		// The gate: the map the host pushed, read at the moment of the call;
 		// no config is a denial (fail closed).
-		decision := protocol.Deny
+		decision, reason := protocol.Deny, ""
+		var taintAsk *protocol.Taint
 		if cfg := e.Config(); cfg != nil {
-			decision = cfg.Decision(tool.Permission)
+			decision, reason, taintAsk = e.decide(cfg, t, tool.Permission)
 		}
 		var approvalID string
 		switch decision {
@@ -65,14 +66,15 @@ func (e *Engine) runCalls(t *turn, l limits, msgID int64, calls []Call) (outcome
 				return e.failOrInterrupt(t, err)
 			}
 			if id == "" {
-				if err := e.park(ctx, t, tool, args, canon, msgID, calls, i); err != nil {
+				if err := e.park(ctx, t, tool, args, canon, msgID, calls, i, reason, taintAsk); err != nil {
 					return e.failOrInterrupt(t, err)
 				}
 				return outcomeParked, ""
 			}
 			approvalID = id
 		default:
-			called := protocol.ToolCalled{TaskID: optional(t.taskID), Tool: c.Name, Permission: tool.Permission, Decision: protocol.Deny}
+			called := protocol.ToolCalled{TaskID: optional(t.taskID), Tool: c.Name, Permission: tool.Permission, Decision: protocol.Deny,
+				TaintedBy: t.taint.by}
 			if err := e.writeResult(ctx, t, "deny", c, textDenied, &called); err != nil {
 				return e.failOrInterrupt(t, err)
 			}
@@ -150,7 +152,8 @@ func (e *Engine) grantedApproval(ctx context.Context, session, tool, canon strin
 
 // park stores the call for approval with approval.requested, answers it and
 // the later calls of the response, in one transaction (ref 8.8 Approvals).
-func (e *Engine) park(ctx context.Context, t *turn, tool Tool, args map[string]any, canon string, msgID int64, calls []Call, i int) error {
+func (e *Engine) park(ctx context.Context, t *turn, tool Tool, args map[string]any, canon string, msgID int64, calls []Call, i int,
+	reason string, taintedBy *protocol.Taint) error {
 	c := calls[i]
 	err := e.st.Write(ctx, "park", func(tx *store.Tx) error {
 		// A retried turn that asks the same call again reuses its pending
@@ -160,7 +163,9 @@ func (e *Engine) park(ctx context.Context, t *turn, tool Tool, args map[string]a
 			AND status = 'pending'`, t.session, c.ID, c.Name, canon).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			id = store.NewID()
-			reason := approvalReason(tool.Permission)
+			if reason == "" {
+				reason = approvalReason(tool.Permission)
+			}
 			shown, err := json.Marshal(e.tools.ApprovalArguments(c.Name, args))
 			if err != nil {
 				return fmt.Errorf("encode approval arguments: %w", err)
@@ -172,7 +177,7 @@ func (e *Engine) park(ctx context.Context, t *turn, tool Tool, args map[string]a
 			}
 			if _, err := tx.Emit(ctx, protocol.EventApprovalRequested, protocol.ApprovalRequested{
 				ApprovalID: id, TaskID: optional(t.taskID), Tool: c.Name, Permission: tool.Permission,
-				Arguments: shown, Reason: reason}); err != nil {
+				Arguments: shown, Reason: reason, TaintedBy: taintedBy}); err != nil {
 				return err
 			}
 		} else if err != nil {
@@ -245,7 +250,21 @@ func (e *Engine) execute(t *turn, tool Tool, c Call, msgID int64, decision proto
 	if elapsed < 0 {
 		elapsed = 0
 	}
+	taintedBy := t.taint.by
+	var newTaint *protocol.Taint
+	if taintedBy == nil {
+		if cfg := e.Config(); cfg != nil {
+			if by, ok := taintOf(*cfg, tool, args, res.Text); ok {
+				newTaint, taintedBy = &by, &by
+			}
+		}
+	}
 	err = e.st.Write(ctx, "result", func(tx *store.Tx) error {
+		if newTaint != nil {
+			if err := setTaint(ctx, tx, t.session, *newTaint); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.Exec(ctx, "DELETE FROM dots_tool_intents WHERE session = ? AND message_id = ? AND call_id = ?",
 			t.session, msgID, c.ID); err != nil {
 			return fmt.Errorf("remove intent of %s: %w", c.Name, err)
@@ -254,7 +273,7 @@ func (e *Engine) execute(t *turn, tool Tool, c Call, msgID int64, decision proto
 			return err
 		}
 		called := protocol.ToolCalled{TaskID: optional(t.taskID), Tool: c.Name, Permission: tool.Permission, Decision: decision,
-			OK: res.OK && !res.Interrupted, DurationMS: elapsed, Target: optional(target)}
+			OK: res.OK && !res.Interrupted, DurationMS: elapsed, Target: optional(target), TaintedBy: taintedBy}
 		if res.TTY {
 			called.TTY = &res.TTY
 		}
@@ -282,7 +301,32 @@ func (e *Engine) execute(t *turn, tool Tool, c Call, msgID int64, decision proto
 	if err != nil {
 		return e.failOrInterrupt(t, err)
 	}
+	if newTaint != nil {
+		t.taint.by = newTaint
+	}
 	return -1, ""
+}
+
+// decide is the gate's decision for one call of permission under cfg, read
+// at the moment of the call: the pushed map; an allow whose time ended
+// (allow_until) is ask, logged once; an allow of a permission the config
+// asks under untrusted input is ask while the session is tainted, unless
+// the person allowed it for the task. reason and taint are the approval's
+// when the decision is ask for either of those causes.
+func (e *Engine) decide(cfg *protocol.RuntimeConfig, t *turn, permission string) (protocol.Decision, string, *protocol.Taint) {
+	d := cfg.Decision(permission)
+	if d != protocol.Allow {
+		return d, "", nil
+	}
+	if end, ok := cfg.AllowEnds(permission); ok && !e.now().Before(end) {
+		e.logExpired(permission, end)
+		return protocol.Ask, expiredReason(permission, end), nil
+	}
+	if t.taint.asks(cfg, permission) {
+		by := *t.taint.by
+		return protocol.Ask, taintReason(permission, by), &by
+	}
+	return protocol.Allow, "", nil
 }
 
 // closeOpenCalls answers every call of the session's newest assistant

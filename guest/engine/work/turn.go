@@ -46,6 +46,9 @@ type turn struct {
 	// compact asks the next request to compact the thread whatever it
 	// measures: the provider refused the last one as longer than its window.
 	compact bool
+	// taint is the session's taint (taint.go), read when the turn opens and
+	// kept by the turn's goroutine as its calls taint it.
+	taint taintState
 }
 
 // offeredTools are the tools the model is offered under cfg: every tool
@@ -258,6 +261,16 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 	if !proceed {
 		return outcomeNothing, ""
 	}
+	if err := e.st.Read(ctx, func(q store.Querier) error {
+		var err error
+		t.taint, err = loadTaint(ctx, q, t.session)
+		return err
+	}); err != nil {
+		if ctx.Err() != nil {
+			return outcomeAbandoned, ""
+		}
+		return outcomeFailed, err.Error()
+	}
 	if e.mcp != nil {
 		// The turn offers the tools of the servers that could start: it waits
 		// for those being started (ref 8.3), each at most its startup timeout.
@@ -284,12 +297,29 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 			return out, ""
 		}
 		if t.taskID == "" {
-			if err := e.st.Write(ctx, "inject", func(tx *store.Tx) error { return e.injectInputs(ctx, tx) }); err != nil {
+			if err := e.st.Write(ctx, "inject", func(tx *store.Tx) error {
+				if err := e.injectInputs(ctx, tx); err != nil {
+					return err
+				}
+				if t.taint.by != nil {
+					return nil
+				}
+				// An input injected now (another Dot's answer) may taint
+				// the turn.
+				var err error
+				t.taint, err = loadTaint(ctx, txq{tx}, t.session)
+				return err
+			}); err != nil {
 				return outcomeFailed, fmt.Sprintf("an input could not be recorded: %v", err)
 			}
 		}
-		if reason, err := e.checkLimits(ctx, t, l, steps); err != nil {
+		if reason, over, err := e.checkLimits(ctx, t, l, steps); err != nil {
 			return outcomeFailed, fmt.Sprintf("the limits could not be read: %v", err)
+		} else if over != nil {
+			if err := e.parkBudget(ctx, t, over.spent, over.cap, l.cfg.Limits.MaxCostPerTaskUSD); err != nil {
+				return e.failOrInterrupt(t, err)
+			}
+			return outcomeParked, ""
 		} else if reason != "" {
 			return outcomeFailed, reason
 		}
@@ -571,6 +601,10 @@ func (e *Engine) injectInputs(ctx context.Context, tx *store.Tx) error {
 				return fmt.Errorf("decode delegation %s: %w", r.ID, err)
 			}
 			text = delegationText(del)
+			// Another Dot's words are untrusted input to the chat.
+			if err := setTaint(ctx, tx, chatSession, protocol.Taint{Kind: protocol.TaintDelegation, Source: "Dot " + del.Dot}); err != nil {
+				return err
+			}
 		default:
 			continue
 		}
@@ -603,11 +637,24 @@ func (e *Engine) tellApprovals(ctx context.Context, tx *store.Tx, session string
 		list = append(list, d)
 	}
 	rows.Close()
+	goOn := false
 	for _, d := range list {
 		next, approved := "told", false
 		if d.status == "approved" || d.status == "granted" {
 			next, approved = "granted", true
 		}
+		if d.permission == protocol.BudgetPermission {
+			ok, err := e.tellBudget(ctx, tx, session, d.id, approved)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				return false, nil // the task failed
+			}
+			goOn = true
+			continue
+		}
+		goOn = true
 		// The transcript keeps the decision's public line only: the
 		// arguments (a password typed, a token in a command) stay in
 		// dots_approvals, and each request is given them (loadThread), so
@@ -620,17 +667,23 @@ func (e *Engine) tellApprovals(ctx context.Context, tx *store.Tx, session string
 			return false, fmt.Errorf("mark approval %s %s: %w", d.id, next, err)
 		}
 	}
-	return len(list) > 0, nil
+	return goOn, nil
 }
 
+// overBudget is a task at its cost cap: what it spent of what cap.
+type overBudget struct{ spent, cap float64 }
+
 // checkLimits applies the step limit and the cost cap before a model
-// request (ref 8.2); it returns the failure's reason, or "".
-func (e *Engine) checkLimits(ctx context.Context, t *turn, l limits, steps int) (string, error) {
+// request (ref 8.2); it returns the failure's reason, or "", or for a task
+// at its cost cap (the config's plus what the person allowed more) what
+// the budget approval asks about.
+func (e *Engine) checkLimits(ctx context.Context, t *turn, l limits, steps int) (string, *overBudget, error) {
 	unit := "the turn"
 	if t.taskID != "" {
 		unit = "the task"
 	}
 	var sp spend
+	var extra float64
 	err := e.st.Read(ctx, func(q store.Querier) error {
 		var err error
 		sp, err = readSpend(ctx, q, t.session)
@@ -638,23 +691,29 @@ func (e *Engine) checkLimits(ctx context.Context, t *turn, l limits, steps int) 
 			return err
 		}
 		if t.taskID != "" {
+			if extra, err = extraBudget(ctx, q, t.session); err != nil {
+				return err
+			}
 			return q.QueryRowContext(ctx, "SELECT steps FROM dots_tasks WHERE task_id = ?", t.taskID).Scan(&steps)
 		}
 		return nil
 	})
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if steps >= l.cfg.Limits.MaxStepsPerTask {
-		return fmt.Sprintf("stopped: %s reached limits.max_steps_per_task (%d steps)", unit, l.cfg.Limits.MaxStepsPerTask), nil
+		return fmt.Sprintf("stopped: %s reached limits.max_steps_per_task (%d steps)", unit, l.cfg.Limits.MaxStepsPerTask), nil, nil
 	}
 	if sp.Unpriced {
-		return "stopped: OpenRouter reported no cost for a request, so limits.max_cost_per_task_usd cannot be enforced", nil
+		return "stopped: OpenRouter reported no cost for a request, so limits.max_cost_per_task_usd cannot be enforced", nil, nil
 	}
-	if sp.USD >= l.cfg.Limits.MaxCostPerTaskUSD {
-		return fmt.Sprintf("stopped: %s reached limits.max_cost_per_task_usd (spent %.4f USD of %.2f)", unit, sp.USD, l.cfg.Limits.MaxCostPerTaskUSD), nil
+	if limit := l.cfg.Limits.MaxCostPerTaskUSD + extra; sp.USD >= limit {
+		if t.taskID != "" {
+			return "", &overBudget{spent: sp.USD, cap: limit}, nil
+		}
+		return fmt.Sprintf("stopped: %s reached limits.max_cost_per_task_usd (spent %.4f USD of %.2f)", unit, sp.USD, limit), nil, nil
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 // finalAnswer records what a final assistant message means (ref 8.8
@@ -699,6 +758,10 @@ func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string) erro
 	}
 	if _, err := tx.Exec(ctx, "UPDATE dots_inbound SET state = ? WHERE state = ?", inboundAnswered, inboundTranscript); err != nil {
 		return fmt.Errorf("apply answered inputs: %w", err)
+	}
+	// The chat's turn ends with its answer, and its taint with it.
+	if err := clearTaint(ctx, tx, chatSession); err != nil {
+		return err
 	}
 	return resetSpend(ctx, tx, chatSession)
 }

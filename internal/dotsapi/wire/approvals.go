@@ -25,7 +25,19 @@ func ApprovalAnswerPath(namespace, approval, decision string) string {
 type ApprovalAnswer struct {
 	Note   string `json:"note,omitempty"`
 	Always bool   `json:"always,omitempty"`
+	// AlwaysFor bounds an always: 1h or endOfDay; empty is for ever.
+	AlwaysFor string `json:"alwaysFor,omitempty"`
+	// Scope "task" allows the permission for the rest of the task when the
+	// call was asked because the Dot read untrusted input.
+	Scope string `json:"scope,omitempty"`
 }
+
+// The values of ApprovalAnswer's alwaysFor and scope.
+const (
+	AlwaysForHour     = "1h"
+	AlwaysForEndOfDay = "endOfDay"
+	ScopeTask         = "task"
+)
 
 // ApprovalAnswered answers POST ApprovalAnswerPath: the answer as the
 // Approval now holds it.

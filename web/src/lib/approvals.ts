@@ -10,7 +10,14 @@ import { DESTRUCTIVE_PERMISSIONS, DOT_HOME, PERMISSIONS, WORKSPACE_DIR } from '.
 import { Cell } from './live';
 import type { Approval } from './types';
 
-export type Answer = { decision: 'approve' | 'reject'; always?: boolean; note?: string };
+export type Answer = { decision: 'approve' | 'reject'; always?: boolean; alwaysFor?: '1h' | 'endOfDay'; scope?: 'task'; note?: string };
+
+/** How an approve was given, in a receipt's words. */
+export function allowedAs(spec: Approval['spec']): string {
+  if (spec.scope === 'task') return 'allowed for the rest of the task';
+  if (!spec.always) return 'allowed once';
+  return spec.alwaysFor === '1h' ? 'allowed for an hour' : spec.alwaysFor === 'endOfDay' ? 'allowed until the end of the day' : 'allowed for good';
+}
 
 /** The approval was answered somewhere else, or no longer waits. */
 export class AnsweredElsewhere extends Error {}
@@ -37,7 +44,7 @@ function mark(uid: string, mine: boolean) {
 
 function elsewhere(a: Approval): AnsweredElsewhere {
   if (!a.spec.decision) return new AnsweredElsewhere('This approval no longer waits: its task ended.');
-  const was = a.spec.decision === 'approve' ? (a.spec.always ? 'allowed for good' : 'allowed once') : 'denied';
+  const was = a.spec.decision === 'approve' ? allowedAs(a.spec) : 'denied';
   return new AnsweredElsewhere(`This approval was answered somewhere else: ${was}.`);
 }
 
@@ -58,7 +65,13 @@ export async function answerApproval(a: Approval, ans: Answer): Promise<void> {
     try {
       await mergePatch(path, {
         metadata: { resourceVersion: current.metadata.resourceVersion },
-        spec: { decision: ans.decision, always: ans.always || undefined, note: ans.note || undefined },
+        spec: {
+          decision: ans.decision,
+          always: ans.always || undefined,
+          alwaysFor: ans.alwaysFor || undefined,
+          scope: ans.scope || undefined,
+          note: ans.note || undefined,
+        },
       });
       return;
     } catch (err) {
@@ -127,5 +140,7 @@ export function permissionPhrase(permission: string): string {
   const p = PERMISSIONS.find((x) => x.name === permission);
   if (p) return `${p.label} (${p.risk} risk)`;
   if (permission.startsWith('mcp.')) return `the MCP server ${permission.slice(4)} (high risk)`;
+  // A task at its cost cap asks for more (protocol.BudgetPermission).
+  if (permission === 'limits.cost') return 'Spend more on this task';
   return permission;
 }

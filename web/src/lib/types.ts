@@ -100,6 +100,12 @@ export interface Approval {
     decision?: 'approve' | 'reject';
     note?: string;
     always?: boolean;
+    /** Bounds an always: '1h' or 'endOfDay'; absent is for ever. */
+    alwaysFor?: '1h' | 'endOfDay';
+    /** 'task': allowed for the rest of the task (an approval asked because of untrusted input). */
+    scope?: 'task';
+    /** What the Dot read that made the call asked (untrusted input). */
+    taint?: { kind: string; source: string };
   };
   status?: { phase?: string; decidedAt?: string };
 }

@@ -255,9 +255,18 @@ interface ToolInfo {
 /** The tools of the Dot's own table, read from its computer: absent for a new Dot. */
 type ToolTable = { tools: ToolInfo[] } | { off: string } | undefined;
 
+/** The words for an allow that ends at until (spec.allowUntil). */
+function timeLeft(until: string): string {
+  const ms = Date.parse(until) - Date.now();
+  if (!(ms > 0)) return 'allow ended: asks again';
+  const min = Math.ceil(ms / 60000);
+  return min < 60 ? `allowed for ${min} min more` : `allowed for ${Math.floor(min / 60)} h ${min % 60} min more`;
+}
+
 function Permissions(f: FieldProps & { table?: ToolTable; saved?: Spec }) {
   const perms: Record<string, Decision> = getIn(f.spec, ['permissions']) ?? {};
   const savedPerms: Record<string, Decision> = getIn(f.saved ?? {}, ['permissions']) ?? {};
+  const allowUntil: Record<string, string> = getIn(f.saved ?? f.spec, ['allowUntil']) ?? {};
   const table = f.table;
   const write = (next: Record<string, Decision>) => f.set(['permissions'], normalizePermissions(next));
   const errs = f.errorsOf('spec.permissions');
@@ -319,6 +328,11 @@ function Permissions(f: FieldProps & { table?: ToolTable; saved?: Spec }) {
                   <option value="ask">ask</option>
                   <option value="deny">deny</option>
                 </select>
+                {allowUntil[p.name] && (perms[p.name] ?? p.default) === 'allow' && (
+                  <p class="text-xs text-muted" data-testid={`allow-until-${p.name}`}>
+                    {timeLeft(allowUntil[p.name])}
+                  </p>
+                )}
               </td>
             </tr>
           ))}

@@ -1,6 +1,6 @@
 import { useRef, useState } from 'preact/hooks';
 import { says } from '../lib/api';
-import { AnsweredElsewhere, answerApproval, answeredHere, coveredTools, isDestructive, permissionPhrase, type Answer } from '../lib/approvals';
+import { AnsweredElsewhere, allowedAs, answerApproval, answeredHere, coveredTools, isDestructive, permissionPhrase, type Answer } from '../lib/approvals';
 import { approvals, inView, useCell, useTasks, viewNamespace, waiting } from '../lib/live';
 import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
 import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
@@ -139,7 +139,7 @@ export function Inbox() {
               ) : (
                 <li key={a.metadata.uid} class="rounded-card border border-dashed border-border px-4 py-2 text-sm text-muted" data-testid="answered-receipt">
                   {a.spec.dotName}'s <code class="font-mono">{a.spec.tool}</code>:{' '}
-                  {a.spec.decision === 'approve' ? (a.spec.always ? 'allowed for good' : 'allowed once') : a.spec.decision === 'reject' ? 'denied' : 'no longer waiting'}
+                  {a.spec.decision === 'approve' ? allowedAs(a.spec) : a.spec.decision === 'reject' ? 'denied' : 'no longer waiting'}
                   {a.spec.decision && !mine.has(a.metadata.uid) && ' (answered somewhere else)'}
                 </li>
               ),
@@ -221,7 +221,7 @@ export function Inbox() {
                   </a>
                   <code class="font-mono text-xs">{a.spec.tool}</code>
                   <span class={a.spec.decision === 'reject' ? 'text-danger' : 'text-ok'}>
-                    {a.spec.decision === 'approve' ? (a.spec.always ? 'allowed for good' : 'allowed once') : a.spec.decision === 'reject' ? 'denied' : (a.status?.phase ?? '').toLowerCase()}
+                    {a.spec.decision === 'approve' ? allowedAs(a.spec) : a.spec.decision === 'reject' ? 'denied' : (a.status?.phase ?? '').toLowerCase()}
                   </span>
                   <span class="ml-auto text-xs text-muted">{ago(answeredAt(a))}</span>
                 </div>
@@ -316,6 +316,11 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
         )}
         {a.spec.reason ? `: ${a.spec.reason}` : ''}
       </p>
+      {a.spec.taint && (
+        <p data-testid="taint" class="mt-1 rounded-card border border-danger px-2 py-1 text-sm">
+          Asked because the Dot read untrusted input in this turn ({a.spec.taint.kind}): <span class="break-all font-mono text-xs">{a.spec.taint.source}</span>
+        </p>
+      )}
       {fileChanges(a.spec.tool, a.spec.arguments).length ? <FileDiffs tool={a.spec.tool} args={a.spec.arguments} /> : <CallSummary args={a.spec.arguments} />}
       {a.spec.arguments !== undefined && (
         <details class="mt-2 text-sm">
@@ -352,18 +357,39 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
               <button data-allow type="button" disabled={busy} class="rounded-card bg-accent px-3 py-1.5 text-sm text-accent-fg" onClick={() => answer({ decision: 'approve' })}>
                 Allow once
               </button>
-              <button type="button" disabled={busy} class="rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => setMode('always')}>
-                Always allow…
-              </button>
+              {a.spec.taint && (
+                <button
+                  data-testid="allow-task"
+                  type="button"
+                  disabled={busy}
+                  class="rounded-card border border-border px-3 py-1.5 text-sm"
+                  onClick={() => answer({ decision: 'approve', scope: 'task' })}
+                >
+                  Allow for this {a.spec.taskName ? 'task' : 'turn'}
+                </button>
+              )}
+              {a.spec.permission !== 'limits.cost' && (
+                <button type="button" disabled={busy} class="rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => setMode('always')}>
+                  Always allow…
+                </button>
+              )}
               <button data-deny type="button" disabled={busy} class="rounded-card border border-danger px-3 py-1.5 text-sm text-danger" onClick={() => setMode('deny')}>
                 Deny…
               </button>
             </>
           )}
           {mode === 'always' && (
-            <button type="button" disabled={busy} class="rounded-card bg-accent px-3 py-1.5 text-sm text-accent-fg" onClick={() => answer({ decision: 'approve', always: true })}>
-              Always allow {a.spec.permission}
-            </button>
+            <>
+              <button type="button" disabled={busy} class="rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => answer({ decision: 'approve', always: true, alwaysFor: '1h' })}>
+                For 1 hour
+              </button>
+              <button type="button" disabled={busy} class="rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => answer({ decision: 'approve', always: true, alwaysFor: 'endOfDay' })}>
+                Until the end of the day
+              </button>
+              <button type="button" disabled={busy} class="rounded-card bg-accent px-3 py-1.5 text-sm text-accent-fg" onClick={() => answer({ decision: 'approve', always: true })}>
+                Always allow {a.spec.permission}
+              </button>
+            </>
           )}
           {mode === 'deny' && (
             <button type="button" disabled={busy} class="rounded-card bg-danger px-3 py-1.5 text-sm text-surface" onClick={() => answer({ decision: 'reject', note })}>
