@@ -232,6 +232,9 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
+		if err := (&QuotaReconciler{Client: mgr.GetClient(), Store: o.Store, Clock: o.Clock}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
 		if err := (&LogRetentionReconciler{Client: mgr.GetClient(), Store: o.Store}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}

@@ -263,6 +263,9 @@ func toProjection(events []store.Event) []projection.Event {
 // the log's follower.
 type workWatch struct {
 	computers, tasks, approvals bool
+	// quotas: a change to the namespace's DotQuota (a slot given back, a
+	// cap raised) wakes every Dot of the namespace.
+	quotas bool
 }
 
 // setUpWork registers a controller of a Dot's work, keyed by Dot: the Dot,
@@ -287,6 +290,20 @@ func setUpWork(mgr ctrl.Manager, l *WorkLog, name string, w workWatch, r reconci
 	}
 	if w.approvals {
 		b = b.Watches(&dotsv1.Approval{}, byDot)
+	}
+	if w.quotas {
+		c := mgr.GetClient()
+		b = b.Watches(&dotsv1.DotQuota{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var dots dotsv1.DotList
+			if err := c.List(ctx, &dots, client.InNamespace(o.GetNamespace())); err != nil {
+				return nil
+			}
+			reqs := make([]reconcile.Request, 0, len(dots.Items))
+			for _, d := range dots.Items {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: d.Namespace, Name: d.Name}})
+			}
+			return reqs
+		}))
 	}
 	return b.WatchesRawSource(l.source()).Named(name).Complete(r)
 }

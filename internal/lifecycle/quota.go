@@ -1,0 +1,117 @@
+package lifecycle
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+)
+
+// Admission is the active-Dots decision for one Dot that is to start.
+type Admission struct {
+	// Admitted: the Dot holds a slot (it did, or takes one now).
+	Admitted bool
+	// Ledger is the quota's status.admitted after the decision; Write says
+	// whether it changed (a slot was taken).
+	Ledger []string
+	Write  bool
+	// Active and Cap are what the message to a person says.
+	Active, Cap int
+}
+
+// Admit decides whether the Dot dot may take an active slot of a namespace
+// whose ledger (the DotQuota's status.admitted) is admitted and cap is
+// activeDots (nil: no cap). A Dot already in the ledger keeps its slot; a
+// new one is added only while the ledger is under the cap (a ledger over a
+// lowered cap admits nobody new until it is under).
+func Admit(admitted []string, activeDots *int32, dot string) Admission {
+	a := Admission{Ledger: admitted, Active: len(admitted)}
+	if activeDots == nil || slices.Contains(admitted, dot) {
+		a.Admitted = true
+		return a
+	}
+	a.Cap = int(*activeDots)
+	if len(admitted) >= a.Cap {
+		return a
+	}
+	a.Admitted, a.Write = true, true
+	a.Ledger = append(slices.Clone(admitted), dot)
+	slices.Sort(a.Ledger)
+	a.Active = len(a.Ledger)
+	return a
+}
+
+// WaitMessage is what a Dot beyond the cap says, with how to change it.
+func WaitMessage(a Admission, namespace string) string {
+	return fmt.Sprintf("%d of %d active Dots in namespace %s (DotQuota %s): stop another Dot or raise spec.activeDots with 'invisible-dots quota set --active-dots N -n %s' (or kubectl edit dotquota %s -n %s)",
+		a.Active, a.Cap, namespace, dotsv1.DotQuotaName, namespace, dotsv1.DotQuotaName, namespace)
+}
+
+// AtRest reports whether a Computer holds no active slot: its VM is
+// stopped (or was never started) and nothing asks it to start.
+func AtRest(c *dotsv1.Computer) bool {
+	switch c.Status.State {
+	case dotsv1.ComputerStopped:
+	case "", dotsv1.ComputerProvisioning:
+		// Never started: it holds no slot while a gate holds it.
+		if len(c.Spec.StartGates) == 0 {
+			return false
+		}
+	default:
+		return false
+	}
+	return !c.RequestPending(dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) &&
+		!c.RequestPending(dotsv1.RebootRequestedAnnotation, c.Status.HandledRebootRequest)
+}
+
+// WantsStart reports whether the host agent would start the Computer were
+// it not gated: the run strategy's own starts (a new computer, Always, a
+// person's start) beside the wake decision's.
+func WantsStart(c *dotsv1.Computer) bool {
+	if c.Spec.RunStrategy == dotsv1.RunHalted {
+		return false
+	}
+	switch c.Status.State {
+	case "", dotsv1.ComputerProvisioning, dotsv1.ComputerStopped:
+	default:
+		return false
+	}
+	return c.Spec.RunStrategy == dotsv1.RunAlways ||
+		c.RequestPending(dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) ||
+		c.RequestPending(dotsv1.RebootRequestedAnnotation, c.Status.HandledRebootRequest) ||
+		c.Status.StopReason == "" || c.Status.StopReason == dotsv1.StopUser
+}
+
+// Day is the day now falls in, where the day begins in loc: its name
+// (YYYY-MM-DD) and its start.
+func Day(now time.Time, loc *time.Location) (string, time.Time) {
+	t := now.In(loc)
+	start := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, loc)
+	return start.Format(time.DateOnly), start
+}
+
+// SpendCap is the namespace's daily spend decision.
+type SpendCap struct {
+	// Reached: the day's spend is at or over the cap.
+	Reached bool
+	// Spent and Cap in US dollars.
+	Spent, Cap float64
+}
+
+// DecideSpend compares the day's spend with perDay (spec.spendPerDayUSD;
+// nil: no cap).
+func DecideSpend(spent float64, perDay *string) (SpendCap, error) {
+	s := SpendCap{Spent: spent}
+	if perDay == nil {
+		return s, nil
+	}
+	limit, err := strconv.ParseFloat(*perDay, 64)
+	if err != nil {
+		return s, fmt.Errorf("spendPerDayUSD %q: %w", *perDay, err)
+	}
+	s.Cap = limit
+	s.Reached = spent >= limit
+	return s, nil
+}
