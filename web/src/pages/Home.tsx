@@ -2,7 +2,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { dotPath, getJSON } from '../lib/api';
 import { SPEND_EVENT_TYPES } from '../lib/generated';
 import { SetupChecklist } from '../components/SetupChecklist';
-import { approvals, computers, dots, inView, onStreamEvent, useCell, viewNamespace, waiting } from '../lib/live';
+import { approvals, computers, dots, inView, onStreamEvent, scopedPath, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
 import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
 import { key, type Computer, type Dot, type LogEvent } from '../lib/types';
@@ -52,6 +52,7 @@ export function Home() {
           />
         )}
       </div>
+      <QuotaLines chosen={chosen} />
       {ds.error && (
         <p role="status" class="mb-4 rounded-card border border-danger p-3 text-danger">
           {ds.error}
@@ -74,6 +75,62 @@ export function Home() {
       {/* The host's readiness is its owner's to fix: shown to who may read the doctor's report. */}
       {ds.loaded && can('get', '/dots/v1/doctor') && <SetupChecklist />}
     </div>
+  );
+}
+
+/** A namespace's caps (its DotQuota) and what it uses of them. */
+interface DotQuota {
+  metadata: { namespace?: string; name: string };
+  spec: { activeDots?: number; spendPerDayUSD?: string };
+  status?: { activeDots?: number; spentTodayUSD?: string; day?: string };
+}
+
+/** The DotQuotas in view, read again every 30 s (spend is summed that often); none for who may not read them. */
+function useQuotas(chosen: string): DotQuota[] {
+  const [quotas, setQuotas] = useState<DotQuota[]>([]);
+  useEffect(() => {
+    let live = true;
+    const read = () =>
+      void getJSON<{ items: DotQuota[] }>(scopedPath('dotquotas'))
+        .then((l) => live && setQuotas(l.items.filter((q) => inView(q.metadata.namespace, chosen))))
+        .catch(() => live && setQuotas([]));
+    read();
+    const t = setInterval(read, 30_000);
+    return () => {
+      live = false;
+      clearInterval(t);
+    };
+  }, [chosen]);
+  return quotas;
+}
+
+/** "Today: $X of $Y (namespace N)" and "A of B active Dots", where a namespace has a DotQuota. */
+function QuotaLines({ chosen }: { chosen: string }) {
+  const quotas = useQuotas(chosen);
+  if (quotas.length === 0) return null;
+  return (
+    <ul class="mb-4 flex flex-col gap-1 text-sm" data-testid="quotas">
+      {quotas.map((q) => {
+        const ns = q.metadata.namespace ?? 'default';
+        const spent = q.status?.spentTodayUSD ?? '0.00';
+        const perDay = q.spec.spendPerDayUSD;
+        const over = perDay !== undefined && Number(spent) >= Number(perDay);
+        const full = q.spec.activeDots !== undefined && (q.status?.activeDots ?? 0) >= q.spec.activeDots;
+        return (
+          <li key={ns} data-testid="quota" data-namespace={ns} class="flex flex-wrap gap-x-4">
+            <span class={over ? 'font-medium text-warn' : 'text-muted'} data-testid="quota-spend">
+              Today: ${spent}
+              {perDay !== undefined ? ` of $${perDay}` : ''} (namespace {ns})
+            </span>
+            {q.spec.activeDots !== undefined && (
+              <span class={full ? 'font-medium text-warn' : 'text-muted'} data-testid="quota-active">
+                {q.status?.activeDots ?? 0} of {q.spec.activeDots} active Dots
+              </span>
+            )}
+          </li>
+        );
+      })}
+    </ul>
   );
 }
 
