@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
@@ -44,9 +46,13 @@ const quotaSpendRefresh = 30 * time.Second
 // (ActiveDotsGate), so that none starts without taking a slot first (the
 // power controller's admission).
 type QuotaReconciler struct {
-	Client client.Client
-	Store  *store.Store
-	Clock  clock.PassiveClock
+	Client   client.Client
+	Store    *store.Store
+	Recorder recorder.EventRecorder
+	Clock    clock.PassiveClock
+	// Log wakes the quota of a Dot's namespace when the Dot's log has
+	// new events (spend); without it the spend is summed every 30 s.
+	Log *WorkLog
 }
 
 // SetupWithManager registers the reconciler: the quota, and the Dots and
@@ -58,10 +64,17 @@ func (r *QuotaReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	toQuota := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: dotsv1.DotQuotaName}}}
 	})
-	return ctrl.NewControllerManagedBy(mgr).For(&dotsv1.DotQuota{}).
+	b := ctrl.NewControllerManagedBy(mgr).For(&dotsv1.DotQuota{}).
 		Watches(&dotsv1.Computer{}, toQuota).
-		Watches(&dotsv1.Dot{}, toQuota).
-		Named(QuotaControllerName).Complete(r)
+		Watches(&dotsv1.Dot{}, toQuota)
+	if r.Log != nil {
+		// New events in a Dot's log (its spend) sum its namespace's day
+		// again.
+		b = b.WatchesRawSource(r.Log.sourceWith(handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, d *dotsv1.Dot) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: d.Namespace, Name: dotsv1.DotQuotaName}}}
+		})))
+	}
+	return b.Named(QuotaControllerName).Complete(r)
 }
 
 // Reconcile computes the quota's status and gates the computers at rest.
@@ -173,13 +186,25 @@ func (r *QuotaReconciler) spend(ctx context.Context, q *dotsv1.DotQuota, dots []
 	}
 	q.Status.Day = day
 	q.Status.SpentTodayUSD = strconv.FormatFloat(spent, 'f', 2, 64)
-	s, err := lifecycle.DecideSpend(spent, q.Spec.SpendPerDayUSD)
+	s, err := lifecycle.DecideSpend(lifecycle.SpendFacts{Namespace: q.Namespace, Day: day, Spent: spent, PerDay: q.Spec.SpendPerDayUSD, Decision: q.Spec.SpendDecision})
+	q.Status.ExtraTodayUSD = ""
+	if s.Extra > 0 {
+		q.Status.ExtraTodayUSD = strconv.FormatFloat(s.Extra, 'f', 2, 64)
+	}
+	was := q.Status.SpendRequest
+	q.Status.SpendRequest = s.Request
 	switch {
 	case err != nil:
 		patch.SetCondition(q, now, dotsv1.SpendCapReachedCondition, metav1.ConditionUnknown, "InvalidCap", err.Error())
+	case s.Rejected:
+		patch.SetCondition(q, now, dotsv1.SpendCapReachedCondition, metav1.ConditionTrue, dotsv1.SpendRejectedReason,
+			lifecycle.SpendRejectedError(q.Namespace, s)+": held tasks fail, messages wait for the next day")
 	case s.Reached:
 		patch.SetCondition(q, now, dotsv1.SpendCapReachedCondition, metav1.ConditionTrue, dotsv1.CapReachedReason,
-			fmt.Sprintf("spent $%.2f of $%.2f today (%s) in namespace %s", s.Spent, s.Cap, day, q.Namespace))
+			s.Request.Message+" No new task or message is delivered until 'invisible-dots quota approve' (or the next day)")
+		if r.Recorder != nil && (was == nil || was.Day != day || was.Phase != dotsv1.SpendRequestPending) {
+			r.Recorder.Eventf(q, nil, corev1.EventTypeWarning, "SpendCapReached", "Hold", "%s", s.Request.Message)
+		}
 	default:
 		patch.SetCondition(q, now, dotsv1.SpendCapReachedCondition, metav1.ConditionFalse, dotsv1.UnderCapReason, "")
 	}

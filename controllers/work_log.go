@@ -188,11 +188,16 @@ func (l *WorkLog) tell(uid types.UID) {
 // controller, each told of every Dot with new events. Taken before the
 // manager starts.
 func (l *WorkLog) source() source.Source {
+	return l.sourceWith(&handler.TypedEnqueueRequestForObject[*dotsv1.Dot]{})
+}
+
+// sourceWith is source with the requests h makes of each Dot woken.
+func (l *WorkLog) sourceWith(h handler.TypedEventHandler[*dotsv1.Dot, reconcile.Request]) source.Source {
 	ch := make(chan event.TypedGenericEvent[*dotsv1.Dot], 1024)
 	l.mu.Lock()
 	l.wakes = append(l.wakes, ch)
 	l.mu.Unlock()
-	return source.Channel(ch, &handler.TypedEnqueueRequestForObject[*dotsv1.Dot]{})
+	return source.Channel(ch, h)
 }
 
 // Start follows the log: it reads the Dots with new events and wakes the

@@ -39,6 +39,60 @@ type DotQuotaSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	TimeZone string `json:"timeZone,omitempty"`
+
+	// spendDecision is a person's answer to the namespace's request for
+	// more spend (status.spendRequest) of one day: approve allows extraUSD
+	// more that day and the held work flows again; reject fails the held
+	// tasks of the day, and messages wait for the next day. An answer for
+	// another day is ignored. Set with 'invisible-dots quota approve' or
+	// 'invisible-dots quota reject'.
+	// +optional
+	SpendDecision *SpendDecision `json:"spendDecision,omitempty"`
+}
+
+// SpendDecision is a person's answer to a day's request for more spend.
+// +kubebuilder:validation:XValidation:rule="self.decision != 'approve' || has(self.extraUSD)",message="an approval says how much more: extraUSD"
+type SpendDecision struct {
+	// day is the day answered (YYYY-MM-DD, in the quota's timeZone).
+	// +kubebuilder:validation:Pattern=`^[0-9]{4}-[0-9]{2}-[0-9]{2}$`
+	// +required
+	Day string `json:"day"`
+	// decision is approve or reject.
+	// +required
+	Decision ApprovalDecision `json:"decision"`
+	// extraUSD is how much more the namespace may spend that day, beyond
+	// spendPerDayUSD (approve only).
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,7}(\.[0-9]{1,2})?$`
+	// +optional
+	ExtraUSD *string `json:"extraUSD,omitempty"`
+}
+
+// SpendRequestPhase is where a day's request for more spend stands.
+// +kubebuilder:validation:Enum=Pending;Approved;Rejected
+type SpendRequestPhase string
+
+const (
+	SpendRequestPending  SpendRequestPhase = "Pending"
+	SpendRequestApproved SpendRequestPhase = "Approved"
+	SpendRequestRejected SpendRequestPhase = "Rejected"
+)
+
+// SpendRequest is the namespace's one request for more spend of a day,
+// made when the day's spend reaches the cap.
+type SpendRequest struct {
+	// day is the day it is for (YYYY-MM-DD).
+	// +required
+	Day string `json:"day"`
+	// phase is Pending until a person answers for that day.
+	// +required
+	Phase SpendRequestPhase `json:"phase"`
+	// message is the question, as a person reads it: "spent $X of $Y
+	// today in namespace N; allow $Z more?".
+	// +optional
+	Message string `json:"message,omitempty"`
+	// suggestedExtraUSD is what the question offers (one more day's cap).
+	// +optional
+	SuggestedExtraUSD string `json:"suggestedExtraUSD,omitempty"`
 }
 
 // DotQuotaStatus is what the namespace uses of its caps.
@@ -62,6 +116,14 @@ type DotQuotaStatus struct {
 	// began, in US dollars ("3.27").
 	// +optional
 	SpentTodayUSD string `json:"spentTodayUSD,omitempty"`
+	// extraTodayUSD is what a person allowed beyond spendPerDayUSD today.
+	// +optional
+	ExtraTodayUSD string `json:"extraTodayUSD,omitempty"`
+	// spendRequest is the day's request for more spend, once the day's
+	// spend reached the cap: while it is Pending (or Rejected), no new task
+	// or message is delivered to the namespace's Dots.
+	// +optional
+	SpendRequest *SpendRequest `json:"spendRequest,omitempty"`
 	// observedGeneration is the generation these facts were computed for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -83,6 +145,7 @@ type DotQuotaStatus struct {
 // +kubebuilder:printcolumn:name="Max Active",type=integer,JSONPath=`.spec.activeDots`
 // +kubebuilder:printcolumn:name="Spent Today",type=string,JSONPath=`.status.spentTodayUSD`
 // +kubebuilder:printcolumn:name="Per Day",type=string,JSONPath=`.spec.spendPerDayUSD`
+// +kubebuilder:printcolumn:name="Request",type=string,JSONPath=`.status.spendRequest.phase`
 // +kubebuilder:printcolumn:name="Admitted",type=string,JSONPath=`.status.admitted`,priority=10
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DotQuota struct {
@@ -116,6 +179,21 @@ const (
 	UnderCapReason = "UnderCap"
 	// CapReachedReason: the cap is reached; the message says by what.
 	CapReachedReason = "CapReached"
+	// SpendRejectedReason: the cap is reached and a person refused more
+	// for the day.
+	SpendRejectedReason = "MoreRejected"
+)
+
+// HeldCondition, on a Task, says it is held PENDING by its namespace's
+// daily spend cap (written by the dispatcher).
+const HeldCondition = "Held"
+
+const (
+	// SpendCapHeldReason: the namespace reached its daily spend cap; the
+	// task is delivered once a person allows more or the day ends.
+	SpendCapHeldReason = "SpendCap"
+	// NotHeldReason: nothing holds the task.
+	NotHeldReason = "NotHeld"
 )
 
 // AdmittedCondition, on a Dot, says whether it holds an active slot of its

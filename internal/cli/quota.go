@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strconv"
@@ -101,7 +102,74 @@ an editor of Dots may read it. It is a resource: kubectl get dotquota default.`,
 	set.Flags().StringVar(&perDay, "spend-per-day", "", "US dollars the namespace's Dots may spend in a day, e.g. 10 or 12.50 (none: no cap)")
 	set.Flags().StringVar(&timeZone, "time-zone", "", "where the day begins, an IANA name (UTC when empty)")
 	cmd.AddCommand(set)
+	var extra string
+	for _, decision := range []dotsv1.ApprovalDecision{dotsv1.Approve, dotsv1.Reject} {
+		use, short := "approve [--extra USD]", "Allow the namespace more spend today (the suggested amount unless --extra); held work flows again"
+		if decision == dotsv1.Reject {
+			use, short = "reject", "Refuse more spend today: the held tasks fail, messages wait for the next day"
+		}
+		sub := &cobra.Command{
+			Use:   use,
+			Short: short,
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				c, err := cn.clients()
+				if err != nil {
+					return err
+				}
+				ctx := cmd.Context()
+				q := &dotsv1.DotQuota{}
+				if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: dotsv1.DotQuotaName}, q); err != nil {
+					return fmt.Errorf("read the DotQuota of namespace %s: %w", c.ns, err)
+				}
+				want, err := spendDecision(q, decision, strings.TrimPrefix(extra, "$"))
+				if err != nil {
+					return err
+				}
+				before := q.DeepCopy()
+				q.Spec.SpendDecision = want
+				if err := c.kube.Patch(ctx, q, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+					return fmt.Errorf("answer the request of namespace %s: %w", c.ns, err)
+				}
+				if decision == dotsv1.Approve {
+					fmt.Fprintf(cmd.OutOrStdout(), "allowed $%s more today (%s) in namespace %s\n", *want.ExtraUSD, want.Day, c.ns)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "refused more spend today (%s) in namespace %s: its held tasks fail\n", want.Day, c.ns)
+				}
+				return nil
+			},
+		}
+		if decision == dotsv1.Approve {
+			sub.Flags().StringVar(&extra, "extra", "", "US dollars more for today (default: what the request suggests)")
+		}
+		cmd.AddCommand(sub)
+	}
 	return cmd
+}
+
+// spendDecision is the answer to the quota's pending request for more
+// spend: approve adds extra (the request's suggestion when empty) to what
+// was allowed today already.
+func spendDecision(q *dotsv1.DotQuota, decision dotsv1.ApprovalDecision, extra string) (*dotsv1.SpendDecision, error) {
+	req := q.Status.SpendRequest
+	if req == nil || req.Phase != dotsv1.SpendRequestPending {
+		return nil, fmt.Errorf("namespace %s asks for no more spend now (spent $%s today)", q.Namespace, cmp.Or(q.Status.SpentTodayUSD, "0.00"))
+	}
+	d := &dotsv1.SpendDecision{Day: req.Day, Decision: decision}
+	if decision != dotsv1.Approve {
+		return d, nil
+	}
+	more, err := strconv.ParseFloat(cmp.Or(extra, req.SuggestedExtraUSD), 64)
+	if err != nil || more <= 0 {
+		return nil, fmt.Errorf("--extra %q: US dollars more, e.g. 5 or 2.50", extra)
+	}
+	if prev := q.Spec.SpendDecision; prev != nil && prev.Day == req.Day && prev.Decision == dotsv1.Approve && prev.ExtraUSD != nil {
+		if had, err := strconv.ParseFloat(*prev.ExtraUSD, 64); err == nil {
+			more += had
+		}
+	}
+	d.ExtraUSD = ptr.To(strconv.FormatFloat(more, 'f', 2, 64))
+	return d, nil
 }
 
 // applyQuotaFlags writes --active-dots and --spend-per-day into spec;
@@ -158,6 +226,12 @@ func printQuota(w io.Writer, q *dotsv1.DotQuota) {
 	fmt.Fprintf(w, "  spent %s: $%s of %s\n", day, spent, perDay)
 	if q.Spec.TimeZone != "" {
 		fmt.Fprintf(w, "  day begins:    midnight %s\n", q.Spec.TimeZone)
+	}
+	if q.Status.ExtraTodayUSD != "" {
+		fmt.Fprintf(w, "  allowed more:  $%s today\n", q.Status.ExtraTodayUSD)
+	}
+	if r := q.Status.SpendRequest; r != nil && r.Phase == dotsv1.SpendRequestPending {
+		fmt.Fprintf(w, "  %s  invisible-dots quota approve -n %s (or reject)\n", r.Message, q.Namespace)
 	}
 	for _, t := range []string{dotsv1.ActiveDotsCapReachedCondition, dotsv1.SpendCapReachedCondition} {
 		if c := meta.FindStatusCondition(q.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {

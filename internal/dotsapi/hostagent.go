@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -182,6 +183,13 @@ func (h *Handler) getOutbox(w http.ResponseWriter, r *http.Request) error {
 	rows, err := h.store.Pending(r.Context(), string(d.UID))
 	if err != nil {
 		return err
+	}
+	held, err := h.spendCapHolds(r.Context(), d.Namespace)
+	if err != nil {
+		return err
+	}
+	if held {
+		rows = rows[:heldFrom(rows)]
 	}
 	out := wire.Outbox{DotUID: string(d.UID), Rows: make([]wire.OutboxRow, 0, len(rows))}
 	for _, in := range rows {
@@ -367,4 +375,27 @@ func checkAck(a wire.Ack) error {
 		return badRequest("outcome %q is none of sent, delivered, failed, dropped, given_up", a.Outcome)
 	}
 	return nil
+}
+
+// spendCapHolds reports whether the namespace's daily spend cap holds new
+// work (its DotQuota's SpendCapReached condition is True).
+func (h *Handler) spendCapHolds(ctx context.Context, namespace string) (bool, error) {
+	q := &dotsv1.DotQuota{}
+	if err := h.dots.Get(ctx, client.ObjectKey{Namespace: namespace, Name: dotsv1.DotQuotaName}, q); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return meta.IsStatusConditionTrue(q.Status.Conditions, dotsv1.SpendCapReachedCondition), nil
+}
+
+// heldFrom is how many of the outbox's rows go while the spend cap holds:
+// those before the first new work (a person's message, a task), so that
+// an answer to an approval or a cancel of the work already running still
+// reaches the guest, and nothing overtakes what is held.
+func heldFrom(rows []store.Inbound) int {
+	for i, in := range rows {
+		if in.Type == protocol.InboundUserMessage || in.Type == protocol.InboundTaskCreated {
+			return i
+		}
+	}
+	return len(rows)
 }

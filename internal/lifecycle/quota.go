@@ -92,26 +92,73 @@ func Day(now time.Time, loc *time.Location) (string, time.Time) {
 	return start.Format(time.DateOnly), start
 }
 
-// SpendCap is the namespace's daily spend decision.
-type SpendCap struct {
-	// Reached: the day's spend is at or over the cap.
-	Reached bool
-	// Spent and Cap in US dollars.
-	Spent, Cap float64
+// SpendFacts are what the daily spend decision reads of a namespace.
+type SpendFacts struct {
+	Namespace string
+	// Day is today's name (Day); Spent what the namespace spent since it
+	// began, in US dollars.
+	Day   string
+	Spent float64
+	// PerDay is spec.spendPerDayUSD (nil: no cap); Decision the person's
+	// spec.spendDecision (it counts for its own day only).
+	PerDay   *string
+	Decision *dotsv1.SpendDecision
 }
 
-// DecideSpend compares the day's spend with perDay (spec.spendPerDayUSD;
-// nil: no cap).
-func DecideSpend(spent float64, perDay *string) (SpendCap, error) {
-	s := SpendCap{Spent: spent}
-	if perDay == nil {
+// SpendCap is the namespace's daily spend decision.
+type SpendCap struct {
+	// Reached: the day's spend is at or over the cap and what a person
+	// allowed more: no new task or message is delivered.
+	Reached bool
+	// Rejected: a person refused more for the day: the held tasks fail.
+	Rejected bool
+	// Spent, Cap and Extra (allowed today beyond the cap) in US dollars.
+	Spent, Cap, Extra float64
+	// Request is the day's request for more (nil while under the cap and
+	// nobody answered).
+	Request *dotsv1.SpendRequest
+}
+
+// DecideSpend is the daily spend decision: the cap plus what a person
+// allowed more today, against what the namespace spent today.
+func DecideSpend(f SpendFacts) (SpendCap, error) {
+	s := SpendCap{Spent: f.Spent}
+	if f.PerDay == nil {
 		return s, nil
 	}
-	limit, err := strconv.ParseFloat(*perDay, 64)
+	limit, err := strconv.ParseFloat(*f.PerDay, 64)
 	if err != nil {
-		return s, fmt.Errorf("spendPerDayUSD %q: %w", *perDay, err)
+		return s, fmt.Errorf("spendPerDayUSD %q: %w", *f.PerDay, err)
 	}
 	s.Cap = limit
-	s.Reached = spent >= limit
+	today := f.Decision != nil && f.Decision.Day == f.Day
+	if today && f.Decision.Decision == dotsv1.Approve && f.Decision.ExtraUSD != nil {
+		if s.Extra, err = strconv.ParseFloat(*f.Decision.ExtraUSD, 64); err != nil {
+			return s, fmt.Errorf("spendDecision.extraUSD %q: %w", *f.Decision.ExtraUSD, err)
+		}
+	}
+	s.Reached = f.Spent >= s.Cap+s.Extra
+	suggest := max(s.Cap, 1)
+	ask := &dotsv1.SpendRequest{Day: f.Day, Phase: dotsv1.SpendRequestPending,
+		Message:           fmt.Sprintf("spent $%.2f of $%.2f today in namespace %s; allow $%.2f more?", f.Spent, s.Cap+s.Extra, f.Namespace, suggest),
+		SuggestedExtraUSD: strconv.FormatFloat(suggest, 'f', 2, 64)}
+	switch {
+	case today && f.Decision.Decision == dotsv1.Reject:
+		ask.Phase = dotsv1.SpendRequestRejected
+		s.Rejected = s.Reached
+		s.Request = ask
+	case s.Reached:
+		// Asked again when what was allowed more is spent too.
+		s.Request = ask
+	case today:
+		ask.Phase = dotsv1.SpendRequestApproved
+		s.Request = ask
+	}
 	return s, nil
+}
+
+// SpendRejectedError is the error of a task held by the spend cap once a
+// person refused more for the day.
+func SpendRejectedError(namespace string, s SpendCap) string {
+	return fmt.Sprintf("the daily spend cap of namespace %s ($%.2f, spent $%.2f) was reached and the request for more was rejected", namespace, s.Cap+s.Extra, s.Spent)
 }

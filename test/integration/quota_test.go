@@ -12,6 +12,8 @@ import (
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
 // makeQuota makes the namespace's DotQuota with an active-Dots cap.
@@ -165,5 +167,86 @@ var _ = Describe("Quota: a namespace's DotQuota", func() {
 			g.Expect(got.Status.Admitted).To(HaveLen(2))
 			g.Expect(got.Status.ActiveDots).To(BeEquivalentTo(2))
 		}).Should(Succeed())
+	})
+})
+
+var _ = Describe("Quota: a namespace's daily spend cap", func() {
+	It("holds new tasks once the day's spend reaches the cap, asks once for the namespace, lets work flow when approved and fails the held tasks when rejected", func() {
+		ns := newNamespace("dq-spend")
+		q := &dotsv1.DotQuota{ObjectMeta: metav1.ObjectMeta{Name: dotsv1.DotQuotaName, Namespace: ns},
+			Spec: dotsv1.DotQuotaSpec{SpendPerDayUSD: ptr.To("1")}}
+		Expect(k8sClient.Create(suiteCtx, q)).To(Succeed())
+		dot := createDot(ns)
+		id := store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
+		guest := &guestLog{dot: id}
+
+		By("a task under the cap goes; its spend (the stand-in's cost) reaches the cap")
+		t1 := newTask(dot, "first", 0)
+		Eventually(func() dotsv1.TaskPhase { return taskOf(t1).Status.Phase }).Should(Equal(dotsv1.TaskRunning))
+		t1 = taskOf(t1)
+		spent := 1.5
+		guest.says(protocol.EventTaskCompleted, protocol.TaskCompleted{TaskID: string(t1.UID), Summary: "done", SpentUSD: &spent})
+		Eventually(func(g Gomega) {
+			got := quotaOf(g, ns)
+			g.Expect(got.Status.SpentTodayUSD).To(Equal("1.50"))
+			g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, dotsv1.SpendCapReachedCondition)).To(BeTrue())
+			g.Expect(got.Status.SpendRequest).NotTo(BeNil())
+			g.Expect(got.Status.SpendRequest.Phase).To(Equal(dotsv1.SpendRequestPending))
+			g.Expect(got.Status.SpendRequest.Message).To(Equal("spent $1.50 of $1.00 today in namespace " + ns + "; allow $1.00 more?"))
+		}).Should(Succeed())
+
+		By("a new task stays PENDING, saying why, and nothing is sent")
+		t2 := newTask(dot, "second", 0)
+		Eventually(func(g Gomega) {
+			got := taskOf(t2)
+			c := meta.FindStatusCondition(got.Status.Conditions, dotsv1.HeldCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Reason).To(Equal(dotsv1.SpendCapHeldReason))
+		}).Should(Succeed())
+		t2 = taskOf(t2)
+		Consistently(func(g Gomega) {
+			g.Expect(taskOf(t2).Status.Phase).To(Equal(dotsv1.TaskPending))
+			g.Expect(outbox(id)).NotTo(ContainElement("task.created:" + string(t2.UID)))
+		}, "2s", "100ms").Should(Succeed())
+
+		By("a person allows $2 more: the held task goes")
+		got := quotaOf(Default, ns)
+		approved := got.DeepCopy()
+		approved.Spec.SpendDecision = &dotsv1.SpendDecision{Day: got.Status.SpendRequest.Day, Decision: dotsv1.Approve, ExtraUSD: ptr.To("2")}
+		Expect(k8sClient.Patch(suiteCtx, approved, client.MergeFrom(got))).To(Succeed())
+		Eventually(func() dotsv1.TaskPhase { return taskOf(t2).Status.Phase }).Should(Equal(dotsv1.TaskRunning))
+		Eventually(func(g Gomega) {
+			q := quotaOf(g, ns)
+			g.Expect(q.Status.ExtraTodayUSD).To(Equal("2.00"))
+			g.Expect(meta.IsStatusConditionTrue(q.Status.Conditions, dotsv1.SpendCapReachedCondition)).To(BeFalse())
+			c := meta.FindStatusCondition(taskOf(t2).Status.Conditions, dotsv1.HeldCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		}).Should(Succeed())
+
+		By("the extra is spent too: the next task is held again; a person rejects more and it fails")
+		spent = 2
+		guest.says(protocol.EventTaskCompleted, protocol.TaskCompleted{TaskID: string(t2.UID), Summary: "done", SpentUSD: &spent})
+		Eventually(func(g Gomega) {
+			q := quotaOf(g, ns)
+			g.Expect(q.Status.SpentTodayUSD).To(Equal("3.50"))
+			g.Expect(q.Status.SpendRequest.Phase).To(Equal(dotsv1.SpendRequestPending))
+		}).Should(Succeed())
+		t3 := newTask(dot, "third", 0)
+		Eventually(func(g Gomega) {
+			g.Expect(meta.IsStatusConditionTrue(taskOf(t3).Status.Conditions, dotsv1.HeldCondition)).To(BeTrue())
+		}).Should(Succeed())
+		got = quotaOf(Default, ns)
+		rejected := got.DeepCopy()
+		rejected.Spec.SpendDecision = &dotsv1.SpendDecision{Day: got.Status.SpendRequest.Day, Decision: dotsv1.Reject}
+		Expect(k8sClient.Patch(suiteCtx, rejected, client.MergeFrom(got))).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := taskOf(t3)
+			g.Expect(got.Status.Phase).To(Equal(dotsv1.TaskFailed))
+			g.Expect(got.Status.Error).To(ContainSubstring("daily spend cap of namespace " + ns))
+			g.Expect(got.Status.Error).To(ContainSubstring("the request for more was rejected"))
+		}).Should(Succeed())
+		Expect(outbox(id)).NotTo(ContainElement("task.created:" + string(taskOf(t3).UID)))
 	})
 })
