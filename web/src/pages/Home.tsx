@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
-import { dotPath, getJSON } from '../lib/api';
+import { GROUP, dotPath, getJSON, mergePatch } from '../lib/api';
 import { SPEND_EVENT_TYPES } from '../lib/generated';
 import { SetupChecklist } from '../components/SetupChecklist';
 import { approvals, computers, dots, inView, onStreamEvent, scopedPath, useCell, viewNamespace, waiting } from '../lib/live';
@@ -82,12 +82,18 @@ export function Home() {
 interface DotQuota {
   metadata: { namespace?: string; name: string };
   spec: { activeDots?: number; spendPerDayUSD?: string };
-  status?: { activeDots?: number; spentTodayUSD?: string; day?: string };
+  status?: {
+    activeDots?: number;
+    spentTodayUSD?: string;
+    day?: string;
+    spendRequest?: { day: string; phase: 'Pending' | 'Approved' | 'Rejected'; message?: string; suggestedExtraUSD?: string };
+  };
 }
 
-/** The DotQuotas in view, read again every 30 s (spend is summed that often); none for who may not read them. */
-function useQuotas(chosen: string): DotQuota[] {
+/** The DotQuotas in view, read again every 30 s and after an answer; none for who may not read them. */
+function useQuotas(chosen: string): [DotQuota[], () => void] {
   const [quotas, setQuotas] = useState<DotQuota[]>([]);
+  const [tick, setTick] = useState(0);
   useEffect(() => {
     let live = true;
     const read = () =>
@@ -100,37 +106,73 @@ function useQuotas(chosen: string): DotQuota[] {
       live = false;
       clearInterval(t);
     };
-  }, [chosen]);
-  return quotas;
+  }, [chosen, tick]);
+  return [quotas, () => setTick((n) => n + 1)];
 }
 
 /** "Today: $X of $Y (namespace N)" and "A of B active Dots", where a namespace has a DotQuota. */
 function QuotaLines({ chosen }: { chosen: string }) {
-  const quotas = useQuotas(chosen);
+  const [quotas, reread] = useQuotas(chosen);
   if (quotas.length === 0) return null;
   return (
     <ul class="mb-4 flex flex-col gap-1 text-sm" data-testid="quotas">
-      {quotas.map((q) => {
-        const ns = q.metadata.namespace ?? 'default';
-        const spent = q.status?.spentTodayUSD ?? '0.00';
-        const perDay = q.spec.spendPerDayUSD;
-        const over = perDay !== undefined && Number(spent) >= Number(perDay);
-        const full = q.spec.activeDots !== undefined && (q.status?.activeDots ?? 0) >= q.spec.activeDots;
-        return (
-          <li key={ns} data-testid="quota" data-namespace={ns} class="flex flex-wrap gap-x-4">
-            <span class={over ? 'font-medium text-warn' : 'text-muted'} data-testid="quota-spend">
-              Today: ${spent}
-              {perDay !== undefined ? ` of $${perDay}` : ''} (namespace {ns})
-            </span>
-            {q.spec.activeDots !== undefined && (
-              <span class={full ? 'font-medium text-warn' : 'text-muted'} data-testid="quota-active">
-                {q.status?.activeDots ?? 0} of {q.spec.activeDots} active Dots
-              </span>
-            )}
-          </li>
-        );
-      })}
+      {quotas.map((q) => (
+        <QuotaLine key={q.metadata.namespace ?? 'default'} q={q} reread={reread} />
+      ))}
     </ul>
+  );
+}
+
+function QuotaLine({ q, reread }: { q: DotQuota; reread: () => void }) {
+  const ns = q.metadata.namespace ?? 'default';
+  const can = useCan(ns);
+  const [failed, setFailed] = useState('');
+  const spent = q.status?.spentTodayUSD ?? '0.00';
+  const perDay = q.spec.spendPerDayUSD;
+  const ask = q.status?.spendRequest?.phase === 'Pending' ? q.status.spendRequest : undefined;
+  const over = perDay !== undefined && Number(spent) >= Number(perDay);
+  const full = q.spec.activeDots !== undefined && (q.status?.activeDots ?? 0) >= q.spec.activeDots;
+  // The answer is the quota's spec.spendDecision for the day asked about.
+  const answer = (decision: 'approve' | 'reject') =>
+    void mergePatch(`${GROUP}/namespaces/${encodeURIComponent(ns)}/dotquotas/${encodeURIComponent(q.metadata.name)}`, {
+      spec: { spendDecision: { day: ask!.day, decision, extraUSD: decision === 'approve' ? ask!.suggestedExtraUSD : null } },
+    })
+      .then(() => (setFailed(''), reread()))
+      .catch((e: Error) => setFailed(e.message));
+  return (
+    <li data-testid="quota" data-namespace={ns} class="flex flex-wrap items-center gap-x-4 gap-y-1">
+      <span class={over ? 'font-medium text-warn' : 'text-muted'} data-testid="quota-spend">
+        Today: ${spent}
+        {perDay !== undefined ? ` of $${perDay}` : ''} (namespace {ns})
+      </span>
+      {q.spec.activeDots !== undefined && (
+        <span class={full ? 'font-medium text-warn' : 'text-muted'} data-testid="quota-active">
+          {q.status?.activeDots ?? 0} of {q.spec.activeDots} active Dots
+        </span>
+      )}
+      {ask && (
+        <span role="group" aria-label={`More spend for ${ns}`} class="flex flex-wrap items-center gap-2" data-testid="quota-ask">
+          <span class="font-medium text-warn">{ask.message}</span>
+          {can('patch', 'dotquotas') ? (
+            <>
+              <button type="button" class={btn.plain} onClick={() => answer('approve')}>
+                Allow ${ask.suggestedExtraUSD} more
+              </button>
+              <button type="button" class={btn.plain} onClick={() => answer('reject')}>
+                Refuse
+              </button>
+            </>
+          ) : (
+            <span class="text-muted">New work waits until the namespace's administrator allows more, or tomorrow.</span>
+          )}
+        </span>
+      )}
+      {failed && (
+        <span role="status" class="text-danger">
+          {failed}
+        </span>
+      )}
+    </li>
   );
 }
 
