@@ -105,6 +105,18 @@ func (r *PowerReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view
 	}
 	decision := lifecycle.Decide(f)
 	gated := c.Gated(dotsv1.ActiveDotsGate)
+	if decision.Action == lifecycle.Wake && gated && !c.RequestPending(dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) {
+		// The start is asked for before a slot is taken (the gate holds
+		// it meanwhile), so the quota controller, which gives back the
+		// slot of a gated computer nobody asks to start, keeps the slot
+		// this start takes.
+		asked := c.DeepCopy()
+		asked.RequestStart(now)
+		if err := r.Client.Patch(ctx, asked, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
+			return 0, err
+		}
+		c = asked
+	}
 	if decision.Action == lifecycle.Wake || (gated && lifecycle.WantsStart(c)) {
 		// The computer is to start: its Dot takes an active slot of its
 		// namespace first, or stays inactive, its work queued.
@@ -123,7 +135,9 @@ func (r *PowerReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view
 		// sleeps and wakes like any other (ref 9.5).
 		woken := c.DeepCopy()
 		woken.SetGate(dotsv1.ActiveDotsGate, false)
-		woken.RequestStart(now)
+		if !gated {
+			woken.RequestStart(now)
+		}
 		if err := r.Client.Patch(ctx, woken, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
 			return 0, err
 		}
@@ -172,7 +186,7 @@ func (r *PowerReconciler) admit(ctx context.Context, dot *dotsv1.Dot, c *dotsv1.
 		// No quota or no cap: nothing to say.
 		return true, nil
 	case a.Admitted:
-		patch.SetCondition(dot, now, dotsv1.AdmittedCondition, metav1.ConditionTrue, dotsv1.AdmittedReason, "holds an active slot of its namespace")
+		patch.SetCondition(dot, now, dotsv1.AdmittedCondition, metav1.ConditionTrue, dotsv1.AdmittedReason, "took an active slot of its namespace for its computer's last start")
 	default:
 		msg := lifecycle.WaitMessage(a, dot.Namespace)
 		patch.SetCondition(dot, now, dotsv1.AdmittedCondition, metav1.ConditionFalse, dotsv1.ActiveDotsCapReason, msg)

@@ -132,7 +132,11 @@ func (r *QuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		var ledger []string
 		for _, name := range q.Status.Admitted {
 			c := byName[name]
-			if !dotExists[name] || c == nil || !c.DeletionTimestamp.IsZero() || released[name] {
+			// A gated computer at rest that nothing asks to start holds no
+			// slot either (a reconcile that gated it and stopped before
+			// writing the ledger leaves one).
+			if !dotExists[name] || c == nil || !c.DeletionTimestamp.IsZero() || released[name] ||
+				(c.Gated(dotsv1.ActiveDotsGate) && lifecycle.AtRest(c) && !lifecycle.WantsStart(c)) {
 				continue // released
 			}
 			ledger = append(ledger, name)

@@ -81,6 +81,13 @@ var _ = Describe("Quota: a namespace's DotQuota", func() {
 		for _, d := range applyDotsAtOnce(ns, 10) {
 			names = append(names, d.Name)
 		}
+		// Their computers made (gated): a slot of a Dot without one is
+		// given back.
+		Eventually(func(g Gomega) {
+			var list dotsv1.ComputerList
+			g.Expect(k8sClient.List(suiteCtx, &list, client.InNamespace(ns))).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(10))
+		}).Should(Succeed())
 		results := make([]bool, len(names))
 		var wg sync.WaitGroup
 		for i, name := range names {
