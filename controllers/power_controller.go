@@ -76,11 +76,28 @@ func (r *PowerReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view
 	if err != nil {
 		return 0, err
 	}
+	held, err := spendHold(ctx, r.Client, dot.Namespace)
+	if err != nil {
+		return 0, err
+	}
+	if held != nil && undelivered > 0 {
+		// Work the namespace's spend cap holds wakes nothing and keeps
+		// nothing awake: only what the outbox would hand out counts.
+		rows, err := r.Log.Store.Pending(ctx, string(dot.UID))
+		if err != nil {
+			return 0, err
+		}
+		types := make([]string, len(rows))
+		for i, in := range rows {
+			types[i] = in.Type
+		}
+		undelivered = lifecycle.Deliverable(types)
+	}
 	f := lifecycle.Facts{
 		Work: lifecycle.Work{
 			// A task the dispatcher would send now: due, and no active
-			// task holds the Dot.
-			DueTask:        d.Next != "",
+			// task holds the Dot, nor the namespace's spend cap.
+			DueTask:        d.Next != "" && held == nil,
 			ActiveTask:     view.CurrentTask() != "",
 			Undelivered:    undelivered,
 			NextAutomation: view.NextAutomation,

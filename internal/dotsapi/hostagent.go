@@ -17,6 +17,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -387,15 +388,12 @@ func (h *Handler) spendCapHolds(ctx context.Context, namespace string) (bool, er
 	return meta.IsStatusConditionTrue(q.Status.Conditions, dotsv1.SpendCapReachedCondition), nil
 }
 
-// heldFrom is how many of the outbox's rows go while the spend cap holds:
-// those before the first new work (a person's message, a task), so that
-// an answer to an approval or a cancel of the work already running still
-// reaches the guest, and nothing overtakes what is held.
+// heldFrom is how many of the outbox's rows go while the spend cap holds
+// (lifecycle.Deliverable).
 func heldFrom(rows []store.Inbound) int {
+	types := make([]string, len(rows))
 	for i, in := range rows {
-		if in.Type == protocol.InboundUserMessage || in.Type == protocol.InboundTaskCreated {
-			return i
-		}
+		types[i] = in.Type
 	}
-	return len(rows)
+	return lifecycle.Deliverable(types)
 }

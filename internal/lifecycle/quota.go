@@ -7,6 +7,7 @@ import (
 	"time"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
 // Admission is the active-Dots decision for one Dot that is to start.
@@ -161,4 +162,23 @@ func DecideSpend(f SpendFacts) (SpendCap, error) {
 // person refused more for the day.
 func SpendRejectedError(namespace string, s SpendCap) string {
 	return fmt.Sprintf("the daily spend cap of namespace %s ($%.2f, spent $%.2f) was reached and the request for more was rejected", namespace, s.Cap+s.Extra, s.Spent)
+}
+
+// NewWork reports whether an outbox row of type typ is new work for a
+// Dot (a person's message, a task), which the namespace's daily spend cap
+// holds; answers to approvals and cancels of running work are not.
+func NewWork(typ string) bool {
+	return typ == protocol.InboundUserMessage || typ == protocol.InboundTaskCreated
+}
+
+// Deliverable is how many of the outbox's rows (their types, in order) go
+// while the spend cap holds: those before the first new work, so nothing
+// overtakes what is held.
+func Deliverable(types []string) int {
+	for i, t := range types {
+		if NewWork(t) {
+			return i
+		}
+	}
+	return len(types)
 }
