@@ -70,3 +70,20 @@ test("Home shows a namespace's spend today against its DotQuota, and its questio
   await expect.poll(async () => (await getResource('dotquotas', 'default', ns)).spec?.spendDecision?.decision).toBe('approve');
   await expect(line.getByTestId('quota-ask')).toHaveCount(0);
 });
+
+test("a Dot beyond its namespace's active-Dots cap says on its card which cap holds it and how to change it", async ({ page }) => {
+  const ns = 'quota-cap';
+  await makeNamespace(ns);
+  const made = await adminCallOn(harness(), 'POST', `/apis/dots.invisible.dev/v1alpha1/namespaces/${ns}/dotquotas`, {
+    apiVersion: 'dots.invisible.dev/v1alpha1',
+    kind: 'DotQuota',
+    metadata: { name: 'default', namespace: ns },
+    spec: { activeDots: 0 },
+  });
+  expect([201, 409]).toContain(made.status);
+  await applyDot('waits', ns);
+  await page.goto(harness().url + '/');
+  const card = page.locator(`[data-dot="${ns}/waits"]`);
+  await expect(card).toContainText(`0 of 0 active Dots in namespace ${ns} (DotQuota default)`);
+  await expect(page.locator(`[data-testid="quota"][data-namespace="${ns}"]`).getByTestId('quota-active')).toHaveText('0 of 0 active Dots');
+});

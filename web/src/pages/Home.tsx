@@ -127,9 +127,13 @@ function QuotaLine({ q, reread }: { q: DotQuota; reread: () => void }) {
   const ns = q.metadata.namespace ?? 'default';
   const can = useCan(ns);
   const [failed, setFailed] = useState('');
+  // The question answered here (its day and words): not shown again while
+  // the control plane takes the answer in; a new question of the day is.
+  const [answered, setAnswered] = useState('');
   const spent = q.status?.spentTodayUSD ?? '0.00';
   const perDay = q.spec.spendPerDayUSD;
-  const ask = q.status?.spendRequest?.phase === 'Pending' ? q.status.spendRequest : undefined;
+  const req = q.status?.spendRequest;
+  const ask = req?.phase === 'Pending' && `${req.day} ${req.message}` !== answered ? req : undefined;
   const over = perDay !== undefined && Number(spent) >= Number(perDay);
   const full = q.spec.activeDots !== undefined && (q.status?.activeDots ?? 0) >= q.spec.activeDots;
   // The answer is the quota's spec.spendDecision for the day asked about.
@@ -137,7 +141,11 @@ function QuotaLine({ q, reread }: { q: DotQuota; reread: () => void }) {
     void mergePatch(`${GROUP}/namespaces/${encodeURIComponent(ns)}/dotquotas/${encodeURIComponent(q.metadata.name)}`, {
       spec: { spendDecision: { day: ask!.day, decision, extraUSD: decision === 'approve' ? ask!.suggestedExtraUSD : null } },
     })
-      .then(() => (setFailed(''), reread()))
+      .then(() => {
+        setFailed('');
+        setAnswered(`${ask!.day} ${ask!.message}`);
+        setTimeout(reread, 1000);
+      })
       .catch((e: Error) => setFailed(e.message));
   return (
     <li data-testid="quota" data-namespace={ns} class="flex flex-wrap items-center gap-x-4 gap-y-1">
