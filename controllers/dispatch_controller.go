@@ -6,6 +6,9 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,6 +18,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
+	"github.com/invisible-dots/invisible-dots/internal/patch"
 	"github.com/invisible-dots/invisible-dots/internal/pgtext"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
@@ -44,7 +48,7 @@ func (r *DispatchReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	return setUpWork(mgr, r.Log, DispatchControllerName, workWatch{computers: true, tasks: true}, r)
+	return setUpWork(mgr, r.Log, DispatchControllerName, workWatch{computers: true, tasks: true, quotas: true}, r)
 }
 
 // Reconcile logs what the log lacks of the Dot, cancels what a person
@@ -77,7 +81,10 @@ func (r *DispatchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		steps.run("cancel task "+tasks[i].Name, r.cancel(ctx, &tasks[i], w))
 	}
 	d := lifecycle.NextTask(taskFacts(tasks, w.View()), r.Clock.Now())
-	if d.Next != "" {
+	held, err := spendHold(ctx, r.Client, dot.Namespace)
+	steps.run("read the namespace's spend cap", err)
+	steps.run("hold tasks at the namespace's spend cap", r.hold(ctx, tasks, held, w))
+	if d.Next != "" && held == nil {
 		steps.run("dispatch task "+d.Next, r.dispatch(ctx, taskNamed(tasks, d.Next), w))
 	}
 	steps.run("give up a task its computer cannot start for", r.giveUpUnstartable(ctx, dot, w, tasks))
@@ -220,4 +227,69 @@ func (r *DispatchReconciler) giveUpUnstartable(ctx context.Context, dot *dotsv1.
 		err = w.Fold(ctx)
 	}
 	return err
+}
+
+// spendCapHold is why a namespace's work is held: its daily spend cap is
+// reached (the DotQuota's SpendCapReached condition).
+type spendCapHold struct {
+	// Rejected: a person refused more for the day.
+	Rejected bool
+	Message  string
+}
+
+// spendHold reads whether the namespace's daily spend cap holds its work:
+// nil when it does not.
+func spendHold(ctx context.Context, c client.Reader, namespace string) (*spendCapHold, error) {
+	q, err := namespaceQuota(ctx, c, namespace)
+	if err != nil || q == nil {
+		return nil, err
+	}
+	cond := meta.FindStatusCondition(q.Status.Conditions, dotsv1.SpendCapReachedCondition)
+	if cond == nil || cond.Status != metav1.ConditionTrue {
+		return nil, nil
+	}
+	return &spendCapHold{Rejected: cond.Reason == dotsv1.SpendRejectedReason, Message: cond.Message}, nil
+}
+
+// hold keeps the Dot's PENDING tasks PENDING while its namespace's spend
+// cap holds them, saying so in their Held condition, and fails them once a
+// person refused more for the day (a task.failed of the log, as the
+// deliverer's give-up). Tasks already running are not interrupted:
+// stopping a turn is the engine's. Once nothing holds, the condition goes
+// False.
+func (r *DispatchReconciler) hold(ctx context.Context, tasks []dotsv1.Task, held *spendCapHold, w *DotWork) error {
+	view := w.View()
+	now := r.Clock.Now()
+	for i := range tasks {
+		t := &tasks[i]
+		if v, ok := view.Tasks[string(t.UID)]; (ok && v.Phase != dotsv1.TaskPending) || t.Spec.CancelRequested || !t.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if held != nil && held.Rejected {
+			reason := truncate(held.Message, 512)
+			data, err := json.Marshal(wire.TaskFailed{TaskID: string(t.UID), Error: reason})
+			if err != nil {
+				return err
+			}
+			if err := w.Decide(ctx, nil, store.Event{Dot: w.id, Type: wire.EventTaskFailed, Source: store.SourceHost, Data: data}); err != nil {
+				return err
+			}
+			r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, "SpendCapRejected", "Fail", "%s", pgtext.String(reason))
+			continue
+		}
+		was := meta.FindStatusCondition(t.Status.Conditions, dotsv1.HeldCondition)
+		if held == nil && (was == nil || was.Status != metav1.ConditionTrue) {
+			continue
+		}
+		h := patch.NewHelper(r.Client, patch.Writer{Name: DispatchControllerName, Conditions: []string{dotsv1.HeldCondition}}, t)
+		if held != nil {
+			patch.SetCondition(t, now, dotsv1.HeldCondition, metav1.ConditionTrue, dotsv1.SpendCapHeldReason, held.Message)
+		} else {
+			patch.SetCondition(t, now, dotsv1.HeldCondition, metav1.ConditionFalse, dotsv1.NotHeldReason, "")
+		}
+		if _, err := h.Patch(ctx, t); err != nil && !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return nil
 }

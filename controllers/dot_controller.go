@@ -120,6 +120,14 @@ func (r *DotReconciler) reconcileComputer(ctx context.Context, s *dotScope) erro
 				NodeName: dot.Spec.Computer.Host,
 			},
 		}
+		// In a namespace with an active-Dots cap, a new computer starts
+		// only once its Dot takes a slot (the power controller's
+		// admission): it is made gated.
+		if q, err := namespaceQuota(ctx, r.Client, dot.Namespace); err != nil {
+			return err
+		} else if q != nil && q.Spec.ActiveDots != nil {
+			computer.SetGate(dotsv1.ActiveDotsGate, true)
+		}
 		if err := controllerutil.SetControllerReference(dot, computer, r.Client.Scheme()); err != nil {
 			return err
 		}

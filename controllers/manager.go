@@ -240,6 +240,9 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
+		if err := (&QuotaReconciler{Client: mgr.GetClient(), Store: o.Store, Recorder: mgr.GetEventRecorder(QuotaControllerName), Clock: o.Clock, Log: work}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
 		if err := (&LogRetentionReconciler{Client: mgr.GetClient(), Store: o.Store}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,6 +16,7 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
 	"github.com/invisible-dots/invisible-dots/internal/lifecycle/projection"
+	"github.com/invisible-dots/invisible-dots/internal/patch"
 )
 
 // PowerControllerName names the reconciler that wakes and sleeps a Dot's
@@ -37,7 +41,7 @@ func (r *PowerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	return setUpWork(mgr, r.Log, PowerControllerName, workWatch{computers: true, tasks: true}, r)
+	return setUpWork(mgr, r.Log, PowerControllerName, workWatch{computers: true, tasks: true, quotas: true}, r)
 }
 
 // Reconcile wakes or sleeps the Dot's computer, and looks again when the
@@ -72,11 +76,28 @@ func (r *PowerReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view
 	if err != nil {
 		return 0, err
 	}
+	held, err := spendHold(ctx, r.Client, dot.Namespace)
+	if err != nil {
+		return 0, err
+	}
+	if held != nil && undelivered > 0 {
+		// Work the namespace's spend cap holds wakes nothing and keeps
+		// nothing awake: only what the outbox would hand out counts.
+		rows, err := r.Log.Store.Pending(ctx, string(dot.UID))
+		if err != nil {
+			return 0, err
+		}
+		types := make([]string, len(rows))
+		for i, in := range rows {
+			types[i] = in.Type
+		}
+		undelivered = lifecycle.Deliverable(types)
+	}
 	f := lifecycle.Facts{
 		Work: lifecycle.Work{
 			// A task the dispatcher would send now: due, and no active
-			// task holds the Dot.
-			DueTask:        d.Next != "",
+			// task holds the Dot, nor the namespace's spend cap.
+			DueTask:        d.Next != "" && held == nil,
 			ActiveTask:     view.CurrentTask() != "",
 			Undelivered:    undelivered,
 			NextAutomation: view.NextAutomation,
@@ -100,20 +121,54 @@ func (r *PowerReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view
 		f.LastActivity = dot.CreationTimestamp.Time
 	}
 	decision := lifecycle.Decide(f)
+	gated := c.Gated(dotsv1.ActiveDotsGate)
+	if decision.Action == lifecycle.Wake && gated && !c.RequestPending(dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) {
+		// The start is asked for before a slot is taken (the gate holds
+		// it meanwhile), so the quota controller, which gives back the
+		// slot of a gated computer nobody asks to start, keeps the slot
+		// this start takes.
+		asked := c.DeepCopy()
+		asked.RequestStart(now)
+		if err := r.Client.Patch(ctx, asked, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
+			return 0, err
+		}
+		c = asked
+	}
+	if decision.Action == lifecycle.Wake || (gated && lifecycle.WantsStart(c)) {
+		// The computer is to start: its Dot takes an active slot of its
+		// namespace first, or stays inactive, its work queued.
+		admitted, err := r.admit(ctx, dot, c, now)
+		if err != nil || !admitted {
+			return activeSlotRetry, err
+		}
+	}
 	switch decision.Action {
 	case lifecycle.Wake:
-		if c.RequestPending(dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) {
+		if c.RequestPending(dotsv1.StartRequestedAnnotation, c.Status.HandledStartRequest) && !gated {
 			return decision.After, nil
 		}
 		// The start a person asks for, by the same rule: a person's work
 		// wakes a computer a person stopped, and from that start on it
 		// sleeps and wakes like any other (ref 9.5).
 		woken := c.DeepCopy()
-		woken.RequestStart(now)
+		woken.SetGate(dotsv1.ActiveDotsGate, false)
+		if !gated {
+			woken.RequestStart(now)
+		}
 		if err := r.Client.Patch(ctx, woken, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
 			return 0, err
 		}
 		r.Recorder.Eventf(dot, c, corev1.EventTypeNormal, "Waking", "Wake", "Computer %s is started: %s", c.Name, decision.Why)
+	case lifecycle.Stay:
+		if gated && lifecycle.WantsStart(c) {
+			// Admitted: the start its host agent holds (a new computer, a
+			// person's start) goes ahead.
+			open := c.DeepCopy()
+			open.SetGate(dotsv1.ActiveDotsGate, false)
+			if err := r.Client.Patch(ctx, open, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
+				return 0, err
+			}
+		}
 	case lifecycle.Sleep:
 		if c.RequestPending(dotsv1.SleepRequestedAnnotation, c.Status.HandledSleepRequest) {
 			return decision.After, nil
@@ -126,4 +181,38 @@ func (r *PowerReconciler) wakeOrSleep(ctx context.Context, dot *dotsv1.Dot, view
 		r.Recorder.Eventf(dot, c, corev1.EventTypeNormal, "Sleeping", "Sleep", "Computer %s goes to sleep: %s", c.Name, decision.Why)
 	}
 	return decision.After, nil
+}
+
+// activeSlotRetry is how soon a Dot waiting for an active slot looks again
+// when no change to its namespace's quota woke it.
+const activeSlotRetry = 30 * time.Second
+
+// admit takes an active slot for the Dot whose computer is to start, and
+// says on the Dot (its Admitted condition, an Event when it begins to wait)
+// whether it has one. A namespace without a cap admits every Dot, and an
+// Admitted condition left from a cap is removed.
+func (r *PowerReconciler) admit(ctx context.Context, dot *dotsv1.Dot, c *dotsv1.Computer, now time.Time) (bool, error) {
+	a, err := TakeActiveSlot(ctx, r.Client, dot.Namespace, dot.Name)
+	if err != nil {
+		return false, err
+	}
+	h := patch.NewHelper(r.Client, patch.Writer{Name: PowerControllerName, Conditions: []string{dotsv1.AdmittedCondition}}, dot)
+	was := meta.FindStatusCondition(dot.Status.Conditions, dotsv1.AdmittedCondition)
+	switch {
+	case a.Admitted && a.Cap == 0 && a.Active == 0 && was == nil:
+		// No quota or no cap: nothing to say.
+		return true, nil
+	case a.Admitted:
+		patch.SetCondition(dot, now, dotsv1.AdmittedCondition, metav1.ConditionTrue, dotsv1.AdmittedReason, "took an active slot of its namespace for its computer's last start")
+	default:
+		msg := lifecycle.WaitMessage(a, dot.Namespace)
+		patch.SetCondition(dot, now, dotsv1.AdmittedCondition, metav1.ConditionFalse, dotsv1.ActiveDotsCapReason, msg)
+		if was == nil || was.Status != metav1.ConditionFalse {
+			r.Recorder.Eventf(dot, c, corev1.EventTypeWarning, dotsv1.ActiveDotsCapReason, "Start", "Computer %s is not started: %s", c.Name, msg)
+		}
+	}
+	if _, err := h.Patch(ctx, dot); err != nil && !apierrors.IsConflict(err) {
+		return a.Admitted, err
+	}
+	return a.Admitted, nil
 }

@@ -206,11 +206,16 @@ func (l *WorkLog) Wake(ctx context.Context, namespace, name string) {
 // controller, each told of every Dot with new events. Taken before the
 // manager starts.
 func (l *WorkLog) source() source.Source {
+	return l.sourceWith(&handler.TypedEnqueueRequestForObject[*dotsv1.Dot]{})
+}
+
+// sourceWith is source with the requests h makes of each Dot woken.
+func (l *WorkLog) sourceWith(h handler.TypedEventHandler[*dotsv1.Dot, reconcile.Request]) source.Source {
 	ch := make(chan event.TypedGenericEvent[*dotsv1.Dot], 1024)
 	l.mu.Lock()
 	l.wakes = append(l.wakes, ch)
 	l.mu.Unlock()
-	return source.Channel(ch, &handler.TypedEnqueueRequestForObject[*dotsv1.Dot]{})
+	return source.Channel(ch, h)
 }
 
 // Start follows the log: it reads the Dots with new events and wakes the
@@ -281,6 +286,9 @@ func toProjection(events []store.Event) []projection.Event {
 // the log's follower.
 type workWatch struct {
 	computers, tasks, approvals bool
+	// quotas: a change to the namespace's DotQuota (a slot given back, a
+	// cap raised) wakes every Dot of the namespace.
+	quotas bool
 }
 
 // setUpWork registers a controller of a Dot's work, keyed by Dot: the Dot,
@@ -305,6 +313,20 @@ func setUpWork(mgr ctrl.Manager, l *WorkLog, name string, w workWatch, r reconci
 	}
 	if w.approvals {
 		b = b.Watches(&dotsv1.Approval{}, byDot)
+	}
+	if w.quotas {
+		c := mgr.GetClient()
+		b = b.Watches(&dotsv1.DotQuota{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var dots dotsv1.DotList
+			if err := c.List(ctx, &dots, client.InNamespace(o.GetNamespace())); err != nil {
+				return nil
+			}
+			reqs := make([]reconcile.Request, 0, len(dots.Items))
+			for _, d := range dots.Items {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: d.Namespace, Name: d.Name}})
+			}
+			return reqs
+		}))
 	}
 	return b.WatchesRawSource(l.source()).Named(name).Complete(r)
 }

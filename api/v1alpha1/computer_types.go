@@ -116,6 +116,53 @@ type ComputerSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
+
+	// startGates hold the VM stopped while any remains, as a Pod's
+	// schedulingGates hold its scheduling: a VM that runs keeps running,
+	// and one that is stopped is not started, by any request, until the
+	// controller that set a gate removes it (the namespace's active-Dots
+	// cap: ActiveDotsGate).
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	StartGates []ComputerStartGate `json:"startGates,omitempty"`
+}
+
+// ComputerStartGate is one reason a Computer is not started yet.
+type ComputerStartGate struct {
+	// name names the gate (a qualified name, "dots.invisible.dev/active-dots").
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+}
+
+// Gated reports whether the Computer carries the start gate name.
+func (c *Computer) Gated(name string) bool {
+	for _, g := range c.Spec.StartGates {
+		if g.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// SetGate adds (on) or removes the start gate name.
+func (c *Computer) SetGate(name string, on bool) {
+	gates := c.Spec.StartGates[:0:0]
+	for _, g := range c.Spec.StartGates {
+		if g.Name != name {
+			gates = append(gates, g)
+		}
+	}
+	if on {
+		gates = append(gates, ComputerStartGate{Name: name})
+	}
+	if len(gates) == 0 {
+		gates = nil
+	}
+	c.Spec.StartGates = gates
 }
 
 // StartFailure records consecutive failed starts, for the crash-loop backoff

@@ -303,6 +303,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	now := r.Clock.Now()
 	in := runInput{
 		Strategy:        c.Spec.RunStrategy,
+		Gated:           len(c.Spec.StartGates) > 0,
 		PrevState:       c.Status.State,
 		PrevStopReason:  c.Status.StopReason,
 		Observed:        obs.State,

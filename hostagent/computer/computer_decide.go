@@ -72,6 +72,10 @@ type runInput struct {
 	// PortTaken: QEMU exited at its start because its guest port was taken
 	// between picking it and binding it; not a failure, started again.
 	PortTaken bool
+	// Gated: the Computer carries a start gate (spec.startGates): a VM
+	// that is down is not started, whatever asks, until the gate is gone;
+	// its start request waits, unhandled.
+	Gated bool
 }
 
 // runDecision is what to do and what to record.
@@ -246,6 +250,9 @@ func stopAfterReady(d runDecision, in runInput) runDecision {
 
 // startUnlessBackoff starts the VM, or waits out the crash-loop backoff.
 func startUnlessBackoff(d runDecision, in runInput) runDecision {
+	if in.Gated {
+		return d
+	}
 	if in.BackoffLeft > 0 {
 		d.Wait = in.BackoffLeft
 		return d

@@ -27,6 +27,26 @@ func TestDecideRun(t *testing.T) {
 			in:     runInput{Strategy: onDemand, Observed: driver.Stopped},
 			want:   runDecision{Action: actStart},
 		},
+		"GatedNotStartedAtCreate": {
+			reason: "a start gate (the namespace's active-Dots cap) holds a new VM stopped",
+			in:     runInput{Strategy: onDemand, Observed: driver.Stopped, Gated: true},
+			want:   runDecision{},
+		},
+		"GatedStartRequestWaits": {
+			reason: "a start request on a gated VM waits, unhandled, for the gate to go",
+			in:     runInput{Strategy: onDemand, Observed: driver.Stopped, PrevState: dotsv1.ComputerStopped, PrevStopReason: dotsv1.StopIdle, StartRequested: true, Gated: true},
+			want:   runDecision{StopReason: dotsv1.StopIdle},
+		},
+		"GatedAlwaysNotStarted": {
+			reason: "a gate holds even an Always VM that is down",
+			in:     runInput{Strategy: dotsv1.RunAlways, Observed: driver.Stopped, Gated: true},
+			want:   runDecision{},
+		},
+		"GatedRunningKeepsRunning": {
+			reason: "a gate holds starts only: a running VM keeps running (a lowered cap stops nothing)",
+			in:     runInput{Strategy: onDemand, Observed: driver.Running, PrevState: dotsv1.ComputerRunning, Gated: true},
+			want:   runDecision{},
+		},
 		"EmptyStrategyIsOnDemand": {
 			reason: "an empty strategy (before defaulting) behaves as OnDemand",
 			in:     runInput{Observed: driver.Stopped},

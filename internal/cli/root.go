@@ -29,6 +29,7 @@ var subcommands = []func() *cobra.Command{
 	newTaskCommand,
 	newChannelCommand,
 	newWebhookCommand,
+	newQuotaCommand,
 	newChatCommand,
 	newLogsCommand,
 	newStatusCommand,

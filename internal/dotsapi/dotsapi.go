@@ -19,6 +19,7 @@
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;patch
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=dots,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=dotquotas,verbs=get;list;watch
 package dotsapi
 
 import (

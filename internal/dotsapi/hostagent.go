@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +17,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -182,6 +184,13 @@ func (h *Handler) getOutbox(w http.ResponseWriter, r *http.Request) error {
 	rows, err := h.store.Pending(r.Context(), string(d.UID))
 	if err != nil {
 		return err
+	}
+	held, err := h.spendCapHolds(r.Context(), d.Namespace)
+	if err != nil {
+		return err
+	}
+	if held {
+		rows = rows[:heldFrom(rows)]
 	}
 	out := wire.Outbox{DotUID: string(d.UID), Rows: make([]wire.OutboxRow, 0, len(rows))}
 	for _, in := range rows {
@@ -367,4 +376,24 @@ func checkAck(a wire.Ack) error {
 		return badRequest("outcome %q is none of sent, delivered, failed, dropped, given_up", a.Outcome)
 	}
 	return nil
+}
+
+// spendCapHolds reports whether the namespace's daily spend cap holds new
+// work (its DotQuota's SpendCapReached condition is True).
+func (h *Handler) spendCapHolds(ctx context.Context, namespace string) (bool, error) {
+	q := &dotsv1.DotQuota{}
+	if err := h.dots.Get(ctx, client.ObjectKey{Namespace: namespace, Name: dotsv1.DotQuotaName}, q); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return meta.IsStatusConditionTrue(q.Status.Conditions, dotsv1.SpendCapReachedCondition), nil
+}
+
+// heldFrom is how many of the outbox's rows go while the spend cap holds
+// (lifecycle.Deliverable).
+func heldFrom(rows []store.Inbound) int {
+	types := make([]string, len(rows))
+	for i, in := range rows {
+		types[i] = in.Type
+	}
+	return lifecycle.Deliverable(types)
 }

@@ -1,5 +1,5 @@
 import { expect, test } from '@playwright/test';
-import { addTask, applyDot, getResource, guestSays, harness } from './harness';
+import { addTask, adminCallOn, applyDot, getResource, guestSays, harness, makeNamespace } from './harness';
 
 test("a Home card's last activity is read from the Dot's log, then follows the stream, and the card does not move", async ({ page }) => {
   await applyDot('last-dot');
@@ -45,4 +45,45 @@ test("a card's power menu reboots at once while no task runs, and asks, naming t
   // Stop always asks, and says the automations pause.
   await menu.getByRole('button', { name: 'Stop', exact: true }).click();
   await expect(menu.getByRole('group', { name: 'Stop' })).toContainText('Its automations do not run while it is stopped.');
+});
+
+test("Home shows a namespace's spend today against its DotQuota, and its question for more, answered there", async ({ page }) => {
+  const ns = 'quota-home';
+  await makeNamespace(ns);
+  const made = await adminCallOn(harness(), 'POST', `/apis/dots.invisible.dev/v1alpha1/namespaces/${ns}/dotquotas`, {
+    apiVersion: 'dots.invisible.dev/v1alpha1',
+    kind: 'DotQuota',
+    metadata: { name: 'default', namespace: ns },
+    spec: { spendPerDayUSD: '1', activeDots: 4 },
+  });
+  expect([201, 409]).toContain(made.status);
+  await applyDot('spender', ns);
+  await guestSays('spender', [{ type: 'message.assistant', data: { text: 'Hello.', spent_usd: 1.5 } }], ns);
+  await expect.poll(async () => (await getResource('dotquotas', 'default', ns)).status?.spendRequest?.phase, { timeout: 20_000 }).toBe('Pending');
+  await page.goto(harness().url + '/');
+  const line = page.locator(`[data-testid="quota"][data-namespace="${ns}"]`);
+  await expect(line.getByTestId('quota-spend')).toHaveText(`Today: $1.50 of $1 (namespace ${ns})`);
+  await expect(line.getByTestId('quota-active')).toContainText('of 4 active Dots');
+  const ask = line.getByTestId('quota-ask');
+  await expect(ask).toContainText(`spent $1.50 of $1.00 today in namespace ${ns}; allow $1.00 more?`);
+  await ask.getByRole('button', { name: 'Allow $1.00 more' }).click();
+  await expect.poll(async () => (await getResource('dotquotas', 'default', ns)).spec?.spendDecision?.decision).toBe('approve');
+  await expect(line.getByTestId('quota-ask')).toHaveCount(0);
+});
+
+test("a Dot beyond its namespace's active-Dots cap says on its card which cap holds it and how to change it", async ({ page }) => {
+  const ns = 'quota-cap';
+  await makeNamespace(ns);
+  const made = await adminCallOn(harness(), 'POST', `/apis/dots.invisible.dev/v1alpha1/namespaces/${ns}/dotquotas`, {
+    apiVersion: 'dots.invisible.dev/v1alpha1',
+    kind: 'DotQuota',
+    metadata: { name: 'default', namespace: ns },
+    spec: { activeDots: 0 },
+  });
+  expect([201, 409]).toContain(made.status);
+  await applyDot('waits', ns);
+  await page.goto(harness().url + '/');
+  const card = page.locator(`[data-dot="${ns}/waits"]`);
+  await expect(card).toContainText(`0 of 0 active Dots in namespace ${ns} (DotQuota default)`);
+  await expect(page.locator(`[data-testid="quota"][data-namespace="${ns}"]`).getByTestId('quota-active')).toHaveText('0 of 0 active Dots');
 });

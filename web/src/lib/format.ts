@@ -46,6 +46,9 @@ export const toneRing: Record<Tone, string> = {
 /** Why a Dot is as it is: its error, or its Ready condition's reason when not ready. */
 export function reason(d: Dot): string {
   if (d.status?.error) return d.status.error;
+  // Beyond its namespace's active-Dots cap: which cap, and how to change it.
+  const admitted = d.status?.conditions?.find((c: Condition) => c.type === 'Admitted');
+  if (admitted && admitted.status === 'False') return admitted.message || admitted.reason || '';
   const ready = d.status?.conditions?.find((c: Condition) => c.type === 'Ready');
   if (ready && ready.status !== 'True') return ready.message || ready.reason || '';
   return '';

@@ -1,8 +1,8 @@
 import { useEffect, useState } from 'preact/hooks';
-import { dotPath, getJSON } from '../lib/api';
+import { GROUP, dotPath, getJSON, mergePatch } from '../lib/api';
 import { SPEND_EVENT_TYPES } from '../lib/generated';
 import { SetupChecklist } from '../components/SetupChecklist';
-import { approvals, computers, dots, inView, onStreamEvent, useCell, viewNamespace, waiting } from '../lib/live';
+import { approvals, computers, dots, inView, onStreamEvent, scopedPath, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
 import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
 import { key, type Computer, type Dot, type LogEvent } from '../lib/types';
@@ -52,6 +52,7 @@ export function Home() {
           />
         )}
       </div>
+      <QuotaLines chosen={chosen} />
       {ds.error && (
         <p role="status" class="mb-4 rounded-card border border-danger p-3 text-danger">
           {ds.error}
@@ -74,6 +75,112 @@ export function Home() {
       {/* The host's readiness is its owner's to fix: shown to who may read the doctor's report. */}
       {ds.loaded && can('get', '/dots/v1/doctor') && <SetupChecklist />}
     </div>
+  );
+}
+
+/** A namespace's caps (its DotQuota) and what it uses of them. */
+interface DotQuota {
+  metadata: { namespace?: string; name: string };
+  spec: { activeDots?: number; spendPerDayUSD?: string };
+  status?: {
+    activeDots?: number;
+    spentTodayUSD?: string;
+    day?: string;
+    spendRequest?: { day: string; phase: 'Pending' | 'Approved' | 'Rejected'; message?: string; suggestedExtraUSD?: string };
+  };
+}
+
+/** The DotQuotas in view, read again every 30 s and after an answer; none for who may not read them. */
+function useQuotas(chosen: string): [DotQuota[], () => void] {
+  const [quotas, setQuotas] = useState<DotQuota[]>([]);
+  const [tick, setTick] = useState(0);
+  useEffect(() => {
+    let live = true;
+    const read = () =>
+      void getJSON<{ items: DotQuota[] }>(scopedPath('dotquotas'))
+        .then((l) => live && setQuotas(l.items.filter((q) => inView(q.metadata.namespace, chosen))))
+        .catch(() => live && setQuotas([]));
+    read();
+    const t = setInterval(read, 30_000);
+    return () => {
+      live = false;
+      clearInterval(t);
+    };
+  }, [chosen, tick]);
+  return [quotas, () => setTick((n) => n + 1)];
+}
+
+/** "Today: $X of $Y (namespace N)" and "A of B active Dots", where a namespace has a DotQuota. */
+function QuotaLines({ chosen }: { chosen: string }) {
+  const [quotas, reread] = useQuotas(chosen);
+  if (quotas.length === 0) return null;
+  return (
+    <ul class="mb-4 flex flex-col gap-1 text-sm" data-testid="quotas">
+      {quotas.map((q) => (
+        <QuotaLine key={q.metadata.namespace ?? 'default'} q={q} reread={reread} />
+      ))}
+    </ul>
+  );
+}
+
+function QuotaLine({ q, reread }: { q: DotQuota; reread: () => void }) {
+  const ns = q.metadata.namespace ?? 'default';
+  const can = useCan(ns);
+  const [failed, setFailed] = useState('');
+  // The question answered here (its day and words): not shown again while
+  // the control plane takes the answer in; a new question of the day is.
+  const [answered, setAnswered] = useState('');
+  const spent = q.status?.spentTodayUSD ?? '0.00';
+  const perDay = q.spec.spendPerDayUSD;
+  const req = q.status?.spendRequest;
+  const ask = req?.phase === 'Pending' && `${req.day} ${req.message}` !== answered ? req : undefined;
+  const over = perDay !== undefined && Number(spent) >= Number(perDay);
+  const full = q.spec.activeDots !== undefined && (q.status?.activeDots ?? 0) >= q.spec.activeDots;
+  // The answer is the quota's spec.spendDecision for the day asked about.
+  const answer = (decision: 'approve' | 'reject') =>
+    void mergePatch(`${GROUP}/namespaces/${encodeURIComponent(ns)}/dotquotas/${encodeURIComponent(q.metadata.name)}`, {
+      spec: { spendDecision: { day: ask!.day, decision, extraUSD: decision === 'approve' ? ask!.suggestedExtraUSD : null } },
+    })
+      .then(() => {
+        setFailed('');
+        setAnswered(`${ask!.day} ${ask!.message}`);
+        setTimeout(reread, 1000);
+      })
+      .catch((e: Error) => setFailed(e.message));
+  return (
+    <li data-testid="quota" data-namespace={ns} class="flex flex-wrap items-center gap-x-4 gap-y-1">
+      <span class={over ? 'font-medium text-warn' : 'text-muted'} data-testid="quota-spend">
+        Today: ${spent}
+        {perDay !== undefined ? ` of $${perDay}` : ''} (namespace {ns})
+      </span>
+      {q.spec.activeDots !== undefined && (
+        <span class={full ? 'font-medium text-warn' : 'text-muted'} data-testid="quota-active">
+          {q.status?.activeDots ?? 0} of {q.spec.activeDots} active Dots
+        </span>
+      )}
+      {ask && (
+        <span role="group" aria-label={`More spend for ${ns}`} class="flex flex-wrap items-center gap-2" data-testid="quota-ask">
+          <span class="font-medium text-warn">{ask.message}</span>
+          {can('patch', 'dotquotas') ? (
+            <>
+              <button type="button" class={btn.plain} onClick={() => answer('approve')}>
+                Allow ${ask.suggestedExtraUSD} more
+              </button>
+              <button type="button" class={btn.plain} onClick={() => answer('reject')}>
+                Refuse
+              </button>
+            </>
+          ) : (
+            <span class="text-muted">New work waits until the namespace's administrator allows more, or tomorrow.</span>
+          )}
+        </span>
+      )}
+      {failed && (
+        <span role="status" class="text-danger">
+          {failed}
+        </span>
+      )}
+    </li>
   );
 }
 
