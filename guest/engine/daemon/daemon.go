@@ -496,7 +496,7 @@ func (t Toolbox) Tools() []work.Tool {
 	out := make([]work.Tool, 0, len(tools.Table))
 	for _, s := range tools.Table {
 		out = append(out, work.Tool{Name: s.Name, Permission: s.Permission, Description: s.Description, Parameters: s.Parameters,
-			OfferedWhen: s.OfferedWhen})
+			OfferedWhen: s.OfferedWhen, StartsTerminal: s.StartsTerminal})
 	}
 	if t.Browser != nil {
 		for _, pt := range t.Browser.Tools() {

@@ -420,7 +420,8 @@ func (f *fakeTools) Tools() []work.Tool {
 	obj := json.RawMessage(`{"type":"object"}`)
 	return []work.Tool{
 		{Name: "fake_write", Permission: "files.write", Description: "writes a file", Parameters: obj},
-		{Name: "fake_exec", Permission: "computer.exec", Description: "runs a command", Parameters: obj},
+		{Name: "fake_exec", Permission: "computer.exec", Description: "runs a command", Parameters: obj,
+			StartsTerminal: func(a map[string]any) bool { tty, _ := a["tty"].(bool); return tty }},
 		{Name: "fake_auto", Permission: "automations", Description: "adds an automation", Parameters: obj},
 	}
 }

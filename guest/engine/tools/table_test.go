@@ -131,6 +131,33 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// TestStartsTerminal: exec with tty is the one call that starts a terminal
+// session (ref 5.4 tool.called tty); every other row says it never does.
+func TestStartsTerminal(t *testing.T) {
+	tests := map[string]struct {
+		tool string
+		args map[string]any
+		want bool
+	}{
+		"exec with tty":    {"exec", map[string]any{"command": "python3", "tty": true}, true},
+		"exec without tty": {"exec", map[string]any{"command": "python3"}, false},
+		"exec tty false":   {"exec", map[string]any{"command": "python3", "tty": false}, false},
+		"exec_session":     {"exec_session", map[string]any{"session_id": "s1", "input": "1+1\n"}, false},
+	}
+	for name, tc := range tests {
+		s, _ := Lookup(tc.tool)
+		got := s.StartsTerminal != nil && s.StartsTerminal(tc.args)
+		if got != tc.want {
+			t.Errorf("%s: %s starts a terminal for %v = %v, want %v", name, tc.tool, tc.args, got, tc.want)
+		}
+	}
+	for _, s := range Table {
+		if s.StartsTerminal != nil && s.Name != "exec" {
+			t.Errorf("%s says it can start a terminal; only exec does", s.Name)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		tool    string
