@@ -223,3 +223,43 @@ func TestApprovalArguments(t *testing.T) {
 		t.Errorf("exec approval arguments (-want +got):\n%s", d)
 	}
 }
+
+// TestOffered: a tool is offered when its permission is not deny and its own
+// condition holds. Ref 5.3 offers a tool that creates or deletes a browser
+// identity only when the Dot manages its identities; ref 6 and 7 say a Dot
+// always does ("the Dot manages its identities itself", it has no browser
+// settings, and a config naming one is refused), so here that condition
+// always holds and the identity tools follow their permission alone.
+func TestOffered(t *testing.T) {
+	config := func(perm string, d protocol.Decision, canAsk ...string) protocol.RuntimeConfig {
+		cfg := protocol.RuntimeConfig{Permissions: map[string]protocol.Decision{perm: d}}
+		if len(canAsk) > 0 {
+			cfg.Delegation = &protocol.DelegationConfig{CanAsk: canAsk}
+		}
+		return cfg
+	}
+	tests := map[string]struct {
+		reason string
+		tool   string
+		cfg    protocol.RuntimeConfig
+		want   bool
+	}{
+		"create allowed":   {"an allowed create is offered", "browser_identity_create", config("browser.identity.create", protocol.Allow), true},
+		"create asks":      {"a create that asks is offered, and the call asks", "browser_identity_create", config("browser.identity.create", protocol.Ask), true},
+		"create denied":    {"a denied create is not offered", "browser_identity_create", config("browser.identity.create", protocol.Deny), false},
+		"create unnamed":   {"a permission the config does not name is denied", "browser_identity_create", config("files.read", protocol.Allow), false},
+		"delete asks":      {"delete asks by default and is offered", "browser_identity_delete", config("browser.identity.delete", protocol.Ask), true},
+		"delete denied":    {"a denied delete is not offered", "browser_identity_delete", config("browser.identity.delete", protocol.Deny), false},
+		"delegate no dots": {"delegate_task needs a Dot it may ask", "delegate_task", config("dots.delegate", protocol.Allow), false},
+		"delegate a dot":   {"delegate_task with a Dot it may ask", "delegate_task", config("dots.delegate", protocol.Allow, "helper"), true},
+	}
+	for name, tc := range tests {
+		s, ok := Lookup(tc.tool)
+		if !ok {
+			t.Fatalf("%s: no row %s", name, tc.tool)
+		}
+		if got := s.Offered(tc.cfg); got != tc.want {
+			t.Errorf("%s: %s offered under %v = %v, want %v", tc.reason, tc.tool, tc.cfg.Permissions, got, tc.want)
+		}
+	}
+}
