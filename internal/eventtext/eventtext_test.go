@@ -2,7 +2,10 @@ package eventtext
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -50,6 +53,27 @@ func TestLine(t *testing.T) {
 	for _, tc := range tests {
 		if got := Line(tc.e); got != tc.want {
 			t.Errorf("Line(%s %s) = %q; want %q", tc.e.Type, tc.e.Data, got, tc.want)
+		}
+	}
+}
+
+// TestGuestShapesAreWorded: every event the guest writes (its generated
+// shapes, guest/protocol/testdata/outbound-events.jsonl) reads into the
+// words of its type, so a key the guest renames cannot leave the Activity
+// page with data that does not read (ref 5.4).
+func TestGuestShapesAreWorded(t *testing.T) {
+	raw, err := os.ReadFile(filepath.FromSlash("../../guest/protocol/testdata/outbound-events.jsonl"))
+	if err != nil {
+		t.Fatalf("read the guest's shapes: %v", err)
+	}
+	for i, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var ev protocol.OutboundEvent
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("line %d does not read: %v", i+1, err)
+		}
+		got := Line(wire.Event{Type: ev.Type, Data: ev.Data})
+		if strings.Contains(got, "does not read") || got == "" {
+			t.Errorf("line %d (%s) = %q; want the words of its type", i+1, ev.Type, got)
 		}
 	}
 }

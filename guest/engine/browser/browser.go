@@ -127,6 +127,12 @@ type Options struct {
 	// FrameWait is how long a frame waits for the call in flight
 	// (protocol.BrowserFrameWaitSeconds when zero).
 	FrameWait time.Duration
+	// ServerEnd is how long ending an identity's server may take once its
+	// browser was asked to close (the relay's input ends, then SIGTERM,
+	// then SIGKILL). A close bounded by its caller's deadline (CloseAll on
+	// SIGTERM, ref 8.7) keeps that much of it for the end, so a browser
+	// that does not close in time is still killed within the bound.
+	ServerEnd time.Duration
 	// Watch finds the browser a launch opened with the profile profile and
 	// watches it (WatchChromium when nil), so a browser that dies under a
 	// living server is a crash, never a browser the server reopens blank.
@@ -445,7 +451,7 @@ func (m *Manager) crash(ctx context.Context, s *session, why string) {
 	m.crashed[s.id] = why
 	m.mu.Unlock()
 	m.o.Log.Warn("browser crashed", "identity", s.id, "why", why)
-	m.ended(ctx, s, false)
+	m.ended(ctx, s, false, 0)
 }
 
 // crashedText is what a call or a frame of a crashed identity answers.
@@ -463,12 +469,14 @@ func (m *Manager) crashedWhy(id string) string {
 
 // ended stops a detached session and records browser.identity.closed (with
 // the reason crashed when its browser or server ended unasked); asked is
-// whether the browser is asked to close first (it is gone otherwise).
-func (m *Manager) ended(ctx context.Context, s *session, asked bool) {
-	if asked {
+// whether the browser is asked to close first (it is gone otherwise), for at
+// most wait; ctx's cancel does not cut that wait (the call that found a
+// browser gone may be cancelled).
+func (m *Manager) ended(ctx context.Context, s *session, asked bool, wait time.Duration) {
+	if asked && wait > 0 {
 		// The browser closes its pages and flushes its profile before the
 		// server ends; a call in flight gets to finish first.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeWait)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 		select {
 		case s.busy <- struct{}{}:
 			if r := s.srv.Call(cctx, toolClose, json.RawMessage("{}")); !r.OK {
@@ -478,6 +486,8 @@ func (m *Manager) ended(ctx context.Context, s *session, asked bool) {
 		}
 		cancel()
 	}
+	// Ending the server ends its browser, closed or not (the relay ends the
+	// process group it started, ref 5.2).
 	s.srv.Close()
 	close(s.stop)
 	if s.proc != nil {
@@ -501,6 +511,18 @@ func (m *Manager) ended(ctx context.Context, s *session, asked bool) {
 	m.o.Log.Info("browser closed", "identity", s.id)
 }
 
+// closeWait is how long CloseAll gives a browser to close when asked:
+// closeWait (ref 6: up to 30 s, so its profile is flushed), within ctx's
+// deadline less what ending its server takes (SIGTERM gives the browsers 4 s,
+// ref 8.7).
+func (m *Manager) closeWait(ctx context.Context) time.Duration {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return closeWait
+	}
+	return min(closeWait, time.Until(d)-m.o.ServerEnd)
+}
+
 // Close closes an identity's browser, keeping its profile; closing a closed
 // identity is no error.
 func (m *Manager) Close(ctx context.Context, id string) error {
@@ -510,12 +532,14 @@ func (m *Manager) Close(ctx context.Context, id string) error {
 		return err
 	}
 	if s := m.detach(id); s != nil {
-		m.ended(ctx, s, true)
+		m.ended(ctx, s, true, closeWait)
 	}
 	return nil
 }
 
-// CloseAll closes every open browser (prepare-sleep, SIGTERM).
+// CloseAll closes every open browser (prepare-sleep, SIGTERM), each asked
+// to close until ctx's deadline less Options.ServerEnd, then its server
+// ended, so a deadline bounds the whole close.
 func (m *Manager) CloseAll(ctx context.Context) {
 	m.mu.Lock()
 	all := make([]*session, 0, len(m.open))
@@ -524,10 +548,11 @@ func (m *Manager) CloseAll(ctx context.Context) {
 		delete(m.open, id)
 	}
 	m.mu.Unlock()
+	wait := m.closeWait(ctx)
 	var wg sync.WaitGroup
 	for _, s := range all {
 		wg.Add(1)
-		go func() { defer wg.Done(); m.ended(ctx, s, true) }()
+		go func() { defer wg.Done(); m.ended(ctx, s, true, wait) }()
 	}
 	wg.Wait()
 }
@@ -541,7 +566,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	if s := m.detach(id); s != nil {
-		m.ended(ctx, s, true)
+		m.ended(ctx, s, true, closeWait)
 	}
 	if m.o.Remove != nil {
 		if err := m.o.Remove(ctx, m.Dir(id)); err != nil {
@@ -680,7 +705,7 @@ func (m *Manager) Launch(ctx context.Context, id string) (string, error) {
 		m.mu.Unlock()
 	}()
 	if victim != nil {
-		m.ended(ctx, victim, true)
+		m.ended(ctx, victim, true, closeWait)
 		closed = fmt.Sprintf(" %s (%s) was closed to make room: at most %d browsers are open at once.", victim.id, victim.name, protocol.BrowserMaxOpen)
 	}
 	place, extra := m.place(ctx, id, r.proxy)

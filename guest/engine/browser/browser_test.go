@@ -51,6 +51,11 @@ type fakeServer struct {
 	// onPress runs inside browser_press_key (a browser that dies during a
 	// call, which the real server would answer from a new, blank one).
 	onPress func()
+	// closeHold, when set, holds browser_close until it is closed (a
+	// browser that does not close in time).
+	closeHold chan struct{}
+	// ended counts the servers the engine ended (endingConn).
+	ended int
 }
 
 type fakeStart struct {
@@ -85,7 +90,15 @@ func (f *fakeServer) dial(cfg protocol.MCPServerConfig, secrets map[string]strin
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: s}}}
 		}
 		tool("browser_tabs", func(anyArgs) *sdk.CallToolResult { return text("- 0: (current) [about:blank]") })
-		tool("browser_close", func(anyArgs) *sdk.CallToolResult { return text("closed") })
+		tool("browser_close", func(anyArgs) *sdk.CallToolResult {
+			f.mu.Lock()
+			hold := f.closeHold
+			f.mu.Unlock()
+			if hold != nil {
+				<-hold
+			}
+			return text("closed")
+		})
 		tool("browser_navigate", func(a anyArgs) *sdk.CallToolResult { return text("navigated to " + a["url"].(string)) })
 		tool("browser_run_code_unsafe", func(anyArgs) *sdk.CallToolResult { return text("ran") })
 		tool("browser_press_key", func(anyArgs) *sdk.CallToolResult {
@@ -128,8 +141,32 @@ func (f *fakeServer) dial(cfg protocol.MCPServerConfig, secrets map[string]strin
 		if _, err := srv.Connect(context.Background(), &sdk.IOTransport{Reader: c2, Writer: c2}, nil); err != nil {
 			return nil, err
 		}
-		return &sdk.IOTransport{Reader: c1, Writer: c1}, nil
+		end := &endingConn{Conn: c1, f: f}
+		return &sdk.IOTransport{Reader: end, Writer: end}, nil
 	}
+}
+
+// endingConn is the engine's end of a fake server's connection: closing it
+// is the server ended (the relay's input closed, then the process killed).
+type endingConn struct {
+	net.Conn
+	f    *fakeServer
+	once sync.Once
+}
+
+func (c *endingConn) Close() error {
+	c.once.Do(func() {
+		c.f.mu.Lock()
+		c.f.ended++
+		c.f.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+func (f *fakeServer) endedServers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ended
 }
 
 func (f *fakeServer) count(tool string) int {
@@ -795,5 +832,56 @@ func TestALaunchPlacesTheBrowserAtItsExit(t *testing.T) {
 	}
 	if strings.Contains(text, "pa55word") {
 		t.Errorf("the launch's answer holds the proxy's password: %q", text)
+	}
+}
+
+// TestCloseAllWithinItsDeadline: CloseAll asks every browser to close until
+// its deadline (SIGTERM gives 4 s, ref 8.7), then ends its server, so a
+// browser that does not close in time is killed and the close still ends by
+// the deadline; the identity is recorded closed either way.
+func TestCloseAllWithinItsDeadline(t *testing.T) {
+	const deadline = 400 * time.Millisecond
+	tests := map[string]struct {
+		reason string
+		hangs  bool
+	}{
+		"closes": {reason: "a browser that closes is asked and its server ended"},
+		"hangs":  {reason: "a browser that does not close is killed at the deadline", hangs: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t)
+			if tc.hangs {
+				hold := make(chan struct{})
+				r.fake.closeHold = hold
+				t.Cleanup(func() { close(hold) })
+			}
+			id := r.create(t, "a", nil).ID
+			if _, err := r.m.Launch(context.Background(), id); err != nil {
+				t.Fatalf("Launch = %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			began := time.Now()
+			r.m.CloseAll(ctx)
+			if took := time.Since(began); took > deadline+300*time.Millisecond {
+				t.Errorf("%s: CloseAll took %v, want at most its deadline %v", tc.reason, took, deadline)
+			}
+			if r.fake.count("browser_close") != 1 {
+				t.Errorf("%s: the browser was asked to close %d times, want once", tc.reason, r.fake.count("browser_close"))
+			}
+			for end := time.Now().Add(2 * time.Second); r.fake.endedServers() == 0 && time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if r.fake.endedServers() != 1 {
+				t.Errorf("%s: %d servers ended, want the browser's", tc.reason, r.fake.endedServers())
+			}
+			if d := cmp.Diff([]string{"created a", "launched a", "closed a"}, r.browserEvents(t)); d != "" {
+				t.Errorf("%s: browser events (-want +got):\n%s", tc.reason, d)
+			}
+			if got := r.m.Counts(context.Background()); got.Open != 0 {
+				t.Errorf("%s: %d open after CloseAll, want none", tc.reason, got.Open)
+			}
+		})
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/agentd/proxyfwd"
 	"github.com/invisible-dots/invisible-dots/guest/engine/browser"
 	"github.com/invisible-dots/invisible-dots/guest/engine/mcphost"
+	"github.com/invisible-dots/invisible-dots/guest/engine/work"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 )
 
@@ -34,6 +35,9 @@ type fakePlaywright struct {
 	mu     sync.Mutex
 	starts []map[string]string
 	shots  int
+	// closeHold, when set, holds browser_close until it is closed (a
+	// browser that does not close in time).
+	closeHold chan struct{}
 }
 
 type fakeArgs map[string]any
@@ -56,7 +60,12 @@ func (f *fakePlaywright) dial(cfg protocol.MCPServerConfig, secrets map[string]s
 			})
 		}
 		add("browser_tabs", func(fakeArgs) *sdk.CallToolResult { return text("- 0: (current) [about:blank]") })
-		add("browser_close", func(fakeArgs) *sdk.CallToolResult { return text("closed") })
+		add("browser_close", func(fakeArgs) *sdk.CallToolResult {
+			if f.closeHold != nil {
+				<-f.closeHold
+			}
+			return text("closed")
+		})
 		add("browser_install", func(fakeArgs) *sdk.CallToolResult { return text("installed") })
 		add("browser_navigate", func(a fakeArgs) *sdk.CallToolResult { return text(fmt.Sprint("at ", a["url"])) })
 		add("browser_take_screenshot", func(a fakeArgs) *sdk.CallToolResult {
@@ -348,5 +357,40 @@ func TestBrowserServersInstructionsAreInThePrompt(t *testing.T) {
 			t.Fatalf("the system prompt never carries the browser server's instructions:\n%s", system)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSIGTERMKillsABrowserThatDoesNotClose: on SIGTERM the open browsers get
+// work.BrowserCloseOnStop to close (ref 8.7); one that does not close in time
+// is killed with its server, and the engine still ends within that bound.
+func TestSIGTERMKillsABrowserThatDoesNotClose(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	fp := &fakePlaywright{closeHold: hold}
+	h := startEngineWithBrowser(t, fp)
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(nil))
+	code, body := call(t, h.c, "POST", "/browser-identities", protocol.BrowserIdentityCreate{Name: "web"})
+	var web protocol.BrowserIdentity
+	if json.Unmarshal(body, &web); code != http.StatusCreated {
+		t.Fatalf("POST /browser-identities = %d %s", code, body)
+	}
+	h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: `run browser_identity_launch {"identity_id":"` + web.ID + `"}`})
+	s.waitFor(t, "the launch", hasType(protocol.EventBrowserIdentityLaunch))
+	s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+
+	began := time.Now()
+	h.stop()
+	h.stop = nil
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Errorf("Run after the stop = %v", err)
+		}
+	case <-time.After(work.BrowserCloseOnStop + 5*time.Second):
+		t.Fatal("the engine did not end after the stop")
+	}
+	if took := time.Since(began); took > work.BrowserCloseOnStop+time.Second {
+		t.Errorf("the engine ended %v after the stop, want within %v of the browsers' close", took, work.BrowserCloseOnStop)
 	}
 }

@@ -206,10 +206,17 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return exitplace.Learn(ctx, exitplace.Options{EchoURLs: cfg.ExitEchoURLs}, proxy)
 		},
 		ConfigDir: browserConfigDir(cfg.RuntimeDir),
+		// The relay's input ends, then SIGTERM and SIGKILL, each after
+		// TerminateAfter.
+		ServerEnd: 2 * launcher.TerminateAfter,
 	})
 	// A stop closes the browsers (work.Options.Browsers); this is the last
-	// word when the engine ends some other way.
-	defer browsers.CloseAll(context.Background())
+	// word when the engine ends some other way, bounded as a stop's.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), work.BrowserCloseOnStop)
+		defer cancel()
+		browsers.CloseAll(cctx)
+	}()
 	if cfg.MCPCommand != "" {
 		// The page tools are offered once the server said what they are; a
 		// probe that fails (dot-agentd still starting) is tried again, and
@@ -496,7 +503,7 @@ func (t Toolbox) Tools() []work.Tool {
 	out := make([]work.Tool, 0, len(tools.Table))
 	for _, s := range tools.Table {
 		out = append(out, work.Tool{Name: s.Name, Permission: s.Permission, Description: s.Description, Parameters: s.Parameters,
-			OfferedWhen: s.OfferedWhen})
+			OfferedWhen: s.OfferedWhen, StartsTerminal: s.StartsTerminal})
 	}
 	if t.Browser != nil {
 		for _, pt := range t.Browser.Tools() {

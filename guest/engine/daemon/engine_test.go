@@ -739,6 +739,51 @@ func TestPrepareSleepHoldsWork(t *testing.T) {
 	}
 }
 
+// TestInterruptedCallSaysItsTerminal: a call cut by a sleep is reported
+// from its intent, and the intent keeps whether the call starts a terminal
+// session (ref 5.4 tool.called tty), so the interrupted tool.called says
+// tty: true for exec with tty and nothing for any other call.
+func TestInterruptedCallSaysItsTerminal(t *testing.T) {
+	yes := true
+	tests := map[string]struct {
+		reason  string
+		args    string
+		wantTTY *bool
+	}{
+		"terminal": {reason: "exec with tty starts a terminal session", args: `{"cmd":"python3","tty":true}`, wantTTY: &yes},
+		"command":  {reason: "a plain command says nothing of a terminal", args: `{"cmd":"sleep 70"}`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tools := &fakeTools{hold: make(chan struct{})}
+			h := startEngine(t, t.TempDir(), nil, tools, func(c *Config) { c.Grace = 100 * time.Millisecond })
+			s := openStream(t, h.c, 0, false)
+			h.configure(testConfig(nil))
+			h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: "run fake_exec " + tc.args})
+			s.waitFor(t, "EXECUTING", func(evs []protocol.OutboundEvent) bool {
+				for _, e := range ofType(evs, protocol.EventAgentState) {
+					if decode[protocol.AgentStateChanged](t, e).State == protocol.StateExecuting {
+						return true
+					}
+				}
+				return false
+			})
+			if code, body := call(t, h.c, "POST", "/prepare-sleep", nil); code != 204 {
+				t.Fatalf("prepare-sleep = %d %s", code, body)
+			}
+			call(t, h.c, "POST", "/secrets", protocol.SecretsRequest{OpenRouterAPIKey: "sk-or-test-key-123"})
+			evs := s.waitFor(t, "the interrupted call", hasType(protocol.EventToolCalled))
+			got := decode[protocol.ToolCalled](t, ofType(evs, protocol.EventToolCalled)[0])
+			if got.Interrupted == nil || !*got.Interrupted {
+				t.Fatalf("tool.called = %+v, want interrupted", got)
+			}
+			if diff := cmp.Diff(tc.wantTTY, got.TTY); diff != "" {
+				t.Errorf("%s: tool.called tty (-want +got):\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
 // fakeAgentd is the stand-in for dot-agentd's local socket: the file routes
 // over a map.
 type fakeAgentd struct {

@@ -53,7 +53,11 @@ type fakeOpenRouter struct {
 	cost     float64
 	byok     bool // usage is BYOK: cost is OpenRouter's fee, upstream is twice it
 	window   int  // context_length the endpoints list (default 100000)
-	prompt   int  // usage.prompt_tokens reported (default 10)
+	// holdMemoryAfter holds the memory requests after this many until the
+	// request ends (a pass cut by a sleep); 0 holds none. memoryCut counts
+	// the held requests that ended.
+	holdMemoryAfter, memorySeen, memoryCut int
+	prompt                                 int // usage.prompt_tokens reported (default 10)
 	// reasoning: every answer carries reasoning in each documented shape;
 	// needReasoning: a request whose assistant call lacks its signed
 	// reasoning back is refused as Gemini 3 refuses it.
@@ -178,6 +182,17 @@ func (f *fakeOpenRouter) complete(w http.ResponseWriter, r *http.Request) {
 	summary := strings.Contains(req.Messages[0].text(), "You write a handoff summary")
 	f.mu.Lock()
 	f.requests = append(f.requests, req)
+	if strings.HasPrefix(req.Messages[0].text(), "You keep MEMORY.md") {
+		f.memorySeen++
+		if f.holdMemoryAfter > 0 && f.memorySeen > f.holdMemoryAfter {
+			f.mu.Unlock()
+			<-r.Context().Done()
+			f.mu.Lock()
+			f.memoryCut++
+			f.mu.Unlock()
+			return
+		}
+	}
 	var status int
 	if len(f.status) > 0 {
 		status, f.status = f.status[0], f.status[1:]
@@ -426,7 +441,8 @@ func (f *fakeTools) Tools() []work.Tool {
 	obj := json.RawMessage(`{"type":"object"}`)
 	tools := []work.Tool{
 		{Name: "fake_write", Permission: "files.write", Description: "writes a file", Parameters: obj},
-		{Name: "fake_exec", Permission: "computer.exec", Description: "runs a command", Parameters: obj},
+		{Name: "fake_exec", Permission: "computer.exec", Description: "runs a command", Parameters: obj,
+			StartsTerminal: func(a map[string]any) bool { tty, _ := a["tty"].(bool); return tty }},
 		{Name: "fake_auto", Permission: "automations", Description: "adds an automation", Parameters: obj},
 	}
 	if f.page {

@@ -201,3 +201,70 @@ func TestMemoryPassSurvivesACrash(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoryPassCutKeepsWhatItDid: a pass that needs several requests
+// writes MEMORY.md after each (ref 8.6), so a sleep during its second request
+// leaves the first one's answer, sends no memory.updated, and the next pass
+// builds on that answer and takes only what the first request did not.
+func TestMemoryPassCutKeepsWhatItDid(t *testing.T) {
+	or := newFakeOpenRouter(t)
+	h := startEngine(t, t.TempDir(), or, nil, func(c *Config) { c.MemoryQuiet = testQuiet })
+	cfg := testConfig(nil)
+	cfg.Models = map[string]string{"summary": "fake/summary"}
+	h.configure(cfg)
+	s := openStream(t, h.c, 0, false)
+	// The person's message and the Dot's echo of it are too long for one
+	// request of a summary model with a small window: a request each.
+	h.send("m1", protocol.InboundUserMessage, protocol.UserMessage{Text: strings.Repeat("I like window seats. ", 150)})
+	or.mu.Lock()
+	or.window, or.holdMemoryAfter = 1000, 1
+	or.mu.Unlock()
+	s.waitFor(t, "the answer", hasType(protocol.EventMessageAssistant))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(memoryRequests(or)) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	reqs := memoryRequests(or)
+	if len(reqs) != 2 {
+		t.Fatalf("%d memory requests; want the second held", len(reqs))
+	}
+	if said := conversationsPart(t, reqs[0]); !strings.Contains(said, "(from its message 1)") || strings.Contains(said, "echo: I like") {
+		t.Fatalf("the first request took %q; want the person's message alone", said)
+	}
+	if code, body := call(t, h.c, "POST", "/prepare-sleep", nil); code != 204 {
+		t.Fatalf("prepare-sleep = %d %s", code, body)
+	}
+	// The pass sees the sleep within a poll and abandons its request.
+	cut := func() bool { or.mu.Lock(); defer or.mu.Unlock(); return or.memoryCut == 1 }
+	for deadline := time.Now().Add(10 * time.Second); !cut() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !cut() {
+		t.Fatal("the sleep did not cut the pass's second request")
+	}
+	first := h.files.Get(memoryPath)
+	if !strings.HasPrefix(first, "echo: Current MEMORY.md:") || !strings.Contains(first, "(from its message 1)") || strings.Contains(first, "(from its message 2)") {
+		t.Errorf("MEMORY.md after the cut pass is %q; want the first request's answer", first)
+	}
+	if n := countType(s.Events(), protocol.EventMemoryUpdated); n != 0 {
+		t.Errorf("the cut pass sent %d memory.updated; want none", n)
+	}
+
+	// The next quiet spell takes up the rest, on the notes the cut pass wrote.
+	or.mu.Lock()
+	or.holdMemoryAfter = 0
+	or.mu.Unlock()
+	call(t, h.c, "POST", "/secrets", protocol.SecretsRequest{OpenRouterAPIKey: "sk-or-test-key-123"})
+	evs := s.waitFor(t, "memory.updated", hasType(protocol.EventMemoryUpdated))
+	if got := decode[protocol.MemoryUpdated](t, ofType(evs, protocol.EventMemoryUpdated)[0]); !got.Changed || got.Conversations != 1 {
+		t.Errorf("memory.updated = %+v; want one conversation, changed", got)
+	}
+	reqs = memoryRequests(or)
+	next := reqs[len(reqs)-1]
+	if said := conversationsPart(t, next); !strings.Contains(said, "(from its message 2)") || strings.Contains(said, "(from its message 1)") {
+		t.Errorf("the next pass took %q; want only the Dot's message", said)
+	}
+	if u := firstUser(next); !strings.Contains(u, "Current MEMORY.md:\n"+strings.TrimSpace(first)) {
+		t.Errorf("the next pass does not build on the MEMORY.md the cut one wrote:\n%.300s", u)
+	}
+}

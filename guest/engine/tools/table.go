@@ -47,6 +47,11 @@ type Spec struct {
 	// the tool under a config (delegate_task: only to a Dot that may ask
 	// another); nil offers it whenever its permission is not deny.
 	OfferedWhen func(cfg protocol.RuntimeConfig) bool
+	// StartsTerminal says whether a call starts a terminal session (ref 5.4
+	// tool.called tty: exec with tty); nil means it never does. The engine
+	// keeps the answer with the call's intent, so a call cut by a stop is
+	// reported with it.
+	StartsTerminal func(args map[string]any) bool
 }
 
 // Table is the permission table of ref 8.3 for the tools implemented now.
@@ -70,7 +75,8 @@ var Table = []Spec{
 			},
 			"required": ["command"]
 		}`),
-		Target: func(a map[string]any) string { return firstLine(str(a, "command")) },
+		Target:         func(a map[string]any) string { return firstLine(str(a, "command")) },
+		StartsTerminal: func(a map[string]any) bool { return boolArg(a, "tty") },
 	},
 	{
 		Name:       "exec_session",

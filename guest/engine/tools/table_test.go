@@ -131,6 +131,33 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// TestStartsTerminal: exec with tty is the one call that starts a terminal
+// session (ref 5.4 tool.called tty); every other row says it never does.
+func TestStartsTerminal(t *testing.T) {
+	tests := map[string]struct {
+		tool string
+		args map[string]any
+		want bool
+	}{
+		"exec with tty":    {"exec", map[string]any{"command": "python3", "tty": true}, true},
+		"exec without tty": {"exec", map[string]any{"command": "python3"}, false},
+		"exec tty false":   {"exec", map[string]any{"command": "python3", "tty": false}, false},
+		"exec_session":     {"exec_session", map[string]any{"session_id": "s1", "input": "1+1\n"}, false},
+	}
+	for name, tc := range tests {
+		s, _ := Lookup(tc.tool)
+		got := s.StartsTerminal != nil && s.StartsTerminal(tc.args)
+		if got != tc.want {
+			t.Errorf("%s: %s starts a terminal for %v = %v, want %v", name, tc.tool, tc.args, got, tc.want)
+		}
+	}
+	for _, s := range Table {
+		if s.StartsTerminal != nil && s.Name != "exec" {
+			t.Errorf("%s says it can start a terminal; only exec does", s.Name)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		tool    string
@@ -194,5 +221,45 @@ func TestApprovalArguments(t *testing.T) {
 	args := map[string]any{"command": "ls", "cwd": "/tmp"}
 	if d := cmp.Diff(args, all.ApprovalArguments(args)); d != "" {
 		t.Errorf("exec approval arguments (-want +got):\n%s", d)
+	}
+}
+
+// TestOffered: a tool is offered when its permission is not deny and its own
+// condition holds. Ref 5.3 offers a tool that creates or deletes a browser
+// identity only when the Dot manages its identities; ref 6 and 7 say a Dot
+// always does ("the Dot manages its identities itself", it has no browser
+// settings, and a config naming one is refused), so here that condition
+// always holds and the identity tools follow their permission alone.
+func TestOffered(t *testing.T) {
+	config := func(perm string, d protocol.Decision, canAsk ...string) protocol.RuntimeConfig {
+		cfg := protocol.RuntimeConfig{Permissions: map[string]protocol.Decision{perm: d}}
+		if len(canAsk) > 0 {
+			cfg.Delegation = &protocol.DelegationConfig{CanAsk: canAsk}
+		}
+		return cfg
+	}
+	tests := map[string]struct {
+		reason string
+		tool   string
+		cfg    protocol.RuntimeConfig
+		want   bool
+	}{
+		"create allowed":   {"an allowed create is offered", "browser_identity_create", config("browser.identity.create", protocol.Allow), true},
+		"create asks":      {"a create that asks is offered, and the call asks", "browser_identity_create", config("browser.identity.create", protocol.Ask), true},
+		"create denied":    {"a denied create is not offered", "browser_identity_create", config("browser.identity.create", protocol.Deny), false},
+		"create unnamed":   {"a permission the config does not name is denied", "browser_identity_create", config("files.read", protocol.Allow), false},
+		"delete asks":      {"delete asks by default and is offered", "browser_identity_delete", config("browser.identity.delete", protocol.Ask), true},
+		"delete denied":    {"a denied delete is not offered", "browser_identity_delete", config("browser.identity.delete", protocol.Deny), false},
+		"delegate no dots": {"delegate_task needs a Dot it may ask", "delegate_task", config("dots.delegate", protocol.Allow), false},
+		"delegate a dot":   {"delegate_task with a Dot it may ask", "delegate_task", config("dots.delegate", protocol.Allow, "helper"), true},
+	}
+	for name, tc := range tests {
+		s, ok := Lookup(tc.tool)
+		if !ok {
+			t.Fatalf("%s: no row %s", name, tc.tool)
+		}
+		if got := s.Offered(tc.cfg); got != tc.want {
+			t.Errorf("%s: %s offered under %v = %v, want %v", tc.reason, tc.tool, tc.cfg.Permissions, got, tc.want)
+		}
 	}
 }

@@ -31,6 +31,9 @@ type Tool struct {
 	// table's Spec.OfferedWhen); nil offers it whenever the permission is
 	// not deny.
 	OfferedWhen func(cfg protocol.RuntimeConfig) bool
+	// StartsTerminal is the table's Spec.StartsTerminal: whether a call
+	// starts a terminal session (tool.called tty); nil means never.
+	StartsTerminal func(args map[string]any) bool
 }
 
 // offered says whether the model is offered the tool under cfg.

@@ -33,6 +33,13 @@ type Options struct {
 	MaxCuts  int           // answers cut at max_tokens before a turn fails; default 3
 }
 
+// BrowserCloseOnStop bounds the close of the open browsers on SIGTERM (ref
+// 8.7): after the tool's 20 s of grace it leaves about 6 s of systemd's
+// TimeoutStopSec=30 to checkpoint the database. A browser not closed by then
+// is killed with its server. Prepare-sleep has no such bound of its own: a
+// browser's own 30 s close fits in the host's 60 s.
+const BrowserCloseOnStop = 4 * time.Second
+
 // ErrInvalid is an input the engine refuses (a malformed event, config or
 // key); the API answers it 400.
 var ErrInvalid = errors.New("invalid")
@@ -672,8 +679,14 @@ func (e *Engine) Stop(ctx context.Context, sleep bool) error {
 	}
 	if e.brs != nil {
 		// No turn runs now, so no call holds a browser: each is asked to
-		// close, so its profile is flushed, and its server ended.
-		e.brs.CloseAll(ctx)
+		// close, so its profile is flushed, and its server ended. On
+		// SIGTERM that has BrowserCloseOnStop of its own.
+		bctx, cancel := ctx, context.CancelFunc(func() {})
+		if !sleep {
+			bctx, cancel = context.WithTimeout(ctx, BrowserCloseOnStop)
+		}
+		e.brs.CloseAll(bctx)
+		cancel()
 	}
 	return e.st.Checkpoint(ctx)
 }

@@ -219,12 +219,13 @@ func (e *Engine) execute(t *turn, tool Tool, c Call, msgID int64, decision proto
 	if target != "" && protocol.CheckToolTarget(target) != nil {
 		target = ""
 	}
+	tty := tool.StartsTerminal != nil && tool.StartsTerminal(args)
 	started := e.now()
 	t.setExecuting(true)
 	err := e.st.Write(ctx, "intent", func(tx *store.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO dots_tool_intents(session, message_id, call_id, tool, permission, decision, target,
-			started_ms, approval_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, t.session, msgID, c.ID, c.Name, tool.Permission,
-			string(decision), nullStr(target), started.UnixMilli(), nullStr(approvalID)); err != nil {
+			tty, started_ms, approval_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, t.session, msgID, c.ID, c.Name, tool.Permission,
+			string(decision), nullStr(target), tty, started.UnixMilli(), nullStr(approvalID)); err != nil {
 			return fmt.Errorf("record intent of %s: %w", c.Name, err)
 		}
 		if approvalID != "" {
@@ -369,8 +370,9 @@ func (e *Engine) closeOpenCalls(ctx context.Context, tx *store.Tx, session strin
 		}
 		var tool, permission, decision string
 		var target, approval sql.NullString
-		err := tx.QueryRow(ctx, `SELECT tool, permission, decision, target, approval_id FROM dots_tool_intents
-			WHERE session = ? AND message_id = ? AND call_id = ?`, session, msgID, c.ID).Scan(&tool, &permission, &decision, &target, &approval)
+		var tty bool
+		err := tx.QueryRow(ctx, `SELECT tool, permission, decision, target, tty, approval_id FROM dots_tool_intents
+			WHERE session = ? AND message_id = ? AND call_id = ?`, session, msgID, c.ID).Scan(&tool, &permission, &decision, &target, &tty, &approval)
 		if errors.Is(err, sql.ErrNoRows) {
 			if _, err := appendMessage(ctx, tx, session, Message{Role: "tool", Content: textNotExecuted, ToolCallID: c.ID, ToolName: c.Name}); err != nil {
 				return err
@@ -395,6 +397,9 @@ func (e *Engine) closeOpenCalls(ctx context.Context, tx *store.Tx, session strin
 			OK: false, DurationMS: 0, Interrupted: &yes}
 		if target.Valid {
 			called.Target = &target.String
+		}
+		if tty {
+			called.TTY = &tty
 		}
 		if _, err := tx.Emit(ctx, protocol.EventToolCalled, called); err != nil {
 			return err

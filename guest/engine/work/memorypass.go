@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -265,30 +266,33 @@ func (p *MemoryPass) pass(ctx context.Context) error {
 		return err
 	}
 	instruction := fmt.Sprintf(memoryInstruction, p.notes.MemoryLimit())
-	text := before
-	for _, batch := range p.batches(fresh, lim, instruction, before) {
+	// MEMORY.md is written after each request (ref 8.6), with the messages
+	// it took, so a pass cut short keeps what it did and the next one takes
+	// up the rest.
+	written := before
+	done := memoryCursor{Since: cursor.Since, Taken: maps.Clone(cursor.Taken)}
+	batches := p.batches(fresh, lim, instruction, before)
+	for i, batch := range batches {
 		if sp, err := p.spent(ctx); err != nil {
 			return err
 		} else if capUSD := cfg.Limits.MaxCostPerTaskUSD; capUSD > 0 && sp-startSpend >= capUSD {
 			return fmt.Errorf("stopped: the memory pass reached limits.max_cost_per_task_usd (spent %.4f USD of %.2f)", sp-startSpend, capUSD)
 		}
-		text, err = p.request(ctx, key, model, lim, instruction, text, batch)
+		text, err := p.request(ctx, key, model, lim, instruction, written, batch.text)
 		if err != nil {
 			return err
 		}
-	}
-	// The Dot may have changed MEMORY.md itself meanwhile: its own words
-	// win, and the next pass takes the files again.
-	now, err := p.notes.ReadMemory(ctx)
-	if err != nil {
-		return err
-	}
-	if now != before {
-		return errors.New("MEMORY.md changed while the pass ran; nothing was written")
-	}
-	written, err := p.notes.WriteMemory(ctx, text)
-	if err != nil {
-		return err
+		// The answer is kept even when a sleep comes now: it was paid for.
+		if written, err = p.keep(context.WithoutCancel(ctx), written, text); err != nil {
+			return err
+		}
+		if i == len(batches)-1 {
+			break
+		}
+		maps.Copy(done.Taken, batch.taken)
+		if err := p.setCursor(context.WithoutCancel(ctx), done); err != nil {
+			return err
+		}
 	}
 	raw, err := json.Marshal(next)
 	if err != nil {
@@ -314,6 +318,29 @@ func (p *MemoryPass) pass(ctx context.Context) error {
 	})
 }
 
+// keep writes text as MEMORY.md unless the Dot changed the file since the
+// pass last read or wrote it (last): its own words win, and the next pass
+// takes the files again. It returns what it wrote.
+func (p *MemoryPass) keep(ctx context.Context, last, text string) (string, error) {
+	now, err := p.notes.ReadMemory(ctx)
+	if err != nil {
+		return "", err
+	}
+	if now != last {
+		return "", errors.New("MEMORY.md changed while the pass ran; nothing more was written")
+	}
+	return p.notes.WriteMemory(ctx, text)
+}
+
+// setCursor records what the passes took so far.
+func (p *MemoryPass) setCursor(ctx context.Context, c memoryCursor) error {
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return p.e.st.Write(ctx, "memory-taken", func(tx *store.Tx) error { return tx.SetKV(ctx, kvMemoryPass, string(raw)) })
+}
+
 func (p *MemoryPass) spent(ctx context.Context) (float64, error) {
 	var sp spend
 	err := p.e.st.Read(ctx, func(q store.Querier) error {
@@ -328,7 +355,7 @@ func (p *MemoryPass) spent(ctx context.Context) (float64, error) {
 // window beside the instruction, the notes and the answer: oldest first, a
 // long file cut between its messages, a message longer than a request cut
 // short.
-func (p *MemoryPass) batches(fresh []newMessages, lim openrouter.Limits, instruction, notes string) []string {
+func (p *MemoryPass) batches(fresh []newMessages, lim openrouter.Limits, instruction, notes string) []memoryBatch {
 	window := lim.ContextLength
 	if window <= 0 {
 		window = memoryFallbackWindow
@@ -341,30 +368,41 @@ func (p *MemoryPass) batches(fresh []newMessages, lim openrouter.Limits, instruc
 	// twice, once in the prompt and once in the answer's room.
 	budget := window - answer - estimateTokens([]openrouter.Message{{Content: instruction}, {Content: notes}}, nil) - utf8.RuneCountInString(notes)/4
 	budget = max(budget, 1000) * 4 // characters
-	var out []string
+	var out []memoryBatch
 	var b strings.Builder
+	taken := map[string]int{}
 	flush := func() {
 		if b.Len() > 0 {
-			out = append(out, b.String())
+			out = append(out, memoryBatch{text: b.String(), taken: taken})
 			b.Reset()
+			taken = map[string]int{}
 		}
 	}
 	for _, f := range fresh {
 		header := fmt.Sprintf("\n# %s (from its message %d)\n", f.path, f.taken+1)
 		b.WriteString(header)
-		for _, m := range f.msgs {
+		for i, m := range f.msgs {
 			if b.Len()+len(m) > budget && b.Len() > len(header) {
 				flush()
+				header = fmt.Sprintf("\n# %s (from its message %d)\n", f.path, f.taken+i+1)
 				b.WriteString(header)
 			}
 			if len(m) > budget-len(header) {
 				m = cutText(m, budget-len(header))
 			}
 			b.WriteString(m + "\n\n")
+			taken[f.path] = f.taken + i + 1
 		}
 	}
 	flush()
 	return out
+}
+
+// memoryBatch is one request's conversations, and how many messages of each
+// file the passes have taken once it is answered.
+type memoryBatch struct {
+	text  string
+	taken map[string]int
 }
 
 // request asks the summary model for a new MEMORY.md from notes and one
