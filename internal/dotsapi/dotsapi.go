@@ -229,11 +229,14 @@ func (h *Handler) routes() []route {
 }
 
 // Routes lists every route as "METHOD /dots/v1/PATTERN", sorted.
-func Routes() []string {
+func Routes() []string { return routeList(wire.Prefix, (&Handler{}).routes()) }
+
+// routeList is "METHOD PREFIXPATTERN" of each method of each route, sorted.
+func routeList(prefix string, routes []route) []string {
 	var out []string
-	for _, rt := range (&Handler{}).routes() {
+	for _, rt := range routes {
 		for m := range rt.methods {
-			out = append(out, m+" "+wire.Prefix+rt.pattern)
+			out = append(out, m+" "+prefix+rt.pattern)
 		}
 	}
 	slices.Sort(out)

@@ -58,15 +58,9 @@ const (
 	openAIChatIDPrefix = "chatcmpl-"
 )
 
-// openAIRoute is a path of the endpoint and its methods.
-type openAIRoute struct {
-	pattern string
-	methods map[string]handlerFunc
-}
-
 // openAIRoutes is every route of the endpoint; docs/api.md documents each.
-func (h *Handler) openAIRoutes() []openAIRoute {
-	return []openAIRoute{
+func (h *Handler) openAIRoutes() []route {
+	return []route{
 		{"models", map[string]handlerFunc{http.MethodGet: h.listModels}},
 		{"models/{model...}", map[string]handlerFunc{http.MethodGet: h.getModel}},
 		{"chat/completions", map[string]handlerFunc{http.MethodPost: h.chatCompletion}},
@@ -75,16 +69,7 @@ func (h *Handler) openAIRoutes() []openAIRoute {
 
 // OpenAIRoutes lists every route of the endpoint as "METHOD /v1/PATTERN",
 // sorted.
-func OpenAIRoutes() []string {
-	var out []string
-	for _, rt := range (&Handler{}).openAIRoutes() {
-		for m := range rt.methods {
-			out = append(out, m+" "+wire.OpenAIPrefix+rt.pattern)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
+func OpenAIRoutes() []string { return routeList(wire.OpenAIPrefix, (&Handler{}).openAIRoutes()) }
 
 // OpenAI serves the OpenAI-compatible endpoint, every path under
 // wire.OpenAIPrefix; its failures are in OpenAI's shape.
