@@ -71,10 +71,7 @@ func (e *Engine) parkBudget(ctx context.Context, t *turn, spent, capUSD, more fl
 		} else if err != nil {
 			return fmt.Errorf("read pending budget approval: %w", err)
 		}
-		if _, err := tx.Exec(ctx, "UPDATE dots_tasks SET status = 'waiting' WHERE task_id = ? AND status = 'running'", t.taskID); err != nil {
-			return fmt.Errorf("park task %s: %w", t.taskID, err)
-		}
-		return nil
+		return parkTask(ctx, tx, t.taskID)
 	})
 	if err != nil {
 		return err

@@ -192,8 +192,8 @@ func (e *Engine) park(ctx context.Context, t *turn, tool Tool, args map[string]a
 			}
 		}
 		if t.taskID != "" {
-			if _, err := tx.Exec(ctx, "UPDATE dots_tasks SET status = 'waiting' WHERE task_id = ? AND status = 'running'", t.taskID); err != nil {
-				return fmt.Errorf("park task %s: %w", t.taskID, err)
+			if err := parkTask(ctx, tx, t.taskID); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -407,6 +407,15 @@ func (e *Engine) closeOpenCalls(ctx context.Context, tx *store.Tx, session strin
 		if _, err := tx.Exec(ctx, "DELETE FROM dots_tool_intents WHERE session = ? AND message_id = ? AND call_id = ?", session, msgID, c.ID); err != nil {
 			return fmt.Errorf("remove intent of %s: %w", c.ID, err)
 		}
+	}
+	return nil
+}
+
+// parkTask marks a running task waiting for a person's answer (an approval
+// of a tool call or of more budget), in the transaction that asks.
+func parkTask(ctx context.Context, tx *store.Tx, taskID string) error {
+	if _, err := tx.Exec(ctx, "UPDATE dots_tasks SET status = 'waiting' WHERE task_id = ? AND status = 'running'", taskID); err != nil {
+		return fmt.Errorf("park task %s: %w", taskID, err)
 	}
 	return nil
 }
