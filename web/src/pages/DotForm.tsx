@@ -591,9 +591,15 @@ export function DotSettings({ ns, name }: { ns: string; name: string }) {
   // a change of its config is a conflict for the person. Otherwise the edit
   // moves on to the newest version by itself.
   const [stale, setStale] = useState(false);
+  // The base as it is now, not as it was when a 409 was asked about: a
+  // status write that lands just after a rebase answers the rebase's own dry
+  // run 409, and that answer must be judged against the rebased base.
+  const baseNow = useRef(base);
+  baseNow.current = base;
   async function newest(): Promise<Dot | undefined> {
     const latest = await getJSON<Dot>(dotResourcePath(ns, name));
-    if (diff(base!.spec, latest.spec).length) {
+    const now = baseNow.current!;
+    if ((latest.metadata.generation ?? 0) > (now.metadata.generation ?? 0) && diff(now.spec, latest.spec).length) {
       setStale(true);
       return undefined;
     }
