@@ -15,8 +15,8 @@ import (
 
 	"github.com/invisible-dots/invisible-dots/hostagent/crashpoint"
 	"github.com/invisible-dots/invisible-dots/hostagent/driver"
-	"github.com/invisible-dots/invisible-dots/hostagent/hostfix"
 	"github.com/invisible-dots/invisible-dots/hostagent/hostconfig"
+	"github.com/invisible-dots/invisible-dots/hostagent/hostfix"
 	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
