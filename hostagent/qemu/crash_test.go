@@ -156,26 +156,11 @@ func TestRecoverDropsAStartThatLeftNothing(t *testing.T) {
 func TestObserveAQEMUThatNeverListens(t *testing.T) {
 	boot := home.Stamp{BootID: "boot-a", HostUptimeS: 100}
 	d := testDriver(t, &boot)
-	stand := filepath.Join(t.TempDir(), "qemu-that-never-listens")
-	if err := os.WriteFile(stand, []byte("#!/bin/sh\necho 'stuck before its network' >&2\nexec sleep 300\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d.bin.System = stand
-	if err := os.MkdirAll(d.home.Logs(), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm := d.home.VM(testID)
-	m := machine{Binary: stand, Name: vm.QEMUName(), Accelerator: "tcg", CPUModel: "max", CPUs: 1, MemoryMiB: 128,
-		Disk: vm.Disk(), Seed: vm.Seed(), Runtime: vm.Seed(), SerialLog: vm.SerialLog(), GuestPort: port}
-	if err := d.spawn(vm, m, "g", "r"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = d.Kill(context.Background(), testID) })
-	var obs driver.Observation
+	port := spawnStandIn(t, d, "qemu-that-never-listens", "#!/bin/sh\necho 'stuck before its network' >&2\nexec sleep 300\n", "tcg", "max")
+	var (
+		obs driver.Observation
+		err error
+	)
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		obs, err = d.Observe(context.Background(), testID)
 		if err != nil {
@@ -210,28 +195,12 @@ func TestObserveAQEMUThatNeverListens(t *testing.T) {
 func TestObserveAQEMUThatExitsNamesTheFix(t *testing.T) {
 	boot := home.Stamp{BootID: "boot-a", HostUptimeS: 100}
 	d := testDriver(t, &boot)
-	stand := filepath.Join(t.TempDir(), "qemu-without-kvm")
-	script := "#!/bin/sh\necho 'Could not access KVM kernel module: Permission denied' >&2\n" +
-		"echo 'qemu-system-x86_64: failed to initialize kvm: Permission denied' >&2\nexit 1\n"
-	if err := os.WriteFile(stand, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d.bin.System = stand
-	if err := os.MkdirAll(d.home.Logs(), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm := d.home.VM(testID)
-	m := machine{Binary: stand, Name: vm.QEMUName(), Accelerator: "kvm", CPUModel: "host", CPUs: 1, MemoryMiB: 128,
-		Disk: vm.Disk(), Seed: vm.Seed(), Runtime: vm.Seed(), SerialLog: vm.SerialLog(), GuestPort: port}
-	if err := d.spawn(vm, m, "g", "r"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = d.Kill(context.Background(), testID) })
-	var obs driver.Observation
+	spawnStandIn(t, d, "qemu-without-kvm", "#!/bin/sh\necho 'Could not access KVM kernel module: Permission denied' >&2\n"+
+		"echo 'qemu-system-x86_64: failed to initialize kvm: Permission denied' >&2\nexit 1\n", "kvm", "host")
+	var (
+		obs driver.Observation
+		err error
+	)
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		obs, err = d.Observe(context.Background(), testID)
 		if err != nil {
@@ -248,4 +217,31 @@ func TestObserveAQEMUThatExitsNamesTheFix(t *testing.T) {
 	if want := hostfix.KVMGroup.String(); obs.Fix != want {
 		t.Errorf("Observe().Fix = %q; want %q", obs.Fix, want)
 	}
+}
+
+// spawnStandIn spawns, as testID's QEMU, a shell script standing in for
+// QEMU (a fake, named so), with the machine's accelerator and CPU model, and
+// kills it when the test ends. It returns the guest port it was given.
+func spawnStandIn(t *testing.T, d *Driver, name, script, accel, cpuModel string) int {
+	t.Helper()
+	stand := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(stand, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.bin.System = stand
+	if err := os.MkdirAll(d.home.Logs(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := d.home.VM(testID)
+	m := machine{Binary: stand, Name: vm.QEMUName(), Accelerator: accel, CPUModel: cpuModel, CPUs: 1, MemoryMiB: 128,
+		Disk: vm.Disk(), Seed: vm.Seed(), Runtime: vm.Seed(), SerialLog: vm.SerialLog(), GuestPort: port}
+	if err := d.spawn(vm, m, "g", "r"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.Kill(context.Background(), testID) })
+	return port
 }
