@@ -262,12 +262,12 @@ func printWebhookDoor(out io.Writer, wh *dotsv1.Webhook, secret string) {
 	switch wh.Spec.Signature {
 	case dotsv1.WebhookGitHub:
 		fmt.Fprintln(out, "On GitHub: Settings, Webhooks, Add webhook: the URL, content type application/json, the secret.")
-		fmt.Fprintf(out, "From a shell:\n  body='{\"hello\":\"world\"}'\n  sig=$(printf '%%s' \"$body\" | openssl dgst -sha256 -hmac \"$SECRET\" | sed 's/^.*= //')\n"+
+		fmt.Fprintf(out, "From a shell (openssl takes the secret as an argument, which other users of this machine can see in ps):\n  body='{\"hello\":\"world\"}'\n  sig=$(printf '%%s' \"$body\" | openssl dgst -sha256 -hmac \"$SECRET\" | sed 's/^.*= //')\n"+
 			"  curl -sS -X POST %s -H 'Content-Type: application/json' -H \"X-Hub-Signature-256: sha256=$sig\" -H \"X-GitHub-Delivery: $(date +%%s%%N)\" --data-binary \"$body\"\n", url)
 	case dotsv1.WebhookStandard:
 		fmt.Fprintln(out, "Give the sender the URL and the secret (whsec_...): it signs with webhook-id, webhook-timestamp and webhook-signature, and its timestamp must be within 5 minutes of this server's clock.")
 	case dotsv1.WebhookToken:
-		fmt.Fprintf(out, "The sender sends the secret as a bearer token (anyone who sees one request can send more: prefer a signature when the sender can sign):\n"+
+		fmt.Fprintf(out, "The sender sends the secret as a bearer token (anyone who sees one request can send more: prefer a signature when the sender can sign; curl below takes it as an argument, which other users of this machine can see in ps):\n"+
 			"  curl -sS -X POST %s -H \"Authorization: Bearer $SECRET\" -H \"Idempotency-Key: $(date +%%s%%N)\" --data-binary '{\"hello\":\"world\"}'\n", url)
 	}
 	if !known {
