@@ -100,21 +100,30 @@ func (a account) ensureOwned(dir string) error {
 		return nil
 	}
 	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Uid == a.uid && st.Gid == a.gid {
-			return nil
-		}
-		if err := os.Lchown(path, int(a.uid), int(a.gid)); err != nil {
-			return fmt.Errorf("give %s to account %s: %w", path, a.name, err)
-		}
-		return nil
+		return a.own(path, d, err)
 	})
+}
+
+// own gives one entry of the walk to the account. An entry that is gone by
+// the time it is looked at is skipped: a postmaster left by a server that was
+// killed may still be shutting down, removing postmaster.pid and temporary
+// files as the walk passes them.
+func (a account) own(path string, d fs.DirEntry, err error) error {
+	if err == nil {
+		var info fs.FileInfo
+		if info, err = d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Uid == a.uid && st.Gid == a.gid {
+				return nil
+			}
+			if err = os.Lchown(path, int(a.uid), int(a.gid)); err != nil {
+				err = fmt.Errorf("give %s to account %s: %w", path, a.name, err)
+			}
+		}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // ensureReachable lets the account reach dir: search permission on every

@@ -84,6 +84,14 @@ func startManaged(ctx context.Context, homeDir string, log logr.Logger) (*manage
 	if err != nil {
 		return nil, err
 	}
+	// A postgres left by an earlier server that was killed may still run on
+	// the data directory: stop it before its files are walked and handed to
+	// the account.
+	if wantMajor != "" {
+		if err := stopOrphan(ctx, dataDir, runDir, log); err != nil {
+			return nil, err
+		}
+	}
 	if err := acct.ensureOwned(dataDir); err != nil {
 		return nil, err
 	}

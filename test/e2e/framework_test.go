@@ -160,11 +160,19 @@ func (s *server) kubeconfig() string { return filepath.Join(s.home, "kubeconfig"
 
 func (s *server) waitReady() {
 	s.t.Helper()
+	s.waitReadyIn(s.t)
+}
+
+// waitReadyIn waits as waitReady does and fails t: a subtest that starts a
+// server meant to outlive it launches it on the parent test (whose cleanup
+// stops it) and fails itself, not its parent, when it does not come up.
+func (s *server) waitReadyIn(t testing.TB) {
+	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.done:
-			s.t.Fatalf("the server exited while starting: %v\n%s", s.waitErr, s.logTail(40))
+			t.Fatalf("the server exited while starting: %v\n%s", s.waitErr, s.logTail(40))
 		default:
 		}
 		if _, err := os.Stat(s.kubeconfig()); err == nil {
@@ -174,7 +182,7 @@ func (s *server) waitReady() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	s.t.Fatalf("the server did not become ready in 3 minutes:\n%s", s.logTail(40))
+	t.Fatalf("the server did not become ready in 3 minutes:\n%s", s.logTail(40))
 }
 
 // stop sends SIGINT and waits for a clean exit.

@@ -421,7 +421,8 @@ func TestDotWork(t *testing.T) {
 		t.Log("the server was killed with SIGKILL while the task ran; starting it again")
 		// On the same address, so the stream's clients find it again; it
 		// serves the subtests after this one too.
-		srv := startServer(parent, sw.k.s.home, "INVISIBLE_DOTS_LISTEN="+sw.k.s.addr)
+		srv := launchServer(parent, sw.k.s.home, "INVISIBLE_DOTS_LISTEN="+sw.k.s.addr)
+		srv.waitReadyIn(t)
 		srv.addr = sw.k.s.addr
 		w.k.s, k.s, sw.k.s = srv, srv, srv
 		sw.checkSlowTaskRanOnce(run)
