@@ -43,10 +43,15 @@ var workspaceDir = protocol.DefaultWorkspace
 //     a document, that someone else wrote;
 //   - read_file, list_dir, find_files of a path under ~/downloads, and grep
 //     of such a path or of a directory holding ~/downloads;
-//   - every tool of a declared MCP server whose config is not trusted.
+//   - every tool of a declared MCP server whose config is not trusted;
+//   - an exec (or exec_session) whose command names ~/downloads or runs in
+//     it, or runs a program that fetches from the network (curl, wget and
+//     the like): its output is someone else's text.
 //
-// An exec that prints a downloaded file (cat ~/downloads/x) is not seen:
-// the rule reads the calls' own arguments, never a command's.
+// The exec rule reads the command's words, not what the shell does with
+// them: a command that reaches a downloaded file through a variable or a
+// script of its own is not seen. Reading more would need a sandbox that
+// watches the files a command opens.
 func taintOf(cfg protocol.RuntimeConfig, tool Tool, args map[string]any, result string) (protocol.Taint, bool) {
 	by, ok := taintOfCall(cfg, tool, args, result)
 	by.Source = oneLine(by.Source)
@@ -92,12 +97,48 @@ func taintOfCall(cfg protocol.RuntimeConfig, tool Tool, args map[string]any, res
 			return protocol.Taint{Kind: protocol.TaintDownload, Source: full}, true
 		}
 		return protocol.Taint{}, false
+	case "computer.exec":
+		return execTaint(args)
 	}
 	if server, ok := protocol.MCPServerOfPermission(tool.Permission); ok {
 		if s, declared := cfg.MCPServers[server]; declared && s.Trusted {
 			return protocol.Taint{}, false
 		}
 		return protocol.Taint{Kind: protocol.TaintMCP, Source: "MCP server " + server}, true
+	}
+	return protocol.Taint{}, false
+}
+
+// downloadsWordRe finds the downloads directory named in a command: as
+// ~/downloads, $HOME/downloads, ${HOME}/downloads or its full path, alone or
+// followed by a path inside it.
+var downloadsWordRe = regexp.MustCompile(`(?:~|\$HOME|\$\{HOME\}|` + regexp.QuoteMeta(protocol.DefaultDotHome) + `)/downloads(?:/|$|[\s'";|&)<>])`)
+
+// fetcherRe finds a program that prints what it fetched from the network,
+// at a command's start or after a shell separator.
+var fetcherRe = regexp.MustCompile(`(?:^|[\s;|&(` + "`" + `])(curl|wget|lynx|w3m|links|aria2c|http|xh)\s`)
+
+// urlRe finds the first address in a command, to name the source.
+var urlRe = regexp.MustCompile(`(?:https?|ftp)://[^\s'"<>|;&)]+`)
+
+func execTaint(args map[string]any) (protocol.Taint, bool) {
+	cmd, _ := args["command"].(string)
+	if input, _ := args["input"].(string); input != "" {
+		// exec_session's input to a job: on a shell, a command.
+		cmd = input
+	}
+	if cwd, _ := args["cwd"].(string); cwd != "" && under(homePath(cwd), downloadsDir) {
+		return protocol.Taint{Kind: protocol.TaintDownload, Source: homePath(cwd)}, true
+	}
+	if m := downloadsWordRe.FindString(cmd); m != "" {
+		return protocol.Taint{Kind: protocol.TaintDownload, Source: "the command " + cmd}, true
+	}
+	if fetcherRe.MatchString(cmd + " ") {
+		src := urlRe.FindString(cmd)
+		if src == "" {
+			src = "the network, by the command " + cmd
+		}
+		return protocol.Taint{Kind: protocol.TaintPage, Source: src}, true
 	}
 	return protocol.Taint{}, false
 }

