@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -109,9 +110,12 @@ func (r *ApprovalRequestReconciler) answer(ctx context.Context, a *dotsv1.Approv
 	if a.Spec.Decision == "" || a.Spec.RequestID == "" {
 		return nil
 	}
+	if a.Spec.Permission == protocol.SpendPermission {
+		return r.answerSpend(ctx, a, w)
+	}
 	// A budget approval (limits.cost) is for its task only: there is no
 	// permission to set.
-	if a.Spec.Decision == dotsv1.Approve && a.Spec.Always && a.Spec.Permission != "" && a.Spec.Permission != protocol.BudgetPermission {
+	if a.Spec.Decision == dotsv1.Approve && a.Spec.Always && a.Spec.Permission != "" && !protocol.OneTimePermission(a.Spec.Permission) {
 		if err := r.allowAlways(ctx, a); err != nil {
 			return err
 		}
@@ -138,6 +142,36 @@ func (r *ApprovalRequestReconciler) answer(ctx context.Context, a *dotsv1.Approv
 	logged, _ := json.Marshal(fields)
 	return w.Decide(ctx, &store.Inbound{ID: store.ApprovalDecisionID(string(a.UID)), Dot: id, Type: protocol.InboundApprovalReceived, Data: body},
 		store.Event{Dot: id, Type: wire.EventApprovalResolved, Source: store.SourceHost, Data: logged})
+}
+
+// answerSpend carries a person's answer to the namespace's question for
+// more spend (asked by the quota reconciler in this Dot's log) into the
+// DotQuota, when it is still the quota's pending question and not answered
+// there already; then logs approval.resolved once. Nothing goes to the
+// guest, which never asked.
+func (r *ApprovalRequestReconciler) answerSpend(ctx context.Context, a *dotsv1.Approval, w *DotWork) error {
+	if av, ok := w.View().Approvals[a.Spec.RequestID]; !ok || av.Resolved {
+		return nil
+	}
+	q := &dotsv1.DotQuota{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: dotsv1.DotQuotaName}, q)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if req := q.Status.SpendRequest; err == nil && req != nil && req.Phase == dotsv1.SpendRequestPending &&
+		req.RequestID == a.Spec.RequestID && !lifecycle.SpendAnswered(q.Spec, a.Spec.RequestID) {
+		d, err := lifecycle.AnswerSpend(q, a.Spec.Decision, "")
+		if err != nil {
+			return err
+		}
+		base := q.DeepCopy()
+		q.Spec.SpendDecision = d
+		if err := r.Client.Patch(ctx, q, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("answer the DotQuota of namespace %s as Approval %s was: %w", a.Namespace, a.Name, err)
+		}
+	}
+	logged, _ := json.Marshal(map[string]any{"approval_id": a.Spec.RequestID, "approval": a.Name, "decision": a.Spec.Decision})
+	return w.Decide(ctx, nil, store.Event{Dot: w.id, Type: wire.EventApprovalResolved, Source: store.SourceHost, Data: logged})
 }
 
 // makeApprovals makes an Approval for each request of the log and writes

@@ -38,6 +38,8 @@ const quotaSpendRefresh = 30 * time.Second
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=dotquotas,verbs=get;list;watch
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=dotquotas/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=approvals,verbs=get;list;watch;patch
 
 // QuotaReconciler keeps a namespace's DotQuota status: the active Dots and
 // the ledger of slots (a slot is given back once its Dot's computer is at
@@ -157,7 +159,11 @@ func (r *QuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if capped {
 		q.Status.ActiveDots = max(active, int32(len(q.Status.Admitted)))
 	}
+	was := q.Status.SpendRequest.DeepCopy()
 	after := r.spend(ctx, q, dots.Items, now)
+	if err := r.spendQuestion(ctx, q, dots.Items, was); err != nil {
+		return patch.RequeueOnConflict(ctrl.Result{}, err)
+	}
 	if capped && len(q.Status.Admitted) >= int(*q.Spec.ActiveDots) {
 		patch.SetCondition(q, now, dotsv1.ActiveDotsCapReachedCondition, metav1.ConditionTrue, dotsv1.CapReachedReason,
 			fmt.Sprintf("%d of %d active Dots: a Dot that is to start waits until another's computer stops", len(q.Status.Admitted), *q.Spec.ActiveDots))

@@ -12,6 +12,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/guest/engine/tools"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
+	"github.com/invisible-dots/invisible-dots/internal/eventtext"
 )
 
 // generatedTables is the client's copy of the Go tables it shows (the
@@ -102,6 +103,16 @@ func tablesSource() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The one-time permissions (a budget's, a namespace's spend) in words:
+	// their cards offer no "always".
+	oneTime := map[string]string{}
+	for _, p := range protocol.OneTimePermissions {
+		oneTime[p] = eventtext.PermissionPhrase(p)
+	}
+	otj, err := json.Marshal(oneTime)
+	if err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds, DestructivePermissions), the engine's tool table (ToolsOf), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.\n")
 	fmt.Fprintf(&out, "// UPDATE_WEB_TABLES=1 go test ./web writes it again.\n\n")
@@ -109,6 +120,10 @@ func tablesSource() ([]byte, error) {
 	fmt.Fprintf(&out, "export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision; tools: string[] }[] = %s;\n\n", pj)
 	fmt.Fprintf(&out, "/** The permissions every call of which an approval card marks destructive; a file write is destructive outside WORKSPACE_DIR (guest/protocol DestructiveCall). */\n")
 	fmt.Fprintf(&out, "export const DESTRUCTIVE_PERMISSIONS: readonly string[] = %s;\n\n", dj)
+	fmt.Fprintf(&out, "/** The permissions an approval of which answers one question, in words: no \"always\" (guest/protocol OneTimePermissions, eventtext.PermissionPhrase). */\n")
+	fmt.Fprintf(&out, "export const ONE_TIME_PERMISSIONS: Record<string, string> = %s;\n", otj)
+	fmt.Fprintf(&out, "/** The permission of a namespace's question for more spend in a day (protocol.SpendPermission). */\n")
+	fmt.Fprintf(&out, "export const SPEND_PERMISSION = %q;\n\n", protocol.SpendPermission)
 	fmt.Fprintf(&out, "/** Where the engine's relative paths start, and the Dot's home (\"~\"). */\n")
 	fmt.Fprintf(&out, "export const WORKSPACE_DIR = %q;\nexport const DOT_HOME = %q;\n\n", protocol.DefaultWorkspace, protocol.DefaultDotHome)
 	fmt.Fprintf(&out, "export const BOUNDS = %s as const;\n\n", bj)

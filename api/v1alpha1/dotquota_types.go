@@ -93,6 +93,18 @@ type SpendRequest struct {
 	// suggestedExtraUSD is what the question offers (one more day's cap).
 	// +optional
 	SuggestedExtraUSD string `json:"suggestedExtraUSD,omitempty"`
+	// requestID names this question (the day and what was allowed when it
+	// was asked): a question asked again the same day, once what a person
+	// allowed more is spent too, is another.
+	// +optional
+	RequestID string `json:"requestID,omitempty"`
+	// dot is the Dot whose log, Inbox and channels carry the question, as
+	// the Approval ApprovalName(dot, requestID) of permission
+	// limits.spendPerDay: answering it answers the quota. It is the Dot of
+	// the namespace's oldest held task when it was asked, else its first
+	// Dot by name.
+	// +optional
+	Dot string `json:"dot,omitempty"`
 }
 
 // DotQuotaStatus is what the namespace uses of its caps.

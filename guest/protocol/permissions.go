@@ -1,6 +1,9 @@
 package protocol
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Decision is what a Dot's configuration says about one permission.
 type Decision string
@@ -60,6 +63,22 @@ var Permissions = []PermissionInfo{
 // is no tool's, so it is not in Permissions and a config never names it;
 // an approval of it is never "always".
 const BudgetPermission = "limits.cost"
+
+// SpendPermission is the permission of a namespace's request for more spend
+// in a day (its DotQuota's spendPerDayUSD reached): the control plane asks
+// it in one Dot's log (a host approval.requested with no task), never a
+// guest, and writes the answer into the DotQuota.
+const SpendPermission = "limits.spendPerDay"
+
+// OneTimePermission reports whether an approval of permission answers one
+// question only: a budget's or a namespace's spend. It is no tool's, so an
+// "always" of it allows nothing and is refused.
+func OneTimePermission(permission string) bool {
+	return slices.Contains(OneTimePermissions, permission)
+}
+
+// OneTimePermissions are the permissions OneTimePermission names.
+var OneTimePermissions = []string{BudgetPermission, SpendPermission}
 
 // MCPPermissionPrefix starts the permission of a declared MCP server:
 // mcp.<server> covers every tool of that server, asks by default, high risk.

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/lifecycle"
 )
 
 // newQuotaCommand is `invisible-dots quota [set]`: the namespace's caps
@@ -122,7 +122,7 @@ an editor of Dots may read it. It is a resource: kubectl get dotquota default.`,
 				if err := c.kube.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: dotsv1.DotQuotaName}, q); err != nil {
 					return fmt.Errorf("read the DotQuota of namespace %s: %w", c.ns, err)
 				}
-				want, err := spendDecision(q, decision, strings.TrimPrefix(extra, "$"))
+				want, err := lifecycle.AnswerSpend(q, decision, strings.TrimPrefix(extra, "$"))
 				if err != nil {
 					return err
 				}
@@ -145,31 +145,6 @@ an editor of Dots may read it. It is a resource: kubectl get dotquota default.`,
 		cmd.AddCommand(sub)
 	}
 	return cmd
-}
-
-// spendDecision is the answer to the quota's pending request for more
-// spend: approve adds extra (the request's suggestion when empty) to what
-// was allowed today already.
-func spendDecision(q *dotsv1.DotQuota, decision dotsv1.ApprovalDecision, extra string) (*dotsv1.SpendDecision, error) {
-	req := q.Status.SpendRequest
-	if req == nil || req.Phase != dotsv1.SpendRequestPending {
-		return nil, fmt.Errorf("namespace %s asks for no more spend now (spent $%s today)", q.Namespace, cmp.Or(q.Status.SpentTodayUSD, "0.00"))
-	}
-	d := &dotsv1.SpendDecision{Day: req.Day, Decision: decision}
-	if decision != dotsv1.Approve {
-		return d, nil
-	}
-	more, err := strconv.ParseFloat(cmp.Or(extra, req.SuggestedExtraUSD), 64)
-	if err != nil || more <= 0 {
-		return nil, fmt.Errorf("--extra %q: US dollars more, e.g. 5 or 2.50", extra)
-	}
-	if prev := q.Spec.SpendDecision; prev != nil && prev.Day == req.Day && prev.Decision == dotsv1.Approve && prev.ExtraUSD != nil {
-		if had, err := strconv.ParseFloat(*prev.ExtraUSD, 64); err == nil {
-			more += had
-		}
-	}
-	d.ExtraUSD = ptr.To(strconv.FormatFloat(more, 'f', 2, 64))
-	return d, nil
 }
 
 // applyQuotaFlags writes --active-dots and --spend-per-day into spec;

@@ -327,7 +327,14 @@ func decideWith(ctx context.Context, c *clients, name string, decision dotsv1.Ap
 			return &exitError{code: ExitAlreadyAnswered, err: fmt.Errorf("approval %s was already answered: %s; nothing was changed", name, approvalonce.Answered(a))}
 		}
 		if a.Status.Phase == dotsv1.ApprovalExpired {
-			return &exitError{code: ExitAlreadyAnswered, err: fmt.Errorf("approval %s no longer waits: its task ended before anyone answered (Expired); nothing was changed", name)}
+			why := "its task ended"
+			if a.Spec.Permission == protocol.SpendPermission {
+				why = "its day ended"
+			}
+			return &exitError{code: ExitAlreadyAnswered, err: fmt.Errorf("approval %s no longer waits: %s before anyone answered (Expired); nothing was changed", name, why)}
+		}
+		if always && protocol.OneTimePermission(a.Spec.Permission) {
+			return fmt.Errorf("approval %s asks for more spend, once: --always is not for it; nothing was changed", name)
 		}
 		base := a.DeepCopy()
 		a.Spec.Decision, a.Spec.Always, a.Spec.Note = decision, always, note

@@ -93,10 +93,13 @@ func (h *Handler) answerOnce(ctx context.Context, key types.NamespacedName, deci
 		return nil, apiErrorf(http.StatusConflict, wire.CodeAlreadyResolved, "Approval %s was already answered elsewhere: %s", key, approvalonce.Answered(a))
 	}
 	if a.Status.Phase == dotsv1.ApprovalExpired {
+		if a.Spec.Permission == protocol.SpendPermission {
+			return nil, apiErrorf(http.StatusConflict, wire.CodeAlreadyResolved, "Approval %s no longer waits: its day ended before anyone answered (Expired)", key)
+		}
 		return nil, apiErrorf(http.StatusConflict, wire.CodeAlreadyResolved, "Approval %s no longer waits: its task ended before anyone answered (Expired)", key)
 	}
-	if body.Always && a.Spec.Permission == protocol.BudgetPermission {
-		return nil, badRequest("a budget approval is for its task only: always is not for it")
+	if body.Always && protocol.OneTimePermission(a.Spec.Permission) {
+		return nil, badRequest("a budget or spend approval answers one question: always is not for it")
 	}
 	base := a.DeepCopy()
 	a.Spec.Decision, a.Spec.Note, a.Spec.Always = decision, body.Note, body.Always

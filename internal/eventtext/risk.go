@@ -18,6 +18,12 @@ func PermissionPhrase(permission string) string {
 	if server, ok := protocol.MCPServerOfPermission(permission); ok {
 		return "the MCP server " + server + " (high risk)"
 	}
+	switch permission {
+	case protocol.BudgetPermission:
+		return "Spend more on this task"
+	case protocol.SpendPermission:
+		return "Spend more today in this namespace"
+	}
 	return permission
 }
 
@@ -26,6 +32,9 @@ func PermissionPhrase(permission string) string {
 // (protocol.DestructiveCall), and what an "always" of it would allow.
 func RiskLine(permission, tool string, args json.RawMessage) string {
 	line := PermissionPhrase(permission)
+	if protocol.OneTimePermission(permission) {
+		return line + "; answers this question only"
+	}
 	if protocol.DestructiveCall(permission, tool, args) {
 		line += ", destructive"
 	}

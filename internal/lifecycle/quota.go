@@ -1,10 +1,14 @@
 package lifecycle
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"k8s.io/utils/ptr"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
@@ -142,7 +146,8 @@ func DecideSpend(f SpendFacts) (SpendCap, error) {
 	suggest := max(s.Cap, 1)
 	ask := &dotsv1.SpendRequest{Day: f.Day, Phase: dotsv1.SpendRequestPending,
 		Message:           fmt.Sprintf("spent $%.2f of $%.2f today in namespace %s; allow $%.2f more?", f.Spent, s.Cap+s.Extra, f.Namespace, suggest),
-		SuggestedExtraUSD: strconv.FormatFloat(suggest, 'f', 2, 64)}
+		SuggestedExtraUSD: strconv.FormatFloat(suggest, 'f', 2, 64),
+		RequestID:         spendRequestID(f.Day, s.Cap+s.Extra)}
 	switch {
 	case today && f.Decision.Decision == dotsv1.Reject:
 		ask.Phase = dotsv1.SpendRequestRejected
@@ -156,6 +161,70 @@ func DecideSpend(f SpendFacts) (SpendCap, error) {
 		s.Request = ask
 	}
 	return s, nil
+}
+
+// AnswerSpend is the answer to the quota's pending request for more
+// spend: approve adds extra (the request's suggestion when empty) to what
+// was allowed today already.
+func AnswerSpend(q *dotsv1.DotQuota, decision dotsv1.ApprovalDecision, extra string) (*dotsv1.SpendDecision, error) {
+	req := q.Status.SpendRequest
+	if req == nil || req.Phase != dotsv1.SpendRequestPending {
+		return nil, fmt.Errorf("namespace %s asks for no more spend now (spent $%s today)", q.Namespace, cmp.Or(q.Status.SpentTodayUSD, "0.00"))
+	}
+	d := &dotsv1.SpendDecision{Day: req.Day, Decision: decision}
+	if decision != dotsv1.Approve {
+		return d, nil
+	}
+	more, err := strconv.ParseFloat(cmp.Or(extra, req.SuggestedExtraUSD), 64)
+	if err != nil || more <= 0 {
+		return nil, fmt.Errorf("--extra %q: US dollars more, e.g. 5 or 2.50", extra)
+	}
+	if prev := q.Spec.SpendDecision; prev != nil && prev.Day == req.Day && prev.Decision == dotsv1.Approve && prev.ExtraUSD != nil {
+		if had, err := strconv.ParseFloat(*prev.ExtraUSD, 64); err == nil {
+			more += had
+		}
+	}
+	d.ExtraUSD = ptr.To(strconv.FormatFloat(more, 'f', 2, 64))
+	return d, nil
+}
+
+// SpendAnswered reports whether the quota's spec answers the question
+// requestID already: its decision for that day refuses, or allows more
+// than was allowed when the question was asked. An answer written twice
+// (a retry after a crash) is then not added twice.
+func SpendAnswered(spec dotsv1.DotQuotaSpec, requestID string) bool {
+	day, allowed, ok := parseSpendRequestID(requestID)
+	d := spec.SpendDecision
+	if !ok || d == nil || d.Day != day {
+		return false
+	}
+	if d.Decision == dotsv1.Reject {
+		return true
+	}
+	var perDay, extra float64
+	if spec.SpendPerDayUSD != nil {
+		perDay, _ = strconv.ParseFloat(*spec.SpendPerDayUSD, 64)
+	}
+	if d.ExtraUSD != nil {
+		extra, _ = strconv.ParseFloat(*d.ExtraUSD, 64)
+	}
+	return perDay+extra > allowed+0.005
+}
+
+// spendRequestID names a day's question for more spend by the day and
+// what was allowed when it was asked (SpendRequest.requestID).
+func spendRequestID(day string, allowed float64) string {
+	return fmt.Sprintf("spend-%s-%.2f", day, allowed)
+}
+
+func parseSpendRequestID(id string) (day string, allowed float64, ok bool) {
+	rest, found := strings.CutPrefix(id, "spend-")
+	i := strings.LastIndexByte(rest, '-')
+	if !found || i < 0 {
+		return "", 0, false
+	}
+	allowed, err := strconv.ParseFloat(rest[i+1:], 64)
+	return rest[:i], allowed, err == nil
 }
 
 // SpendRejectedError is the error of a task held by the spend cap once a

@@ -98,8 +98,8 @@ func TestDecideSpend(t *testing.T) {
 		return &dotsv1.SpendDecision{Day: d, Decision: dotsv1.Approve, ExtraUSD: ptr.To(extra)}
 	}
 	reject := &dotsv1.SpendDecision{Day: day, Decision: dotsv1.Reject}
-	pending := func(msg, suggest string) *dotsv1.SpendRequest {
-		return &dotsv1.SpendRequest{Day: day, Phase: dotsv1.SpendRequestPending, Message: msg, SuggestedExtraUSD: suggest}
+	pending := func(msg, suggest, id string) *dotsv1.SpendRequest {
+		return &dotsv1.SpendRequest{Day: day, Phase: dotsv1.SpendRequestPending, Message: msg, SuggestedExtraUSD: suggest, RequestID: id}
 	}
 	tests := map[string]struct {
 		reason string
@@ -110,21 +110,21 @@ func TestDecideSpend(t *testing.T) {
 		"Under": {reason: "under the cap, nothing is asked", f: SpendFacts{Spent: 4.99, PerDay: ptr.To("5")}, want: SpendCap{Spent: 4.99, Cap: 5}},
 		"Reached": {reason: "the cap itself is reached: one request for the namespace",
 			f:    SpendFacts{Namespace: "team-a", Day: day, Spent: 5, PerDay: ptr.To("5.00")},
-			want: SpendCap{Reached: true, Spent: 5, Cap: 5, Request: pending("spent $5.00 of $5.00 today in namespace team-a; allow $5.00 more?", "5.00")}},
+			want: SpendCap{Reached: true, Spent: 5, Cap: 5, Request: pending("spent $5.00 of $5.00 today in namespace team-a; allow $5.00 more?", "5.00", "spend-2026-12-05-5.00")}},
 		"Approved": {reason: "an approval for today adds its extra: work flows",
 			f: SpendFacts{Namespace: "team-a", Day: day, Spent: 5.5, PerDay: ptr.To("5"), Decision: approve(day, "2")},
 			want: SpendCap{Spent: 5.5, Cap: 5, Extra: 2, Request: &dotsv1.SpendRequest{Day: day, Phase: dotsv1.SpendRequestApproved,
-				Message: "spent $5.50 of $7.00 today in namespace team-a; allow $5.00 more?", SuggestedExtraUSD: "5.00"}}},
+				Message: "spent $5.50 of $7.00 today in namespace team-a; allow $5.00 more?", SuggestedExtraUSD: "5.00", RequestID: "spend-2026-12-05-7.00"}}},
 		"ApprovedSpent": {reason: "once the extra is spent too, it asks again",
 			f:    SpendFacts{Namespace: "team-a", Day: day, Spent: 7, PerDay: ptr.To("5"), Decision: approve(day, "2")},
-			want: SpendCap{Reached: true, Spent: 7, Cap: 5, Extra: 2, Request: pending("spent $7.00 of $7.00 today in namespace team-a; allow $5.00 more?", "5.00")}},
+			want: SpendCap{Reached: true, Spent: 7, Cap: 5, Extra: 2, Request: pending("spent $7.00 of $7.00 today in namespace team-a; allow $5.00 more?", "5.00", "spend-2026-12-05-7.00")}},
 		"YesterdaysApproval": {reason: "an answer for another day counts for nothing",
 			f:    SpendFacts{Namespace: "team-a", Day: day, Spent: 5, PerDay: ptr.To("5"), Decision: approve("2026-12-04", "100")},
-			want: SpendCap{Reached: true, Spent: 5, Cap: 5, Request: pending("spent $5.00 of $5.00 today in namespace team-a; allow $5.00 more?", "5.00")}},
+			want: SpendCap{Reached: true, Spent: 5, Cap: 5, Request: pending("spent $5.00 of $5.00 today in namespace team-a; allow $5.00 more?", "5.00", "spend-2026-12-05-5.00")}},
 		"Rejected": {reason: "a rejection for today fails the held tasks",
 			f: SpendFacts{Namespace: "team-a", Day: day, Spent: 5, PerDay: ptr.To("5"), Decision: reject},
 			want: SpendCap{Reached: true, Rejected: true, Spent: 5, Cap: 5, Request: &dotsv1.SpendRequest{Day: day, Phase: dotsv1.SpendRequestRejected,
-				Message: "spent $5.00 of $5.00 today in namespace team-a; allow $5.00 more?", SuggestedExtraUSD: "5.00"}}},
+				Message: "spent $5.00 of $5.00 today in namespace team-a; allow $5.00 more?", SuggestedExtraUSD: "5.00", RequestID: "spend-2026-12-05-5.00"}}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"encoding/json"
+	"strings"
 	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -13,6 +15,7 @@ import (
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/controllers"
 	"github.com/invisible-dots/invisible-dots/guest/protocol"
+	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
@@ -217,15 +220,30 @@ var _ = Describe("Quota: a namespace's daily spend cap", func() {
 			g.Expect(outbox(id)).NotTo(ContainElement("task.created:" + string(t2.UID)))
 		}, "2s", "100ms").Should(Succeed())
 
-		By("a person allows $2 more: the held task goes")
-		got := quotaOf(Default, ns)
-		approved := got.DeepCopy()
-		approved.Spec.SpendDecision = &dotsv1.SpendDecision{Day: got.Status.SpendRequest.Day, Decision: dotsv1.Approve, ExtraUSD: ptr.To("2")}
-		Expect(k8sClient.Patch(suiteCtx, approved, client.MergeFrom(got))).To(Succeed())
+		By("the question is an Approval in the Dot's log, as every other: the Inbox, approve and the channels show it")
+		first := quotaOf(Default, ns).Status.SpendRequest
+		Expect(first.Dot).To(Equal(dot.Name), "the Dot of the oldest held task carries it")
+		Expect(first.RequestID).To(Equal("spend-" + first.Day + "-1.00"))
+		asked := approvalFor(dot, first.RequestID)
+		Expect(asked.Spec.Permission).To(Equal(protocol.SpendPermission))
+		Expect(asked.Spec.TaskName).To(BeEmpty())
+		Expect(asked.Spec.Reason).To(Equal(first.Message))
+		Eventually(func() dotsv1.ApprovalPhase { return approvalFor(dot, first.RequestID).Status.Phase }).Should(Equal(dotsv1.ApprovalPending))
+		Consistently(func() int {
+			return len(spendQuestions(id))
+		}, "1s", "100ms").Should(Equal(1), "asked once, however often the quota is looked at")
+
+		By("a person approves the Approval: the quota allows the suggested $1 more and the held task goes")
+		asked = approvalFor(dot, first.RequestID)
+		approved := asked.DeepCopy()
+		approved.Spec.Decision = dotsv1.Approve
+		Expect(k8sClient.Patch(suiteCtx, approved, client.MergeFrom(asked))).To(Succeed())
 		Eventually(func() dotsv1.TaskPhase { return taskOf(t2).Status.Phase }).Should(Equal(dotsv1.TaskRunning))
+		Expect(outbox(id)).NotTo(ContainElement("approval.received:"), "the guest never asked: nothing goes to it")
 		Eventually(func(g Gomega) {
 			q := quotaOf(g, ns)
-			g.Expect(q.Status.ExtraTodayUSD).To(Equal("2.00"))
+			g.Expect(q.Spec.SpendDecision).To(Equal(&dotsv1.SpendDecision{Day: first.Day, Decision: dotsv1.Approve, ExtraUSD: ptr.To("1.00")}))
+			g.Expect(q.Status.ExtraTodayUSD).To(Equal("1.00"))
 			g.Expect(meta.IsStatusConditionTrue(q.Status.Conditions, dotsv1.SpendCapReachedCondition)).To(BeFalse())
 			c := meta.FindStatusCondition(taskOf(t2).Status.Conditions, dotsv1.HeldCondition)
 			g.Expect(c).NotTo(BeNil())
@@ -244,10 +262,17 @@ var _ = Describe("Quota: a namespace's daily spend cap", func() {
 		Eventually(func(g Gomega) {
 			g.Expect(meta.IsStatusConditionTrue(taskOf(t3).Status.Conditions, dotsv1.HeldCondition)).To(BeTrue())
 		}).Should(Succeed())
-		got = quotaOf(Default, ns)
+		second := quotaOf(Default, ns).Status.SpendRequest
+		Expect(second.RequestID).To(Equal("spend-"+second.Day+"-2.00"), "asked again: another question")
+		Expect(approvalFor(dot, second.RequestID).Spec.Permission).To(Equal(protocol.SpendPermission))
+
+		By("a person rejects on the quota itself ('invisible-dots quota reject'): the Approval follows")
+		got := quotaOf(Default, ns)
 		rejected := got.DeepCopy()
 		rejected.Spec.SpendDecision = &dotsv1.SpendDecision{Day: got.Status.SpendRequest.Day, Decision: dotsv1.Reject}
 		Expect(k8sClient.Patch(suiteCtx, rejected, client.MergeFrom(got))).To(Succeed())
+		Eventually(func() dotsv1.ApprovalPhase { return approvalFor(dot, second.RequestID).Status.Phase }).Should(Equal(dotsv1.ApprovalRejected))
+		Eventually(func() []string { return spendResolutions(id) }).Should(Equal([]string{first.RequestID + ":approve", second.RequestID + ":reject"}))
 		Eventually(func(g Gomega) {
 			got := taskOf(t3)
 			g.Expect(got.Status.Phase).To(Equal(dotsv1.TaskFailed))
@@ -257,3 +282,40 @@ var _ = Describe("Quota: a namespace's daily spend cap", func() {
 		Expect(outbox(id)).NotTo(ContainElement("task.created:" + string(taskOf(t3).UID)))
 	})
 })
+
+// spendQuestions are the namespace's questions for more spend the Dot's log
+// carries (host approval.requested), by request id.
+func spendQuestions(d store.Dot) []string {
+	GinkgoHelper()
+	events, err := logStore.Events(suiteCtx, store.EventQuery{DotUID: d.UID, Types: []string{wire.EventApprovalRequested}, Limit: 100})
+	Expect(err).NotTo(HaveOccurred())
+	var ids []string
+	for _, e := range events {
+		var a protocol.ApprovalRequested
+		Expect(json.Unmarshal(e.Data, &a)).To(Succeed())
+		if e.Source == store.SourceHost && a.Permission == protocol.SpendPermission {
+			ids = append(ids, a.ApprovalID)
+		}
+	}
+	return ids
+}
+
+// spendResolutions are the log's approval.resolved of those questions, as
+// id:decision.
+func spendResolutions(d store.Dot) []string {
+	GinkgoHelper()
+	events, err := logStore.Events(suiteCtx, store.EventQuery{DotUID: d.UID, Types: []string{wire.EventApprovalResolved}, Limit: 100})
+	Expect(err).NotTo(HaveOccurred())
+	var out []string
+	for _, e := range events {
+		var r struct {
+			ID       string `json:"approval_id"`
+			Decision string `json:"decision"`
+		}
+		Expect(json.Unmarshal(e.Data, &r)).To(Succeed())
+		if strings.HasPrefix(r.ID, "spend-") {
+			out = append(out, r.ID+":"+r.Decision)
+		}
+	}
+	return out
+}

@@ -60,6 +60,14 @@ test("Home shows a namespace's spend today against its DotQuota, and its questio
   await applyDot('spender', ns);
   await guestSays('spender', [{ type: 'message.assistant', data: { text: 'Hello.', spent_usd: 1.5 } }], ns);
   await expect.poll(async () => (await getResource('dotquotas', 'default', ns)).status?.spendRequest?.phase, { timeout: 20_000 }).toBe('Pending');
+  // The question is an Approval too, in the log of the Dot whose work waits: the Inbox shows it as the
+  // namespace's, with no "always".
+  await page.goto(harness().url + '/inbox');
+  const card = page.locator('[data-card]', { has: page.getByTestId('spend-question') });
+  await expect(card.getByTestId('spend-question')).toHaveText(`Namespace ${ns} reached its daily spend cap`);
+  await expect(card.getByTestId('permission-phrase')).toHaveText('Spend more today in this namespace');
+  await expect(card).toContainText(`spent $1.50 of $1.00 today in namespace ${ns}; allow $1.00 more?`);
+  await expect(card.getByRole('button', { name: /Always allow/ })).toHaveCount(0);
   await page.goto(harness().url + '/');
   const line = page.locator(`[data-testid="quota"][data-namespace="${ns}"]`);
   await expect(line.getByTestId('quota-spend')).toHaveText(`Today: $1.50 of $1 (namespace ${ns})`);
@@ -69,6 +77,9 @@ test("Home shows a namespace's spend today against its DotQuota, and its questio
   await ask.getByRole('button', { name: 'Allow $1.00 more' }).click();
   await expect.poll(async () => (await getResource('dotquotas', 'default', ns)).spec?.spendDecision?.decision).toBe('approve');
   await expect(line.getByTestId('quota-ask')).toHaveCount(0);
+  // Answered on Home, the Approval follows and leaves the Inbox.
+  await page.goto(harness().url + '/inbox');
+  await expect(page.getByTestId('spend-question')).toHaveCount(0, { timeout: 20_000 });
 });
 
 test("a Dot beyond its namespace's active-Dots cap says on its card which cap holds it and how to change it", async ({ page }) => {

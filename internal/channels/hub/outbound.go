@@ -160,8 +160,11 @@ func (o *Outbound) deliver(ctx context.Context, e store.Event) (bool, error) {
 			return false, nil
 		}
 		outcome := OutcomeRejected
-		if d.Decision == "approve" {
+		switch d.Decision {
+		case wire.DecisionApprove:
 			outcome = OutcomeApproved
+		case wire.DecisionExpired:
+			outcome = OutcomeExpired
 		}
 		return o.Prompts.Settle(ctx, d.ApprovalID, "", outcome)
 	case wire.EventTaskCancelled:

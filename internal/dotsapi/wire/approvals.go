@@ -11,6 +11,12 @@ const (
 	DecisionReject  = "reject"
 )
 
+// DecisionExpired is the decision of an approval.resolved the control plane
+// logs for its own question when nobody answered it in time (a namespace's
+// spend question at the end of its day): nothing was decided, and the
+// question is moot.
+const DecisionExpired = "expired"
+
 // ApprovalAnswerPath is where the Approval namespace/approval is answered
 // (POST, ApprovalAnswer): decision is DecisionApprove or DecisionReject.
 // It writes the Approval's spec as kubectl patch would; a second answer,

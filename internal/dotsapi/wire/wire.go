@@ -55,6 +55,11 @@ const (
 	// EventTaskFailed: the control plane gave the task up ({task_id,
 	// error}), as the deliverer does after its failures.
 	EventTaskFailed = "task.failed"
+	// EventApprovalRequested: the control plane asks a person itself, in
+	// the log of the Dot the question concerns: a namespace's request for
+	// more spend in a day (protocol.SpendPermission). Its data is the
+	// guest's ApprovalRequested, with no task; the source tells them apart.
+	EventApprovalRequested = "approval.requested"
 	// EventApprovalResolved: a person decided ({approval_id, approval,
 	// decision, always}).
 	EventApprovalResolved = "approval.resolved"
@@ -82,7 +87,7 @@ const (
 // HostEventTypes lists the types the control plane logs itself.
 var HostEventTypes = []string{
 	EventMessageUser, EventGuestRefused, EventTaskCreated, EventTaskCancelled, EventTaskFailed,
-	EventApprovalResolved, EventDotCreated, EventDotUpdated, EventComputerState, EventMCPServerRefused,
+	EventApprovalRequested, EventApprovalResolved, EventDotCreated, EventDotUpdated, EventComputerState, EventMCPServerRefused,
 	EventChannelPeerPaired, EventChannelStatus,
 }
 

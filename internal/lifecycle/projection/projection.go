@@ -93,6 +93,9 @@ func (t *TaskView) end(phase dotsv1.TaskPhase, at time.Time) {
 type ApprovalView struct {
 	Requested protocol.ApprovalRequested
 	Resolved  bool
+	// Lapsed: the control plane logged that its own question expired
+	// unanswered (wire.DecisionExpired).
+	Lapsed bool
 }
 
 // View is a Dot's statuses as its log tells them: the one source of a
@@ -160,8 +163,12 @@ func (v *View) PendingApprovals() int {
 
 // Expired says whether an approval asked is moot: not resolved, and asked
 // for a task that has ended (completed, failed or cancelled), whether the
-// end came before the request was read or after.
+// end came before the request was read or after; or a question of the
+// control plane that the log says lapsed.
 func (v *View) Expired(a *ApprovalView) bool {
+	if a.Lapsed {
+		return true
+	}
 	if a.Resolved || a.Requested.TaskID == nil {
 		return false
 	}
@@ -209,6 +216,8 @@ func (v *View) foldHost(e Event) {
 		// MCPEvent is the guest's mcp.server.added a dot.updated or an
 		// mcp.server.refused answers.
 		MCPEvent int64 `json:"mcp_event"`
+		// Decision is an approval.resolved's.
+		Decision string `json:"decision"`
 	}
 	if json.Unmarshal(e.Data, &d) != nil {
 		return
@@ -242,14 +251,36 @@ func (v *View) foldHost(e Event) {
 			t.end(dotsv1.TaskFailed, e.At)
 			t.Error = d.Error
 		}
+	case wire.EventApprovalRequested:
+		// The control plane's own question (a namespace's spend): it
+		// waits as a guest's does.
+		var ev protocol.ApprovalRequested
+		if json.Unmarshal(e.Data, &ev) == nil && ev.ApprovalID != "" {
+			v.asked(&ev)
+		}
 	case wire.EventApprovalResolved:
 		if a, ok := v.Approvals[d.ApprovalID]; ok && !a.Resolved {
 			a.Resolved = true
+			a.Lapsed = d.Decision == wire.DecisionExpired
 			if a.Requested.TaskID != nil {
 				if t := v.task(*a.Requested.TaskID); t.Phase == dotsv1.TaskWaitingApproval {
 					t.Phase = dotsv1.TaskRunning
 				}
 			}
+		}
+	}
+}
+
+// asked folds a request for a person's decision, the guest's or the
+// control plane's.
+func (v *View) asked(ev *protocol.ApprovalRequested) {
+	if _, ok := v.Approvals[ev.ApprovalID]; !ok {
+		v.Approvals[ev.ApprovalID] = &ApprovalView{Requested: *ev}
+		v.ApprovalOrder = append(v.ApprovalOrder, ev.ApprovalID)
+	}
+	if ev.TaskID != nil {
+		if t := v.task(*ev.TaskID); t.Phase == dotsv1.TaskRunning {
+			t.Phase = dotsv1.TaskWaitingApproval
 		}
 	}
 }
@@ -330,15 +361,7 @@ func (v *View) foldGuest(e Event) {
 			v.Delegations = append(v.Delegations, d)
 		}
 	case *protocol.ApprovalRequested:
-		if _, ok := v.Approvals[ev.ApprovalID]; !ok {
-			v.Approvals[ev.ApprovalID] = &ApprovalView{Requested: *ev}
-			v.ApprovalOrder = append(v.ApprovalOrder, ev.ApprovalID)
-		}
-		if ev.TaskID != nil {
-			if t := v.task(*ev.TaskID); t.Phase == dotsv1.TaskRunning {
-				t.Phase = dotsv1.TaskWaitingApproval
-			}
-		}
+		v.asked(ev)
 	case *protocol.AutomationNextRun:
 		if ev.NextRunAtMS == nil {
 			v.NextAutomation = nil

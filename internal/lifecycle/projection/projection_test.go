@@ -106,17 +106,23 @@ func TestExpiredApprovals(t *testing.T) {
 	add(false, protocol.EventTaskStarted, `{"task_id":"t2"}`)
 	add(false, protocol.EventApprovalRequested, `{"approval_id":"running","task_id":"t2","tool":"exec","permission":"computer.exec","arguments":{}}`)
 	add(false, protocol.EventApprovalRequested, `{"approval_id":"chat","tool":"exec","permission":"computer.exec","arguments":{}}`)
+	// The control plane's own questions (a namespace's spend): one its day
+	// ended on, logged as expired, and one that waits.
+	add(true, wire.EventApprovalRequested, `{"approval_id":"spend-2026-11-30-5.00","tool":"dotquota","permission":"limits.spendPerDay","arguments":{}}`)
+	add(true, wire.EventApprovalResolved, `{"approval_id":"spend-2026-11-30-5.00","decision":"expired"}`)
+	add(true, wire.EventApprovalRequested, `{"approval_id":"spend-2026-12-01-5.00","tool":"dotquota","permission":"limits.spendPerDay","arguments":{}}`)
 	v := NewView()
 	v.Fold(log...)
 	got := map[string]bool{}
 	for id, a := range v.Approvals {
 		got[id] = v.Expired(a)
 	}
-	if diff := cmp.Diff(map[string]bool{"during": true, "after": true, "running": false, "chat": false}, got); diff != "" {
+	want := map[string]bool{"during": true, "after": true, "running": false, "chat": false, "spend-2026-11-30-5.00": true, "spend-2026-12-01-5.00": false}
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("expired -want +got:\n%s", diff)
 	}
-	if n := v.PendingApprovals(); n != 2 {
-		t.Errorf("pending %d; want 2 (the running task's and the chat's)", n)
+	if n := v.PendingApprovals(); n != 3 {
+		t.Errorf("pending %d; want 3 (the running task's, the chat's and today's spend question)", n)
 	}
 }
 

@@ -6,7 +6,7 @@
 // second answer with a 409 whose message starts with already_resolved.
 
 import { ApiError, GROUP, getJSON, mergePatch } from './api';
-import { DESTRUCTIVE_PERMISSIONS, DOT_HOME, PERMISSIONS, WORKSPACE_DIR } from './generated';
+import { DESTRUCTIVE_PERMISSIONS, DOT_HOME, ONE_TIME_PERMISSIONS, PERMISSIONS, WORKSPACE_DIR } from './generated';
 import { Cell } from './live';
 import type { Approval } from './types';
 
@@ -140,7 +140,11 @@ export function permissionPhrase(permission: string): string {
   const p = PERMISSIONS.find((x) => x.name === permission);
   if (p) return `${p.label} (${p.risk} risk)`;
   if (permission.startsWith('mcp.')) return `the MCP server ${permission.slice(4)} (high risk)`;
-  // A task at its cost cap asks for more (protocol.BudgetPermission).
-  if (permission === 'limits.cost') return 'Spend more on this task';
-  return permission;
+  // A task at its cost cap, or a namespace at its daily spend cap, asks for more.
+  return ONE_TIME_PERMISSIONS[permission] ?? permission;
+}
+
+/** An approval of permission answers one question only: its card offers no "always" (protocol.OneTimePermission). */
+export function oneTimePermission(permission: string): boolean {
+  return permission in ONE_TIME_PERMISSIONS;
 }

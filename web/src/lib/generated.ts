@@ -184,6 +184,11 @@ export const PERMISSIONS: { name: string; label: string; description: string; ri
 /** The permissions every call of which an approval card marks destructive; a file write is destructive outside WORKSPACE_DIR (guest/protocol DestructiveCall). */
 export const DESTRUCTIVE_PERMISSIONS: readonly string[] = ["computer.exec","browser.identity.delete"];
 
+/** The permissions an approval of which answers one question, in words: no "always" (guest/protocol OneTimePermissions, eventtext.PermissionPhrase). */
+export const ONE_TIME_PERMISSIONS: Record<string, string> = {"limits.cost":"Spend more on this task","limits.spendPerDay":"Spend more today in this namespace"};
+/** The permission of a namespace's question for more spend in a day (protocol.SpendPermission). */
+export const SPEND_PERMISSION = "limits.spendPerDay";
+
 /** Where the engine's relative paths start, and the Dot's home ("~"). */
 export const WORKSPACE_DIR = "/home/dot/workspace";
 export const DOT_HOME = "/home/dot";

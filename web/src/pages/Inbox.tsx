@@ -1,6 +1,7 @@
 import { useRef, useState } from 'preact/hooks';
 import { says } from '../lib/api';
-import { AnsweredElsewhere, allowedAs, answerApproval, answeredHere, coveredTools, isDestructive, permissionPhrase, type Answer } from '../lib/approvals';
+import { SPEND_PERMISSION } from '../lib/generated';
+import { AnsweredElsewhere, allowedAs, answerApproval, answeredHere, coveredTools, isDestructive, oneTimePermission, permissionPhrase, type Answer } from '../lib/approvals';
 import { approvals, inView, useCell, useTasks, viewNamespace, waiting } from '../lib/live';
 import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
 import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
@@ -276,15 +277,24 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
       data-card
       data-destructive={destructive ? '' : undefined}
       tabIndex={0}
-      aria-label={`${a.spec.dotName} asks to use ${a.spec.tool}`}
+      aria-label={a.spec.permission === SPEND_PERMISSION ? `Namespace ${ns} asks for more spend today` : `${a.spec.dotName} asks to use ${a.spec.tool}`}
       class="rounded-card border border-border bg-surface p-4 focus:ring-2 focus:ring-accent focus:outline-none"
     >
       <div class="flex flex-wrap items-baseline gap-x-2">
-        <a href={chatHref(ns, a.spec.dotName)} class="font-semibold underline">
-          {a.spec.dotName}
-        </a>
-        <span class="text-sm text-muted">wants to use</span>
-        <code class="font-mono text-sm">{a.spec.tool}</code>
+        {a.spec.permission === SPEND_PERMISSION ? (
+          // The namespace asks, in the log of the Dot whose work waits first.
+          <span class="font-semibold" data-testid="spend-question">
+            Namespace {ns} reached its daily spend cap
+          </span>
+        ) : (
+          <>
+            <a href={chatHref(ns, a.spec.dotName)} class="font-semibold underline">
+              {a.spec.dotName}
+            </a>
+            <span class="text-sm text-muted">wants to use</span>
+            <code class="font-mono text-sm">{a.spec.tool}</code>
+          </>
+        )}
         <span class="ml-auto text-xs text-muted">{ago(a.metadata.creationTimestamp)}</span>
       </div>
       {askedBy && (
@@ -368,7 +378,7 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
                   Allow for this {a.spec.taskName ? 'task' : 'turn'}
                 </button>
               )}
-              {a.spec.permission !== 'limits.cost' && (
+              {!oneTimePermission(a.spec.permission) && (
                 <button type="button" disabled={busy} class="rounded-card border border-border px-3 py-1.5 text-sm" onClick={() => setMode('always')}>
                   Always allow…
                 </button>
