@@ -170,6 +170,13 @@ func (p *Prompts) Ask(ctx context.Context, a Asked) (bool, error) {
 	if !p.On || p.Approvals == nil {
 		return false, nil
 	}
+	// A request the log reads again after it was answered (a channel that
+	// starts behind the log) is not asked: its answer follows in the log.
+	if o, err := p.Approvals.Outcome(ctx, p.Binding.Dot, a.ID); err != nil {
+		return false, err
+	} else if o != OutcomePending && o != OutcomeUnknown {
+		return false, nil
+	}
 	peers, err := p.Store.Peers(ctx, p.Binding.UID)
 	if err != nil {
 		return false, err

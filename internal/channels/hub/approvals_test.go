@@ -179,6 +179,18 @@ func TestPromptsAreBroughtUpToDate(t *testing.T) {
 	if sent := send.take(); len(sent) != 1 || !strings.Contains(sent[0], "[edit prompt-1]") || !strings.HasSuffix(sent[0], "Rejected.") {
 		t.Fatalf("a prompt answered elsewhere: %q", sent)
 	}
+	// A request read again from the log after it was answered is not
+	// asked.
+	approvals.ask(Asked{ID: "a4", Tool: "exec", Permission: "computer.exec"})
+	if _, err := approvals.Answer(ctx, store.Dot{}, "a4", true, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if sent, err := p.Ask(ctx, Asked{ID: "a4", Tool: "exec", Permission: "computer.exec"}); err != nil || sent {
+		t.Fatalf("an answered request asked again: sent %v, %v", sent, err)
+	}
+	if sent := send.take(); len(sent) != 0 {
+		t.Fatalf("an answered request asked again: %q", sent)
+	}
 	// a2's task ends: No longer needed.
 	if _, err := p.Settle(ctx, "", "t9", OutcomeExpired); err != nil {
 		t.Fatal(err)
