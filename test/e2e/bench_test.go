@@ -13,8 +13,11 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,8 +50,18 @@ func instantModel(modelRequest) modelAnswer { return modelAnswer{Text: chatAnswe
 //     began its send (the outbox row's sent_at): the control plane and the
 //     deliverer alone;
 //   - deliver-p50-ms: until the guest took the user.message (its
-//     delivered_at), the guest's POST /v1/agent/events added; the rest is
-//     the engine's turn with the model, and the event pump;
+//     delivered_at), the guest's POST /v1/agent/events added;
+//   - to-model-p50-ms: from there until the stand-in model got the turn's
+//     request: the engine's turn start inside the guest, on the emulated
+//     processor (its native cost is BenchmarkTurnOverhead's);
+//   - back-p50-ms, back-p99-ms: from the model's request until the answer
+//     was in the log: the stand-in's instant answer, the engine's commit of
+//     it (emulated too), the event pump and the control plane's ingest;
+//   - overhead-p50-ms, overhead-p99-ms: the round trip less the model and
+//     less the engine's turn start (to-model): what our own code adds on
+//     the host, with the engine's commit of the answer counted in, so an
+//     upper bound. Every time is the host's clock (the database's
+//     timestamps and the stand-in's), never the guest's;
 //   - wake-answer-s: the same for a Dot asleep (stopReason idle), the
 //     median of 3;
 //   - boot-s: the same image booted by the host's driver alone in the same
@@ -60,7 +73,8 @@ func BenchmarkDotChat(b *testing.B) {
 		b.Skipf("QEMU is not installed (invisible-dots setup installs it): %v", err)
 	}
 	name := "bench-chat"
-	w, dots := readyBenchDot(b, name)
+	clock := &modelClock{at: map[int]time.Time{}}
+	w, dots := readyBenchDotWith(b, name, clock.model)
 	k := w.k
 	ctx := context.Background()
 
@@ -75,7 +89,17 @@ func BenchmarkDotChat(b *testing.B) {
 		warm = append(warm, d)
 		asked = append(asked, id)
 	}
-	send, deliver := deliveredAfter(b, w.home, asked)
+	var send, deliver, toModel, back, overhead []time.Duration
+	for i, dl := range deliveries(b, w.home, asked) {
+		modelAt, ok := clock.of(i)
+		if !ok {
+			b.Fatalf("the stand-in model saw no request for warm message %d", i)
+		}
+		answered := dl.asked.Add(warm[i])
+		send, deliver = append(send, dl.sent.Sub(dl.asked)), append(deliver, dl.delivered.Sub(dl.asked))
+		toModel, back = append(toModel, modelAt.Sub(dl.delivered)), append(back, answered.Sub(modelAt))
+		overhead = append(overhead, warm[i]-modelAt.Sub(dl.delivered))
+	}
 
 	// Asleep: idle after 5 s, then a message wakes it.
 	k.apply(idleDot(name, "allow", "5s"))
@@ -98,6 +122,11 @@ func BenchmarkDotChat(b *testing.B) {
 	b.ReportMetric(ms(percentile(warm, 99)), "chat-p99-ms")
 	b.ReportMetric(ms(percentile(send, 50)), "send-p50-ms")
 	b.ReportMetric(ms(percentile(deliver, 50)), "deliver-p50-ms")
+	b.ReportMetric(ms(percentile(toModel, 50)), "to-model-p50-ms")
+	b.ReportMetric(ms(percentile(back, 50)), "back-p50-ms")
+	b.ReportMetric(ms(percentile(back, 99)), "back-p99-ms")
+	b.ReportMetric(ms(percentile(overhead, 50)), "overhead-p50-ms")
+	b.ReportMetric(ms(percentile(overhead, 99)), "overhead-p99-ms")
 	b.ReportMetric(percentile(wake, 50).Seconds(), "wake-answer-s")
 	b.ReportMetric(boot.Seconds(), "boot-s")
 	b.ReportMetric(percentile(wake, 50).Seconds()/boot.Seconds(), "wake-answer/boot")
@@ -202,7 +231,12 @@ func BenchmarkTelegramChat(b *testing.B) {
 // readyBenchDot is a Dot name on the test image, READY and never idle, whose
 // model answers at once, and the Dots API's client.
 func readyBenchDot(b *testing.B, name string) (work, *client.Client) {
-	w := newWork(b, name, instantModel)
+	return readyBenchDotWith(b, name, instantModel)
+}
+
+// readyBenchDotWith is readyBenchDot with the stand-in model model.
+func readyBenchDotWith(b *testing.B, name string, model func(modelRequest) modelAnswer) (work, *client.Client) {
+	w := newWork(b, name, model)
 	w.k.apply(idleDot(name, "allow", "0s"))
 	w.k.waitDot(name, vmReadyTimeout, readyDot)
 	return w, w.dots()
@@ -261,10 +295,13 @@ func wakeSteps(ctx context.Context, dots *client.Client, dot string, id int64) s
 	return strings.Join(steps, "; ")
 }
 
-// deliveredAfter reads, from the server's database, how long after each
-// message's event the send of its outbox row began, and when it was
-// delivered.
-func deliveredAfter(b *testing.B, h home.Layout, events []int64) (sent, delivered []time.Duration) {
+// delivery is when a message's event was stored, when the send of its
+// outbox row began, and when the guest took it.
+type delivery struct{ asked, sent, delivered time.Time }
+
+// deliveries reads, from the server's database, the delivery of each
+// message's event.
+func deliveries(b *testing.B, h home.Layout, events []int64) []delivery {
 	b.Helper()
 	ctx := context.Background()
 	dsn := url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/invisible_dots",
@@ -274,17 +311,53 @@ func deliveredAfter(b *testing.B, h home.Layout, events []int64) (sent, delivere
 		b.Fatalf("connect to the server's database: %v", err)
 	}
 	defer conn.Close(ctx)
-	seconds := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	var out []delivery
 	for _, id := range events {
-		var s, d float64
-		err := conn.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM i.sent_at - e.created_at)::float8, EXTRACT(EPOCH FROM i.delivered_at - e.created_at)::float8
-FROM events e JOIN inbound_events i ON i.id = $2 WHERE e.id = $1`, id, store.MessageID(id)).Scan(&s, &d)
+		var d delivery
+		err := conn.QueryRow(ctx, `SELECT e.created_at, i.sent_at, i.delivered_at FROM events e JOIN inbound_events i ON i.id = $2 WHERE e.id = $1`,
+			id, store.MessageID(id)).Scan(&d.asked, &d.sent, &d.delivered)
 		if err != nil {
 			b.Fatalf("read the delivery of message %d: %v", id, err)
 		}
-		sent, delivered = append(sent, seconds(s)), append(delivered, seconds(d))
+		out = append(out, d)
 	}
-	return sent, delivered
+	return out
+}
+
+// modelClock is BenchmarkDotChat's stand-in model: it answers at once, as
+// instantModel does, and notes when the first request of each warm message
+// arrived (the host's clock, as the database's timestamps).
+type modelClock struct {
+	mu sync.Mutex
+	at map[int]time.Time
+}
+
+var warmMessageRe = regexp.MustCompile(`warm message (\d+)`)
+
+func (m *modelClock) model(req modelRequest) modelAnswer {
+	now := time.Now()
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role != "user" {
+			continue
+		}
+		if sm := warmMessageRe.FindStringSubmatch(req.text(i)); sm != nil {
+			n, _ := strconv.Atoi(sm[1])
+			m.mu.Lock()
+			if _, seen := m.at[n]; !seen {
+				m.at[n] = now
+			}
+			m.mu.Unlock()
+		}
+		break
+	}
+	return instantModel(req)
+}
+
+func (m *modelClock) of(n int) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.at[n]
+	return t, ok
 }
 
 // driverBoot boots the test image with the host's QEMU driver alone, in a

@@ -62,7 +62,10 @@ var goals = []goal{
 	{What: "OpenAI endpoint, answer's commit to the client, whole p99 (ms)", Bench: "OpenAIChat", Unit: "whole-p99-ms", AtMost: 50},
 	{What: "OpenAI endpoint, answer's commit to the client, streamed p99 (ms)", Bench: "OpenAIChat", Unit: "streamed-p99-ms", AtMost: 50},
 	{What: "warm chat round trip p99, tcg, stand-in model (ms)", Bench: "DotChat", Unit: "chat-p99-ms"},
-	{What: "our own overhead in a warm chat, p99 (ms)", Bench: "DotChat", Unit: "overhead-p99-ms", AtMost: 100},
+	{What: "… of it: to the guest (deliver) p50 (ms)", Bench: "DotChat", Unit: "deliver-p50-ms"},
+	{What: "… the engine's turn start under tcg p50 (ms)", Bench: "DotChat", Unit: "to-model-p50-ms"},
+	{What: "… the model's answer back into the log p50 (ms)", Bench: "DotChat", Unit: "back-p50-ms"},
+	{What: "our own overhead in a warm chat, p99 (ms; the round trip less the model and the turn's start)", Bench: "DotChat", Unit: "overhead-p99-ms", AtMost: 100},
 	{What: "a sleeping Dot's answer ÷ the image's boot", Bench: "DotChat", Unit: "wake-answer/boot", AtMost: 1.1},
 	{What: "Telegram: the hub's own part of a chat, p99 (ms)", Bench: "TelegramChat", Unit: "hub-p99-ms", AtMost: 100},
 }
