@@ -18,7 +18,7 @@ import (
 // generatedTables is the client's copy of the Go tables it shows (the
 // permissions with their words, risk and default, the config's bounds, and
 // the events whose spend the usage route sums, the phases in which a task
-// has ended):
+// has ended, the labels a Task's Dot and asker are selected by):
 // written from Go, so the words have one owner. The test fails when the
 // file drifts; UPDATE_WEB_TABLES=1 writes it again.
 const generatedTables = "src/lib/generated.ts"
@@ -114,7 +114,7 @@ func tablesSource() ([]byte, error) {
 		return nil, err
 	}
 	var out bytes.Buffer
-	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds, DestructivePermissions), the engine's tool table (ToolsOf), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.\n")
+	fmt.Fprintf(&out, "// Written by web/tables_test.go from guest/protocol (Permissions, Bounds, DestructivePermissions), the engine's tool table (ToolsOf), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended, DotLabel, RequestedByLabel) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.\n")
 	fmt.Fprintf(&out, "// UPDATE_WEB_TABLES=1 go test ./web writes it again.\n\n")
 	fmt.Fprintf(&out, "export type Decision = 'allow' | 'ask' | 'deny';\n\n")
 	fmt.Fprintf(&out, "export const PERMISSIONS: { name: string; label: string; description: string; risk: 'low' | 'medium' | 'high'; default: Decision; tools: string[] }[] = %s;\n\n", pj)
@@ -132,6 +132,8 @@ func tablesSource() ([]byte, error) {
 	fmt.Fprintf(&out, "/** The phases in which a task has ended: nothing leads out of them (api/v1alpha1 TaskPhase.Ended). */\n")
 	fmt.Fprintf(&out, "export const ENDED_TASK_PHASES = %s as const;\n\n", ej)
 	fmt.Fprintf(&out, "export type EndedTaskPhase = (typeof ENDED_TASK_PHASES)[number];\n")
+	fmt.Fprintf(&out, "\n/** The label every Task carries with its Dot's name, and the one a delegated Task carries with the asker's: a Dot's tasks, or its requests, are listed by selector (api/v1alpha1 DotLabel, RequestedByLabel). */\n")
+	fmt.Fprintf(&out, "export const DOT_LABEL = %q;\nexport const REQUESTED_BY_LABEL = %q;\n", dotsv1.DotLabel, dotsv1.RequestedByLabel)
 	fmt.Fprintf(&out, "\n/** How each messaging channel is named to people (wire.ChannelKindNames). */\n")
 	fmt.Fprintf(&out, "export const CHANNEL_NAMES: Record<string, string> = %s;\n", cj)
 	fmt.Fprintf(&out, "\n/** What a person is told where they link a channel of each kind (wire.ChannelWarnings). */\n")

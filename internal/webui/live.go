@@ -22,6 +22,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,16 +30,27 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // LivePath is where the page reads its watches and the Dots API's stream as
-// one answer: ?watch=KIND:RESOURCEVERSION (repeated, one per kind), and the
-// stream's own ?types= and ?after=, and ?namespace= to watch one namespace's
-// objects (a person who may not list every namespace's). Each watch event comes as an SSE event
-// "watch" whose data is {"kind": KIND, "event": <the watch event>}; the
-// stream's events come as the stream wrote them. The answer ends when any
-// of its parts ends, and the page opens it again from where each part was.
+// one answer: ?watch=KIND:RESOURCEVERSION (repeated, one per kind) or
+// ?watch=KIND@SELECTOR:RESOURCEVERSION for the objects of the kind a label
+// selector picks (one Dot's tasks: tasks@dots.invisible.dev/dot=NAME), and
+// the stream's own ?types= and ?after=, and ?namespace= to watch one
+// namespace's objects (a person who may not list every namespace's). Each
+// watch event comes as an SSE event "watch" whose data is {"kind": KIND,
+// "selector": SELECTOR, "event": <the watch event>}, the selector left out
+// when the watch has none; the stream's events come as the stream wrote
+// them. The answer ends when any of its parts ends, and the page opens it
+// again from where each part was.
+//
+// The selector rides on the one connection rather than on a watch of its
+// own, which would take one of the browser's six connections again; the API
+// server evaluates it, so the page is sent that Dot's tasks alone. A label
+// selector holds no ':' and a kind no '@', so KIND@SELECTOR ends at the
+// first ':' whatever the resourceVersion holds.
 const LivePath = "/web/v1/live"
 
 // liveKinds are the collections of our group a page may watch here.
@@ -74,7 +86,7 @@ func (u *backend) get(ctx context.Context, p string, q url.Values, accept string
 	return u.client.Do(req)
 }
 
-type liveWatch struct{ kind, rv string }
+type liveWatch struct{ kind, selector, rv string }
 
 // parseLive reads LivePath's query, or says what is wrong with it.
 func parseLive(q url.Values) (watches []liveWatch, namespace string, stream url.Values, err error) {
@@ -84,15 +96,21 @@ func parseLive(q url.Values) (watches []liveWatch, namespace string, stream url.
 		switch key {
 		case "watch":
 			for _, v := range vals {
-				kind, rv, ok := strings.Cut(v, ":")
+				what, rv, ok := strings.Cut(v, ":")
+				kind, selector, selected := strings.Cut(what, "@")
 				if !ok || !liveKinds[kind] || rv == "" {
-					return nil, "", nil, fmt.Errorf("watch=%q is not KIND:RESOURCEVERSION with a kind of dots, computers, approvals, tasks or channels (list the kind first, then watch from the list's resourceVersion)", v)
+					return nil, "", nil, fmt.Errorf("watch=%q is not KIND:RESOURCEVERSION or KIND@LABELSELECTOR:RESOURCEVERSION with a kind of dots, computers, approvals, tasks or channels (list the kind first, with the same labelSelector, then watch from the list's resourceVersion)", v)
 				}
-				if seen[kind] {
-					return nil, "", nil, fmt.Errorf("%s is watched twice; give each kind once", kind)
+				if selected {
+					if _, err := labels.Parse(selector); err != nil || strings.TrimSpace(selector) == "" {
+						return nil, "", nil, fmt.Errorf("watch=%q: %q is not a label selector such as dots.invisible.dev/dot=NAME (leave out @ to watch every %s)", v, selector, kind)
+					}
 				}
-				seen[kind] = true
-				watches = append(watches, liveWatch{kind, rv})
+				if seen[what] {
+					return nil, "", nil, fmt.Errorf("%s is watched twice; give each kind, or kind and selector, once", what)
+				}
+				seen[what] = true
+				watches = append(watches, liveWatch{kind, selector, rv})
 			}
 		case "types", "after":
 			stream[key] = vals
@@ -165,6 +183,9 @@ func (h *handler) serveLive(w http.ResponseWriter, r *http.Request) {
 	var starts []func()
 	for _, wt := range watches {
 		q := url.Values{"watch": {"1"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {wt.rv}}
+		if wt.selector != "" {
+			q.Set("labelSelector", wt.selector)
+		}
 		p := liveGroupPath + wt.kind
 		if namespace != "" {
 			p = liveGroupPath + "namespaces/" + namespace + "/" + wt.kind
@@ -173,7 +194,13 @@ func (h *handler) serveLive(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		kind := wt.kind
+		// The page tells its watches apart by kind and selector.
+		var id bytes.Buffer
+		fmt.Fprintf(&id, "\"kind\":%q", wt.kind)
+		if wt.selector != "" {
+			sel, _ := json.Marshal(wt.selector)
+			fmt.Fprintf(&id, ",\"selector\":%s", sel)
+		}
 		starts = append(starts, func() {
 			sc := bufio.NewScanner(body)
 			sc.Buffer(make([]byte, 64<<10), maxWatchLine)
@@ -183,7 +210,7 @@ func (h *handler) serveLive(w http.ResponseWriter, r *http.Request) {
 					continue
 				}
 				var b bytes.Buffer
-				fmt.Fprintf(&b, "event: watch\ndata: {\"kind\":%q,\"event\":%s}\n\n", kind, line)
+				fmt.Fprintf(&b, "event: watch\ndata: {%s,\"event\":%s}\n\n", id.Bytes(), line)
 				if !send(b.Bytes()) {
 					return
 				}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -256,14 +257,17 @@ func TestLive(t *testing.T) {
 		t.Errorf("watch=secrets:1 answered %d %s; want 400 saying the form", bad.StatusCode, body)
 	}
 
-	resp, err := http.Get(srv.URL + LivePath + "?watch=dots:5&watch=tasks:3&types=message.user&after=6")
+	// Every task of the scope, and one Dot's tasks by the label the API
+	// server evaluates: two watches of one kind, told apart by the selector.
+	resp, err := http.Get(srv.URL + LivePath + "?watch=dots:5&watch=tasks:3&watch=" + url.QueryEscape("tasks@dots.invisible.dev/dot=alice:4") + "&types=message.user&after=6")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	want := map[string]bool{
-		"event: watch\ndata: {\"kind\":\"dots\",\"event\":{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"6\"}}}}\n\n":  true,
-		"event: watch\ndata: {\"kind\":\"tasks\",\"event\":{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"6\"}}}}\n\n": true,
+		"event: watch\ndata: {\"kind\":\"dots\",\"event\":{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"6\"}}}}\n\n":                                                true,
+		"event: watch\ndata: {\"kind\":\"tasks\",\"event\":{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"6\"}}}}\n\n":                                               true,
+		"event: watch\ndata: {\"kind\":\"tasks\",\"selector\":\"dots.invisible.dev/dot=alice\",\"event\":{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"6\"}}}}\n\n": true,
 		"id: 7\n\n": true,
 		"id: 8\nevent: message.user\ndata: {\"id\":\"8\"}\n\n": true,
 	}
@@ -290,6 +294,7 @@ func TestLive(t *testing.T) {
 	sort.Strings(paths)
 	wantPaths := []string{
 		"Bearer the-server-token /apis/dots.invisible.dev/v1alpha1/dots?allowWatchBookmarks=true&resourceVersion=5&watch=1",
+		"Bearer the-server-token /apis/dots.invisible.dev/v1alpha1/tasks?allowWatchBookmarks=true&labelSelector=dots.invisible.dev%2Fdot%3Dalice&resourceVersion=4&watch=1",
 		"Bearer the-server-token /apis/dots.invisible.dev/v1alpha1/tasks?allowWatchBookmarks=true&resourceVersion=3&watch=1",
 		"Bearer the-server-token /dots/v1/stream?after=6&types=message.user",
 	}
@@ -320,5 +325,33 @@ func TestListenURLNamesTheMachineForEveryAddress(t *testing.T) {
 	got := (Listen{Address: "0.0.0.0:3443", TLS: true}).URL()
 	if !strings.HasPrefix(got, "https://") || strings.Contains(got, "0.0.0.0") || !strings.HasSuffix(got, ":3443") {
 		t.Errorf("URL of 0.0.0.0:3443 = %q; want https:// and the machine's name", got)
+	}
+}
+
+// TestParseLiveSelector: a watch picks its objects with a label selector
+// given after @, and what is not one is refused with what to send instead.
+func TestParseLiveSelector(t *testing.T) {
+	watches, _, _, err := parseLive(url.Values{"watch": {"tasks:3", "tasks@dots.invisible.dev/dot=alice:4", "tasks@dots.invisible.dev/dot=bob:4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []liveWatch{{"tasks", "", "3"}, {"tasks", "dots.invisible.dev/dot=alice", "4"}, {"tasks", "dots.invisible.dev/dot=bob", "4"}}
+	if diff := cmp.Diff(want, watches, cmp.AllowUnexported(liveWatch{})); diff != "" {
+		t.Errorf("the watches (-want +got):\n%s", diff)
+	}
+	for name, c := range map[string]struct {
+		watch []string
+		says  string
+	}{
+		"empty selector":  {[]string{"tasks@:1"}, "not a label selector"},
+		"blank selector":  {[]string{"tasks@ :1"}, "not a label selector"},
+		"not a selector":  {[]string{"tasks@dot=a=b:1"}, "not a label selector"},
+		"selector, no rv": {[]string{"tasks@dots.invisible.dev/dot=a"}, "KIND@LABELSELECTOR:RESOURCEVERSION"},
+		"another kind":    {[]string{"secrets@a=b:1"}, "KIND@LABELSELECTOR:RESOURCEVERSION"},
+		"the same twice":  {[]string{"tasks@dots.invisible.dev/dot=a:1", "tasks@dots.invisible.dev/dot=a:2"}, "watched twice"},
+	} {
+		if _, _, _, err := parseLive(url.Values{"watch": c.watch}); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: watch=%q gave %v; want an error saying %q", name, c.watch, err, c.says)
+		}
 	}
 }

@@ -231,3 +231,49 @@ test('an answered card stays in its place as a receipt until the person leaves t
   await expect(page.locator('[data-card]', { hasText: 'receipt-dot' })).toHaveCount(1);
   await expect(page.getByTestId('answered-receipt')).toHaveCount(0);
 });
+
+test("a delegated task's approval names both Dots, its task read among its Dot's tasks by selector", async ({ page }) => {
+  await applyDot('deleg-asker');
+  await applyDot('deleg-doer');
+  await addTask('deleg-asker', 'deleg-asker-t', { description: 'plan the trip' });
+  const post = async (kind: string, body: unknown) => {
+    const res = await fetch(`${harness().url}/apis/dots.invisible.dev/v1alpha1/namespaces/default/${kind}`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    expect(res.ok, `make ${kind}: ${res.status} ${await res.clone().text()}`).toBe(true);
+  };
+  // As the control plane makes a delegated task (controllers/delegation_controller.go):
+  // its asker in its spec and in its label.
+  await post('tasks', {
+    apiVersion: 'dots.invisible.dev/v1alpha1',
+    kind: 'Task',
+    metadata: { name: 'deleg-doer-t', labels: { 'dots.invisible.dev/requested-by': 'deleg-asker' } },
+    spec: { dotName: 'deleg-doer', description: 'book the train', requestedBy: { dot: 'deleg-asker', task: 'deleg-asker-t', depth: 1 } },
+  });
+  await post('approvals', {
+    apiVersion: 'dots.invisible.dev/v1alpha1',
+    kind: 'Approval',
+    metadata: { name: 'deleg-ask' },
+    spec: { dotName: 'deleg-doer', taskName: 'deleg-doer-t', tool: 'exec', permission: 'computer.exec', arguments: { command: 'ls' }, reason: 'look at the tickets' },
+  });
+  const selectors: string[] = [];
+  page.on('request', (r) => {
+    const u = new URL(r.url());
+    const s = u.searchParams.get('labelSelector');
+    if (s) selectors.push(s);
+    if (u.pathname.startsWith('/apis/') && u.pathname.endsWith('/tasks') && !s) selectors.push(`every task: ${u}`);
+  });
+
+  await page.goto(harness().url + '/inbox');
+  const card = page.locator('[data-card]', { hasText: 'deleg-doer' });
+  await expect(card.getByTestId('asked-by')).toHaveText('asked by deleg-asker (task deleg-asker-t)');
+  expect(selectors).toContain('dots.invisible.dev/dot=deleg-doer');
+
+  // The asker's task lists what it asked, by the asker's requested-by label.
+  await card.getByRole('link', { name: 'deleg-asker-t' }).click();
+  await expect(page.getByTestId('task-asked')).toContainText('deleg-doer: book the train');
+  expect(selectors).toContain('dots.invisible.dev/requested-by=deleg-asker');
+  expect(selectors.filter((s) => s.startsWith('every task'))).toEqual([]);
+});

@@ -109,3 +109,46 @@ test("a task's waiting approval is answerable on its card and in its drawer", as
   await expect(drawer.locator('[data-card]')).toHaveCount(0);
   await expect(drawer.getByTestId('task-story')).toContainText('asks to run exec');
 });
+
+test("a Dot's Tasks page reads that Dot's tasks by label selector, live", async ({ page }) => {
+  await applyDot('sel-dot');
+  await applyDot('sel-other');
+  await addTask('sel-dot', 'sel-mine', { description: 'mine' });
+  await addTask('sel-other', 'sel-theirs', { description: 'theirs' });
+  const urls: URL[] = [];
+  page.on('request', (r) => urls.push(new URL(r.url())));
+  const watchesOf = () => urls.filter((u) => u.pathname === '/web/v1/live').map((u) => u.searchParams.getAll('watch'));
+  const listed = page.waitForResponse((r) => new URL(r.url()).searchParams.get('labelSelector') === 'dots.invisible.dev/dot=sel-dot');
+  await page.goto(harness().url + '/dots/default/sel-dot/tasks');
+
+  // The API server picks the tasks: the list's answer holds the Dot's alone.
+  const list = await (await listed).json();
+  expect(list.items.map((t: any) => t.metadata.name)).toContain('sel-mine');
+  expect(list.items.filter((t: any) => t.spec.dotName !== 'sel-dot')).toEqual([]);
+  await expect(page.locator('[data-task=sel-mine]')).toBeVisible();
+  await expect(page.locator('[data-task=sel-theirs]')).toHaveCount(0);
+  // No view lists every Task (the Inbox's count reads the failed ones of
+  // the Dots API apart), and the live connection watches the Dot's by the
+  // same selector.
+  expect(urls.filter((u) => u.pathname.startsWith('/apis/') && u.pathname.endsWith('/tasks') && !u.searchParams.has('labelSelector')).map(String)).toEqual([]);
+  await expect.poll(() => watchesOf().at(-1)?.filter((w) => w.startsWith('tasks'))).toEqual([expect.stringMatching(/^tasks@dots\.invisible\.dev\/dot=sel-dot:\d+$/)]);
+
+  // Live: the other Dot's new task is made first, so it would arrive first
+  // on a watch of every task; only this Dot's appears.
+  await addTask('sel-other', 'sel-theirs-2', { description: 'theirs, later' });
+  await addTask('sel-dot', 'sel-mine-2', { description: 'mine, later' });
+  await expect(page.locator('[data-task=sel-mine-2]')).toBeVisible();
+  await expect(page.locator('[data-task^=sel-theirs]')).toHaveCount(0);
+
+  // Another Dot's page, reached without a reload, watches that Dot's tasks instead.
+  await page.getByTestId('rail-dots').getByRole('link', { name: 'sel-other' }).click();
+  await page.getByRole('link', { name: 'Tasks', exact: true }).click();
+  await expect(page).toHaveURL(/\/dots\/default\/sel-other\/tasks$/);
+  await expect(page.locator('[data-task=sel-theirs-2]')).toBeVisible();
+  await expect(page.locator('[data-task^=sel-mine]')).toHaveCount(0);
+  await expect.poll(() => watchesOf().at(-1)?.filter((w) => w.startsWith('tasks'))).toEqual([expect.stringMatching(/^tasks@dots\.invisible\.dev\/dot=sel-other:\d+$/)]);
+  await addTask('sel-dot', 'sel-mine-3', { description: 'mine, latest' });
+  await addTask('sel-other', 'sel-theirs-3', { description: 'theirs, latest' });
+  await expect(page.locator('[data-task=sel-theirs-3]')).toBeVisible();
+  await expect(page.locator('[data-task^=sel-mine]')).toHaveCount(0);
+});

@@ -1,4 +1,4 @@
-import { computers, dots, useCell, useTasks } from '../lib/live';
+import { computers, dots, useCell, useDotTasks } from '../lib/live';
 import { DOT_PAGES, dotHref, type DotPage } from '../lib/router';
 import { phaseLabel, phaseTone, reason, toneText } from '../lib/format';
 import { useState } from 'preact/hooks';
@@ -19,7 +19,8 @@ const TAB_LABEL: Record<DotPage, string> = {
 export function DotHeader({ ns, name, tab }: { ns: string; name: string; tab: DotPage }) {
   const dot = useCell(dots).items.get(`${ns}/${name}`);
   const computer = useCell(computers).items.get(`${ns}/${name}`);
-  const all = useTasks();
+  // The Dot's tasks, the watch its Tasks page holds too.
+  const all = useDotTasks(name);
   const phase = dot?.status?.phase;
   const computerState = computer?.status?.state;
   // The newest progress line of the running task, under the name.

@@ -3,7 +3,7 @@
 // written once. Stop always asks and says the automations do not run while
 // the computer is stopped; Reboot asks only while a task of the Dot runs,
 // and names it.
-import { useTasks } from '../lib/live';
+import { useDotTasks } from '../lib/live';
 import { power, POWER_WORDS, type Power } from '../lib/power';
 import type { Computer } from '../lib/types';
 import { btn, Confirm } from '../lib/ui';
@@ -11,10 +11,8 @@ import { useCan } from '../lib/session';
 
 /** The first line of the Dot's running task (its Task's phase), which a reboot or a stop would cut short. */
 function useRunningTask(ns: string, name: string): { task: string; known: boolean } {
-  const all = useTasks();
-  const t = [...all.items.values()].find(
-    (t) => (t.metadata.namespace ?? 'default') === ns && t.spec.dotName === name && t.status?.phase === 'RUNNING',
-  );
+  const all = useDotTasks(name);
+  const t = [...all.items.values()].find((t) => (t.metadata.namespace ?? 'default') === ns && t.status?.phase === 'RUNNING');
   return { task: t ? t.spec.description.split('\n')[0] : '', known: all.loaded };
 }
 

@@ -1,4 +1,4 @@
-// Written by web/tables_test.go from guest/protocol (Permissions, Bounds, DestructivePermissions), the engine's tool table (ToolsOf), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.
+// Written by web/tables_test.go from guest/protocol (Permissions, Bounds, DestructivePermissions), the engine's tool table (ToolsOf), the Dots API (SpendEventTypes) the Task API (TaskPhase.Ended, DotLabel, RequestedByLabel) and the channels' names, warnings, states and error codes (ChannelKindNames, ChannelWarnings, ChannelState, wire.Code*); do not edit.
 // UPDATE_WEB_TABLES=1 go test ./web writes it again.
 
 export type Decision = 'allow' | 'ask' | 'deny';
@@ -229,6 +229,10 @@ export const SPEND_EVENT_TYPES: readonly string[] = ["task.completed","task.fail
 export const ENDED_TASK_PHASES = ["COMPLETED","FAILED","CANCELLED"] as const;
 
 export type EndedTaskPhase = (typeof ENDED_TASK_PHASES)[number];
+
+/** The label every Task carries with its Dot's name, and the one a delegated Task carries with the asker's: a Dot's tasks, or its requests, are listed by selector (api/v1alpha1 DotLabel, RequestedByLabel). */
+export const DOT_LABEL = "dots.invisible.dev/dot";
+export const REQUESTED_BY_LABEL = "dots.invisible.dev/requested-by";
 
 /** How each messaging channel is named to people (wire.ChannelKindNames). */
 export const CHANNEL_NAMES: Record<string, string> = {"telegram":"Telegram","whatsapp":"WhatsApp"};

@@ -1,8 +1,10 @@
 // The page's live state, shared by every view: the resources from one
 // Kubernetes list each, then their watches and the Dots API's stream of every
 // Dot's log, all over one connection for the whole page (runLive).
+import { useEffect } from 'preact/hooks';
 import { GROUP } from './api';
 import { Cell, useCell } from './cell';
+import { DOT_LABEL, REQUESTED_BY_LABEL } from './generated';
 import { scope, sessionEnded } from './session';
 import type { Approval, Channel, Computer, Dot, LogEvent, Task } from './types';
 import { key } from './types';
@@ -79,7 +81,6 @@ const empty = <T>(): Collection<T> => ({ items: new Map(), loaded: false, state:
 export const dots = new Cell<Collection<Dot>>(empty());
 export const computers = new Cell<Collection<Computer>>(empty());
 export const approvals = new Cell<Collection<Approval>>(empty());
-export const tasks = new Cell<Collection<Task>>(empty());
 export const channels = new Cell<Collection<Channel>>(empty());
 export const streamState = new Cell<LinkState>('connecting');
 
@@ -124,9 +125,10 @@ export function onStreamEvent(fn: (e: LogEvent) => void) {
 // The id of the last event the stream gave, to resume from.
 let lastEventId = '';
 
-type Watched = { kind: string; cell: Cell<Collection<any>>; rv: string };
-// The kinds the page follows, each from the resourceVersion it stands at
-// ('' to list first).
+// A watch the connection carries: every object of a kind in the scope, or
+// those a label selector picks (selector), from the resourceVersion it
+// stands at ('' to list first), for as long as something holds it.
+type Watched = { kind: string; selector: string; cell: Cell<Collection<any>>; rv: string; holders: number };
 const watched: Watched[] = [];
 // Aborts the open connection so that the next one takes a kind just added.
 let reopen: AbortController | undefined;
@@ -138,7 +140,8 @@ function setState(state: LinkState, error?: string) {
 
 /** Lists a kind: its items, and the resourceVersion its watch starts from. */
 async function list(w: Watched, signal: AbortSignal) {
-  const res = await fetch(scopedPath(w.kind), { headers: { Accept: 'application/json' }, signal });
+  const path = w.selector ? `${scopedPath(w.kind)}?labelSelector=${encodeURIComponent(w.selector)}` : scopedPath(w.kind);
+  const res = await fetch(path, { headers: { Accept: 'application/json' }, signal });
   if (res.status === 401) sessionEnded((await res.json().catch(() => ({})))?.message ?? 'Your session ended.');
   if (!res.ok) throw new Error(`${res.status}`);
   const body = await res.json();
@@ -149,8 +152,9 @@ async function list(w: Watched, signal: AbortSignal) {
 }
 
 /** Applies one watch event to its kind's cell; false when the kind must be listed again. */
-function applyWatch(kind: string, ev: { type: string; object: any }): boolean {
-  const w = watched.find((x) => x.kind === kind);
+function applyWatch(kind: string, selector: string, ev: { type: string; object: any }): boolean {
+  // One no longer held is still on the open connection until it opens again.
+  const w = watched.find((x) => x.kind === kind && x.selector === selector);
   if (!w) return true;
   if (ev.type === 'ERROR') {
     // 410 Gone: the version is compacted away; list again.
@@ -189,7 +193,7 @@ async function runLive() {
     try {
       await Promise.all(watched.filter((w) => !w.rv).map((w) => list(w, ctl.signal)));
       const q = new URLSearchParams();
-      for (const w of watched) q.append('watch', `${w.kind}:${w.rv}`);
+      for (const w of watched) q.append('watch', `${w.kind}${w.selector ? `@${w.selector}` : ''}:${w.rv}`);
       if (scope()) q.set('namespace', scope());
       q.set('types', STREAM_TYPES.join(','));
       if (lastEventId) q.set('after', lastEventId);
@@ -225,8 +229,8 @@ async function runLive() {
             else if (field === 'id') id = v;
           }
           if (event === 'watch') {
-            const m = JSON.parse(data) as { kind: string; event: { type: string; object: any } };
-            if (!applyWatch(m.kind, m.event)) relist = true;
+            const m = JSON.parse(data) as { kind: string; selector?: string; event: { type: string; object: any } };
+            if (!applyWatch(m.kind, m.selector ?? '', m.event)) relist = true;
             continue;
           }
           // The stream's first message is an id alone, the resume point.
@@ -255,21 +259,65 @@ async function runLive() {
 }
 
 function follow(kind: string, cell: Cell<Collection<any>>) {
-  watched.push({ kind, cell, rv: '' });
+  watched.push({ kind, selector: '', cell, rv: '', holders: 1 });
   // The open connection does not carry the new kind: open the next one.
   reopen?.abort();
 }
 
-// The Tasks' watch starts with the first page that shows a Dot's tasks, so
-// Home and the Inbox do not carry every task.
-let tasksStarted = false;
-export function useTasks(): Collection<Task> {
-  if (!tasksStarted) {
-    tasksStarted = true;
-    follow('tasks', tasks);
+// The watches the views hold while they are shown (the tasks), by kind and
+// selector, so two views of one Dot's tasks share one watch.
+const held = new Map<string, Watched>();
+
+// What a view that needs no watch this time is given.
+const none = new Cell<Collection<any>>({ items: new Map(), loaded: true, state: 'live' });
+
+/**
+ * The objects of a kind a label selector picks, listed and watched while the
+ * calling view is shown (nothing is held for no selector). The API server
+ * evaluates the selector, so the page is sent those objects alone. The watch
+ * rides on the one connection (runLive) rather than on a list and watch of
+ * its own: a connection per view would take the browser's six again, and
+ * one Dot's tasks are a watch like the others, told apart by its selector.
+ */
+function useWatch<T>(kind: string, selector: string | undefined): Collection<T> {
+  const k = `${kind}@${selector}`;
+  let w = selector === undefined ? undefined : held.get(k);
+  if (!w && selector !== undefined) {
+    w = { kind, selector, cell: new Cell<Collection<any>>(empty()), rv: '', holders: 0 };
+    held.set(k, w);
   }
-  return useCell(tasks);
+  const it = w;
+  useEffect(() => {
+    if (!it) return;
+    if (it.holders++ === 0) {
+      if (held.get(k) !== it) held.set(k, it);
+      watched.push(it);
+      // The open connection does not carry it: open the next one.
+      reopen?.abort();
+    }
+    return () => {
+      if (--it.holders > 0) return;
+      watched.splice(watched.indexOf(it), 1);
+      if (held.get(k) === it) held.delete(k);
+      // Its watch stays on the open connection until that opens again for
+      // another reason (a watch added, one timed out): closing it now would
+      // cost every other part a reconnect to save a few events.
+    };
+  }, [it]);
+  return useCell(it?.cell ?? none);
 }
+
+/**
+ * One Dot's tasks, by the label every Task carries (DOT_LABEL, set at
+ * admission from spec.dotName); none for no name. With the scope of every
+ * namespace the selector picks the Dots of that name in each, so the caller
+ * keeps those of its namespace. No view reads every task of the scope: each
+ * reads a Dot's, and views of one Dot share its watch.
+ */
+export const useDotTasks = (name: string | undefined): Collection<Task> => useWatch<Task>('tasks', name ? `${DOT_LABEL}=${name}` : undefined);
+
+/** The tasks a Dot asked other Dots for (delegate_task), by the label the control plane sets on them. */
+export const useRequestedTasks = (name: string): Collection<Task> => useWatch<Task>('tasks', `${REQUESTED_BY_LABEL}=${name}`);
 
 let started = false;
 export function startLive() {

@@ -2,7 +2,7 @@ import { useRef, useState } from 'preact/hooks';
 import { says } from '../lib/api';
 import { SPEND_PERMISSION } from '../lib/generated';
 import { AnsweredElsewhere, allowedAs, answerApproval, answeredHere, coveredTools, isDestructive, oneTimePermission, permissionPhrase, type Answer } from '../lib/approvals';
-import { approvals, inView, useCell, useTasks, viewNamespace, waiting } from '../lib/live';
+import { approvals, inView, useCell, useDotTasks, viewNamespace, waiting } from '../lib/live';
 import { chatHref, dotHref, navigate, taskHref, useQuery } from '../lib/router';
 import { dismiss, dotKey, taskKey, useAttention } from '../lib/attention';
 import { ago } from '../lib/format';
@@ -256,8 +256,10 @@ export function ApprovalCard({ approval: a }: { approval: Approval }) {
   // outside the workspace) is not allowed by a key alone: a moves the focus
   // to Allow once, whose press is the confirmation.
   const destructive = isDestructive(a.spec.permission, a.spec.tool, a.spec.arguments);
-  // A task another Dot asked for: both Dots are named.
-  const tasks = useTasks();
+  // A task another Dot asked for: both Dots are named. The card names its
+  // one task, a task of the approval's Dot: it is read by name from that
+  // Dot's tasks (the watch the Dot's pages hold too), not from every task.
+  const tasks = useDotTasks(a.spec.taskName ? a.spec.dotName : undefined);
   const askedBy = a.spec.taskName ? tasks.items.get(`${ns}/${a.spec.taskName}`)?.spec.requestedBy : undefined;
 
   async function answer(ans: Answer) {

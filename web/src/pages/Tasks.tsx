@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { GROUP, dotPath, getJSON, mergePatch, postJSON, says } from '../lib/api';
-import { approvals, onStreamEvent, onUnpark, useCell, useTasks, waiting } from '../lib/live';
+import { approvals, onStreamEvent, onUnpark, useCell, useDotTasks, useRequestedTasks, waiting } from '../lib/live';
 import { dotHref, navigate, taskHref } from '../lib/router';
 import { ago } from '../lib/format';
 import { Markdown } from '../lib/markdown';
@@ -35,7 +35,8 @@ function duration(fromIso?: string, now = Date.now()) {
 }
 
 export function Tasks({ ns, name, open }: { ns: string; name: string; open?: string }) {
-  const all = useTasks();
+  // The Dot's tasks alone, picked by the API server with the Dot's label.
+  const all = useDotTasks(name);
   const as = useCell(approvals);
   const [historyFilter, setHistoryFilter] = useState<'' | EndedTaskPhase>('');
   const [shown, setShown] = useState(HISTORY_PAGE);
@@ -44,7 +45,8 @@ export function Tasks({ ns, name, open }: { ns: string; name: string; open?: str
     const t = setInterval(() => tick((n) => n + 1), 5000);
     return () => clearInterval(t);
   }, []);
-  const mine = [...all.items.values()].filter((t) => t.metadata.namespace === ns && t.spec.dotName === name);
+  // A Dot of the same name in another namespace has the same label.
+  const mine = [...all.items.values()].filter((t) => t.metadata.namespace === ns);
   const now = Date.now();
   const running = mine.filter(isActive).sort(dispatchOrder);
   const pending = mine.filter((t) => phaseOf(t) === 'PENDING' && !t.spec.cancelRequested).sort(dispatchOrder);
@@ -56,9 +58,9 @@ export function Tasks({ ns, name, open }: { ns: string; name: string; open?: str
     .sort((a, b) => finishedAt(b).localeCompare(finishedAt(a)));
   const asks = waiting(as.items).filter((a) => a.metadata.namespace === ns && a.spec.dotName === name && a.spec.taskName);
   const askOf = (t: Task) => asks.filter((a) => a.spec.taskName === t.metadata.name);
-  const found = open ? all.items.get(`${ns}/${open}`) : undefined;
-  // A task's address names it alone: another Dot's task is not this one's.
-  const openTask = found?.spec.dotName === name ? found : undefined;
+  // A task's address names it alone: another Dot's task is not among this
+  // one's, so it is not found.
+  const openTask = open ? all.items.get(`${ns}/${open}`) : undefined;
 
   return (
     <div class="mx-auto max-w-4xl p-4 md:p-6">
@@ -342,10 +344,11 @@ function TaskDrawer({ ns, name, id, task, loaded, asks }: { ns: string; name: st
   }, [uid, ns, name]);
 
   const phase = task ? phaseOf(task) : '';
-  // The tasks this one asked other Dots for (delegate_task).
-  const all = useTasks();
+  // The tasks this one asked other Dots for (delegate_task): of the Dot's
+  // requests, picked by their label, those made in this task.
+  const requests = useRequestedTasks(name);
   const asked = task
-    ? [...all.items.values()].filter((t) => t.metadata.namespace === ns && t.spec.requestedBy?.dot === name && t.spec.requestedBy.task === task.metadata.name)
+    ? [...requests.items.values()].filter((t) => t.metadata.namespace === ns && t.spec.requestedBy?.dot === name && t.spec.requestedBy.task === task.metadata.name)
     : [];
   const delegated = task?.status?.delegatedSpentUSD ?? 0;
   return (
