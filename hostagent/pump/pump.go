@@ -51,9 +51,6 @@ type Ingester interface {
 const (
 	// DefaultBatchSize is the most events one ingestion carries.
 	DefaultBatchSize = 500
-	// DefaultFlushDelay is how long the first event of a batch waits for
-	// others before the batch goes.
-	DefaultFlushDelay = 20 * time.Millisecond
 	// DefaultRetry is the wait before a dropped stream is opened again, or
 	// a failed ingestion sent again; it doubles while they keep failing, up
 	// to maxRetry.
@@ -79,7 +76,9 @@ type Pump struct {
 	// Started is called for every agent.started the guest sends (it must
 	// not block): the engine restarted and holds no key.
 	Started func()
-	// BatchSize, FlushDelay and Retry are the defaults above when zero.
+	// BatchSize and Retry are the defaults above when zero. FlushDelay,
+	// when set, is how long the first event of a batch waits for others;
+	// unset, a batch goes as soon as nothing more is queued (flushAfter).
 	BatchSize  int
 	FlushDelay time.Duration
 	Retry      time.Duration
@@ -217,7 +216,16 @@ func (p *Pump) follow(ctx context.Context, cursor int64) (int64, bool, error) {
 					return b.cursor, b.stored, err
 				}
 			case flush == nil && len(b.events) > 0:
-				delay := cmp.Or(p.FlushDelay, DefaultFlushDelay)
+				delay, now := p.flushAfter(len(msgs))
+				if now {
+					if err := b.flush(ctx); err != nil {
+						return b.cursor, b.stored, err
+					}
+					continue
+				}
+				if delay == 0 {
+					continue // what is queued joins the batch first
+				}
 				if timer == nil {
 					timer = time.NewTimer(delay)
 				} else {
@@ -227,6 +235,23 @@ func (p *Pump) follow(ctx context.Context, cursor int64) (int64, bool, error) {
 			}
 		}
 	}
+}
+
+// flushAfter says when a batch whose newest event was just read goes, with
+// queued events read from the stream and not yet taken. With a FlushDelay,
+// after it (the first event waits for others). Without one, at once when
+// nothing more is queued: a lone event (a chat's answer) waits for nobody,
+// and the events that arrive while a batch is being stored make the next
+// one, so a burst is still sent in few batches.
+func (p *Pump) flushAfter(queued int) (delay time.Duration, now bool) {
+	if p.FlushDelay > 0 {
+		return p.FlushDelay, false
+	}
+	if queued == 0 {
+		return 0, true
+	}
+	// Take what is queued first; the batch goes when the queue is empty.
+	return 0, false
 }
 
 // batcher gathers one connection's events into batches.

@@ -492,3 +492,25 @@ func TestPumps(t *testing.T) {
 		t.Errorf("%d events sent again; want none", got.Repeats)
 	}
 }
+
+// A batch without a FlushDelay goes as soon as nothing more is queued: a
+// lone event (a chat's answer) waits for nobody, and what is queued joins
+// the batch first. With one, the first event waits for it.
+func TestFlushAfter(t *testing.T) {
+	for _, tc := range []struct {
+		delay    time.Duration
+		queued   int
+		wantWait time.Duration
+		wantNow  bool
+	}{
+		{0, 0, 0, true},
+		{0, 3, 0, false},
+		{5 * time.Millisecond, 0, 5 * time.Millisecond, false},
+		{5 * time.Millisecond, 3, 5 * time.Millisecond, false},
+	} {
+		p := &Pump{FlushDelay: tc.delay}
+		if wait, now := p.flushAfter(tc.queued); wait != tc.wantWait || now != tc.wantNow {
+			t.Errorf("FlushDelay %s, %d queued: flushAfter = %s, %v; want %s, %v", tc.delay, tc.queued, wait, now, tc.wantWait, tc.wantNow)
+		}
+	}
+}

@@ -21,8 +21,8 @@ type Pumps struct {
 	// Started is called with the Dot on each agent.started of its guest:
 	// the guest link's RequestPush. It must not block.
 	Started func(key types.NamespacedName)
-	// BatchSize, FlushDelay and Retry are each pump's (the defaults when
-	// zero).
+	// BatchSize, FlushDelay and Retry are each pump's (Pump says what
+	// zero means).
 	BatchSize  int
 	FlushDelay time.Duration
 	Retry      time.Duration
