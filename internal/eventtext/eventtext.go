@@ -47,7 +47,7 @@ func ToolLine(d protocol.ToolCalled) string {
 
 // ApprovalLine words what a Dot asks a person.
 func ApprovalLine(d protocol.ApprovalRequested) string {
-	line := fmt.Sprintf("asks to run %s %s (%s)", d.Tool, Cut(string(d.Arguments), 120), d.Permission)
+	line := fmt.Sprintf("asks to run %s %s (%s)", d.Tool, Cut(ArgumentsText(d.Arguments), 120), d.Permission)
 	if d.Reason != "" {
 		line += ": " + Cut(d.Reason, 200)
 	}
@@ -240,7 +240,7 @@ var describers = map[string]func(e wire.Event) (string, error){
 		return fmt.Sprintf("memory updated from %d conversations", d.Conversations) + spent(d.SpentUSD, d.ReasoningTokens)
 	}),
 	protocol.EventMCPServerAdded: of(func(d protocol.MCPServerAdded) string {
-		return "added an MCP server " + Cut(string(d.Arguments), 200)
+		return "added an MCP server " + Cut(ArgumentsText(d.Arguments), 200)
 	}),
 	protocol.EventOutboxReset: of(func(d protocol.OutboxReset) string {
 		return fmt.Sprintf("the computer's event record was lost and started over: it held %d events after the log's %d, and its events go on from there", d.LastSeq, d.Cursor)
@@ -287,4 +287,45 @@ func tainted(t *protocol.Taint) string {
 		return ""
 	}
 	return fmt.Sprintf(" (after untrusted input: %s %s)", t.Kind, t.Source)
+}
+
+// ArgumentsText is a call's JSON arguments as a person reads them: <, >
+// and & as themselves. The engine's encoder writes them as \u003c, \u003e
+// and \u0026 (HTML-safe JSON), which turns "a >> b && c" into something
+// nobody can judge. Only those three escapes change; the text is otherwise
+// as it came, its keys in their order.
+func ArgumentsText(raw json.RawMessage) string {
+	s := string(raw)
+	if !strings.Contains(s, `\u00`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		// A backslash always begins a two-character escape (or \uXXXX):
+		// copying it whole keeps an escaped backslash from being read as
+		// the start of another.
+		if s[i+1] == 'u' && i+6 <= len(s) {
+			switch strings.ToLower(s[i+2 : i+6]) {
+			case "003c":
+				b.WriteByte('<')
+				i += 5
+				continue
+			case "003e":
+				b.WriteByte('>')
+				i += 5
+				continue
+			case "0026":
+				b.WriteByte('&')
+				i += 5
+				continue
+			}
+		}
+		b.WriteString(s[i : i+2])
+		i++
+	}
+	return b.String()
 }

@@ -77,3 +77,19 @@ func TestGuestShapesAreWorded(t *testing.T) {
 		}
 	}
 }
+
+// The engine's HTML-safe escapes of <, > and & are shown as the characters,
+// and nothing else of the arguments changes.
+func TestArgumentsText(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"command":"echo hostile \u003e\u003e /home/dot/x \u0026\u0026 ls \u003C a"}`: `{"command":"echo hostile >> /home/dot/x && ls < a"}`,
+		`{"b":1,"a":"\\u003e is not an escape here","c":"\n\u00e9"}`:              `{"b":1,"a":"\\u003e is not an escape here","c":"\n\u00e9"}`,
+		`{"path":"notes.md"}`: `{"path":"notes.md"}`,
+		`not json \u003e`:     `not json >`,
+		`trailing \`:          `trailing \`,
+	} {
+		if got := ArgumentsText(json.RawMessage(raw)); got != want {
+			t.Errorf("ArgumentsText(%s) = %s; want %s", raw, got, want)
+		}
+	}
+}

@@ -141,7 +141,7 @@ func (p *Prompts) promptText(a Asked) string {
 		fmt.Fprintf(&b, "Reason: %s\n", eventtext.Cut(r, maxPromptPart))
 	}
 	if p.ShowArguments && len(a.Arguments) > 0 && string(a.Arguments) != "null" {
-		fmt.Fprintf(&b, "Arguments: %s\n", eventtext.Cut(string(a.Arguments), maxPromptPart))
+		fmt.Fprintf(&b, "Arguments: %s\n", eventtext.Cut(eventtext.ArgumentsText(a.Arguments), maxPromptPart))
 	}
 	if p.byText() {
 		code := textCode(a.ID)
