@@ -83,7 +83,7 @@ func TestGuestShapesAreWorded(t *testing.T) {
 func TestArgumentsText(t *testing.T) {
 	for raw, want := range map[string]string{
 		`{"command":"echo hostile \u003e\u003e /home/dot/x \u0026\u0026 ls \u003C a"}`: `{"command":"echo hostile >> /home/dot/x && ls < a"}`,
-		`{"b":1,"a":"\\u003e is not an escape here","c":"\n\u00e9"}`:              `{"b":1,"a":"\\u003e is not an escape here","c":"\n\u00e9"}`,
+		`{"b":1,"a":"\\u003e is not an escape here","c":"\n\u00e9"}`:                   `{"b":1,"a":"\\u003e is not an escape here","c":"\n\u00e9"}`,
 		`{"path":"notes.md"}`: `{"path":"notes.md"}`,
 		`not json \u003e`:     `not json >`,
 		`trailing \`:          `trailing \`,
