@@ -238,9 +238,11 @@ type DotSpec struct {
 	Delegation *DotDelegation `json:"delegation,omitempty"`
 
 	// untrustedInput is the guardrail of untrusted input: from the moment a
-	// turn reads a page or a screenshot, a file under downloads/, an MCP
-	// server's result (unless the server is trusted), a webhook's payload or
-	// another Dot's request, the permissions under ask are asked even where
+	// turn reads a page or a screenshot, a file under downloads/ (a file tool,
+	// or a command that names it), a command's fetch from the network (curl,
+	// wget), an MCP server's result (unless the server is trusted), a
+	// webhook's payload or another Dot's request, the permissions under ask
+	// are asked even where
 	// they are allow, and the approval says what was read. Absent, ask is
 	// every permission that writes, executes, sends or spends, and mcp.*.
 	// +optional
