@@ -121,7 +121,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/test/')
 
 test-unit: playwright-mcp
 	INVISIBLE_DOTS_PLAYWRIGHT_MCP_DIR=$(abspath $(PLAYWRIGHT_MCP_DIR)) $(GO) test -count=1 -timeout 30m $(UNIT_PKGS)
-	$(MAKE) fuzz FUZZTIME=3s
+	$(MAKE) fuzz FUZZTIME=5000x
 
 # The golden image's @playwright/mcp, installed from its lock (npm ci, no
 # browser download: it drives Debian's chromium) for the real browser test of
@@ -181,8 +181,11 @@ bench-golden: test-image golden-image
 # `make fuzz` runs each fuzzer of what crosses the guest boundary (the proof
 # answer, event stream frames, dots-proc/1 frames, file paths, exec and
 # config bodies, the event shapes) for FUZZTIME from its committed corpus
-# (testdata/fuzz); `make test` runs each for 3 s. A failure leaves the input
-# that failed under the package's testdata/fuzz.
+# (testdata/fuzz); `make test` runs each for 5000 inputs (a few seconds). A
+# count, not a duration: Go 1.26's fuzzing coordinator can report its own
+# -fuzztime deadline as a failure ("context deadline exceeded", no input
+# written) on a loaded machine (golang/go#75804, fixed in Go 1.27). A failure
+# leaves the input that failed under the package's testdata/fuzz.
 FUZZTIME ?= 2m
 FUZZERS = ./guest/protocol:FuzzProcFrames ./guest/protocol:FuzzParseOutbound ./guest/protocol:FuzzParseInbound \
 	./guest/protocol:FuzzRuntimeConfig ./guest/protocol:FuzzDecodeJSON ./guest/agentd:FuzzFilePath \
