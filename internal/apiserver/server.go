@@ -47,6 +47,7 @@ import (
 	"k8s.io/kubernetes/pkg/controlplane/apiserver/options"
 	"k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
+	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
 
 	"github.com/invisible-dots/invisible-dots/internal/objectsize"
 )
@@ -375,10 +376,20 @@ func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregato
 		return nil, fmt.Errorf("create the apiextensions server: %w", err)
 	}
 	crdEnabled := extConfig.GenericConfig.MergedResourceConfig.ResourceEnabled(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"))
+	// The default RBAC policy is reconciled by our hook around upstream's
+	// (rbacbootstrap.go), which a warm start does not wait for.
+	cpConfig.Generic.DisabledPostStartHooks.Insert(rbacrest.PostStartHookName)
 	cpCompleted := cpConfig.Complete()
 	native, err := cpCompleted.New("invisible-dots", ext.GenericAPIServer)
 	if err != nil {
 		return nil, fmt.Errorf("create the control plane server: %w", err)
+	}
+	rbacHook, err := rbacBootstrapHook()
+	if err != nil {
+		return nil, err
+	}
+	if err := native.GenericAPIServer.AddPostStartHook(rbacBootstrapHookName, rbacHook); err != nil {
+		return nil, fmt.Errorf("add the RBAC bootstrap hook: %w", err)
 	}
 	client, err := kubernetes.NewForConfig(cpCompleted.Generic.LoopbackClientConfig)
 	if err != nil {

@@ -231,6 +231,17 @@ func TestControlPlaneWithKubectl(t *testing.T) {
 
 	t.Run("the data survives a restart", func(t *testing.T) {
 		before := s.mustKubectl("get", "dot", "fare-watch", "-o", "jsonpath={.metadata.uid} {.spec.limits.maxStepsPerTask}")
+		// The default RBAC policy was reconciled by this version: the next
+		// start does not wait for it, and its reconcile after readiness
+		// still puts back a default role that was deleted.
+		eventually(t, time.Minute, "the marker of the reconciled RBAC policy", func() error {
+			out, err := s.kubectl("get", "configmap", "-n", "kube-system", "invisible-dots-rbac-policy", "-o", "jsonpath={.data.kubernetesVersion}")
+			if err != nil || !strings.HasPrefix(out, "v1.37") {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		})
+		s.mustKubectl("delete", "clusterrole", "system:heapster")
 		s.stop()
 		if !s.exited(0) {
 			t.Fatal("the server did not exit")
@@ -241,6 +252,13 @@ func TestControlPlaneWithKubectl(t *testing.T) {
 			t.Errorf("after a restart the Dot is %q, before it was %q", after, before)
 		}
 		s2.mustKubectl("get", "task", "check-lisbon-fares")
+		eventually(t, time.Minute, "the deleted default ClusterRole is back", func() error {
+			out, err := s2.kubectl("get", "clusterrole", "system:heapster", "-o", "name")
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		})
 
 		t.Run("a second server on the same home is refused, naming the holder", func(t *testing.T) {
 			second := launchServer(t, home)
