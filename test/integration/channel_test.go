@@ -230,7 +230,7 @@ var _ = Describe("A Dot's Telegram channel", func() {
 			Arguments: json.RawMessage(`{"command":"make deploy"}`), Reason: "ship it"})
 		promptOf("req-task-1")
 		guest.says(protocol.EventTaskFailed, protocol.TaskFailed{TaskID: tid, Error: "gave up waiting"})
-		Eventually(func() []string { return editOf("ship it") }).Should(ContainElement(HaveSuffix("No longer needed: its task ended.")))
+		Eventually(func() []string { return editOf("ship it") }).Should(ContainElement(HaveSuffix("No longer needed: the task or the day it was for has ended.")))
 		Eventually(func() []string { return textsOf(sentTo("42")) }).Should(ContainElement("Task failed: gave up waiting"))
 
 		By("the token is in no event, no Channel, no Kubernetes Event")

@@ -53,7 +53,8 @@ const (
 	OutcomePending
 	OutcomeApproved
 	OutcomeRejected
-	// OutcomeExpired: its task ended before anyone answered.
+	// OutcomeExpired: its task (or, for a namespace's spend question, its
+	// day) ended before anyone answered.
 	OutcomeExpired
 )
 
@@ -83,7 +84,7 @@ const (
 	saidRejected     = "Rejected."
 	saidAnswered     = "It was answered already."
 	saidNoSuch       = "That request does not exist."
-	saidNoLonger     = "No longer needed: its task ended."
+	saidNoLonger     = "No longer needed: the task or the day it was for has ended."
 	saidOutOfDate    = "This button is out of date: answer in the web client."
 	saidNotOwner     = "Only the Dot's owners answer its requests."
 	saidApprovalsOff = "Requests are not answered in this chat now: answer in the web client."

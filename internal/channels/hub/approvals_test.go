@@ -195,7 +195,7 @@ func TestPromptsAreBroughtUpToDate(t *testing.T) {
 	if _, err := p.Settle(ctx, "", "t9", OutcomeExpired); err != nil {
 		t.Fatal(err)
 	}
-	if sent := send.take(); len(sent) != 1 || !strings.HasSuffix(sent[0], "No longer needed: its task ended.") {
+	if sent := send.take(); len(sent) != 1 || !strings.HasSuffix(sent[0], "No longer needed: the task or the day it was for has ended.") {
 		t.Fatalf("a prompt of an ended task: %q", sent)
 	}
 	// Switched off, nothing is asked and a press is told so.

@@ -6,7 +6,7 @@
 // second answer with a 409 whose message starts with already_resolved.
 
 import { ApiError, GROUP, getJSON, mergePatch } from './api';
-import { DESTRUCTIVE_PERMISSIONS, DOT_HOME, ONE_TIME_PERMISSIONS, PERMISSIONS, WORKSPACE_DIR } from './generated';
+import { DESTRUCTIVE_PERMISSIONS, DOT_HOME, ONE_TIME_PERMISSIONS, PERMISSIONS, SPEND_PERMISSION, WORKSPACE_DIR } from './generated';
 import { Cell } from './live';
 import type { Approval } from './types';
 
@@ -42,8 +42,13 @@ function mark(uid: string, mine: boolean) {
   answeredHere.set(next);
 }
 
+/** Why an approval nobody answered no longer waits: its task ended, or, for a namespace's spend question, its day. */
+export function endedWhy(a: Approval): string {
+  return a.spec.permission === SPEND_PERMISSION ? 'its day ended' : 'its task ended';
+}
+
 function elsewhere(a: Approval): AnsweredElsewhere {
-  if (!a.spec.decision) return new AnsweredElsewhere('This approval no longer waits: its task ended.');
+  if (!a.spec.decision) return new AnsweredElsewhere(`This approval no longer waits: ${endedWhy(a)}.`);
   const was = a.spec.decision === 'approve' ? allowedAs(a.spec) : 'denied';
   return new AnsweredElsewhere(`This approval was answered somewhere else: ${was}.`);
 }

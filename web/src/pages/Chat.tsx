@@ -2,6 +2,7 @@ import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/ho
 import { ApiError, dotPath, getJSON, postJSON, says } from '../lib/api';
 import { approvals, computers, isWaiting, onStreamEvent, onUnpark, useCell, waiting } from '../lib/live';
 import { ApprovalCard } from './Inbox';
+import { endedWhy } from '../lib/approvals';
 import type { Approval, LogEvent, Message } from '../lib/types';
 import { Markdown } from '../lib/markdown';
 import { useCan } from '../lib/session';
@@ -347,7 +348,7 @@ function ApprovalRow({ row, approval, answer }: { row: Extract<Row, { kind: 'app
       : decision === 'reject'
         ? 'Denied'
         : approval?.status?.phase === 'Expired'
-          ? 'No longer needed: its task ended'
+          ? `No longer needed: ${endedWhy(approval)}`
           : 'Asked; no answer yet';
   const note = approval?.spec.note;
   return (
