@@ -157,20 +157,7 @@ func TestObserveAQEMUThatNeverListens(t *testing.T) {
 	boot := home.Stamp{BootID: "boot-a", HostUptimeS: 100}
 	d := testDriver(t, &boot)
 	port := spawnStandIn(t, d, "qemu-that-never-listens", "#!/bin/sh\necho 'stuck before its network' >&2\nexec sleep 300\n", "tcg", "max")
-	var (
-		obs driver.Observation
-		err error
-	)
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		obs, err = d.Observe(context.Background(), testID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(obs.LogTail, "stuck before its network") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(observePoll)
-	}
+	obs := observeUntil(t, d, func(o driver.Observation) bool { return strings.Contains(o.LogTail, "stuck before its network") })
 	if obs.State != driver.Running || !obs.NotListening || !strings.Contains(obs.LogTail, "stuck before its network") {
 		t.Fatalf("Observe() = %+v; want Running, NotListening, with what it wrote in LogTail", obs)
 	}
@@ -197,20 +184,7 @@ func TestObserveAQEMUThatExitsNamesTheFix(t *testing.T) {
 	d := testDriver(t, &boot)
 	spawnStandIn(t, d, "qemu-without-kvm", "#!/bin/sh\necho 'Could not access KVM kernel module: Permission denied' >&2\n"+
 		"echo 'qemu-system-x86_64: failed to initialize kvm: Permission denied' >&2\nexit 1\n", "kvm", "host")
-	var (
-		obs driver.Observation
-		err error
-	)
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		obs, err = d.Observe(context.Background(), testID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if obs.Exited || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(observePoll)
-	}
+	obs := observeUntil(t, d, func(o driver.Observation) bool { return o.Exited })
 	if !obs.Exited {
 		t.Fatalf("Observe() = %+v; want the QEMU that exited at its start seen exited", obs)
 	}
@@ -244,4 +218,19 @@ func spawnStandIn(t *testing.T, d *Driver, name, script, accel, cpuModel string)
 	}
 	t.Cleanup(func() { _, _ = d.Kill(context.Background(), testID) })
 	return port
+}
+
+// observeUntil observes the test's VM until done says so, or for 5 s, and
+// returns the last observation.
+func observeUntil(t *testing.T, d *Driver, done func(driver.Observation) bool) driver.Observation {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(observePoll) {
+		obs, err := d.Observe(context.Background(), testID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done(obs) || time.Now().After(deadline) {
+			return obs
+		}
+	}
 }

@@ -40,6 +40,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
 	"github.com/invisible-dots/invisible-dots/internal/dotsapi/wire"
 )
 
@@ -93,6 +94,16 @@ func check(a admission.Attributes) error {
 	}
 	return Refusal(a.GetName(), fmt.Sprintf("Approval %s was already answered elsewhere: %s; an approval is answered once (a new question from the Dot is a new Approval)",
 		name, Answered(a.GetOldObject())))
+}
+
+// EndedWhy says why an Expired Approval no longer waits: its task ended
+// before anyone answered, or, for a namespace's question for more spend,
+// its day.
+func EndedWhy(a *dotsv1.Approval) string {
+	if a.Spec.Permission == protocol.SpendPermission {
+		return "its day ended"
+	}
+	return "its task ended"
 }
 
 // Answered says an answered Approval's answer as a person reads it: the

@@ -327,11 +327,7 @@ func decideWith(ctx context.Context, c *clients, name string, decision dotsv1.Ap
 			return &exitError{code: ExitAlreadyAnswered, err: fmt.Errorf("approval %s was already answered: %s; nothing was changed", name, approvalonce.Answered(a))}
 		}
 		if a.Status.Phase == dotsv1.ApprovalExpired {
-			why := "its task ended"
-			if a.Spec.Permission == protocol.SpendPermission {
-				why = "its day ended"
-			}
-			return &exitError{code: ExitAlreadyAnswered, err: fmt.Errorf("approval %s no longer waits: %s before anyone answered (Expired); nothing was changed", name, why)}
+			return &exitError{code: ExitAlreadyAnswered, err: fmt.Errorf("approval %s no longer waits: %s before anyone answered (Expired); nothing was changed", name, approvalonce.EndedWhy(a))}
 		}
 		if always && protocol.OneTimePermission(a.Spec.Permission) {
 			return fmt.Errorf("approval %s asks for more spend, once: --always is not for it; nothing was changed", name)

@@ -93,10 +93,7 @@ func (h *Handler) answerOnce(ctx context.Context, key types.NamespacedName, deci
 		return nil, apiErrorf(http.StatusConflict, wire.CodeAlreadyResolved, "Approval %s was already answered elsewhere: %s", key, approvalonce.Answered(a))
 	}
 	if a.Status.Phase == dotsv1.ApprovalExpired {
-		if a.Spec.Permission == protocol.SpendPermission {
-			return nil, apiErrorf(http.StatusConflict, wire.CodeAlreadyResolved, "Approval %s no longer waits: its day ended before anyone answered (Expired)", key)
-		}
-		return nil, apiErrorf(http.StatusConflict, wire.CodeAlreadyResolved, "Approval %s no longer waits: its task ended before anyone answered (Expired)", key)
+		return nil, apiErrorf(http.StatusConflict, wire.CodeAlreadyResolved, "Approval %s no longer waits: %s before anyone answered (Expired)", key, approvalonce.EndedWhy(a))
 	}
 	if body.Always && protocol.OneTimePermission(a.Spec.Permission) {
 		return nil, badRequest("a budget or spend approval answers one question: always is not for it")

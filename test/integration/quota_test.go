@@ -229,9 +229,8 @@ var _ = Describe("Quota: a namespace's daily spend cap", func() {
 		Expect(asked.Spec.TaskName).To(BeEmpty())
 		Expect(asked.Spec.Reason).To(Equal(first.Message))
 		Eventually(func() dotsv1.ApprovalPhase { return approvalFor(dot, first.RequestID).Status.Phase }).Should(Equal(dotsv1.ApprovalPending))
-		Consistently(func() int {
-			return len(spendQuestions(id))
-		}, "1s", "100ms").Should(Equal(1), "asked once, however often the quota is looked at")
+		Consistently(func() []string { return spendLog(id) }, "1s", "100ms").
+			Should(Equal([]string{"asked:" + first.RequestID}), "asked once, however often the quota is looked at")
 
 		By("a person approves the Approval: the quota allows the suggested $1 more and the held task goes")
 		asked = approvalFor(dot, first.RequestID)
@@ -272,7 +271,8 @@ var _ = Describe("Quota: a namespace's daily spend cap", func() {
 		rejected.Spec.SpendDecision = &dotsv1.SpendDecision{Day: got.Status.SpendRequest.Day, Decision: dotsv1.Reject}
 		Expect(k8sClient.Patch(suiteCtx, rejected, client.MergeFrom(got))).To(Succeed())
 		Eventually(func() dotsv1.ApprovalPhase { return approvalFor(dot, second.RequestID).Status.Phase }).Should(Equal(dotsv1.ApprovalRejected))
-		Eventually(func() []string { return spendResolutions(id) }).Should(Equal([]string{first.RequestID + ":approve", second.RequestID + ":reject"}))
+		Eventually(func() []string { return spendLog(id) }).Should(Equal([]string{"asked:" + first.RequestID, first.RequestID + ":approve",
+			"asked:" + second.RequestID, second.RequestID + ":reject"}))
 		Eventually(func(g Gomega) {
 			got := taskOf(t3)
 			g.Expect(got.Status.Phase).To(Equal(dotsv1.TaskFailed))
@@ -283,38 +283,27 @@ var _ = Describe("Quota: a namespace's daily spend cap", func() {
 	})
 })
 
-// spendQuestions are the namespace's questions for more spend the Dot's log
-// carries (host approval.requested), by request id.
-func spendQuestions(d store.Dot) []string {
+// spendLog is the Dot's log of the namespace's spend questions: each host
+// approval.requested of protocol.SpendPermission as "asked:ID", each
+// approval.resolved of one as "ID:DECISION", in log order.
+func spendLog(d store.Dot) []string {
 	GinkgoHelper()
-	events, err := logStore.Events(suiteCtx, store.EventQuery{DotUID: d.UID, Types: []string{wire.EventApprovalRequested}, Limit: 100})
-	Expect(err).NotTo(HaveOccurred())
-	var ids []string
-	for _, e := range events {
-		var a protocol.ApprovalRequested
-		Expect(json.Unmarshal(e.Data, &a)).To(Succeed())
-		if e.Source == store.SourceHost && a.Permission == protocol.SpendPermission {
-			ids = append(ids, a.ApprovalID)
-		}
-	}
-	return ids
-}
-
-// spendResolutions are the log's approval.resolved of those questions, as
-// id:decision.
-func spendResolutions(d store.Dot) []string {
-	GinkgoHelper()
-	events, err := logStore.Events(suiteCtx, store.EventQuery{DotUID: d.UID, Types: []string{wire.EventApprovalResolved}, Limit: 100})
+	events, err := logStore.Events(suiteCtx, store.EventQuery{DotUID: d.UID,
+		Types: []string{wire.EventApprovalRequested, wire.EventApprovalResolved}, Limit: 100})
 	Expect(err).NotTo(HaveOccurred())
 	var out []string
 	for _, e := range events {
-		var r struct {
-			ID       string `json:"approval_id"`
-			Decision string `json:"decision"`
+		var a struct {
+			ID         string `json:"approval_id"`
+			Permission string `json:"permission"`
+			Decision   string `json:"decision"`
 		}
-		Expect(json.Unmarshal(e.Data, &r)).To(Succeed())
-		if strings.HasPrefix(r.ID, "spend-") {
-			out = append(out, r.ID+":"+r.Decision)
+		Expect(json.Unmarshal(e.Data, &a)).To(Succeed())
+		switch {
+		case e.Type == wire.EventApprovalRequested && e.Source == store.SourceHost && a.Permission == protocol.SpendPermission:
+			out = append(out, "asked:"+a.ID)
+		case e.Type == wire.EventApprovalResolved && strings.HasPrefix(a.ID, "spend-"):
+			out = append(out, a.ID+":"+a.Decision)
 		}
 	}
 	return out

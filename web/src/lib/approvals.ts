@@ -42,7 +42,7 @@ function mark(uid: string, mine: boolean) {
   answeredHere.set(next);
 }
 
-/** Why an approval nobody answered no longer waits: its task ended, or, for a namespace's spend question, its day. */
+/** Why an approval nobody answered no longer waits: its task ended, or, for a namespace's spend question, its day (the server's words, approvalonce.EndedWhy). */
 export function endedWhy(a: Approval): string {
   return a.spec.permission === SPEND_PERMISSION ? 'its day ended' : 'its task ended';
 }
