@@ -254,6 +254,16 @@ var (
 	imageSkip string
 )
 
+// TestMain removes the test image's home once every test is done: it is
+// built once per test binary, so no test's cleanup can own it.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if imageHome != "" {
+		_ = os.RemoveAll(imageHome)
+	}
+	os.Exit(code)
+}
+
 // testImageHome is a home with the test image registered, built once per
 // test binary as the driver's tests build it (the builder's cache under
 // _output makes every build after the first quick).
