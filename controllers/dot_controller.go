@@ -72,6 +72,8 @@ func (r *DotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if err := r.Client.Get(ctx, req.NamespacedName, dot); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// The embedded API server sets the finalizer as the Dot is made
+	// (internal/admitfinalizer); another cluster's Dot gets it here.
 	if added, err := patch.EnsureFinalizer(ctx, r.Client, dot, dotsv1.DotFinalizer); added || err != nil {
 		return ctrl.Result{}, err
 	}

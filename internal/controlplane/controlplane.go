@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/invisible-dots/invisible-dots/internal/admitfinalizer"
 	"github.com/invisible-dots/invisible-dots/internal/apiserver"
 	"github.com/invisible-dots/invisible-dots/internal/approvalonce"
 	"github.com/invisible-dots/invisible-dots/internal/channels/hub"
@@ -198,6 +199,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 			{Name: objectsize.Name, Plugin: objectsize.New()},
 			{Name: approvalonce.Name, Plugin: approvalonce.New()},
 			{Name: tasklabel.Name, Plugin: tasklabel.New()},
+			{Name: admitfinalizer.Name, Plugin: admitfinalizer.New()},
 		},
 		Mounts: mounts,
 	})

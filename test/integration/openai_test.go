@@ -317,14 +317,22 @@ var _ = Describe("The OpenAI-compatible endpoint", Ordered, func() {
 		Expect(acc.Choices[0].Message.Content).To(ContainSubstring("waits for an approval"))
 
 		By("saying at once that a Dot waits for an approval already, naming one")
+		// The endpoint reads the Dot's count and then its Approvals, which
+		// are made from the log a moment after the count: both first.
 		Eventually(func(g Gomega) {
 			d := &dotsv1.Dot{}
 			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(dotA), d)).To(Succeed())
 			g.Expect(d.Status.PendingApprovals).To(BeNumerically(">=", 1))
+			var list dotsv1.ApprovalList
+			g.Expect(k8sClient.List(suiteCtx, &list, client.InNamespace(dotA.Namespace), client.MatchingLabels{dotsv1.DotLabel: dotA.Name})).To(Succeed())
+			g.Expect(list.Items).To(ContainElement(HaveField("Spec.Decision", BeEmpty())))
 		}).Should(Succeed())
 		// The fake Dot leaves a quiet message unanswered: the answer is the
-		// approval's.
-		resp, err = editor.Chat.Completions.New(suiteCtx, openai.ChatCompletionNewParams{
+		// approval's. Bounded, so a wait for an answer that never comes
+		// fails here rather than at the suite's timeout.
+		quiet, cancelQuiet := context.WithTimeout(suiteCtx, 30*time.Second)
+		defer cancelQuiet()
+		resp, err = editor.Chat.Completions.New(quiet, openai.ChatCompletionNewParams{
 			Model: modelA, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a quiet hello")},
 		})
 		Expect(err).NotTo(HaveOccurred())
