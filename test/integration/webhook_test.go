@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -20,10 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/internal/cli"
+	"github.com/invisible-dots/invisible-dots/internal/controlplane"
 	"github.com/invisible-dots/invisible-dots/internal/hooks"
 )
 
@@ -370,6 +374,32 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 		Expect(webhookTasks(wh)).To(HaveLen(2))
 		_, err = run("rm", name)
 		Expect(err).To(HaveOccurred(), "a Webhook that is not there")
+	})
+
+	It("tells a person given dots-editor alone that adding one needs Secrets, and leaves nothing half made", func() {
+		dot, _, _, _ := channelDot()
+		admin, err := clientcmd.LoadFromFile(cp.KubeconfigPath)
+		Expect(err).NotTo(HaveOccurred())
+		person := "hook-ed-" + rand.String(4)
+		kubeconfig, _, err := controlplane.AddUser(suiteCtx, *admin, person, dot.Namespace, "editor", time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+		Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
+		name := "ed-" + rand.String(6)
+		cmd := cli.NewRootCommand()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{"webhook", "add", name, "--dot", dot.Name, "--description", "x", "--kubeconfig", path, "-n", dot.Namespace})
+		cmd.SetContext(suiteCtx)
+		err = cmd.Execute()
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(And(ContainSubstring("forbidden"), ContainSubstring("dots-editor, holds no Secrets"),
+			ContainSubstring("the admin's kubeconfig"), ContainSubstring("built-in edit role")))
+		Expect(out.String()).NotTo(ContainSubstring("secret:"), "no secret is shown for a Webhook that was not made")
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: name}, &dotsv1.Webhook{}))
+		}).Should(BeTrue(), "the Webhook made before the Secret was refused is taken back")
 	})
 
 	It("goes with its Dot, and its Secret with it", func() {
