@@ -203,10 +203,10 @@ an array's first item, {{.}} the whole body; nothing else is code.`,
 				}
 				sec.Data[wh.Spec.SecretRef.SecretKey()] = []byte(secret)
 				if err = c.kube.Update(ctx, sec); err != nil {
-					err = fmt.Errorf("store the new secret in Secret %s/%s: %w", c.ns, sec.Name, err)
+					err = fmt.Errorf("store the new secret in Secret %s/%s: %w%s", c.ns, sec.Name, err, secretsForbidden(err))
 				}
 			default:
-				err = fmt.Errorf("read Secret %s/%s: %w", c.ns, wh.Spec.SecretRef.Name, err)
+				err = fmt.Errorf("read Secret %s/%s: %w%s", c.ns, wh.Spec.SecretRef.Name, err, secretsForbidden(err))
 			}
 			if err != nil {
 				return err
@@ -247,9 +247,20 @@ func createWebhookSecret(ctx context.Context, c client.Client, wh *dotsv1.Webhoo
 	}
 	if err := c.Create(ctx, sec); err != nil {
 		// The error names the Secret, never its value.
-		return fmt.Errorf("store the secret of Webhook %s/%s in Secret %s: %w", wh.Namespace, wh.Name, sec.Name, err)
+		return fmt.Errorf("store the secret of Webhook %s/%s in Secret %s: %w%s", wh.Namespace, wh.Name, sec.Name, err, secretsForbidden(err))
 	}
 	return nil
+}
+
+// secretsForbidden says, after an error that is the API's refusal, who may
+// write a Webhook's Secret: the command writes it with the caller's own
+// credential, which dots-editor (`user add --role editor`) does not give.
+func secretsForbidden(err error) string {
+	if !apierrors.IsForbidden(err) {
+		return ""
+	}
+	return "\n(the command writes the Webhook's Secret with your own credential: the role `user add --role editor` gives, " +
+		"dots-editor, holds no Secrets; run it with the admin's kubeconfig, or as someone bound to the built-in edit role in the namespace)"
 }
 
 // printWebhookDoor prints the Webhook's URL, its secret (this once) and how

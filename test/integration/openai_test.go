@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -29,11 +30,19 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
-// openAIPerson makes a person with `invisible-dots user add`'s credential
-// (controlplane.AddUser) and returns the official OpenAI Go client pointed
-// at the server's /v1 with that person's token as its key, trusting the
-// kubeconfig's CA, as the README tells a person to.
-func openAIPerson(ns, name, role string) openai.Client {
+// openAIConn is what a program needs to reach the endpoint as a person:
+// the base URL (.../v1/), the person's token and an HTTP client trusting
+// the kubeconfig's CA.
+type openAIConn struct {
+	base, token string
+	hc          *http.Client
+}
+
+// openAIPersonConn makes a person with `invisible-dots user add`'s
+// credential (controlplane.AddUser) and returns how a program reaches the
+// server's /v1 as that person, trusting the kubeconfig's CA, as the README
+// tells a person to.
+func openAIPersonConn(ns, name, role string) openAIConn {
 	GinkgoHelper()
 	admin, err := clientcmd.LoadFromFile(cp.KubeconfigPath)
 	Expect(err).NotTo(HaveOccurred())
@@ -42,10 +51,22 @@ func openAIPerson(ns, name, role string) openai.Client {
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(cfg.BearerToken).NotTo(BeEmpty())
-	// The TLS of the kubeconfig alone: the SDK sends the key itself.
+	// The TLS of the kubeconfig alone: the caller sends the key itself.
 	hc, err := rest.HTTPClientFor(rest.AnonymousClientConfig(cfg))
 	Expect(err).NotTo(HaveOccurred())
-	return openai.NewClient(option.WithBaseURL(cfg.Host+"/v1/"), option.WithAPIKey(cfg.BearerToken), option.WithHTTPClient(hc))
+	return openAIConn{base: cfg.Host + "/v1/", token: cfg.BearerToken, hc: hc}
+}
+
+// client is the official OpenAI Go client with the person's token as its
+// key.
+func (c openAIConn) client() openai.Client {
+	return openai.NewClient(option.WithBaseURL(c.base), option.WithAPIKey(c.token), option.WithHTTPClient(c.hc))
+}
+
+// openAIPerson is openAIPersonConn's official OpenAI Go client.
+func openAIPerson(ns, name, role string) openai.Client {
+	GinkgoHelper()
+	return openAIPersonConn(ns, name, role).client()
 }
 
 // expectOpenAIError checks an OpenAI error answer's status and code.
@@ -140,6 +161,7 @@ var _ = Describe("The OpenAI-compatible endpoint", Ordered, func() {
 		dotA, dotB     *dotsv1.Dot
 		modelA, modelB string
 		editor, viewer openai.Client
+		editorConn     openAIConn
 		answers        *fakeDot
 	)
 
@@ -147,7 +169,8 @@ var _ = Describe("The OpenAI-compatible endpoint", Ordered, func() {
 		nsA, nsB = newNamespace("openai-a"), newNamespace("openai-b")
 		dotA, dotB = createDot(nsA), createDot(nsB)
 		modelA, modelB = nsA+"/"+dotA.Name, nsB+"/"+dotB.Name
-		editor = openAIPerson(nsA, "ada", "editor")
+		editorConn = openAIPersonConn(nsA, "ada", "editor")
+		editor = editorConn.client()
 		viewer = openAIPerson(nsA, "vic", "viewer")
 		answers = answerMessages(dotA)
 	})
@@ -238,6 +261,99 @@ var _ = Describe("The OpenAI-compatible endpoint", Ordered, func() {
 		Expect(acc.Choices[0].Message.Content).To(Equal("echo: what is on today?"))
 		Expect(finished).To(Equal("echo: what is on today?"))
 		Expect(acc.Usage.CompletionTokensDetails.ReasoningTokens).To(BeEquivalentTo(fakeDotReasoningTokens))
+	})
+
+	It("speaks OpenAI's wire to a program that parses it itself: server-sent chunks ending in data: [DONE], or one object", func() {
+		post := func(body string) (*http.Response, []byte) {
+			GinkgoHelper()
+			req, err := http.NewRequestWithContext(suiteCtx, http.MethodPost, editorConn.base+"chat/completions", strings.NewReader(body))
+			Expect(err).NotTo(HaveOccurred())
+			req.Header.Set("Authorization", "Bearer "+editorConn.token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := editorConn.hc.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			defer resp.Body.Close()
+			out, err := io.ReadAll(resp.Body)
+			Expect(err).NotTo(HaveOccurred())
+			return resp, out
+		}
+		type chunk struct {
+			ID      string `json:"id"`
+			Object  string `json:"object"`
+			Model   string `json:"model"`
+			Choices []struct {
+				Delta struct {
+					Role    string `json:"role"`
+					Content string `json:"content"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage *struct {
+				Cost float64 `json:"cost"`
+			} `json:"usage"`
+		}
+
+		resp, out := post(`{"model":"` + modelA + `","stream":true,"stream_options":{"include_usage":true},` +
+			`"messages":[{"role":"user","content":"on the wire"}]}`)
+		Expect(resp.StatusCode).To(Equal(http.StatusOK), string(out))
+		Expect(resp.Header.Get("Content-Type")).To(HavePrefix("text/event-stream"))
+		Expect(string(out)).To(HaveSuffix("data: [DONE]\n\n"))
+		var (
+			text, role, finish string
+			ids                = map[string]bool{}
+			usage              float64
+			sawUsage           bool
+		)
+		events := strings.Split(strings.TrimSuffix(string(out), "\n\n"), "\n\n")
+		Expect(events[len(events)-1]).To(Equal("data: [DONE]"))
+		for _, ev := range events[:len(events)-1] {
+			if strings.HasPrefix(ev, ":") {
+				continue // a keep-alive comment while the Dot works
+			}
+			data, ok := strings.CutPrefix(ev, "data: ")
+			Expect(ok).To(BeTrue(), "an event that is not data: %q", ev)
+			var c chunk
+			Expect(json.Unmarshal([]byte(data), &c)).To(Succeed(), data)
+			Expect(c.Object).To(Equal("chat.completion.chunk"))
+			Expect(c.Model).To(Equal(modelA))
+			ids[c.ID] = true
+			for _, ch := range c.Choices {
+				role += ch.Delta.Role
+				text += ch.Delta.Content
+				if ch.FinishReason != nil {
+					finish = *ch.FinishReason
+				}
+			}
+			if c.Usage != nil {
+				Expect(c.Choices).To(BeEmpty(), "usage comes in a chunk of its own")
+				usage, sawUsage = c.Usage.Cost, true
+			}
+		}
+		Expect(ids).To(HaveLen(1), "every chunk of a completion has its id")
+		Expect(role).To(Equal("assistant"))
+		Expect(text).To(Equal("echo: on the wire"))
+		Expect(finish).To(Equal("stop"))
+		Expect(sawUsage).To(BeTrue())
+		Expect(usage).To(Equal(fakeDotSpentUSD))
+
+		By("whole: one chat.completion object")
+		resp, out = post(`{"model":"` + modelA + `","messages":[{"role":"user","content":"in one piece"}]}`)
+		Expect(resp.StatusCode).To(Equal(http.StatusOK), string(out))
+		Expect(resp.Header.Get("Content-Type")).To(HavePrefix("application/json"))
+		var whole struct {
+			Object  string `json:"object"`
+			Choices []struct {
+				Message struct {
+					Role    string `json:"role"`
+					Content string `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		Expect(json.Unmarshal(out, &whole)).To(Succeed(), string(out))
+		Expect(whole.Object).To(Equal("chat.completion"))
+		Expect(whole.Choices).To(HaveLen(1))
+		Expect(whole.Choices[0].Message.Role).To(Equal("assistant"))
+		Expect(whole.Choices[0].Message.Content).To(Equal("echo: in one piece"))
 	})
 
 	It("refuses a viewer, another namespace's Dot, and what is not text, in OpenAI's shape", func() {

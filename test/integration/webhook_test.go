@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -20,9 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
+	"github.com/invisible-dots/invisible-dots/internal/cli"
+	"github.com/invisible-dots/invisible-dots/internal/controlplane"
 	"github.com/invisible-dots/invisible-dots/internal/hooks"
 )
 
@@ -267,6 +272,134 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 		Expect(run(secret)).To(ContainSubstring(`"duplicate":true`))
 		Expect(run("another-secret")).To(Equal("{\"error\":\"unauthorized\"}\n 401"))
 		Expect(webhookTasks(wh)).To(HaveLen(1))
+	})
+
+	It("is added, listed, rotated and removed with the command line, whose URL and secret a sender uses", func() {
+		base := webhookListener()
+		GinkgoT().Setenv(hooks.EnvURL, base)
+		dot, _, _, _ := channelDot()
+		name := "cli-" + rand.String(6)
+		run := func(args ...string) (string, error) {
+			cmd := cli.NewRootCommand()
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&out)
+			cmd.SetArgs(append(append([]string{"webhook"}, args...), "--kubeconfig", cp.KubeconfigPath, "-n", dot.Namespace))
+			cmd.SetContext(suiteCtx)
+			err := cmd.Execute()
+			return out.String(), err
+		}
+		// door is the URL and the secret a command printed.
+		door := func(out string) (url, secret string) {
+			GinkgoHelper()
+			for _, line := range strings.Split(out, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "URL:"); ok {
+					url = strings.TrimSpace(v)
+				}
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "secret:"); ok {
+					secret = strings.TrimSpace(v)
+				}
+			}
+			Expect(url).NotTo(BeEmpty(), out)
+			Expect(secret).NotTo(BeEmpty(), out)
+			return url, secret
+		}
+		body := []byte(`{"repository":{"full_name":"acme/cli"}}`)
+
+		By("add: the Webhook owned by its Dot, its secret in a Secret the Webhook owns, both printed once")
+		out, err := run("add", name, "--dot", dot.Name, "--signature", "github", "--priority", "3",
+			"--description", "Look at {{.repository.full_name}}")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("made Webhook " + dot.Namespace + "/" + name))
+		url, secret := door(out)
+		Expect(url).To(Equal(hooks.URL(base, dot.Namespace, name)))
+		Expect(out).NotTo(ContainSubstring("stand-in"))
+		wh := &dotsv1.Webhook{}
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: name}, wh)).To(Succeed())
+		Expect(metav1.IsControlledBy(wh, dot)).To(BeTrue())
+		Expect(wh.Spec.Signature).To(Equal(dotsv1.WebhookGitHub))
+		Expect(wh.Spec.Task.Priority).To(BeEquivalentTo(3))
+		sec := &corev1.Secret{}
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: wh.Spec.SecretRef.Name}, sec)).To(Succeed())
+		Expect(metav1.IsControlledBy(sec, wh)).To(BeTrue())
+		Expect(string(sec.Data[dotsv1.WebhookSecretKey])).To(Equal(secret))
+
+		By("a delivery signed with the printed secret, to the printed URL, makes a Task")
+		code, resp := post(url, signedBy(dotsv1.WebhookGitHub, secret, "cli-1", body), body)
+		Expect(code).To(Equal(http.StatusAccepted), resp)
+		Expect(webhookTasks(wh)).To(HaveLen(1))
+
+		By("add again under the name: refused, nothing changed")
+		out, err = run("add", name, "--dot", dot.Name, "--description", "x")
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("exists already"))
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
+		Expect(string(sec.Data[dotsv1.WebhookSecretKey])).To(Equal(secret))
+
+		By("ls: the Webhook with its Dot, scheme and the deliveries its status counts")
+		Eventually(func(g Gomega) {
+			out, err := run("ls", "--dot", dot.Name)
+			g.Expect(err).NotTo(HaveOccurred(), out)
+			g.Expect(out).To(HavePrefix("NAME"))
+			g.Expect(out).To(MatchRegexp(`(?m)^` + name + `\s+` + dot.Name + `\s+github\s+false\s+1\s+0\s+0\s`))
+		}).Should(Succeed())
+		out, err = run("ls", "--dot", "another-dot")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).NotTo(ContainSubstring(name))
+
+		By("rotate: a new secret, printed once; the old one refused at once, the new one taken")
+		out, err = run("rotate", name)
+		Expect(err).NotTo(HaveOccurred(), out)
+		rotatedURL, rotated := door(out)
+		Expect(rotatedURL).To(Equal(url))
+		Expect(rotated).NotTo(Equal(secret))
+		code, resp = post(url, signedBy(dotsv1.WebhookGitHub, secret, "cli-2", body), body)
+		Expect(code).To(Equal(http.StatusUnauthorized), resp)
+		code, resp = post(url, signedBy(dotsv1.WebhookGitHub, rotated, "cli-2", body), body)
+		Expect(code).To(Equal(http.StatusAccepted), resp)
+		Expect(webhookTasks(wh)).To(HaveLen(2))
+
+		By("rm: the Webhook goes, its Secret with it, its URL refuses; the Tasks it made stay")
+		out, err = run("rm", name)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("removed Webhook " + dot.Namespace + "/" + name))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(wh), &dotsv1.Webhook{}))
+		}).Should(BeTrue())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(sec), &corev1.Secret{}))
+		}).Should(BeTrue())
+		code, resp = post(url, signedBy(dotsv1.WebhookGitHub, rotated, "cli-3", body), body)
+		Expect(code).To(Equal(http.StatusUnauthorized), resp)
+		Expect(webhookTasks(wh)).To(HaveLen(2))
+		_, err = run("rm", name)
+		Expect(err).To(HaveOccurred(), "a Webhook that is not there")
+	})
+
+	It("tells a person given dots-editor alone that adding one needs Secrets, and leaves nothing half made", func() {
+		dot, _, _, _ := channelDot()
+		admin, err := clientcmd.LoadFromFile(cp.KubeconfigPath)
+		Expect(err).NotTo(HaveOccurred())
+		person := "hook-ed-" + rand.String(4)
+		kubeconfig, _, err := controlplane.AddUser(suiteCtx, *admin, person, dot.Namespace, "editor", time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+		Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
+		name := "ed-" + rand.String(6)
+		cmd := cli.NewRootCommand()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{"webhook", "add", name, "--dot", dot.Name, "--description", "x", "--kubeconfig", path, "-n", dot.Namespace})
+		cmd.SetContext(suiteCtx)
+		err = cmd.Execute()
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(And(ContainSubstring("forbidden"), ContainSubstring("dots-editor, holds no Secrets"),
+			ContainSubstring("the admin's kubeconfig"), ContainSubstring("built-in edit role")))
+		Expect(out.String()).NotTo(ContainSubstring("secret:"), "no secret is shown for a Webhook that was not made")
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: name}, &dotsv1.Webhook{}))
+		}).Should(BeTrue(), "the Webhook made before the Secret was refused is taken back")
 	})
 
 	It("goes with its Dot, and its Secret with it", func() {

@@ -1,6 +1,6 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, test, type Page } from '@playwright/test';
-import { addTask, applyDot, getResource, guestSays, harness, waitForEvent } from './harness';
+import { addTask, applyDot, getResource, guestSays, harness, patchDotSpec, waitForEvent } from './harness';
 
 async function noSeriousViolation(page: Page) {
   const { violations } = await new AxeBuilder({ page }).analyze();
@@ -151,4 +151,54 @@ test("a Dot's Tasks page reads that Dot's tasks by label selector, live", async 
   await addTask('sel-other', 'sel-theirs-3', { description: 'theirs, latest' });
   await expect(page.locator('[data-task=sel-theirs-3]')).toBeVisible();
   await expect(page.locator('[data-task^=sel-mine]')).toHaveCount(0);
+});
+
+test('a task that asked another Dot shows that Dot\'s spend beside its own, and together', async ({ page }) => {
+  await applyDot('spend-asker');
+  await applyDot('spend-doer');
+  // Both consent, or the control plane cancels the request.
+  await patchDotSpec('spend-asker', { delegation: { canAsk: ['spend-doer'] } });
+  await patchDotSpec('spend-doer', { delegation: { acceptsFrom: ['spend-asker'] } });
+  const parent = await addTask('spend-asker', 'spend-parent', { description: 'plan the trip' });
+  // As the control plane makes a delegated task (controllers/delegation_controller.go).
+  const res = await fetch(`${harness().url}/apis/dots.invisible.dev/v1alpha1/namespaces/default/tasks`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({
+      apiVersion: 'dots.invisible.dev/v1alpha1',
+      kind: 'Task',
+      metadata: { name: 'spend-child', labels: { 'dots.invisible.dev/requested-by': 'spend-asker' } },
+      spec: { dotName: 'spend-doer', description: 'book the train', requestedBy: { dot: 'spend-asker', task: 'spend-parent', depth: 1 } },
+    }),
+  });
+  expect(res.ok, `make the request's task: ${res.status}`).toBe(true);
+  const child = await res.json();
+  await waitForEvent('spend-asker', 'task.created');
+  await waitForEvent('spend-doer', 'task.created');
+  // Each Dot's spend is counted where it happens: the asker's in its task,
+  // the doer's in the request's.
+  await guestSays('spend-asker', [
+    { type: 'task.started', data: { task_id: parent.metadata.uid } },
+    { type: 'task.progress', data: { task_id: parent.metadata.uid, text: 'asked spend-doer', spent_usd: 0.01 } },
+  ]);
+  await guestSays('spend-doer', [
+    { type: 'task.started', data: { task_id: child.metadata.uid } },
+    { type: 'task.completed', data: { task_id: child.metadata.uid, summary: 'booked the 9:40', spent_usd: 0.02 } },
+  ]);
+  await expect.poll(async () => (await getResource('tasks', 'spend-parent')).status?.delegatedSpentUSD).toBe(0.02);
+
+  await page.goto(harness().url + '/dots/default/spend-asker/tasks/spend-parent');
+  const drawer = page.getByTestId('task-drawer');
+  await expect(drawer.getByTestId('task-state')).toContainText('spent $0.01 + $0.02 by the Dots it asked ($0.03 together)');
+  const asked = drawer.getByTestId('task-asked').locator('li');
+  await expect(asked).toHaveCount(1);
+  await expect(asked).toContainText('spend-doer: book the train');
+  await expect(asked).toContainText('completed · spent $0.02');
+  await noSeriousViolation(page);
+
+  // The request's own page names who asked, and links back.
+  await asked.getByRole('link').click();
+  await expect(page).toHaveURL(/\/dots\/default\/spend-doer\/tasks\/spend-child$/);
+  await expect(page.getByTestId('task-asked-by')).toHaveText('asked by spend-asker (task spend-parent)');
+  await expect(page.getByTestId('task-state')).toContainText('spent $0.02');
 });

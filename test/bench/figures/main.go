@@ -61,6 +61,7 @@ var goals = []goal{
 	{What: "live stream, commit to 100 clients p99 (ms)", Bench: "StreamFanOut", Unit: "p99-ms", AtMost: 50},
 	{What: "OpenAI endpoint, answer's commit to the client, whole p99 (ms)", Bench: "OpenAIChat", Unit: "whole-p99-ms", AtMost: 50},
 	{What: "OpenAI endpoint, answer's commit to the client, streamed p99 (ms)", Bench: "OpenAIChat", Unit: "streamed-p99-ms", AtMost: 50},
+	{What: "webhook accept, signed delivery to 202 at 100/s, p99 (ms)", Bench: "WebhookAccept", Unit: "p99-ms", AtMost: 100},
 	{What: "warm chat round trip p99, tcg, stand-in model (ms)", Bench: "DotChat", Unit: "chat-p99-ms"},
 	{What: "… of it: to the guest (deliver) p50 (ms)", Bench: "DotChat", Unit: "deliver-p50-ms"},
 	{What: "… the engine's turn start under tcg p50 (ms)", Bench: "DotChat", Unit: "to-model-p50-ms"},

@@ -45,3 +45,25 @@ PASS`
 		}
 	}
 }
+
+// The webhook bench's line as go test prints it (its own lines come first:
+// they are written while it runs) gives the row of its p99.
+func TestWebhookAcceptRow(t *testing.T) {
+	const out = `
+webhook accept (signed delivery to 202, one Task made), 2000 deliveries at 100/s over 10 Webhooks (88.0/s from the first send to the last answer):
+  p50 40.2 ms, p99 85.5 ms, max 120.1 ms
+goos: linux
+BenchmarkWebhookAccept-2   	       1	22976812616 ns/op	        87.97 answered/s	       40.2 p50-ms	      85.5 p99-ms
+PASS`
+	figures, failed, err := parse(strings.NewReader(out))
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("parse: %v, failed %q", err, failed)
+	}
+	var sb strings.Builder
+	if met, missed, _ := table(&sb, figures); met != 1 || missed != 0 {
+		t.Errorf("met, missed = %d, %d; want 1, 0\n%s", met, missed, sb.String())
+	}
+	if want := `webhook accept, signed delivery to 202 at 100/s, p99 \(ms\)\s+85.5\s+≤ 100\s+yes`; !regexp.MustCompile(want).MatchString(sb.String()) {
+		t.Errorf("the table has no row matching %s:\n%s", want, sb.String())
+	}
+}
