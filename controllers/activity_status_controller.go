@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -68,18 +69,25 @@ func (r *ActivityStatusReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 func (r *ActivityStatusReconciler) writeStatuses(ctx context.Context, dot *dotsv1.Dot, view *projection.View, tasks []dotsv1.Task) error {
 	names := map[string]string{}
 	for i := range tasks {
-		t := &tasks[i]
-		names[string(t.UID)] = t.Name
-		v, ok := view.Tasks[string(t.UID)]
+		names[string(tasks[i].UID)] = tasks[i].Name
+		v, ok := view.Tasks[string(tasks[i].UID)]
 		if !ok {
 			continue // PENDING, as the Task reconciler wrote it
 		}
-		helper := patch.NewHelper(r.Client, taskActivityWriter, t)
-		t.Status.Phase, t.Status.Summary, t.Status.Error = v.Phase, v.Summary, v.Error
-		t.Status.Progress, t.Status.SpentUSD = v.Progress, protocol.RoundUSD(v.SpentUSD)
+		// The status as the log gives it, beside the Task's own (a copy of
+		// its top level: every field is set whole, nothing within changed).
+		want := tasks[i].Status
+		want.Phase, want.Summary, want.Error = v.Phase, v.Summary, v.Error
+		want.Progress, want.SpentUSD = v.Progress, protocol.RoundUSD(v.SpentUSD)
 		if len(v.RunTimes) > 0 {
-			t.Status.Runs, t.Status.StartTime, t.Status.CompletionTime = taskRuns(v)
+			want.Runs, want.StartTime, want.CompletionTime = taskRuns(v)
 		}
+		if equality.Semantic.DeepEqual(want, tasks[i].Status) {
+			continue // most of a busy Dot's tasks ended long ago
+		}
+		t := tasks[i].DeepCopy()
+		helper := patch.NewHelper(r.Client, taskActivityWriter, t)
+		t.Status = want
 		if _, err := helper.Patch(ctx, t); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}

@@ -462,11 +462,11 @@ func (r *DelegationReconciler) writeSpend(ctx context.Context, tasks []dotsv1.Ta
 		}
 	}
 	for i := range tasks {
-		t := &tasks[i]
-		usd := protocol.RoundUSD(spent[t.Name])
-		if t.Status.DelegatedSpentUSD == usd {
+		usd := protocol.RoundUSD(spent[tasks[i].Name])
+		if tasks[i].Status.DelegatedSpentUSD == usd {
 			continue
 		}
+		t := tasks[i].DeepCopy() // the cache's own (dotTasks)
 		helper := patch.NewHelper(r.Client, delegationWriter, t)
 		t.Status.DelegatedSpentUSD = usd
 		if _, err := helper.Patch(ctx, t); err != nil && !apierrors.IsNotFound(err) {
@@ -500,7 +500,7 @@ func (r *DelegationReconciler) cancelOrphans(ctx context.Context, dot *dotsv1.Do
 		if !isGone {
 			continue
 		}
-		before := t.DeepCopy()
+		before, t := t, t.DeepCopy() // the cache's own (dotTasks)
 		t.Spec.CancelRequested = true
 		if err := r.Client.Patch(ctx, t, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("cancel the task %s asked by %s, which is gone: %w", t.Name, rb.Dot, err)

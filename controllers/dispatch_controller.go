@@ -281,6 +281,7 @@ func (r *DispatchReconciler) hold(ctx context.Context, tasks []dotsv1.Task, held
 		if held == nil && (was == nil || was.Status != metav1.ConditionTrue) {
 			continue
 		}
+		t = t.DeepCopy() // the cache's own (dotTasks)
 		h := patch.NewHelper(r.Client, patch.Writer{Name: DispatchControllerName, Conditions: []string{dotsv1.HeldCondition}}, t)
 		if held != nil {
 			patch.SetCondition(t, now, dotsv1.HeldCondition, metav1.ConditionTrue, dotsv1.SpendCapHeldReason, held.Message)
