@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -112,6 +113,7 @@ func (r *HostAccessReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.Client.List(ctx, &roles, client.InNamespace(ns), client.HasLabels{hostidentity.AccessLabel}); err != nil {
 		return ctrl.Result{}, err
 	}
+	bound := map[string]bool{}
 	for _, b := range bindings.Items {
 		host := b.Labels[hostidentity.AccessLabel]
 		// A binding of an earlier version points at a ClusterRole that
@@ -120,25 +122,44 @@ func (r *HostAccessReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			if err := r.Client.Delete(ctx, &b); client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, fmt.Errorf("remove host %s's access to namespace %s: %w", host, ns, err)
 			}
+			continue
 		}
+		bound[b.Name] = true
 	}
-	for _, role := range roles.Items {
+	have := map[string]*rbacv1.Role{}
+	for i, role := range roles.Items {
 		if _, ok := secrets[role.Labels[hostidentity.AccessLabel]]; !ok {
 			if err := r.Client.Delete(ctx, &role); client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, fmt.Errorf("remove host %s's role in namespace %s: %w", role.Labels[hostidentity.AccessLabel], ns, err)
 			}
+			continue
 		}
+		have[role.Name] = &roles.Items[i]
 	}
 	for host, names := range secrets {
-		if err := r.ensureRole(ctx, hostAccessRole(ns, host, names)); err != nil {
-			return ctrl.Result{}, err
+		want := hostAccessRole(ns, host, names)
+		if err := r.ensureRole(ctx, want, have[want.Name]); err != nil {
+			return ctrl.Result{}, ignoreNamespaceGoing(err)
 		}
-		err := r.Client.Create(ctx, hostAccessBinding(ns, host))
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return ctrl.Result{}, fmt.Errorf("give host %s access to namespace %s: %w", host, ns, err)
+		// Made only when the cache has none: a create that finds one
+		// is a write for nothing, and this runs at each Computer placed.
+		if binding := hostAccessBinding(ns, host); !bound[binding.Name] {
+			if err := r.Client.Create(ctx, binding); err != nil && !apierrors.IsAlreadyExists(err) {
+				return ctrl.Result{}, ignoreNamespaceGoing(fmt.Errorf("give host %s access to namespace %s: %w", host, ns, err))
+			}
 		}
 	}
 	return ctrl.Result{}, nil
+}
+
+// ignoreNamespaceGoing is nil for a write refused because its namespace is
+// being deleted: no access is needed there any more, and its deletion
+// takes the Roles and bindings with it.
+func ignoreNamespaceGoing(err error) error {
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return nil
+	}
+	return err
 }
 
 // hostSecrets is, for each host with Computers here, the names of the
@@ -164,17 +185,21 @@ func hostSecrets(computers []dotsv1.Computer, secretRefs map[string]string) map[
 }
 
 // ensureRole creates want or brings the Role of its name to its rules.
-func (r *HostAccessReconciler) ensureRole(ctx context.Context, want *rbacv1.Role) error {
-	err := r.Client.Create(ctx, want)
-	if !apierrors.IsAlreadyExists(err) {
-		if err != nil {
-			return fmt.Errorf("make the Role %s/%s: %w", want.Namespace, want.Name, err)
+// have is the Role as the cache has it, nil when it has none.
+func (r *HostAccessReconciler) ensureRole(ctx context.Context, want, have *rbacv1.Role) error {
+	if have == nil {
+		err := r.Client.Create(ctx, want)
+		if !apierrors.IsAlreadyExists(err) {
+			if err != nil {
+				return fmt.Errorf("make the Role %s/%s: %w", want.Namespace, want.Name, err)
+			}
+			return nil
 		}
-		return nil
-	}
-	have := &rbacv1.Role{}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil {
-		return fmt.Errorf("read the Role %s/%s: %w", want.Namespace, want.Name, err)
+		// Made since the cache was read.
+		have = &rbacv1.Role{}
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil {
+			return fmt.Errorf("read the Role %s/%s: %w", want.Namespace, want.Name, err)
+		}
 	}
 	if equality.Semantic.DeepEqual(have.Rules, want.Rules) && have.Labels[hostidentity.AccessLabel] == want.Labels[hostidentity.AccessLabel] {
 		return nil
