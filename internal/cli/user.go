@@ -33,7 +33,7 @@ func newUserAddCommand() *cobra.Command {
 		Short: "Print a kubeconfig for a person, who may then use the Dots of one namespace (editor) or look at them (viewer)",
 		Long: `add gives a person a credential of their own: a ServiceAccount NAME in the
 namespace (made if missing), bound there to dots-editor (apply Dots, chat,
-hand tasks, answer approvals) or dots-viewer (look), and a token that lasts
+hand tasks, answer approvals, add webhooks) or dots-viewer (look), and a token that lasts
 --ttl. It prints the kubeconfig, its context set to that namespace:
 
   invisible-dots user add ada --namespace family --role editor --output ada.kubeconfig

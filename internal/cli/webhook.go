@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,8 +21,9 @@ import (
 )
 
 // newWebhookCommand is `invisible-dots webhook add|ls|rm|rotate`: a Dot's
-// Webhooks (signed doors that make Tasks), Webhook resources and the
-// Secrets of their signing secrets.
+// Webhooks (signed doors that make Tasks): Webhook resources, written with
+// the caller's credential, and their signing secrets, which the server
+// makes and stores through the Dots API (people hold no Secrets).
 func newWebhookCommand() *cobra.Command {
 	var cn conn
 	cmd := &cobra.Command{
@@ -44,8 +43,10 @@ put in, marked as coming from an untrusted sender.
 The server serves them on ` + hooks.EnvListen + ` (host:port, off by default), at
 POST /hooks/v1/NAMESPACE/NAME; put it behind a reverse proxy or a tunnel for
 TLS and set ` + hooks.EnvURL + ` to its public URL, so the URLs printed here
-are the ones senders reach. The secret is printed once, when it is made; it is
-kept in a Secret the Webhook owns. A Webhook is a resource too:
+are the ones senders reach. The secret is printed once, when it is made; the
+server makes it and keeps it in a Secret the Webhook owns, so whoever may
+manage Webhooks (the role dots-editor: user add NAME --role editor) adds and
+rotates them without holding Secrets. A Webhook is a resource too:
 kubectl get webhooks; kubectl patch webhook ci-red --type merge -p
 '{"spec":{"paused":true}}' pauses it.
 
@@ -67,8 +68,7 @@ an array's first item, {{.}} the whole body; nothing else is code.`,
 			if err := hooks.CheckTemplate(description); err != nil {
 				return fmt.Errorf("--description: %w", err)
 			}
-			secret, err := hooks.NewSecret(signature)
-			if err != nil {
+			if _, err := hooks.NewSecret(signature); err != nil {
 				return fmt.Errorf("--signature: %w", err)
 			}
 			c, err := cn.clients()
@@ -103,14 +103,21 @@ an array's first item, {{.}} the whole body; nothing else is code.`,
 				}
 				return fmt.Errorf("create Webhook %s/%s: %w", c.ns, name, err)
 			}
-			if err := createWebhookSecret(ctx, c.kube, wh, secret); err != nil {
-				// Nothing half made stays.
-				_ = c.kube.Delete(context.WithoutCancel(ctx), wh)
-				return err
+			// The server makes the secret and stores it in the Secret the
+			// Webhook owns, with its own credential: the caller needs no
+			// Secrets (dots-editor holds none).
+			made, err := c.dots.NewWebhookSecret(ctx, c.ns, name)
+			if err != nil {
+				return fmt.Errorf("made Webhook %s/%s, but it has no secret yet, so it refuses every delivery: %w\n"+
+					"Give it its secret with 'invisible-dots webhook rotate %s -n %s' (it prints the URL and the secret), or remove it with 'invisible-dots webhook rm %s -n %s'",
+					c.ns, name, err, name, c.ns, name, c.ns)
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "made Webhook %s/%s: each delivery makes a Task for Dot %s\n\n", c.ns, name, dot)
-			printWebhookDoor(out, wh, secret)
+			printWebhookDoor(out, wh, made.Secret)
+			if made.Warning != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", made.Warning)
+			}
 			return nil
 		},
 	}
@@ -188,79 +195,24 @@ an array's first item, {{.}} the whole body; nothing else is code.`,
 			if err := c.kube.Get(ctx, types.NamespacedName{Namespace: c.ns, Name: args[0]}, wh); err != nil {
 				return fmt.Errorf("Webhook %s/%s: %w", c.ns, args[0], err)
 			}
-			secret, err := hooks.NewSecret(string(wh.Spec.Signature))
+			// The server makes the new secret, stores it in the Secret the
+			// Webhook owns and marks the Webhook rotated, which the
+			// listener watches: the old secret is refused at once.
+			made, err := c.dots.NewWebhookSecret(ctx, c.ns, wh.Name)
 			if err != nil {
-				return err
+				return fmt.Errorf("a new secret for Webhook %s/%s: %w", c.ns, wh.Name, err)
 			}
-			sec := &corev1.Secret{}
-			err = c.kube.Get(ctx, types.NamespacedName{Namespace: c.ns, Name: wh.Spec.SecretRef.Name}, sec)
-			switch {
-			case apierrors.IsNotFound(err):
-				err = createWebhookSecret(ctx, c.kube, wh, secret)
-			case err == nil:
-				if sec.Data == nil {
-					sec.Data = map[string][]byte{}
-				}
-				sec.Data[wh.Spec.SecretRef.SecretKey()] = []byte(secret)
-				if err = c.kube.Update(ctx, sec); err != nil {
-					err = fmt.Errorf("store the new secret in Secret %s/%s: %w%s", c.ns, sec.Name, err, secretsForbidden(err))
-				}
-			default:
-				err = fmt.Errorf("read Secret %s/%s: %w%s", c.ns, wh.Spec.SecretRef.Name, err, secretsForbidden(err))
-			}
-			if err != nil {
-				return err
-			}
-			// Told to the listener through the Webhook, which it watches:
-			// it reads the secret again at once, and the old one is refused.
-			rotated := wh.DeepCopy()
-			if rotated.Annotations == nil {
-				rotated.Annotations = map[string]string{}
-			}
-			rotated.Annotations[dotsv1.WebhookSecretRotatedAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
-			if err := c.kube.Patch(ctx, rotated, client.MergeFrom(wh)); err != nil {
-				return fmt.Errorf("the new secret is stored, but Webhook %s/%s could not be marked rotated (the old secret works for up to 10 s more): %w", c.ns, wh.Name, err)
+			if made.Warning != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", made.Warning)
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "Webhook %s/%s has a new secret; give it to its sender (the old one is refused from now on)\n\n", c.ns, wh.Name)
-			printWebhookDoor(out, wh, secret)
+			printWebhookDoor(out, wh, made.Secret)
 			return nil
 		},
 	}
 	cmd.AddCommand(rotate)
 	return cmd
-}
-
-// createWebhookSecret makes the Secret of wh's secret, owned by wh (gone
-// with it).
-func createWebhookSecret(ctx context.Context, c client.Client, wh *dotsv1.Webhook, secret string) error {
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: wh.Namespace, Name: wh.Spec.SecretRef.Name,
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: dotsv1.GroupVersion.String(), Kind: "Webhook", Name: wh.Name, UID: wh.UID,
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{wh.Spec.SecretRef.SecretKey(): []byte(secret)},
-	}
-	if err := c.Create(ctx, sec); err != nil {
-		// The error names the Secret, never its value.
-		return fmt.Errorf("store the secret of Webhook %s/%s in Secret %s: %w%s", wh.Namespace, wh.Name, sec.Name, err, secretsForbidden(err))
-	}
-	return nil
-}
-
-// secretsForbidden says, after an error that is the API's refusal, who may
-// write a Webhook's Secret: the command writes it with the caller's own
-// credential, which dots-editor (`user add --role editor`) does not give.
-func secretsForbidden(err error) string {
-	if !apierrors.IsForbidden(err) {
-		return ""
-	}
-	return "\n(the command writes the Webhook's Secret with your own credential: the role `user add --role editor` gives, " +
-		"dots-editor, holds no Secrets; run it with the admin's kubeconfig, or as someone bound to the built-in edit role in the namespace)"
 }
 
 // printWebhookDoor prints the Webhook's URL, its secret (this once) and how

@@ -14,9 +14,13 @@
 // Against a cluster that is not ours the server runs this handler with the
 // controllers' credential, so their role holds what it reads and writes
 // beyond the controllers' own: Secrets (a Dot's MCP secrets, the default
-// key's presence).
+// key's presence, a Webhook's signing secret) and the Webhooks whose
+// secrets it makes (their Secrets block their deletion, which takes update
+// on webhooks/finalizers where owner references' permissions are enforced).
 //
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=webhooks,verbs=get;patch
+// +kubebuilder:rbac:groups=dots.invisible.dev,resources=webhooks/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=dots,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=dotquotas,verbs=get;list;watch
@@ -225,6 +229,7 @@ func (h *Handler) routes() []route {
 		{"namespaces/{ns}/dots/{name}/secrets/openrouter", map[string]handlerFunc{http.MethodPut: h.putDotOpenRouterKey}},
 		{"namespaces/{ns}/approvals/{approval}/approve", map[string]handlerFunc{http.MethodPost: h.answerApproval(dotsv1.Approve)}},
 		{"namespaces/{ns}/approvals/{approval}/reject", map[string]handlerFunc{http.MethodPost: h.answerApproval(dotsv1.Reject)}},
+		{"namespaces/{ns}/webhooks/{webhook}/secret", map[string]handlerFunc{http.MethodPost: h.newWebhookSecret}},
 	}
 }
 
@@ -375,7 +380,7 @@ func pathValues(r *http.Request, names ...string) ([]string, error) {
 		switch n {
 		case "ns":
 			problems = validation.IsDNS1123Label(v)
-		case "name", "host", "approval":
+		case "name", "host", "approval", "webhook":
 			problems = validation.IsDNS1123Subdomain(v)
 		case "id":
 			if v == "" || len(v) > 253 || strings.ContainsAny(v, "/\x00") {
@@ -390,7 +395,7 @@ func pathValues(r *http.Request, names ...string) ([]string, error) {
 	return out, nil
 }
 
-var pathNames = map[string]string{"ns": "the namespace", "name": "the Dot's name", "host": "the host", "id": "the outbox row id", "approval": "the Approval's name"}
+var pathNames = map[string]string{"ns": "the namespace", "name": "the Dot's name", "host": "the host", "id": "the outbox row id", "approval": "the Approval's name", "webhook": "the Webhook's name"}
 
 func callerOf(r *http.Request) (user.Info, error) {
 	u, ok := request.UserFrom(r.Context())

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -128,12 +129,18 @@ func fakeAnswer(status int, body string) *http.Response {
 
 // guestRBAC is rbac with the guest routes' subresources: the editor and the
 // viewer of team-a get them (and list team-a's Tasks), and only the editor writes MCP secrets,
-// creates, closes and deletes browser identities, and patches Computers
-// (their power).
+// makes Webhooks' secrets, creates, closes and deletes browser identities, and patches
+// Computers (their power).
 var guestRBAC = authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	// dots-editor and dots-viewer list the namespace's Tasks.
 	if a.GetNamespace() == "team-a" && a.GetAPIGroup() == dotsv1.GroupVersion.Group && a.GetResource() == "tasks" && a.GetVerb() == "list" &&
 		(a.GetUser().GetName() == "eddie" || a.GetUser().GetName() == "vera") {
+		return authorizer.DecisionAllow, "", nil
+	}
+	// dots-editor makes Webhooks' secrets (update webhooks/secret); the
+	// viewer may not.
+	if a.GetNamespace() == "team-a" && a.GetAPIGroup() == dotsv1.GroupVersion.Group && a.GetResource() == "webhooks" && a.GetSubresource() == webhookSecretSubresource &&
+		a.GetUser().GetName() == "eddie" && a.GetVerb() == "update" {
 		return authorizer.DecisionAllow, "", nil
 	}
 	if a.GetNamespace() == "team-a" && a.GetAPIGroup() == dotsv1.GroupVersion.Group && a.GetResource() == "computers" && a.GetSubresource() == "" &&
@@ -201,6 +208,8 @@ type guestEnvOptions struct {
 	// intercept steps into the fake API server's calls (a write made by
 	// someone else in between); none when its fields are nil.
 	intercept interceptor.Funcs
+	// log is the handler's log; discarded when unset.
+	log logr.Logger
 }
 
 func newGuestEnv(t testing.TB, o guestEnvOptions) *guestEnv {
@@ -268,6 +277,7 @@ func newGuestEnv(t testing.TB, o guestEnvOptions) *guestEnv {
 		Authorizer: guestRBAC,
 		Guests:     e.guests,
 		Server:     ServerInfo{DatabaseKind: wire.DatabaseManaged, Home: "/srv/dots", LogsDir: "/srv/dots/logs"},
+		Log:        o.log,
 	}
 	if o.doctor != nil {
 		opts.Doctor = func(ctx context.Context) doctor.Report {

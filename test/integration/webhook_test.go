@@ -376,7 +376,9 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 		Expect(err).To(HaveOccurred(), "a Webhook that is not there")
 	})
 
-	It("tells a person given dots-editor alone that adding one needs Secrets, and leaves nothing half made", func() {
+	It("is added and rotated by a person given dots-editor alone, who holds no Secrets: the server makes the secret", func() {
+		base := webhookListener()
+		GinkgoT().Setenv(hooks.EnvURL, base)
 		dot, _, _, _ := channelDot()
 		admin, err := clientcmd.LoadFromFile(cp.KubeconfigPath)
 		Expect(err).NotTo(HaveOccurred())
@@ -385,21 +387,103 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 		Expect(err).NotTo(HaveOccurred())
 		path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 		Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
+		run := func(args ...string) (string, error) {
+			cmd := cli.NewRootCommand()
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&out)
+			cmd.SetArgs(append(append([]string{"webhook"}, args...), "--kubeconfig", path, "-n", dot.Namespace))
+			cmd.SetContext(suiteCtx)
+			err := cmd.Execute()
+			return out.String(), err
+		}
+		// door is the URL and the secret a command printed.
+		door := func(out string) (url, secret string) {
+			GinkgoHelper()
+			for _, line := range strings.Split(out, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "URL:"); ok {
+					url = strings.TrimSpace(v)
+				}
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "secret:"); ok {
+					secret = strings.TrimSpace(v)
+				}
+			}
+			Expect(url).NotTo(BeEmpty(), out)
+			Expect(secret).NotTo(BeEmpty(), out)
+			return url, secret
+		}
+		// The person may not read Secrets: the role gives none.
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+		Expect(err).NotTo(HaveOccurred())
+		personal, err := client.New(cfg, client.Options{Scheme: k8sClient.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
 		name := "ed-" + rand.String(6)
-		cmd := cli.NewRootCommand()
-		var out bytes.Buffer
-		cmd.SetOut(&out)
-		cmd.SetErr(&out)
-		cmd.SetArgs([]string{"webhook", "add", name, "--dot", dot.Name, "--description", "x", "--kubeconfig", path, "-n", dot.Namespace})
-		cmd.SetContext(suiteCtx)
-		err = cmd.Execute()
-		Expect(err).To(HaveOccurred())
-		Expect(err.Error()).To(And(ContainSubstring("forbidden"), ContainSubstring("dots-editor, holds no Secrets"),
-			ContainSubstring("the admin's kubeconfig"), ContainSubstring("built-in edit role")))
-		Expect(out.String()).NotTo(ContainSubstring("secret:"), "no secret is shown for a Webhook that was not made")
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: name}, &dotsv1.Webhook{}))
-		}).Should(BeTrue(), "the Webhook made before the Secret was refused is taken back")
+		err = personal.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: dotsv1.WebhookSecretName(name)}, &corev1.Secret{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "dots-editor reads no Secret: %v", err)
+
+		By("add: the Webhook made with the person's credential, the secret made and stored by the server, printed once")
+		out, err := run("add", name, "--dot", dot.Name, "--signature", "standard", "--description", "Look at {{.repository.full_name}}")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("made Webhook " + dot.Namespace + "/" + name))
+		url, secret := door(out)
+		Expect(url).To(Equal(hooks.URL(base, dot.Namespace, name)))
+		Expect(secret).To(HavePrefix("whsec_"))
+		wh := &dotsv1.Webhook{}
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: name}, wh)).To(Succeed())
+		Expect(metav1.IsControlledBy(wh, dot)).To(BeTrue())
+		sec := &corev1.Secret{}
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: wh.Spec.SecretRef.Name}, sec)).To(Succeed())
+		Expect(metav1.IsControlledBy(sec, wh)).To(BeTrue(), "the Secret is the Webhook's, gone with it")
+		Expect(string(sec.Data[dotsv1.WebhookSecretKey])).To(Equal(secret))
+
+		By("a delivery signed with the secret printed makes a Task for the Dot")
+		body := []byte(`{"repository":{"full_name":"acme/editor"}}`)
+		code, resp := post(url, signedBy(dotsv1.WebhookStandard, secret, "ed-1", body), body)
+		Expect(code).To(Equal(http.StatusAccepted), resp)
+		tasks := webhookTasks(wh)
+		Expect(tasks).To(HaveLen(1))
+		Expect(tasks[0].Spec.DotName).To(Equal(dot.Name))
+		Expect(tasks[0].Spec.Description).To(ContainSubstring(hooks.UntrustedOpen + "acme/editor" + hooks.UntrustedClose))
+
+		By("rotate: a new secret, printed once; the old one refused at once, the new one makes a Task")
+		out, err = run("rotate", name)
+		Expect(err).NotTo(HaveOccurred(), out)
+		rotatedURL, rotated := door(out)
+		Expect(rotatedURL).To(Equal(url))
+		Expect(rotated).NotTo(Equal(secret))
+		code, resp = post(url, signedBy(dotsv1.WebhookStandard, secret, "ed-2", body), body)
+		Expect(code).To(Equal(http.StatusUnauthorized), resp)
+		code, resp = post(url, signedBy(dotsv1.WebhookStandard, rotated, "ed-2", body), body)
+		Expect(code).To(Equal(http.StatusAccepted), resp)
+		Expect(webhookTasks(wh)).To(HaveLen(2))
+
+		By("add over a Secret that is not the Webhook's: the Webhook is left without a secret, and the person told so and how to finish")
+		other := "ed-" + rand.String(6)
+		byHand := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: dot.Namespace, Name: dotsv1.WebhookSecretName(other)},
+			Data:       map[string][]byte{dotsv1.WebhookSecretKey: []byte("made-by-hand")},
+		}
+		Expect(k8sClient.Create(suiteCtx, byHand)).To(Succeed())
+		out, err = run("add", other, "--dot", dot.Name, "--description", "x")
+		Expect(err).To(HaveOccurred(), out)
+		Expect(err.Error()).To(And(ContainSubstring("made Webhook "+dot.Namespace+"/"+other+", but it has no secret yet, so it refuses every delivery"),
+			ContainSubstring("secret_not_owned"), ContainSubstring("invisible-dots webhook rotate "+other), ContainSubstring("invisible-dots webhook rm "+other)))
+		Expect(out).NotTo(ContainSubstring("secret:"), "no secret is shown for a Webhook that has none")
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: dot.Namespace, Name: other}, &dotsv1.Webhook{})).To(Succeed(), "the Webhook stays, as the message says")
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(byHand), byHand)).To(Succeed())
+		Expect(string(byHand.Data[dotsv1.WebhookSecretKey])).To(Equal("made-by-hand"), "a Secret the Webhook does not own is not written")
+
+		By("a viewer is refused the secret, and told the role that may")
+		viewer := "hook-view-" + rand.String(4)
+		vconfig, _, err := controlplane.AddUser(suiteCtx, *admin, viewer, dot.Namespace, "viewer", time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(os.WriteFile(path, vconfig, 0o600)).To(Succeed())
+		out, err = run("rotate", name)
+		Expect(err).To(HaveOccurred(), out)
+		Expect(err.Error()).To(And(ContainSubstring("may not update webhooks/secret"), ContainSubstring("dots-editor")))
+		Expect(out).NotTo(ContainSubstring("secret:"))
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
+		Expect(string(sec.Data[dotsv1.WebhookSecretKey])).To(Equal(rotated), "the viewer's refusal changed nothing")
 	})
 
 	It("goes with its Dot, and its Secret with it", func() {
