@@ -272,7 +272,8 @@ var _ = Describe("The Computer reconciler", func() {
 			g.Expect(r.Reason).To(Equal(dotsv1.NoHostFitsReason))
 		})
 		Expect(waiting.Spec.NodeName).To(BeEmpty())
-		Expect(eventReasons(c)).To(ContainElement(dotsv1.NoHostFitsReason))
+		// The recorder writes its Event apart from the status, a moment later.
+		Eventually(func() []string { return eventReasons(c) }).Should(ContainElement(dotsv1.NoHostFitsReason))
 
 		patchComputer(c, func(c *dotsv1.Computer) { c.Spec.GoldenImage = fake.DefaultImages[0].Version })
 		got := eventuallyComputer(c, runningAndReady, "30s")
