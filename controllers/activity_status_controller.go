@@ -28,10 +28,15 @@ const ActivityStatusControllerName = "activity-status-controller"
 // pendingApprovals and lastActivityTime (the Dot reconciler writes the
 // phase, from them among others). Of a Computer: nextAutomationTime (its
 // host agent writes the rest).
+//
+// They write without the resourceVersion lock (patch.Writer.NoLock): the
+// fields are theirs alone and come from the log, not from the object, and
+// under the lock they lost a write to the Dot reconciler about three times
+// for each new Dot, both being woken by the same events.
 var (
-	taskActivityWriter     = patch.Writer{Name: ActivityStatusControllerName + "/task"}
-	dotActivityWriter      = patch.Writer{Name: ActivityStatusControllerName + "/dot"}
-	computerActivityWriter = patch.Writer{Name: ActivityStatusControllerName + "/computer"}
+	taskActivityWriter     = patch.Writer{Name: ActivityStatusControllerName + "/task", NoLock: true}
+	dotActivityWriter      = patch.Writer{Name: ActivityStatusControllerName + "/dot", NoLock: true}
+	computerActivityWriter = patch.Writer{Name: ActivityStatusControllerName + "/computer", NoLock: true}
 )
 
 // ActivityStatusReconciler writes the statuses a Dot's event log gives,

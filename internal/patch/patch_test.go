@@ -156,3 +156,36 @@ func TestEnsureFinalizerOnAnObjectDeletedMeanwhile(t *testing.T) {
 		t.Errorf("EnsureFinalizer() with a conflict = %v; want the conflict", err)
 	}
 }
+
+// TestAWriterWithoutTheLockWinsAndUndoesNothing: a writer of fields from
+// elsewhere that read before another's write still writes, and neither
+// undoes the other's condition nor its own fields.
+func TestAWriterWithoutTheLockWinsAndUndoesNothing(t *testing.T) {
+	ctx := context.Background()
+	var patches int
+	c := newClient(t, &patches)
+	activity := patch.Writer{Name: "activity", NoLock: true}
+
+	a, b := get(t, c), get(t, c)
+	ha, hb := patch.NewHelper(c, computers, a), patch.NewHelper(c, activity, b)
+	patch.SetCondition(a, now, "Ready", metav1.ConditionTrue, "Ready", "up")
+	b.Status.AgentState = "IDLE"
+	if _, err := ha.Patch(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hb.Patch(ctx, b); err != nil {
+		t.Fatalf("writer without the lock, read before the other's write: %v; want it written", err)
+	}
+	got := get(t, c)
+	if got.Status.AgentState != "IDLE" || !cmp.Equal(types(got.Status.Conditions), map[string]metav1.ConditionStatus{"Ready": "True"}) {
+		t.Errorf("status %+v; want agentState IDLE and Ready kept", got.Status)
+	}
+
+	owning := patch.Writer{Name: "wrong", Conditions: []string{"Ready"}, NoLock: true}
+	d := get(t, c)
+	h := patch.NewHelper(c, owning, d)
+	patch.SetCondition(d, now, "Ready", metav1.ConditionFalse, "Down", "down")
+	if _, err := h.Patch(ctx, d); err == nil {
+		t.Error("a writer owning conditions wrote without the lock; want it refused")
+	}
+}
