@@ -330,6 +330,13 @@ func (e *Engine) decide(cfg *protocol.RuntimeConfig, t *turn, permission string)
 	return protocol.Allow, "", nil
 }
 
+// lastCallsQuery reads a session's newest assistant message with tool
+// calls. It runs at every turn's opening, so it must find that message
+// through the index of such messages (store's messages_session_calls), not
+// by walking back over the session's messages.
+const lastCallsQuery = `SELECT id, tool_calls FROM messages WHERE session = ? AND role = 'assistant' AND tool_calls IS NOT NULL
+	ORDER BY id DESC LIMIT 1`
+
 // closeOpenCalls answers every call of the session's newest assistant
 // message that has no result, by what the database holds for it (ref 8.8):
 // an intent is a call the engine stopped during (interrupted, reported
@@ -337,8 +344,7 @@ func (e *Engine) decide(cfg *protocol.RuntimeConfig, t *turn, permission string)
 func (e *Engine) closeOpenCalls(ctx context.Context, tx *store.Tx, session string) error {
 	var msgID int64
 	var raw string
-	err := tx.QueryRow(ctx, `SELECT id, tool_calls FROM messages WHERE session = ? AND role = 'assistant' AND tool_calls IS NOT NULL
-		ORDER BY id DESC LIMIT 1`, session).Scan(&msgID, &raw)
+	err := tx.QueryRow(ctx, lastCallsQuery, session).Scan(&msgID, &raw)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}
