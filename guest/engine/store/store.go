@@ -198,6 +198,15 @@ const maxStmts = 256
 // seen inside one is noted and prepared at the next moment the connection
 // is free (prepareWanted); it runs unprepared until then. The caller holds
 // s.mu.
+//
+// A kept statement is only worth keeping if SQLite does not prepare it
+// again at each run. It does (SQLite 3.54 as modernc builds it, with STAT4)
+// for a query that compares a column with a parameter by = and orders its
+// rows (ORDER BY, or MIN/MAX): its plan looked at that parameter's value,
+// and the driver binds every parameter again at each run, which expires
+// it. Such a query writes that parameter +? (the same value, of no affinity
+// of its own, as ? is, whose value the plan does not look at): the queries
+// of every turn do (their plans are checked by work's TestTurnQueryPlans).
 func (s *Store) stmt(q string) *sql.Stmt {
 	if st, ok := s.stmts[q]; ok {
 		return st

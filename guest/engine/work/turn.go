@@ -758,6 +758,10 @@ func (e *Engine) finalAnswer(ctx context.Context, tx *store.Tx, t *turn, msgID i
 	return e.answerChat(ctx, tx, text)
 }
 
+// answeredQuery reads the newest person's message in the transcript, the
+// one the chat's answer is in reply to. (+?: see store's stmt.)
+const answeredQuery = "SELECT id FROM dots_inbound WHERE state = +? AND type = +? ORDER BY arrival DESC LIMIT 1"
+
 // answerChat emits message.assistant, applies every input the transcript
 // holds and takes the chat's spend with it.
 func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string) error {
@@ -767,8 +771,7 @@ func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string) erro
 	}
 	usd := protocol.RoundUSD(sp.USD)
 	var replyTo sql.NullString
-	err = tx.QueryRow(ctx, "SELECT id FROM dots_inbound WHERE state = ? AND type = ? ORDER BY arrival DESC LIMIT 1",
-		inboundTranscript, protocol.InboundUserMessage).Scan(&replyTo)
+	err = tx.QueryRow(ctx, answeredQuery, inboundTranscript, protocol.InboundUserMessage).Scan(&replyTo)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("read the message answered: %w", err)
 	}
