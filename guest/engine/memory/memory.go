@@ -271,22 +271,31 @@ func (m *Memory) Transcribe(ctx context.Context, session, title string, msgs []w
 		files[name], order = msgs, []string{name}
 	} else {
 		touched := map[string]bool{}
-		var name string
+		names := make([]string, len(msgs))
 		var y, d int
 		var mo time.Month
-		for _, msg := range msgs {
+		for i, msg := range msgs {
 			// The day's name is made when the day changes, not for every
 			// message (they come by id, mostly a day after another).
-			if my, mmo, md := msg.At.UTC().Date(); name == "" || my != y || mmo != mo || md != d {
+			if my, mmo, md := msg.At.UTC().Date(); i == 0 || my != y || mmo != mo || md != d {
 				y, mo, d = my, mmo, md
-				name = path.Join(base, "chat", msg.At.UTC().Format("2006-01-02")+".md")
+				names[i] = path.Join(base, "chat", msg.At.UTC().Format("2006-01-02")+".md")
+			} else {
+				names[i] = names[i-1]
 			}
-			if _, seen := files[name]; !seen {
-				order = append(order, name)
+			if _, seen := files[names[i]]; !seen {
+				order = append(order, names[i])
+				files[names[i]] = nil
 			}
-			files[name] = append(files[name], msg)
 			if msg.ID > since {
-				touched[name] = true
+				touched[names[i]] = true
+			}
+		}
+		if len(order) == 1 {
+			files[order[0]] = msgs // one day, the usual: its messages are msgs
+		} else {
+			for i, msg := range msgs {
+				files[names[i]] = append(files[names[i]], msg)
 			}
 		}
 		var keep []string
