@@ -50,6 +50,11 @@ func TestTurnQueryPlans(t *testing.T) {
 			query:  answeredQuery, args: []any{inboundTranscript, "user.message"},
 			want: "SEARCH dots_inbound USING INDEX dots_inbound_state (state=?)",
 		},
+		"pending": {
+			reason: "the chat's requests find the waiting inputs among the accepted ones",
+			query:  pendingQuery, args: []any{inboundPending},
+			want: "SEARCH dots_inbound USING INDEX dots_inbound_state (state=?)",
+		},
 		"granted": {
 			reason: "the gate finds a granted approval among the session's",
 			query:  grantedQuery, args: []any{chatSession, "exec", "{}"},

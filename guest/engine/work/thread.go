@@ -338,8 +338,12 @@ type inboundRow struct {
 	Data     json.RawMessage
 }
 
+// pendingQuery reads the inputs waiting for the chat, in the order accepted:
+// at every request of the chat. (+?: see store's stmt.)
+const pendingQuery = "SELECT id, type, data FROM dots_inbound WHERE state = +? ORDER BY arrival"
+
 func pendingInbound(ctx context.Context, q querier) ([]inboundRow, error) {
-	rows, err := q.QueryContext(ctx, "SELECT id, type, data FROM dots_inbound WHERE state = ? ORDER BY arrival", inboundPending)
+	rows, err := q.QueryContext(ctx, pendingQuery, inboundPending)
 	if err != nil {
 		return nil, fmt.Errorf("read waiting inputs: %w", err)
 	}
