@@ -98,9 +98,9 @@ type chatThread struct{ tail msgTail }
 // load returns the chat's messages after upto, the summary's last id.
 func (c *chatThread) load(ctx context.Context, q querier, upto int64) ([]Message, error) {
 	read := func(after int64) ([]Message, error) { return loadMessages(ctx, q, chatSession, after) }
-	msgs, err := c.tail.load(upto, upto, func() ([]Message, error) { return read(upto) }, read)
-	// A copy: the caller rewrites approval lines in it.
-	return slices.Clone(msgs), err
+	// What is kept, not a copy: loadThread copies it before it rewrites a
+	// line in it, which few threads need.
+	return c.tail.load(upto, upto, func() ([]Message, error) { return read(upto) }, read)
 }
 
 // forget drops what is kept (a message changed).
@@ -122,6 +122,7 @@ func (e *Engine) loadThread(ctx context.Context, session string) (thread, error)
 		if err != nil {
 			return err
 		}
+		copied := false
 		for i, m := range th.msgs {
 			if m.Role != "user" || m.InboundID != "" {
 				continue
@@ -131,6 +132,10 @@ func (e *Engine) loadThread(ctx context.Context, session string) (thread, error)
 				return err
 			}
 			if ok {
+				if !copied {
+					// The chat's messages are chatThread's own.
+					th.msgs, copied = slices.Clone(th.msgs), true
+				}
 				th.msgs[i].Content = text
 			}
 		}
