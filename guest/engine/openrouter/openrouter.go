@@ -427,7 +427,10 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte) (resp Res
 
 	acc := newAssembler()
 	sc := bufio.NewScanner(hresp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
+	// The buffer starts at the scanner's own size and grows to the longest
+	// line; a 64 KiB one made for every request was most of what a short
+	// answer allocated.
+	sc.Buffer(nil, 16*1024*1024)
 	var data strings.Builder
 	done := false
 	for !done && sc.Scan() {
