@@ -289,10 +289,15 @@ func resetSpend(ctx context.Context, tx *store.Tx, session string) error {
 	return nil
 }
 
-// nextArrival is the arrival number of the next accepted input.
+// nextArrival is the arrival number of the next accepted input: one after
+// the newest row's. Rows are only ever added, here, each numbered after the
+// highest, and SQLite gives a new row the highest rowid plus one, so the
+// newest row (the highest rowid, found at once) holds the highest number.
+// MAX(arrival) read every row's, at every input accepted: no index starts
+// with arrival.
 func nextArrival(ctx context.Context, tx *store.Tx) (int64, error) {
 	var n int64
-	if err := tx.QueryRow(ctx, "SELECT COALESCE(MAX(arrival), 0) + 1 FROM dots_inbound").Scan(&n); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT COALESCE((SELECT arrival FROM dots_inbound ORDER BY rowid DESC LIMIT 1), 0) + 1").Scan(&n); err != nil {
 		return 0, fmt.Errorf("number inbound row: %w", err)
 	}
 	return n, nil
