@@ -55,6 +55,11 @@ func TestTurnQueryPlans(t *testing.T) {
 			query:  pendingQuery, args: []any{inboundPending},
 			want: "SEARCH dots_inbound USING INDEX dots_inbound_state (state=?)",
 		},
+		"chat work": {
+			reason: "the schedule counts the chat's work by the indexes of approvals and inputs, twice a turn",
+			query:  chatWorkQuery, args: []any{chatSession, inboundPending, inboundTranscript},
+			want: "SEARCH dots_approvals USING COVERING INDEX dots_approvals_session (session=? AND status=?); SCALAR SUBQUERY 2; SEARCH dots_inbound USING COVERING INDEX dots_inbound_state (state=?); SCALAR SUBQUERY 3; SEARCH dots_inbound USING COVERING INDEX dots_inbound_state (state=?); SCALAR SUBQUERY 4; SEARCH dots_approvals USING COVERING INDEX dots_approvals_session (session=? AND status=?)",
+		},
 		"granted": {
 			reason: "the gate finds a granted approval among the session's",
 			query:  grantedQuery, args: []any{chatSession, "exec", "{}"},
