@@ -59,6 +59,35 @@ type Memory struct {
 
 	mu      sync.Mutex
 	written map[string]int64 // session -> newest message id written
+	// chatFiles are the chat's day files last written, as rendered before
+	// masking, by name (renderedFile).
+	chatFiles map[string]renderedFile
+}
+
+// renderedFile is a conversation file as render made it from its messages.
+// What a file shows of a message never changes once it is stored (work's
+// chatDays), and a file lists its messages by id, so a file whose messages
+// begin with the same ones is the same text with the newer ones' after it:
+// the chat's day file, written again after every turn, is rendered from its
+// new messages only, not from the whole day's at every turn.
+type renderedFile struct {
+	heading     string
+	first, last int64 // the ids of its first and last message
+	count       int   // its messages
+	text        string
+}
+
+// renderFile renders the file of msgs, from the rendered file when msgs
+// begin with its messages.
+func renderFile(heading string, msgs []work.Message, was renderedFile, target func(string, map[string]any) string) renderedFile {
+	f := renderedFile{heading: heading, first: msgs[0].ID, last: msgs[len(msgs)-1].ID, count: len(msgs)}
+	if was.heading == heading && was.count > 0 && was.count <= len(msgs) &&
+		msgs[0].ID == was.first && msgs[was.count-1].ID == was.last {
+		f.text = was.text + renderMessages(msgs[was.count:], target)
+		return f
+	}
+	f.text = render(heading, msgs, target)
+	return f
 }
 
 // MCPServer is one declared MCP server as the system prompt tells of it.
@@ -242,15 +271,31 @@ func (m *Memory) Transcribe(ctx context.Context, session, title string, msgs []w
 		files[name], order = msgs, []string{name}
 	} else {
 		touched := map[string]bool{}
-		for _, msg := range msgs {
-			day := msg.At.UTC().Format("2006-01-02")
-			name := path.Join(base, "chat", day+".md")
-			if _, seen := files[name]; !seen {
-				order = append(order, name)
+		names := make([]string, len(msgs))
+		var y, d int
+		var mo time.Month
+		for i, msg := range msgs {
+			// The day's name is made when the day changes, not for every
+			// message (they come by id, mostly a day after another).
+			if my, mmo, md := msg.At.UTC().Date(); i == 0 || my != y || mmo != mo || md != d {
+				y, mo, d = my, mmo, md
+				names[i] = path.Join(base, "chat", msg.At.UTC().Format("2006-01-02")+".md")
+			} else {
+				names[i] = names[i-1]
 			}
-			files[name] = append(files[name], msg)
+			if _, seen := files[names[i]]; !seen {
+				order = append(order, names[i])
+				files[names[i]] = nil
+			}
 			if msg.ID > since {
-				touched[name] = true
+				touched[names[i]] = true
+			}
+		}
+		if len(order) == 1 {
+			files[order[0]] = msgs // one day, the usual: its messages are msgs
+		} else {
+			for i, msg := range msgs {
+				files[names[i]] = append(files[names[i]], msg)
 			}
 		}
 		var keep []string
@@ -265,19 +310,33 @@ func (m *Memory) Transcribe(ctx context.Context, session, title string, msgs []w
 	if m.Secrets != nil {
 		secrets = m.Secrets()
 	}
+	chat := !strings.HasPrefix(session, "task:")
+	m.mu.Lock()
+	was := m.chatFiles
+	m.mu.Unlock()
+	rendered := map[string]renderedFile{}
 	for _, name := range order {
-		heading := title
-		if !strings.HasPrefix(session, "task:") {
-			heading = "Chat, " + strings.TrimSuffix(path.Base(name), ".md")
+		var text string
+		if chat {
+			// Masked whole at every write: a secret gathered since masks
+			// what was said before it too.
+			f := renderFile("Chat, "+strings.TrimSuffix(path.Base(name), ".md"), files[name], was[name], m.Target)
+			rendered[name], text = f, f.text
+		} else {
+			text = render(title, files[name], m.Target)
 		}
-		text := mask(render(heading, files[name], m.Target), secrets)
-		if err := m.Files.Write(ctx, name, []byte(text)); err != nil {
+		if err := m.Files.Write(ctx, name, []byte(mask(text, secrets))); err != nil {
 			m.log().Warn("write conversation file", "file", name, "err", err)
 			return
 		}
 	}
 	m.mu.Lock()
 	m.written[session] = msgs[len(msgs)-1].ID
+	if chat {
+		// Only the files written now are kept: the chat's days before them
+		// are written no more.
+		m.chatFiles = rendered
+	}
 	m.mu.Unlock()
 }
 
@@ -298,8 +357,12 @@ func safeName(s string) string {
 }
 
 func render(title string, msgs []work.Message, target func(string, map[string]any) string) string {
+	return fmt.Sprintf("# %s\n", strings.ReplaceAll(title, "\n", " ")) + renderMessages(msgs, target)
+}
+
+// renderMessages is the part of a conversation file that shows msgs.
+func renderMessages(msgs []work.Message, target func(string, map[string]any) string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# %s\n", strings.ReplaceAll(title, "\n", " "))
 	for _, msg := range msgs {
 		at := msg.At.UTC().Format("2006-01-02 15:04")
 		switch msg.Role {

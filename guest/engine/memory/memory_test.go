@@ -134,6 +134,69 @@ func TestTranscribeMasksSecretsAndWritesCallsAsLines(t *testing.T) {
 	}
 }
 
+// TestTranscribeChatTurnAfterTurn: the chat's day files written turn after
+// turn, from the day's messages as work's chatDays gives them, are the files
+// written from scratch each time: with the newer messages after the older,
+// a day the clock went back to written again, and a secret gathered later
+// masked in what was said before it.
+func TestTranscribeChatTurnAfterTurn(t *testing.T) {
+	secrets := []string{"sk-or-secret-1"}
+	target := func(name string, args map[string]any) string { s, _ := args["command"].(string); return s }
+	files := &fakeFiles{files: map[string]string{}}
+	m := &Memory{Files: files, Home: "/home/dot", Target: target, Secrets: func() []string { return secrets }}
+	day1 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	day2 := day1.Add(24 * time.Hour)
+	var all []work.Message
+	add := func(at time.Time, role, content string, calls ...work.Call) {
+		all = append(all, work.Message{ID: int64(len(all) + 1), Role: role, Content: content, ToolCalls: calls, InboundID: "in", At: at})
+	}
+	// daysFrom is the messages of the days from the first holding a message
+	// after `after`, as chatDays gives them.
+	daysFrom := func(after int64) []work.Message {
+		first := time.Time{}
+		for _, msg := range all {
+			if msg.ID > after && (first.IsZero() || msg.At.Before(first)) {
+				first = msg.At
+			}
+		}
+		from := first.Truncate(24 * time.Hour)
+		var out []work.Message
+		for _, msg := range all {
+			if !msg.At.Before(from) {
+				out = append(out, msg)
+			}
+		}
+		return out
+	}
+	steps := []struct {
+		reason string
+		change func()
+	}{
+		{"a first turn", func() { add(day1, "user", "hello"); add(day1, "assistant", "hi there") }},
+		{"a turn with a call", func() {
+			add(day1, "user", "run it")
+			add(day1, "assistant", "running", work.Call{ID: "c", Name: "exec", Arguments: `{"command":"make"}`})
+			add(day1, "tool", "ok")
+			add(day1, "assistant", "done")
+		}},
+		{"a turn on the next day", func() { add(day2, "user", "morning"); add(day2, "assistant", "morning to you") }},
+		{"the clock went back a day", func() { add(day1.Add(time.Hour), "user", "late"); add(day2, "assistant", "noted") }},
+		{"a secret gathered after it was said", func() { add(day2, "user", "token tok-later-99"); secrets = append(secrets, "tok-later-99") }},
+		{"a turn after it", func() { add(day2, "assistant", "fine") }},
+	}
+	for _, step := range steps {
+		written := m.Transcribed("chat")
+		step.change()
+		m.Transcribe(context.Background(), "chat", "Chat", daysFrom(written))
+		scratch := &fakeFiles{files: map[string]string{}}
+		fresh := &Memory{Files: scratch, Home: "/home/dot", Target: target, Secrets: func() []string { return secrets }}
+		fresh.Transcribe(context.Background(), "chat", "Chat", all)
+		if diff := cmp.Diff(scratch.files, files.files); diff != "" {
+			t.Errorf("after %s, the files (-from scratch +turn after turn):\n%s", step.reason, diff)
+		}
+	}
+}
+
 func TestMCPSection(t *testing.T) {
 	long := strings.Repeat("x", 3000)
 	m := &Memory{MCPServers: func() []MCPServer {

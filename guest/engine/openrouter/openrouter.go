@@ -427,7 +427,10 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte) (resp Res
 
 	acc := newAssembler()
 	sc := bufio.NewScanner(hresp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
+	// The buffer starts at the scanner's own size and grows to the longest
+	// line; a 64 KiB one made for every request was most of what a short
+	// answer allocated.
+	sc.Buffer(nil, 16*1024*1024)
 	var data strings.Builder
 	done := false
 	for !done && sc.Scan() {
@@ -461,6 +464,9 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte) (resp Res
 		default:
 			// event:, id:, retry: carry nothing this client uses.
 		}
+	}
+	if done {
+		drainAfterDone(hresp, cancel)
 	}
 	// A last event without its blank line.
 	if !done && data.Len() > 0 {
@@ -497,6 +503,33 @@ func (c *Client) attempt(ctx context.Context, key string, body []byte) (resp Res
 		return Response{}, noRetryAfter, fmt.Errorf("%w: it ended after the finish reason but before the usage and [DONE]", ErrStreamCut)
 	}
 	return acc.response(), noRetryAfter, nil
+}
+
+// What drainAfterDone reads of a stream after its [DONE], at most.
+const (
+	drainMax  = 4 << 10
+	drainWait = 50 * time.Millisecond
+)
+
+// errDrainWait ends a drain that waited drainWait.
+var errDrainWait = errors.New("the stream did not end after [DONE]")
+
+// drainAfterDone reads an HTTP/1.x stream from its [DONE] to its end (the
+// chunked body's last chunk), so that its connection goes back to the pool
+// for the next request: an HTTP/1.x body closed before its end closes its
+// connection, and every request then dialed again (and shook hands again
+// over TLS). A server that sends more than drainMax after [DONE], or does
+// not end the stream within drainWait, has its connection closed, as every
+// connection was before. HTTP/2 needs none of this: its streams end without
+// ending their connection. cancel ends the attempt's context, which stops
+// the read.
+func drainAfterDone(hresp *http.Response, cancel context.CancelCauseFunc) {
+	if hresp.ProtoMajor != 1 {
+		return
+	}
+	stop := time.AfterFunc(drainWait, func() { cancel(errDrainWait) })
+	defer stop.Stop()
+	_, _ = io.CopyN(io.Discard, hresp.Body, drainMax)
 }
 
 func apiErrorOf(hresp *http.Response) *APIError {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -729,5 +730,66 @@ func TestReasoningIsAssembledAndSentBack(t *testing.T) {
 	}
 	if _, ok := body["messages"].([]any)[0].(map[string]any)["reasoning_details"]; ok {
 		t.Errorf("a user message carries reasoning_details")
+	}
+}
+
+// TestCompleteKeepsTheConnection: a stream read to its [DONE] is read to
+// its end, so the next request goes over the same HTTP/1.1 connection; a
+// stream that goes on after [DONE] is answered all the same, and at once.
+func TestCompleteKeepsTheConnection(t *testing.T) {
+	// [DONE] is flushed as every event is, and the stream's end (the last
+	// chunk) comes a moment after it, as from a real server.
+	answer := func(w http.ResponseWriter, r *http.Request) {
+		sse(chunkText2, chunkFinish, chunkUsage)(w, r)
+		w.(http.Flusher).Flush()
+		time.Sleep(time.Millisecond)
+	}
+	held := make(chan struct{})
+	t.Cleanup(func() { close(held) })
+	hold := func(w http.ResponseWriter, r *http.Request) {
+		answer(w, r)
+		select {
+		case <-held:
+		case <-r.Context().Done():
+		}
+	}
+	c, _, _ := newTest(t, answer, answer, hold, answer)
+	tr := c.http.Transport.(*http.Transport).Clone()
+	dial := tr.DialContext
+	var n int
+	var mu sync.Mutex
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		return dial(ctx, network, addr)
+	}
+	c.http = &http.Client{Transport: tr}
+	dialed := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
+	req := Request{Model: "fake/model", Messages: []Message{{Role: "user", Content: "hi"}}}
+	for i := range 2 {
+		if _, err := c.Complete(context.Background(), testKey, req); err != nil {
+			t.Fatalf("Complete %d: %v", i+1, err)
+		}
+	}
+	if got := dialed(); got != 1 {
+		t.Errorf("two answers dialed %d connections, want 1", got)
+	}
+	start := time.Now()
+	if _, err := c.Complete(context.Background(), testKey, req); err != nil {
+		t.Fatalf("Complete of a stream that goes on after [DONE]: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a stream that goes on after [DONE] was answered after %s", d)
+	}
+	if _, err := c.Complete(context.Background(), testKey, req); err != nil {
+		t.Fatalf("Complete after it: %v", err)
+	}
+	if got := dialed(); got != 2 {
+		t.Errorf("the answer after a stream that went on after [DONE] dialed %d connections in all, want 2 (that stream's was closed)", got)
 	}
 }

@@ -157,6 +157,11 @@ CREATE INDEX IF NOT EXISTS messages_session ON messages(session, id);
 -- The chat's conversation files are one a UTC day: after a turn the engine
 -- reads the chat from the first day it has to write again, by time.
 CREATE INDEX IF NOT EXISTS messages_session_ts ON messages(session, ts_ms);
+-- The messages that carry tool calls, by session: a turn's opening looks
+-- for the session's last one (its calls may be open), which without this
+-- walked back over every message of a session that called no tool since,
+-- the whole of a chat that never called one. Only those messages are in it.
+CREATE INDEX IF NOT EXISTS messages_session_calls ON messages(session, id) WHERE tool_calls IS NOT NULL;
 -- An assistant message's reasoning as the model gave it (the text and the
 -- reasoning_details JSON), sent back with it on every later request of the
 -- thread. A table of its own so that a database made before it needs no

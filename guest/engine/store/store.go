@@ -170,6 +170,9 @@ type Tx struct {
 	emitted int
 	maxSeq  int64 // the highest seq it wrote
 	after   []func()
+	// queried are the queries whose prepared statement Query ran in it: its
+	// rows may still be open (see Query).
+	queried map[string]bool
 }
 
 // uninterrupted is the context a statement of a transaction runs under. A
@@ -198,6 +201,15 @@ const maxStmts = 256
 // seen inside one is noted and prepared at the next moment the connection
 // is free (prepareWanted); it runs unprepared until then. The caller holds
 // s.mu.
+//
+// A kept statement is only worth keeping if SQLite does not prepare it
+// again at each run. It does (SQLite 3.54 as modernc builds it, with STAT4)
+// for a query that compares a column with a parameter by = and orders its
+// rows (ORDER BY, or MIN/MAX): its plan looked at that parameter's value,
+// and the driver binds every parameter again at each run, which expires
+// it. Such a query writes that parameter +? (the same value, of no affinity
+// of its own, as ? is, whose value the plan does not look at): the queries
+// of every turn do (their plans are checked by work's TestTurnQueryPlans).
 func (s *Store) stmt(q string) *sql.Stmt {
 	if st, ok := s.stmts[q]; ok {
 		return st
@@ -222,26 +234,48 @@ func (s *Store) prepareWanted() {
 	}
 }
 
+// stmt is the prepared statement q runs from in the transaction, or nil
+// when it runs unprepared: it has none yet, or Query ran it here and its
+// rows may be open.
+func (t *Tx) stmt(q string) *sql.Stmt {
+	if t.queried[q] {
+		return nil
+	}
+	return t.s.stmt(q)
+}
+
 // Exec runs a statement inside the transaction.
 func (t *Tx) Exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	ctx = uninterrupted(ctx)
-	if st := t.s.stmt(q); st != nil {
+	if st := t.stmt(q); st != nil {
 		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 	}
 	return t.tx.ExecContext(ctx, q, args...)
 }
 
-// Query runs a query inside the transaction. It is never run from a
-// prepared statement: a caller may run the same query again while the rows
-// of the first are open, which one prepared statement cannot serve.
+// Query runs a query inside the transaction. Its rows may be open while the
+// caller runs other statements, the same query again among them, which one
+// prepared statement cannot serve (a run ends the rows of the one before).
+// So only a commit point's first Query of a text runs from the prepared
+// statement, and every later statement of that text in the commit point
+// runs unprepared: its rows are closed when the commit point ends (the
+// transaction could not commit over open rows).
 func (t *Tx) Query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return t.tx.QueryContext(uninterrupted(ctx), q, args...)
+	ctx = uninterrupted(ctx)
+	if st := t.stmt(q); st != nil {
+		if t.queried == nil {
+			t.queried = map[string]bool{}
+		}
+		t.queried[q] = true
+		return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	return t.tx.QueryContext(ctx, q, args...)
 }
 
 // QueryRow runs a one-row query inside the transaction.
 func (t *Tx) QueryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	ctx = uninterrupted(ctx)
-	if st := t.s.stmt(q); st != nil {
+	if st := t.stmt(q); st != nil {
 		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}
 	return t.tx.QueryRowContext(ctx, q, args...)

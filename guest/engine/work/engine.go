@@ -293,37 +293,38 @@ type plan struct {
 	kind    string // "input", "owed", "tell", "task"
 }
 
+// chatWorkQuery counts, in one read, what nextChat decides from: the chat's
+// decided approvals, the inputs waiting, the inputs in the transcript no
+// answer covered, the chat's open approvals. (Four queries, every time the
+// work is scheduled, twice a turn.)
+const chatWorkQuery = `SELECT
+	(SELECT COUNT(*) FROM dots_approvals WHERE session = ?1 AND status IN ('approved','rejected','granted','told')),
+	(SELECT COUNT(*) FROM dots_inbound WHERE state = ?2),
+	(SELECT COUNT(*) FROM dots_inbound WHERE state = ?3),
+	(SELECT COUNT(*) FROM dots_approvals WHERE session = ?1 AND status = 'pending')`
+
 func (e *Engine) nextChat(ctx context.Context) (*plan, error) {
-	var p *plan
+	var decided, waiting, owed, open int
 	err := e.st.Read(ctx, func(q store.Querier) error {
-		if n, err := count(ctx, q, "SELECT COUNT(*) FROM dots_approvals WHERE session = ? AND status IN ('approved','rejected','granted','told')", chatSession); err != nil {
-			return err
-		} else if n > 0 {
-			p = &plan{session: chatSession, kind: "tell"}
-			return nil
-		}
-		if n, err := count(ctx, q, "SELECT COUNT(*) FROM dots_inbound WHERE state = ?", inboundPending); err != nil {
-			return err
-		} else if n > 0 {
-			p = &plan{session: chatSession, kind: "input"}
-			return nil
-		}
-		// The answer the chat owes (ref 8.7): a row in the transcript that no
-		// answer covered, and no open approval holding the chat.
-		owed, err := count(ctx, q, "SELECT COUNT(*) FROM dots_inbound WHERE state = ?", inboundTranscript)
-		if err != nil {
-			return err
-		}
-		open, err := count(ctx, q, "SELECT COUNT(*) FROM dots_approvals WHERE session = ? AND status = 'pending'", chatSession)
-		if err != nil {
-			return err
-		}
-		if owed > 0 && open == 0 {
-			p = &plan{session: chatSession, kind: "owed"}
+		if err := q.QueryRowContext(ctx, chatWorkQuery, chatSession, inboundPending, inboundTranscript).
+			Scan(&decided, &waiting, &owed, &open); err != nil {
+			return fmt.Errorf("read the chat's work: %w", err)
 		}
 		return nil
 	})
-	return p, err
+	switch {
+	case err != nil:
+		return nil, err
+	case decided > 0:
+		return &plan{session: chatSession, kind: "tell"}, nil
+	case waiting > 0:
+		return &plan{session: chatSession, kind: "input"}, nil
+	case owed > 0 && open == 0:
+		// The answer the chat owes (ref 8.7): a row in the transcript that
+		// no answer covered, and no open approval holding the chat.
+		return &plan{session: chatSession, kind: "owed"}, nil
+	}
+	return nil, nil
 }
 
 func (e *Engine) nextTask(ctx context.Context) (*plan, error) {

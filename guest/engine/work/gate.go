@@ -135,13 +135,17 @@ func (e *Engine) writeResult(ctx context.Context, t *turn, point string, c Call,
 	})
 }
 
+// grantedQuery reads the session's oldest approval of a tool with the same
+// arguments that lets a call through. (+?: see store's stmt.)
+const grantedQuery = `SELECT id FROM dots_approvals WHERE session = +? AND tool = +? AND canonical = +?
+	AND status IN ('approved','granted') ORDER BY created, rowid LIMIT 1`
+
 // grantedApproval finds the approval that lets this call through: the
 // session's granted approval of the same tool with the same arguments.
 func (e *Engine) grantedApproval(ctx context.Context, session, tool, canon string) (string, error) {
 	var id string
 	err := e.st.Read(ctx, func(q store.Querier) error {
-		err := q.QueryRowContext(ctx, `SELECT id FROM dots_approvals WHERE session = ? AND tool = ? AND canonical = ?
-			AND status IN ('approved','granted') ORDER BY created, rowid LIMIT 1`, session, tool, canon).Scan(&id)
+		err := q.QueryRowContext(ctx, grantedQuery, session, tool, canon).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -330,6 +334,13 @@ func (e *Engine) decide(cfg *protocol.RuntimeConfig, t *turn, permission string)
 	return protocol.Allow, "", nil
 }
 
+// lastCallsQuery reads a session's newest assistant message with tool
+// calls. It runs at every turn's opening, so it must find that message
+// through the index of such messages (store's messages_session_calls), not
+// by walking back over the session's messages. (+?: see store's stmt.)
+const lastCallsQuery = `SELECT id, tool_calls FROM messages WHERE session = +? AND role = 'assistant' AND tool_calls IS NOT NULL
+	ORDER BY id DESC LIMIT 1`
+
 // closeOpenCalls answers every call of the session's newest assistant
 // message that has no result, by what the database holds for it (ref 8.8):
 // an intent is a call the engine stopped during (interrupted, reported
@@ -337,8 +348,7 @@ func (e *Engine) decide(cfg *protocol.RuntimeConfig, t *turn, permission string)
 func (e *Engine) closeOpenCalls(ctx context.Context, tx *store.Tx, session string) error {
 	var msgID int64
 	var raw string
-	err := tx.QueryRow(ctx, `SELECT id, tool_calls FROM messages WHERE session = ? AND role = 'assistant' AND tool_calls IS NOT NULL
-		ORDER BY id DESC LIMIT 1`, session).Scan(&msgID, &raw)
+	err := tx.QueryRow(ctx, lastCallsQuery, session).Scan(&msgID, &raw)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}

@@ -98,9 +98,9 @@ type chatThread struct{ tail msgTail }
 // load returns the chat's messages after upto, the summary's last id.
 func (c *chatThread) load(ctx context.Context, q querier, upto int64) ([]Message, error) {
 	read := func(after int64) ([]Message, error) { return loadMessages(ctx, q, chatSession, after) }
-	msgs, err := c.tail.load(upto, upto, func() ([]Message, error) { return read(upto) }, read)
-	// A copy: the caller rewrites approval lines in it.
-	return slices.Clone(msgs), err
+	// What is kept, not a copy: loadThread copies it before it rewrites a
+	// line in it, which few threads need.
+	return c.tail.load(upto, upto, func() ([]Message, error) { return read(upto) }, read)
 }
 
 // forget drops what is kept (a message changed).
@@ -122,6 +122,7 @@ func (e *Engine) loadThread(ctx context.Context, session string) (thread, error)
 		if err != nil {
 			return err
 		}
+		copied := false
 		for i, m := range th.msgs {
 			if m.Role != "user" || m.InboundID != "" {
 				continue
@@ -131,6 +132,10 @@ func (e *Engine) loadThread(ctx context.Context, session string) (thread, error)
 				return err
 			}
 			if ok {
+				if !copied {
+					// The chat's messages are chatThread's own.
+					th.msgs, copied = slices.Clone(th.msgs), true
+				}
 				th.msgs[i].Content = text
 			}
 		}
@@ -140,7 +145,8 @@ func (e *Engine) loadThread(ctx context.Context, session string) (thread, error)
 }
 
 func renderMessages(system string, th thread) []openrouter.Message {
-	out := []openrouter.Message{{Role: "system", Content: system}}
+	out := make([]openrouter.Message, 0, 2+len(th.msgs))
+	out = append(out, openrouter.Message{Role: "system", Content: system})
 	if th.summary != "" {
 		out = append(out, openrouter.Message{Role: "user", Content: summaryPrefix + th.summary})
 	}
@@ -178,37 +184,50 @@ func (e *Engine) buildRequest(ctx context.Context, t *turn, l limits) (openroute
 		}
 		budget = l.model.ContextLength - room
 	}
+	// size is the measure of msgs (measureRequest), taken once for each
+	// msgs: it reads the whole thread, the tools and the system prompt, and
+	// was taken up to four times for one request. Whatever changes msgs
+	// sets it back to -1.
+	size := -1
+	measure := func() int {
+		if size < 0 {
+			size = measureRequest(t.counted, msgs, defs)
+		}
+		return size
+	}
 	force := t.compact
 	t.compact = false
-	if force || budget > 0 && measureRequest(t.counted, msgs, defs) > budget {
+	if force || budget > 0 && measure() > budget {
 		if cleared, err := e.clearOldResults(ctx, t.session, th); err != nil {
 			return openrouter.Request{}, err
 		} else if cleared {
 			if th, err = e.loadThread(ctx, t.session); err != nil {
 				return openrouter.Request{}, err
 			}
-			msgs = renderMessages(system, th)
+			msgs, size = renderMessages(system, th), -1
 		}
 	}
-	if force || budget > 0 && measureRequest(t.counted, msgs, defs) > budget {
+	if force || budget > 0 && measure() > budget {
 		if err := e.summarize(ctx, t, l, th); err != nil {
 			return openrouter.Request{}, err
 		}
 		if th, err = e.loadThread(ctx, t.session); err != nil {
 			return openrouter.Request{}, err
 		}
-		msgs = renderMessages(system, th)
+		msgs, size = renderMessages(system, th), -1
 	}
 	shown := t.shownImages()
-	if budget > 0 {
-		fitLatestRound(msgs, defs, budget-imageTokens*len(shown))
+	if budget > 0 && fitLatestRound(msgs, defs, budget-imageTokens*len(shown)) {
+		size = -1
 	}
-	msgs = withImages(msgs, shown)
+	if len(shown) > 0 {
+		msgs, size = withImages(msgs, shown), -1
+	}
 	return openrouter.Request{
 		Model:           l.cfg.Model.ID,
 		Messages:        msgs,
 		Tools:           defs,
-		MaxTokens:       l.model.MaxTokensFor(measureRequest(t.counted, msgs, defs)),
+		MaxTokens:       l.model.MaxTokensFor(measure()),
 		ProviderOnly:    l.model.Providers,
 		ReasoningEffort: l.cfg.Model.Reasoning,
 	}, nil
@@ -466,11 +485,12 @@ func personTail(th thread) string {
 }
 
 // fitLatestRound cuts the results of the latest round of calls, for this
-// request only, to what the window leaves, saying how much came through.
-func fitLatestRound(msgs []openrouter.Message, defs []openrouter.ToolDef, budget int) {
+// request only, to what the window leaves, saying how much came through. It
+// reports whether it cut any.
+func fitLatestRound(msgs []openrouter.Message, defs []openrouter.ToolDef, budget int) bool {
 	over := estimateTokens(msgs, defs) - budget
 	if over <= 0 {
-		return
+		return false
 	}
 	start := len(msgs)
 	for start > 0 && msgs[start-1].Role == "tool" {
@@ -497,4 +517,5 @@ func fitLatestRound(msgs []openrouter.Message, defs []openrouter.ToolDef, budget
 		}
 		over = estimateTokens(msgs, defs) - budget
 	}
+	return true
 }

@@ -73,12 +73,26 @@ func nullStr(s string) any {
 	return s
 }
 
+// The queries of a session's messages, oldest first: those after a message
+// (messagesAfterQuery), those stored from a time on (messagesFromQuery),
+// and when the first message after one was stored (firstAfterQuery). They
+// run at every turn. (+?: see store's stmt.) firstAfterQuery takes the
+// minimum of +ts_ms, not of ts_ms: SQLite reads a MIN of an indexed column
+// from that column's index (messages_session_ts) in its order, which walked
+// the session's messages from its first until one came after, the whole
+// chat at every turn, where messages_session finds the few after at once.
+const (
+	messageColumns = `SELECT m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.inbound_id,
+		m.ts_ms, m.cleared, COALESCE(r.reasoning, ''), r.details
+		FROM messages m LEFT JOIN message_reasoning r ON r.message_id = m.id`
+	messagesAfterQuery = messageColumns + ` WHERE m.session = +? AND m.id > ? ORDER BY m.id`
+	messagesFromQuery  = messageColumns + ` WHERE m.session = +? AND m.ts_ms >= ? ORDER BY m.id`
+	firstAfterQuery    = `SELECT MIN(+ts_ms) FROM messages WHERE session = +? AND id > ?`
+)
+
 // loadMessages returns the session's messages with id > after, oldest first.
 func loadMessages(ctx context.Context, q querier, session string, after int64) ([]Message, error) {
-	rows, err := q.QueryContext(ctx, `SELECT m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.inbound_id,
-		m.ts_ms, m.cleared, COALESCE(r.reasoning, ''), r.details
-		FROM messages m LEFT JOIN message_reasoning r ON r.message_id = m.id
-		WHERE m.session = ? AND m.id > ? ORDER BY m.id`, session, after)
+	rows, err := q.QueryContext(ctx, messagesAfterQuery, session, after)
 	if err != nil {
 		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
 	}
@@ -145,7 +159,7 @@ type chatDays struct{ tail msgTail }
 // a message with id > after; none when nothing is new.
 func (c *chatDays) load(ctx context.Context, q querier, session string, after int64) ([]Message, error) {
 	var first sql.NullInt64
-	if err := q.QueryRowContext(ctx, "SELECT MIN(ts_ms) FROM messages WHERE session = ? AND id > ?", session, after).Scan(&first); err != nil {
+	if err := q.QueryRowContext(ctx, firstAfterQuery, session, after).Scan(&first); err != nil {
 		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
 	}
 	if !first.Valid {
@@ -161,10 +175,7 @@ func (c *chatDays) load(ctx context.Context, q querier, session string, after in
 // loadMessagesFrom returns the session's messages stored at or after from
 // (Unix ms), oldest first.
 func loadMessagesFrom(ctx context.Context, q querier, session string, from int64) ([]Message, error) {
-	rows, err := q.QueryContext(ctx, `SELECT m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.inbound_id,
-		m.ts_ms, m.cleared, COALESCE(r.reasoning, ''), r.details
-		FROM messages m LEFT JOIN message_reasoning r ON r.message_id = m.id
-		WHERE m.session = ? AND m.ts_ms >= ? ORDER BY m.id`, session, from)
+	rows, err := q.QueryContext(ctx, messagesFromQuery, session, from)
 	if err != nil {
 		return nil, fmt.Errorf("read transcript of %s: %w", session, err)
 	}
@@ -278,10 +289,15 @@ func resetSpend(ctx context.Context, tx *store.Tx, session string) error {
 	return nil
 }
 
-// nextArrival is the arrival number of the next accepted input.
+// nextArrival is the arrival number of the next accepted input: one after
+// the newest row's. Rows are only ever added, here, each numbered after the
+// highest, and SQLite gives a new row the highest rowid plus one, so the
+// newest row (the highest rowid, found at once) holds the highest number.
+// MAX(arrival) read every row's, at every input accepted: no index starts
+// with arrival.
 func nextArrival(ctx context.Context, tx *store.Tx) (int64, error) {
 	var n int64
-	if err := tx.QueryRow(ctx, "SELECT COALESCE(MAX(arrival), 0) + 1 FROM dots_inbound").Scan(&n); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT COALESCE((SELECT arrival FROM dots_inbound ORDER BY rowid DESC LIMIT 1), 0) + 1").Scan(&n); err != nil {
 		return 0, fmt.Errorf("number inbound row: %w", err)
 	}
 	return n, nil
@@ -327,8 +343,12 @@ type inboundRow struct {
 	Data     json.RawMessage
 }
 
+// pendingQuery reads the inputs waiting for the chat, in the order accepted:
+// at every request of the chat. (+?: see store's stmt.)
+const pendingQuery = "SELECT id, type, data FROM dots_inbound WHERE state = +? ORDER BY arrival"
+
 func pendingInbound(ctx context.Context, q querier) ([]inboundRow, error) {
-	rows, err := q.QueryContext(ctx, "SELECT id, type, data FROM dots_inbound WHERE state = ? ORDER BY arrival", inboundPending)
+	rows, err := q.QueryContext(ctx, pendingQuery, inboundPending)
 	if err != nil {
 		return nil, fmt.Errorf("read waiting inputs: %w", err)
 	}

@@ -164,3 +164,44 @@ func TestChatThread(t *testing.T) {
 	add("user", "last")
 	check("newer after the summary", 2)
 }
+
+// TestArrivalNumbers: accepted inputs are numbered in the order accepted,
+// one after another; an id already held is not numbered again.
+func TestArrivalNumbers(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, id := range []string{"a", "b", "a", "c"} {
+		if err := st.Write(ctx, "inbound", func(tx *store.Tx) error {
+			_, err := InsertInbound(ctx, tx, id, "user.message", "2026-11-30T12:00:00Z", []byte(`{"text":"hi"}`), inboundPending)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	if err := st.Read(ctx, func(q store.Querier) error {
+		rows, err := q.QueryContext(ctx, "SELECT id, arrival FROM dots_inbound ORDER BY arrival")
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var arrival int64
+			if err := rows.Scan(&id, &arrival); err != nil {
+				return err
+			}
+			got = append(got, fmt.Sprint(id, arrival))
+		}
+		return rows.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"a1", "b2", "c3"}, got); diff != "" {
+		t.Errorf("arrivals (-want +got):\n%s", diff)
+	}
+}

@@ -261,6 +261,7 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 	if !proceed {
 		return outcomeNothing, ""
 	}
+	modelLimits := e.readModelLimits(t, key, cfg.Model.ID)
 	if err := e.st.Read(ctx, func(q store.Querier) error {
 		var err error
 		t.taint, err = loadTaint(ctx, q, t.session)
@@ -280,7 +281,7 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 	if err := e.transition(ctx, nil); err != nil {
 		e.log.Error("record agent state", "err", err)
 	}
-	ml, err := e.model.ModelLimits(t.req, key, cfg.Model.ID)
+	ml, err := modelLimits()
 	if err != nil {
 		if out, ok := e.interrupted(t); ok {
 			return out, ""
@@ -449,6 +450,28 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		if out, reason := e.runCalls(t, l, assistantID, calls); out >= 0 {
 			return out, reason
 		}
+	}
+}
+
+// readModelLimits starts reading the model's limits (ref 8.5: at the start
+// of every turn) and returns the function that waits for them. The read is
+// a request to OpenRouter; it runs while the turn's opening goes on (its
+// taint read, the MCP servers it waits for, its THINKING committed), which
+// it waited for before. A turn that ends before it asks for them leaves the
+// read to end with the turn's requests (t.req).
+func (e *Engine) readModelLimits(t *turn, key, model string) func() (openrouter.Limits, error) {
+	type result struct {
+		limits openrouter.Limits
+		err    error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		ml, err := e.model.ModelLimits(t.req, key, model)
+		ch <- result{ml, err}
+	}()
+	return func() (openrouter.Limits, error) {
+		r := <-ch
+		return r.limits, r.err
 	}
 }
 
@@ -735,6 +758,10 @@ func (e *Engine) finalAnswer(ctx context.Context, tx *store.Tx, t *turn, msgID i
 	return e.answerChat(ctx, tx, text)
 }
 
+// answeredQuery reads the newest person's message in the transcript, the
+// one the chat's answer is in reply to. (+?: see store's stmt.)
+const answeredQuery = "SELECT id FROM dots_inbound WHERE state = +? AND type = +? ORDER BY arrival DESC LIMIT 1"
+
 // answerChat emits message.assistant, applies every input the transcript
 // holds and takes the chat's spend with it.
 func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string) error {
@@ -744,8 +771,7 @@ func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string) erro
 	}
 	usd := protocol.RoundUSD(sp.USD)
 	var replyTo sql.NullString
-	err = tx.QueryRow(ctx, "SELECT id FROM dots_inbound WHERE state = ? AND type = ? ORDER BY arrival DESC LIMIT 1",
-		inboundTranscript, protocol.InboundUserMessage).Scan(&replyTo)
+	err = tx.QueryRow(ctx, answeredQuery, inboundTranscript, protocol.InboundUserMessage).Scan(&replyTo)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("read the message answered: %w", err)
 	}
