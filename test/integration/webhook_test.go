@@ -279,31 +279,7 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 		GinkgoT().Setenv(hooks.EnvURL, base)
 		dot, _, _, _ := channelDot()
 		name := "cli-" + rand.String(6)
-		run := func(args ...string) (string, error) {
-			cmd := cli.NewRootCommand()
-			var out bytes.Buffer
-			cmd.SetOut(&out)
-			cmd.SetErr(&out)
-			cmd.SetArgs(append(append([]string{"webhook"}, args...), "--kubeconfig", cp.KubeconfigPath, "-n", dot.Namespace))
-			cmd.SetContext(suiteCtx)
-			err := cmd.Execute()
-			return out.String(), err
-		}
-		// door is the URL and the secret a command printed.
-		door := func(out string) (url, secret string) {
-			GinkgoHelper()
-			for _, line := range strings.Split(out, "\n") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "URL:"); ok {
-					url = strings.TrimSpace(v)
-				}
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "secret:"); ok {
-					secret = strings.TrimSpace(v)
-				}
-			}
-			Expect(url).NotTo(BeEmpty(), out)
-			Expect(secret).NotTo(BeEmpty(), out)
-			return url, secret
-		}
+		run := webhookCommand(cp.KubeconfigPath, dot.Namespace)
 		body := []byte(`{"repository":{"full_name":"acme/cli"}}`)
 
 		By("add: the Webhook owned by its Dot, its secret in a Secret the Webhook owns, both printed once")
@@ -387,31 +363,7 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 		Expect(err).NotTo(HaveOccurred())
 		path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 		Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
-		run := func(args ...string) (string, error) {
-			cmd := cli.NewRootCommand()
-			var out bytes.Buffer
-			cmd.SetOut(&out)
-			cmd.SetErr(&out)
-			cmd.SetArgs(append(append([]string{"webhook"}, args...), "--kubeconfig", path, "-n", dot.Namespace))
-			cmd.SetContext(suiteCtx)
-			err := cmd.Execute()
-			return out.String(), err
-		}
-		// door is the URL and the secret a command printed.
-		door := func(out string) (url, secret string) {
-			GinkgoHelper()
-			for _, line := range strings.Split(out, "\n") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "URL:"); ok {
-					url = strings.TrimSpace(v)
-				}
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "secret:"); ok {
-					secret = strings.TrimSpace(v)
-				}
-			}
-			Expect(url).NotTo(BeEmpty(), out)
-			Expect(secret).NotTo(BeEmpty(), out)
-			return url, secret
-		}
+		run := webhookCommand(path, dot.Namespace)
 		// The person may not read Secrets: the role gives none.
 		cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 		Expect(err).NotTo(HaveOccurred())
@@ -548,3 +500,34 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 		Expect(wh.Spec.SecretRef.Key).To(Equal(dotsv1.WebhookSecretKey), "the key defaults")
 	})
 })
+
+// webhookCommand runs `invisible-dots webhook ARGS` with a kubeconfig in a
+// namespace, and answers what it printed.
+func webhookCommand(kubeconfig, namespace string) func(args ...string) (string, error) {
+	return func(args ...string) (string, error) {
+		cmd := cli.NewRootCommand()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append(append([]string{"webhook"}, args...), "--kubeconfig", kubeconfig, "-n", namespace))
+		cmd.SetContext(suiteCtx)
+		err := cmd.Execute()
+		return out.String(), err
+	}
+}
+
+// door is the URL and the secret a webhook command printed.
+func door(out string) (url, secret string) {
+	GinkgoHelper()
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "URL:"); ok {
+			url = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "secret:"); ok {
+			secret = strings.TrimSpace(v)
+		}
+	}
+	Expect(url).NotTo(BeEmpty(), out)
+	Expect(secret).NotTo(BeEmpty(), out)
+	return url, secret
+}
