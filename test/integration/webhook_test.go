@@ -324,15 +324,7 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 		Expect(out).NotTo(ContainSubstring(name))
 
 		By("rotate: a new secret, printed once; the old one refused at once, the new one taken")
-		out, err = run("rotate", name)
-		Expect(err).NotTo(HaveOccurred(), out)
-		rotatedURL, rotated := door(out)
-		Expect(rotatedURL).To(Equal(url))
-		Expect(rotated).NotTo(Equal(secret))
-		code, resp = post(url, signedBy(dotsv1.WebhookGitHub, secret, "cli-2", body), body)
-		Expect(code).To(Equal(http.StatusUnauthorized), resp)
-		code, resp = post(url, signedBy(dotsv1.WebhookGitHub, rotated, "cli-2", body), body)
-		Expect(code).To(Equal(http.StatusAccepted), resp)
+		rotated := expectRotated(run, name, url, secret, dotsv1.WebhookGitHub, "cli-2", body)
 		Expect(webhookTasks(wh)).To(HaveLen(2))
 
 		By("rm: the Webhook goes, its Secret with it, its URL refuses; the Tasks it made stay")
@@ -398,15 +390,7 @@ curl -sS -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' \
 		Expect(tasks[0].Spec.Description).To(ContainSubstring(hooks.UntrustedOpen + "acme/editor" + hooks.UntrustedClose))
 
 		By("rotate: a new secret, printed once; the old one refused at once, the new one makes a Task")
-		out, err = run("rotate", name)
-		Expect(err).NotTo(HaveOccurred(), out)
-		rotatedURL, rotated := door(out)
-		Expect(rotatedURL).To(Equal(url))
-		Expect(rotated).NotTo(Equal(secret))
-		code, resp = post(url, signedBy(dotsv1.WebhookStandard, secret, "ed-2", body), body)
-		Expect(code).To(Equal(http.StatusUnauthorized), resp)
-		code, resp = post(url, signedBy(dotsv1.WebhookStandard, rotated, "ed-2", body), body)
-		Expect(code).To(Equal(http.StatusAccepted), resp)
+		rotated := expectRotated(run, name, url, secret, dotsv1.WebhookStandard, "ed-2", body)
 		Expect(webhookTasks(wh)).To(HaveLen(2))
 
 		By("add over a Secret that is not the Webhook's: the Webhook is left without a secret, and the person told so and how to finish")
@@ -530,4 +514,21 @@ func door(out string) (url, secret string) {
 	Expect(url).NotTo(BeEmpty(), out)
 	Expect(secret).NotTo(BeEmpty(), out)
 	return url, secret
+}
+
+// expectRotated runs `webhook rotate name` and checks what it printed: the
+// same URL and a new secret, the old one refused at once and the new one
+// taken for a delivery id. It answers the new secret.
+func expectRotated(run func(args ...string) (string, error), name, url, secret string, scheme dotsv1.WebhookSignature, id string, body []byte) string {
+	GinkgoHelper()
+	out, err := run("rotate", name)
+	Expect(err).NotTo(HaveOccurred(), out)
+	rotatedURL, rotated := door(out)
+	Expect(rotatedURL).To(Equal(url))
+	Expect(rotated).NotTo(Equal(secret))
+	code, resp := post(url, signedBy(scheme, secret, id, body), body)
+	Expect(code).To(Equal(http.StatusUnauthorized), resp)
+	code, resp = post(url, signedBy(scheme, rotated, id, body), body)
+	Expect(code).To(Equal(http.StatusAccepted), resp)
+	return rotated
 }
