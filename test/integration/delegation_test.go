@@ -52,6 +52,20 @@ func (g *guestLog) delegates(task *dotsv1.Task, receiver, description string) {
 }
 
 // requestsOf are the Tasks the asker asked for.
+// seenByControllers waits until the controllers' cache holds the Dot's
+// newest spec: the Dot reconciler records the generation it acted on, and
+// the delegation controller reads the same cache. An API read alone shows
+// the write before the cache may, so a request made right after it could be
+// judged by the old spec.
+func seenByControllers(dot *dotsv1.Dot) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		got := &dotsv1.Dot{}
+		g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(dot), got)).To(Succeed())
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+	}).Should(Succeed())
+}
+
 func requestsOf(asker *dotsv1.Dot) []dotsv1.Task {
 	GinkgoHelper()
 	var list dotsv1.TaskList
@@ -157,10 +171,7 @@ var _ = Describe("Delegation", func() {
 		asks := got.DeepCopy()
 		asks.Spec.Permissions = nil // dots.delegate at its default, ask
 		Expect(k8sClient.Patch(suiteCtx, asks, client.MergeFrom(got))).To(Succeed())
-		Eventually(func() map[string]dotsv1.Decision {
-			Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(asker), got)).To(Succeed())
-			return got.Spec.Permissions
-		}).Should(BeEmpty())
+		seenByControllers(asker)
 
 		args := json.RawMessage(`{"description":"summarise the report","dot":"` + receiver.Name + `"}`)
 		askerLog.says(protocol.EventApprovalRequested, protocol.ApprovalRequested{ApprovalID: "req-deleg", Tool: "delegate_task",
@@ -203,11 +214,7 @@ var _ = Describe("Delegation", func() {
 		patched := asker.DeepCopy()
 		patched.Spec.Delegation.CanAsk = append(patched.Spec.Delegation.CanAsk, stranger.Name)
 		Expect(k8sClient.Patch(suiteCtx, patched, client.MergeFrom(asker))).To(Succeed())
-		Eventually(func() []string {
-			got := &dotsv1.Dot{}
-			Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(asker), got)).To(Succeed())
-			return got.Spec.Delegation.CanAsk
-		}).Should(ContainElement(stranger.Name))
+		seenByControllers(asker)
 		askerLog.delegates(nil, stranger.Name, "do it again")
 		refusedWith(stranger.Name + " does not accept requests from you")
 
