@@ -51,6 +51,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -414,10 +415,11 @@ func TaskName(wh *dotsv1.Webhook, deliveryID string) string {
 func (l *Listener) task(wh *dotsv1.Webhook, id string, p Payload) *dotsv1.Task {
 	return &dotsv1.Task{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   wh.Namespace,
-			Name:        TaskName(wh, id),
-			Labels:      map[string]string{dotsv1.WebhookLabel: wh.Name},
-			Annotations: map[string]string{TaskAnnotation: clean(id)},
+			Namespace:       wh.Namespace,
+			Name:            TaskName(wh, id),
+			Labels:          map[string]string{dotsv1.WebhookLabel: wh.Name},
+			Annotations:     map[string]string{TaskAnnotation: clean(id)},
+			OwnerReferences: dotOwner(wh),
 		},
 		Spec: dotsv1.TaskSpec{
 			DotName:     wh.Spec.DotName,
@@ -425,6 +427,22 @@ func (l *Listener) task(wh *dotsv1.Webhook, id string, p Payload) *dotsv1.Task {
 			Priority:    wh.Spec.Task.Priority,
 		},
 	}
+}
+
+// dotOwner is the Task's owner reference to its Dot, taken from the
+// Webhook's own (the Webhook controller makes the Dot its controller): the
+// Task is made bound, and the Task controller has no owner to patch in,
+// one write fewer a delivery. A Webhook not bound yet gives none; the Task
+// controller binds the Task then.
+func dotOwner(wh *dotsv1.Webhook) []metav1.OwnerReference {
+	ref := metav1.GetControllerOfNoCopy(wh)
+	if ref == nil || ref.Kind != "Dot" || ref.Name != wh.Spec.DotName {
+		return nil
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != dotsv1.GroupVersion.Group {
+		return nil
+	}
+	return []metav1.OwnerReference{*ref}
 }
 
 // refused counts a refusal on the Webhook's status.

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	clientfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -61,10 +62,17 @@ func secretOf(wh *dotsv1.Webhook, value string) *corev1.Secret {
 	}
 }
 
+// helperOwner is Dot helper as its Webhook's controller.
+var helperOwner = metav1.OwnerReference{APIVersion: dotsv1.GroupVersion.String(), Kind: "Dot", Name: "helper",
+	UID: "uid-dot-helper", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+
 func newFixture(t *testing.T, o Options) *fixture {
 	gh, std, tok := webhook("gh", dotsv1.WebhookGitHub), webhook("std", dotsv1.WebhookStandard), webhook("tok", dotsv1.WebhookToken)
 	paused := webhook("paused", dotsv1.WebhookGitHub)
 	paused.Spec.Paused = true
+	// gh is bound to its Dot, as the Webhook controller binds it; the others
+	// are not yet.
+	gh.OwnerReferences = []metav1.OwnerReference{helperOwner}
 	c := clientfake.NewClientBuilder().WithScheme(scheme.Scheme).
 		WithObjects(gh, std, tok, paused, secretOf(gh, ghSecret), secretOf(std, stdSecret), secretOf(tok, tokenSecret), secretOf(paused, ghSecret)).
 		WithStatusSubresource(&dotsv1.Webhook{}).
@@ -151,6 +159,15 @@ func TestEachSchemeMakesOneTask(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, task.Spec); diff != "" {
 				t.Errorf("the Task's spec (-want +got):\n%s", diff)
+			}
+			// Made bound to the Dot when the Webhook is (gh), so the Task
+			// controller has no owner to patch in; left to it otherwise.
+			wantOwners := []metav1.OwnerReference(nil)
+			if del.name == "gh" {
+				wantOwners = []metav1.OwnerReference{helperOwner}
+			}
+			if diff := cmp.Diff(wantOwners, task.OwnerReferences); diff != "" {
+				t.Errorf("the Task's owners (-want +got):\n%s", diff)
 			}
 			if task.Labels[dotsv1.WebhookLabel] != del.name {
 				t.Errorf("the Task's labels are %v; want %s=%s", task.Labels, dotsv1.WebhookLabel, del.name)
