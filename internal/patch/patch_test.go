@@ -189,3 +189,77 @@ func TestAWriterWithoutTheLockWinsAndUndoesNothing(t *testing.T) {
 		t.Error("a writer owning conditions wrote without the lock; want it refused")
 	}
 }
+
+// TestChanged: a status is written when what a write carries differs, and
+// only then, whichever comparison decides.
+func TestChanged(t *testing.T) {
+	read := func() *dotsv1.Dot {
+		d := &dotsv1.Dot{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "default", Generation: 1}}
+		d.Status.Phase = dotsv1.DotReady
+		d.Status.LastActivityTime = &metav1.Time{Time: now}
+		patch.SetCondition(d, now, "Ready", metav1.ConditionTrue, "Ready", "up")
+		patch.SetCondition(d, now, "ConfigApplied", metav1.ConditionTrue, "Applied", "generation 1")
+		return d
+	}
+	tests := map[string]struct {
+		reason string
+		change func(d *dotsv1.Dot)
+		want   bool
+	}{
+		"nothing": {
+			reason: "the same facts again write nothing",
+			change: func(d *dotsv1.Dot) {
+				patch.SetCondition(d, now.Add(time.Hour), "Ready", metav1.ConditionTrue, "Ready", "up")
+			},
+		},
+		"a field": {
+			reason: "a field that differs is written",
+			change: func(d *dotsv1.Dot) { d.Status.Phase = dotsv1.DotIdle },
+			want:   true,
+		},
+		"an owned condition": {
+			reason: "a condition of the writer's that differs is written",
+			change: func(d *dotsv1.Dot) {
+				patch.SetCondition(d, now, "Ready", metav1.ConditionFalse, "Down", "down")
+			},
+			want: true,
+		},
+		"within the second": {
+			reason: "a time a write carries the same (RFC 3339, whole seconds) is no change",
+			change: func(d *dotsv1.Dot) {
+				d.Status.LastActivityTime = &metav1.Time{Time: now.Add(300 * time.Millisecond)}
+			},
+		},
+		"a monotonic reading": {
+			reason: "the same instant with a clock's monotonic reading is no change",
+			change: func(d *dotsv1.Dot) {
+				mono := time.Now()
+				d.Status.LastActivityTime = &metav1.Time{Time: mono}
+				d.Status.LastActivityTime.Time = d.Status.LastActivityTime.Add(now.Sub(mono.Round(0)))
+			},
+		},
+		"another's condition": {
+			reason: "a condition the writer does not own is put back, not written",
+			change: func(d *dotsv1.Dot) {
+				patch.SetCondition(d, now, "ConfigApplied", metav1.ConditionFalse, "Failed", "no")
+			},
+		},
+		"order alone": {
+			reason: "the conditions reordered write nothing",
+			change: func(d *dotsv1.Dot) {
+				c := d.Status.Conditions
+				c[0], c[1] = c[1], c[0]
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			d := read()
+			h := patch.NewHelper(nil, computers, d)
+			tc.change(d)
+			if got := h.Changed(d); got != tc.want {
+				t.Errorf("%s: Changed = %v; want %v", tc.reason, got, tc.want)
+			}
+		})
+	}
+}
