@@ -71,7 +71,7 @@ func (r *ActivityStatusReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 // writeStatuses writes what the log gives of the Dot, its Tasks and its
 // Computer, each only when it changed.
-func (r *ActivityStatusReconciler) writeStatuses(ctx context.Context, dot *dotsv1.Dot, view *projection.View, tasks []dotsv1.Task) error {
+func (r *ActivityStatusReconciler) writeStatuses(ctx context.Context, dot *dotsv1.Dot, view *projection.View, tasks []*dotsv1.Task) error {
 	names := map[string]string{}
 	for i := range tasks {
 		names[string(tasks[i].UID)] = tasks[i].Name

@@ -180,7 +180,7 @@ func (r *ApprovalRequestReconciler) answerSpend(ctx context.Context, a *dotsv1.A
 // so it is never seen waiting. It marks Expired those whose task ended
 // later without a decision. The Approval reconciler leaves the first phase
 // of a guest's request to this one.
-func (r *ApprovalRequestReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, view *projection.View, tasks []dotsv1.Task, have []dotsv1.Approval) error {
+func (r *ApprovalRequestReconciler) makeApprovals(ctx context.Context, dot *dotsv1.Dot, view *projection.View, tasks []*dotsv1.Task, have []dotsv1.Approval) error {
 	byRequest := map[string]*dotsv1.Approval{}
 	for i := range have {
 		byRequest[have[i].Spec.RequestID] = &have[i]

@@ -105,9 +105,8 @@ func (r *DelegationReconciler) askersOf(ctx context.Context, o client.Object) []
 			names[n] = true
 		}
 	}
-	var tasks dotsv1.TaskList
-	if err := r.Client.List(ctx, &tasks, client.InNamespace(dot.Namespace), client.MatchingFields{DotNameField: dot.Name}); err == nil {
-		for _, t := range tasks.Items {
+	if tasks, err := r.Log.dotTasks(ctx, r.Client, dot); err == nil {
+		for _, t := range tasks {
 			if asker := t.Labels[dotsv1.RequestedByLabel]; asker != "" {
 				names[asker] = true
 			}
@@ -337,7 +336,7 @@ func jsonEqual(a, b any) bool {
 
 // taskNameOf is the name of the asker's Task of uid, "" for the chat or a
 // Task gone.
-func taskNameOf(tasks []dotsv1.Task, uid string) string {
+func taskNameOf(tasks []*dotsv1.Task, uid string) string {
 	for _, t := range tasks {
 		if uid != "" && string(t.UID) == uid {
 			return t.Name
@@ -385,10 +384,10 @@ func delegationRow(dot store.Dot, id string, d protocol.Delegation) store.Inboun
 // cancelUnwanted asks each open request to cancel when the asker's task it
 // was made in is cancelled or gone, or when the pair no longer consents;
 // the asker is told of a consent taken back.
-func (r *DelegationReconciler) cancelUnwanted(ctx context.Context, asker *dotsv1.Dot, tasks []dotsv1.Task, children []dotsv1.Task) error {
+func (r *DelegationReconciler) cancelUnwanted(ctx context.Context, asker *dotsv1.Dot, tasks []*dotsv1.Task, children []dotsv1.Task) error {
 	byName := map[string]*dotsv1.Task{}
-	for i := range tasks {
-		byName[tasks[i].Name] = &tasks[i]
+	for _, t := range tasks {
+		byName[t.Name] = t
 	}
 	receivers := map[string]*dotsv1.DotSpec{}
 	receiverSpec := func(name string) (*dotsv1.DotSpec, error) {
@@ -454,7 +453,7 @@ func (r *DelegationReconciler) cancelUnwanted(ctx context.Context, asker *dotsv1
 
 // writeSpend writes on each of the asker's Tasks the spend of the requests
 // made in it, each request's own and its requests', recomputed from them.
-func (r *DelegationReconciler) writeSpend(ctx context.Context, tasks []dotsv1.Task, children []dotsv1.Task) error {
+func (r *DelegationReconciler) writeSpend(ctx context.Context, tasks []*dotsv1.Task, children []dotsv1.Task) error {
 	spent := map[string]float64{}
 	for _, c := range children {
 		if p := c.Spec.RequestedBy.Task; p != "" {
@@ -479,10 +478,9 @@ func (r *DelegationReconciler) writeSpend(ctx context.Context, tasks []dotsv1.Ta
 // cancelOrphans asks the Dot's own open requests to cancel when the Dot that
 // asked for them is gone: nobody is left to take the answer (its tasks went
 // with it).
-func (r *DelegationReconciler) cancelOrphans(ctx context.Context, dot *dotsv1.Dot, tasks []dotsv1.Task) error {
+func (r *DelegationReconciler) cancelOrphans(ctx context.Context, dot *dotsv1.Dot, tasks []*dotsv1.Task) error {
 	gone := map[string]bool{}
-	for i := range tasks {
-		t := &tasks[i]
+	for _, t := range tasks {
 		rb := t.Spec.RequestedBy
 		if rb == nil || t.Status.Phase.Ended() || t.Spec.CancelRequested || !t.DeletionTimestamp.IsZero() {
 			continue

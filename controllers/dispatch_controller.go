@@ -65,7 +65,7 @@ func (r *DispatchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		r.Log.Forget(dot.UID)
 		return ctrl.Result{}, r.Log.Store.DropUndelivered(ctx, string(dot.UID), "the Dot was deleted")
 	}
-	tasks, err := dotTasks(ctx, r.Client, dot)
+	tasks, err := r.Log.dotTasks(ctx, r.Client, dot)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -78,7 +78,7 @@ func (r *DispatchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	steps := &workSteps{}
 	steps.run("log the Dot's configuration", r.logDot(ctx, dot, w))
 	for i := range tasks {
-		steps.run("cancel task "+tasks[i].Name, r.cancel(ctx, &tasks[i], w))
+		steps.run("cancel task "+tasks[i].Name, r.cancel(ctx, tasks[i], w))
 	}
 	d := lifecycle.NextTask(taskFacts(tasks, w.View()), r.Clock.Now())
 	held, err := spendHold(ctx, r.Client, dot.Namespace)
@@ -91,10 +91,10 @@ func (r *DispatchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	return steps.result(ctx, r.Recorder, dot, ctrl.Result{RequeueAfter: d.Wait})
 }
 
-func taskNamed(tasks []dotsv1.Task, name string) *dotsv1.Task {
-	for i := range tasks {
-		if tasks[i].Name == name {
-			return &tasks[i]
+func taskNamed(tasks []*dotsv1.Task, name string) *dotsv1.Task {
+	for _, t := range tasks {
+		if t.Name == name {
+			return t
 		}
 	}
 	return nil
@@ -188,7 +188,7 @@ func (r *DispatchReconciler) cancel(ctx context.Context, t *dotsv1.Task, w *DotW
 // queue for ever. The task's task.created row is dropped and task.failed
 // logged in one transaction, naming the computer's reason; a row that was
 // delivered meanwhile is left alone.
-func (r *DispatchReconciler) giveUpUnstartable(ctx context.Context, dot *dotsv1.Dot, w *DotWork, tasks []dotsv1.Task) error {
+func (r *DispatchReconciler) giveUpUnstartable(ctx context.Context, dot *dotsv1.Dot, w *DotWork, tasks []*dotsv1.Task) error {
 	view := w.View()
 	current := view.CurrentTask()
 	if current == "" {
@@ -220,7 +220,7 @@ func (r *DispatchReconciler) giveUpUnstartable(ctx context.Context, dot *dotsv1.
 		for i := range tasks {
 			if string(tasks[i].UID) == current {
 				if r.Recorder != nil {
-					r.Recorder.Eventf(&tasks[i], nil, corev1.EventTypeWarning, "GivenUp", "Fail", "%s", pgtext.String(truncate(reason, 512)))
+					r.Recorder.Eventf(tasks[i], nil, corev1.EventTypeWarning, "GivenUp", "Fail", "%s", pgtext.String(truncate(reason, 512)))
 				}
 			}
 		}
@@ -257,11 +257,10 @@ func spendHold(ctx context.Context, c client.Reader, namespace string) (*spendCa
 // deliverer's give-up). Tasks already running are not interrupted:
 // stopping a turn is the engine's. Once nothing holds, the condition goes
 // False.
-func (r *DispatchReconciler) hold(ctx context.Context, tasks []dotsv1.Task, held *spendCapHold, w *DotWork) error {
+func (r *DispatchReconciler) hold(ctx context.Context, tasks []*dotsv1.Task, held *spendCapHold, w *DotWork) error {
 	view := w.View()
 	now := r.Clock.Now()
-	for i := range tasks {
-		t := &tasks[i]
+	for _, t := range tasks {
 		if v, ok := view.Tasks[string(t.UID)]; (ok && v.Phase != dotsv1.TaskPending) || t.Spec.CancelRequested || !t.DeletionTimestamp.IsZero() {
 			continue
 		}

@@ -192,6 +192,9 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		}
 		// The controllers of a Dot's work, over one view of each Dot's log.
 		work := &WorkLog{Store: o.Store}
+		if err := work.IndexTasks(ctx, mgr); err != nil {
+			return nil, fmt.Errorf("index tasks by Dot: %w", err)
+		}
 		if err := mgr.Add(work); err != nil {
 			return nil, err
 		}

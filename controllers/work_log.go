@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -72,6 +73,9 @@ type WorkLog struct {
 	// eventsAfter reads a Dot's log after an id: Store.EventsAfter when
 	// nil. Used for testing purposes.
 	eventsAfter func(ctx context.Context, dotUID string, afterID int64, limit int) ([]store.Event, error)
+
+	// tasks is the cache's Task index (IndexTasks), nil without one.
+	tasks toolscache.Indexer
 
 	mu    sync.Mutex
 	dots  map[types.UID]*dotLog
@@ -352,7 +356,7 @@ func workDot(ctx context.Context, c client.Client, l *WorkLog, req ctrl.Request)
 type workInput struct {
 	Dot *dotsv1.Dot
 	// Tasks are the cache's own (dotTasks): DeepCopy one to change it.
-	Tasks     []dotsv1.Task
+	Tasks     []*dotsv1.Task
 	Approvals []dotsv1.Approval
 	*DotWork
 }
@@ -365,7 +369,7 @@ func openWork(ctx context.Context, c client.Client, l *WorkLog, req ctrl.Request
 	}
 	in := &workInput{Dot: dot}
 	if tasks {
-		if in.Tasks, err = dotTasks(ctx, c, dot); err != nil {
+		if in.Tasks, err = l.dotTasks(ctx, c, dot); err != nil {
 			return nil, err
 		}
 	}
@@ -384,17 +388,65 @@ func storeDot(dot *dotsv1.Dot) store.Dot {
 	return store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
 }
 
-// dotTasks lists the Dot's Tasks from the cache, by the dotName index.
+// taskDotIndex indexes the cache's Tasks by namespace and spec.dotName
+// ("<namespace>/<dotName>"), for WorkLog.dotTasks.
+const taskDotIndex = "invisible-dots/task-dot"
+
+// IndexTasks lets dotTasks read a Dot's Tasks straight from the cache's
+// index. Without it (a cache that is not client-go's informer) they are
+// listed through the client, copied.
+func (l *WorkLog) IndexTasks(ctx context.Context, mgr ctrl.Manager) error {
+	inf, err := mgr.GetCache().GetInformer(ctx, &dotsv1.Task{})
+	if err != nil {
+		return err
+	}
+	shared, ok := inf.(toolscache.SharedIndexInformer)
+	if !ok {
+		return nil
+	}
+	if err := inf.AddIndexers(toolscache.Indexers{taskDotIndex: func(obj any) ([]string, error) {
+		if t, ok := obj.(*dotsv1.Task); ok {
+			return []string{t.Namespace + "/" + t.Spec.DotName}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return err
+	}
+	l.tasks = shared.GetIndexer()
+	return nil
+}
+
+// dotTasks are the Dot's Tasks, in no order.
 //
-// The Tasks are the cache's own, not copies: a Dot that took thousands of
-// tasks (a busy webhook's) had all of them deep-copied by five reconcilers
-// at each event of its log, a third of the server's time. Read them freely;
-// to change or write one, write a DeepCopy of it (the client decodes its
-// answer into the object it writes).
-func dotTasks(ctx context.Context, c client.Client, dot *dotsv1.Dot) ([]dotsv1.Task, error) {
-	var tasks dotsv1.TaskList
-	err := c.List(ctx, &tasks, client.InNamespace(dot.Namespace), client.MatchingFields{DotNameField: dot.Name}, client.UnsafeDisableDeepCopy)
-	return tasks.Items, err
+// They are the cache's own objects, not copies: a Dot that took thousands
+// of tasks (a busy webhook's) had all of them copied by five reconcilers at
+// each event of its log, first deep (a third of the server's time), then
+// by value into a list (a sixth, and the garbage collector's work on it).
+// Read them freely; to change or write one, write a DeepCopy of it (the
+// client decodes its answer into the object it writes).
+func (l *WorkLog) dotTasks(ctx context.Context, c client.Client, dot *dotsv1.Dot) ([]*dotsv1.Task, error) {
+	if l.tasks != nil {
+		objs, err := l.tasks.ByIndex(taskDotIndex, dot.Namespace+"/"+dot.Name)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*dotsv1.Task, 0, len(objs))
+		for _, o := range objs {
+			if t, ok := o.(*dotsv1.Task); ok {
+				out = append(out, t)
+			}
+		}
+		return out, nil
+	}
+	var list dotsv1.TaskList
+	if err := c.List(ctx, &list, client.InNamespace(dot.Namespace), client.MatchingFields{DotNameField: dot.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := make([]*dotsv1.Task, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
 }
 
 func dotApprovals(ctx context.Context, c client.Client, dot *dotsv1.Dot) ([]dotsv1.Approval, error) {
@@ -417,7 +469,7 @@ func dotComputer(ctx context.Context, c client.Client, dot *dotsv1.Dot) (*dotsv1
 
 // taskFacts is what the dispatcher knows of the Dot's Tasks: their phase as
 // the log tells it.
-func taskFacts(tasks []dotsv1.Task, view *projection.View) []lifecycle.Task {
+func taskFacts(tasks []*dotsv1.Task, view *projection.View) []lifecycle.Task {
 	out := make([]lifecycle.Task, 0, len(tasks))
 	for _, t := range tasks {
 		if !t.DeletionTimestamp.IsZero() {

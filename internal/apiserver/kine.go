@@ -33,6 +33,7 @@ var kineSettings = struct {
 	MaxOpenConns     int
 	WriteSlots       int
 	ConnMaxLifetime  time.Duration
+	ConnMaxIdleTime  time.Duration
 	EmulatedVersion  string
 }{
 	PollInterval:     time.Second,
@@ -42,18 +43,21 @@ var kineSettings = struct {
 	CompactMinRetain: 1000,
 	CompactBatchSize: 1000,
 	PollBatchSize:    500,
-	// An idle connection is a PostgreSQL backend of about 2.5 MiB that
-	// waits. Fewer idle ones than a burst uses makes each returned one close
-	// and the next request open another (a fork and a start of a backend
-	// per request: with 4, PostgreSQL was seen starting backends all
-	// through a bench's create loop); so as many may
-	// stay idle as may be open, and a connection lives a minute, after which
-	// the pool's cleaner closes it when idle: a quiet server keeps the few
-	// its poll uses, a busy one opens about one a second.
+	// An idle connection is a PostgreSQL backend of 2 to 6 MiB that waits.
+	// Fewer idle ones than a burst uses makes each returned one close and
+	// the next request open another (a fork and a start of a backend per
+	// request: with 4, PostgreSQL was seen starting backends all through a
+	// bench's create loop); so as many may stay idle as may be open, and
+	// what closes them is time: one unused for ConnMaxIdleTime (a burst's
+	// connections, such as the start's, where every informer lists at once:
+	// 20 backends, about 55 MiB, held for a minute before), or older than
+	// ConnMaxLifetime. A quiet server keeps the one or two its poll uses; a
+	// busy one keeps what it uses and opens about one a second.
 	MaxIdleConns:    20,
 	MaxOpenConns:    20,
 	WriteSlots:      8,
 	ConnMaxLifetime: time.Minute,
+	ConnMaxIdleTime: 5 * time.Second,
 	EmulatedVersion: "3.5.13",
 }
 
@@ -84,6 +88,7 @@ func startKine(ctx context.Context, dsn, socket string) (*kine, error) {
 			MaxIdle:     kineSettings.MaxIdleConns,
 			MaxOpen:     kineSettings.MaxOpenConns,
 			MaxLifetime: kineSettings.ConnMaxLifetime,
+			MaxIdleTime: kineSettings.ConnMaxIdleTime,
 		},
 		CompactInterval:  kineSettings.CompactInterval,
 		CompactTimeout:   kineSettings.CompactTimeout,

@@ -122,10 +122,13 @@ func Start(ctx context.Context, opts Options) (_ *Instance, err error) {
 		return nil, scrub(fmt.Errorf("parse the database URL: %w", err), inst.dsn)
 	}
 	cfg.MaxConns = 8
-	// A connection idle for a minute is closed (pgx's default is 30): each
-	// is a PostgreSQL backend that holds memory while it waits, and the
-	// event log's bursts (a Dot's turn) are seconds apart, not minutes.
-	cfg.MaxConnIdleTime = time.Minute
+	// A connection idle for 5 s is closed (pgx's default is 30 minutes,
+	// looked at every minute): each is a PostgreSQL backend that holds 2 to
+	// 6 MiB while it waits, and a burst's (the start's, a Dot's turn's)
+	// would otherwise stay a minute or more after it. A turn's writes come
+	// well within 5 s of each other, so a working Dot keeps its connection.
+	cfg.MaxConnIdleTime = 5 * time.Second
+	cfg.HealthCheckPeriod = 5 * time.Second
 	inst.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, scrub(fmt.Errorf("open a connection pool to %s: %w", inst.target, err), inst.dsn)

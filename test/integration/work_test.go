@@ -77,6 +77,11 @@ var _ = Describe("A Dot's work", func() {
 		dot.Namespace = "default"
 		low := newTask(dot, dot.Name+"-low", 0)
 		high := newTask(dot, dot.Name+"-high", 5)
+		// Both queued: the controllers' cache holds both before the Dot
+		// comes (a Task and a Dot are watched apart, in no order).
+		Eventually(func() []dotsv1.TaskPhase {
+			return []dotsv1.TaskPhase{taskOf(low).Status.Phase, taskOf(high).Status.Phase}
+		}).Should(Equal([]dotsv1.TaskPhase{dotsv1.TaskPending, dotsv1.TaskPending}))
 		Expect(k8sClient.Create(suiteCtx, dot)).To(Succeed())
 		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), dot) })
 		id := store.Dot{Namespace: dot.Namespace, Name: dot.Name, UID: string(dot.UID)}
