@@ -83,6 +83,11 @@ type Engine struct {
 	kick chan struct{}
 	wg   sync.WaitGroup
 	loop context.CancelFunc
+
+	// released, when set, is called by a turn's goroutine right after the
+	// turn let go of its session (the next turn of the session may start
+	// from then on). Tests only.
+	released func()
 }
 
 const kvConfig = "runtime_config"
@@ -601,7 +606,7 @@ func cloneSecrets(in map[string]map[string]string) map[string]map[string]string 
 func (e *Engine) State(ctx context.Context) (protocol.State, error) {
 	e.mu.Lock()
 	out := protocol.State{State: e.state}
-	if e.task != nil {
+	if e.task != nil && !e.task.ended {
 		id := e.task.taskID
 		out.CurrentTaskID = &id
 	}
