@@ -49,6 +49,9 @@ type turn struct {
 	// taint is the session's taint (taint.go), read when the turn opens and
 	// kept by the turn's goroutine as its calls taint it.
 	taint taintState
+	// opened says the turn's opening committed before it started: the
+	// chat's turn that Accept opened with the message (openOnAccept).
+	opened bool
 
 	// ended is set, under the engine's mu, by the transaction that ends the
 	// turn (endTurn): from then on the turn is not counted as running,
@@ -125,22 +128,40 @@ const (
 )
 
 func (e *Engine) startTurn(ctx context.Context, p *plan) {
+	t := newTurn(ctx, p)
+	e.mu.Lock()
+	slot := &e.chat
+	if p.taskID != "" {
+		slot = &e.task
+	}
+	if *slot != nil {
+		// A turn of the session started meanwhile (Accept opens the chat's
+		// turn itself when the chat is free): it does the work.
+		e.mu.Unlock()
+		t.reqEnd()
+		return
+	}
+	*slot = t
+	e.mu.Unlock()
+	e.launch(t)
+}
+
+// newTurn is the turn of p, not started.
+func newTurn(ctx context.Context, p *plan) *turn {
 	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	rctx, rcancel := context.WithCancel(tctx)
-	t := &turn{session: p.session, taskID: p.taskID, kind: p.kind, ctx: tctx, cancel: cancel, req: rctx, reqEnd: rcancel,
+	return &turn{session: p.session, taskID: p.taskID, kind: p.kind, ctx: tctx, cancel: cancel, req: rctx, reqEnd: rcancel,
 		done: make(chan struct{})}
-	e.mu.Lock()
-	if p.taskID != "" {
-		e.task = t
-	} else {
-		e.chat = t
-	}
-	e.mu.Unlock()
+}
+
+// launch runs t, which holds its session's slot (e.chat or e.task), in a
+// goroutine of its own.
+func (e *Engine) launch(t *turn) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		defer close(t.done)
-		defer rcancel()
+		defer t.reqEnd()
 		e.runTurn(t)
 		// The turn's end state is committed before the turn lets go of its
 		// session, so no turn started after this one is counted as running
@@ -289,21 +310,23 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		return outcomeNothing, ""
 	}
 	l := limits{cfg: *cfg, key: key}
-	proceed := false
-	if err := e.st.Write(ctx, "turn-open", func(tx *store.Tx) error {
-		var err error
-		proceed, err = e.openTurn(ctx, tx, t)
-		if err != nil || !proceed {
-			return err
+	proceed := t.opened
+	if !t.opened {
+		if err := e.st.Write(ctx, "turn-open", func(tx *store.Tx) error {
+			var err error
+			proceed, err = e.openTurn(ctx, tx, t)
+			if err != nil || !proceed {
+				return err
+			}
+			// The run starts: THINKING commits with the turn's opening.
+			return e.transition(ctx, tx)
+		}); err != nil {
+			if e.st != nil && ctx.Err() != nil {
+				return outcomeAbandoned, ""
+			}
+			e.log.Error("open turn", "session", t.session, "err", err)
+			return outcomeNothing, ""
 		}
-		// The run starts: THINKING commits with the turn's opening.
-		return e.transition(ctx, tx)
-	}); err != nil {
-		if e.st != nil && ctx.Err() != nil {
-			return outcomeAbandoned, ""
-		}
-		e.log.Error("open turn", "session", t.session, "err", err)
-		return outcomeNothing, ""
 	}
 	if !proceed {
 		return outcomeNothing, ""
