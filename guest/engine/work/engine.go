@@ -510,6 +510,7 @@ func (e *Engine) openOnAccept(ctx context.Context, tx *store.Tx) (*turn, error) 
 	if !e.readyLocked() || e.chat != nil {
 		e.mu.Unlock()
 		t.reqEnd()
+		t.cancel(nil)
 		return nil, nil
 	}
 	e.chat, t.opened, t.stateBeforeEnd = t, true, e.state
@@ -526,7 +527,8 @@ func (e *Engine) openOnAccept(ctx context.Context, tx *store.Tx) (*turn, error) 
 }
 
 // dropOpened lets go of a turn openOnAccept opened whose transaction did
-// not commit: it never ran, and the state it emitted was not recorded.
+// not commit: it never ran, and the state it emitted was not recorded
+// (openOnAccept kept the state before it in t.stateBeforeEnd).
 func (e *Engine) dropOpened(t *turn) {
 	e.mu.Lock()
 	if e.chat == t {

@@ -139,6 +139,7 @@ func (e *Engine) startTurn(ctx context.Context, p *plan) {
 		// turn itself when the chat is free): it does the work.
 		e.mu.Unlock()
 		t.reqEnd()
+		t.cancel(nil)
 		return
 	}
 	*slot = t
