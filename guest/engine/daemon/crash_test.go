@@ -145,7 +145,10 @@ func TestCrashAtEveryCommitPoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts engine processes")
 	}
-	points := []string{"inbound", "turn-open", "assistant", "assistant:2", "intent", "result", "state", "state:2", "turn-end"}
+	// The commit points of such a turn: the message comes while the chat
+	// is free, so its turn opens (THINKING) with it (inbound); its end
+	// (DONE, IDLE) commits with the answer (assistant:2).
+	points := []string{"inbound", "assistant", "assistant:2", "intent", "result"}
 	var cases []string
 	for _, p := range points {
 		cases = append(cases, "before:"+p, p)
@@ -337,7 +340,9 @@ func TestCrashAroundAnApproval(t *testing.T) {
 	}
 	or := newFakeOpenRouter(t)
 	cfg := testConfig(map[string]protocol.Decision{"files.write": protocol.Ask})
-	for _, crashAt := range []string{"before:park", "park", "before:inbound:2", "inbound:2", "turn-open:2", "before:intent", "intent", "before:result", "result"} {
+	// The message's turn opens with it (inbound); turn-open is the turn
+	// that tells the decision.
+	for _, crashAt := range []string{"before:park", "park", "before:inbound:2", "inbound:2", "turn-open", "before:intent", "intent", "before:result", "result"} {
 		t.Run(crashAt, func(t *testing.T) {
 			dir := t.TempDir()
 			answered := map[string]bool{}

@@ -88,6 +88,46 @@ func TestChatTurnAnswersOnceAndStatesFollow(t *testing.T) {
 	}
 }
 
+// TestBackToBackTurnsEachEndDone: a message sent the moment the answer
+// before it is seen starts the next turn while the last one is ending; every
+// turn still ends with DONE then IDLE before the next THINKING (ref 8.1). The
+// end of a turn once left a window, after the turn let go of the chat and
+// before its state was computed, in which the next turn could start: that
+// turn's THINKING then followed the last one's with no DONE between them.
+func TestBackToBackTurnsEachEndDone(t *testing.T) {
+	h := startEngine(t, t.TempDir(), nil, nil)
+	s := openStream(t, h.c, 0, false)
+	h.configure(testConfig(nil))
+	const turns = 30
+	for i := 0; i < turns; i++ {
+		h.send(fmt.Sprintf("m%d", i), protocol.InboundUserMessage, protocol.UserMessage{Text: "hi"})
+		s.waitFor(t, "the answer", func(evs []protocol.OutboundEvent) bool {
+			return countType(evs, protocol.EventMessageAssistant) == i+1
+		})
+	}
+	evs := s.waitFor(t, "the last IDLE", func(evs []protocol.OutboundEvent) bool {
+		st := ofType(evs, protocol.EventAgentState)
+		return countType(evs, protocol.EventMessageAssistant) == turns && len(st) > 0 &&
+			string(st[len(st)-1].Data) == `{"state":"IDLE"}`
+	})
+	var seq []string
+	for _, e := range evs {
+		switch e.Type {
+		case protocol.EventAgentState:
+			seq = append(seq, string(decode[protocol.AgentStateChanged](t, e).State))
+		case protocol.EventMessageAssistant:
+			seq = append(seq, "answer")
+		}
+	}
+	want := []string{"IDLE"}
+	for i := 0; i < turns; i++ {
+		want = append(want, "THINKING", "answer", "DONE", "IDLE")
+	}
+	if diff := cmp.Diff(want, seq); diff != "" {
+		t.Errorf("states and answers (-want +got):\n%s", diff)
+	}
+}
+
 func TestToolCallsAllowDenyAndOffered(t *testing.T) {
 	tools := &fakeTools{}
 	h := startEngine(t, t.TempDir(), nil, tools)

@@ -83,6 +83,11 @@ type Engine struct {
 	kick chan struct{}
 	wg   sync.WaitGroup
 	loop context.CancelFunc
+
+	// released, when set, is called by a turn's goroutine right after the
+	// turn let go of its session (the next turn of the session may start
+	// from then on). Tests only.
+	released func()
 }
 
 const kvConfig = "runtime_config"
@@ -379,6 +384,7 @@ func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
 	}
 	var cancelTask string
 	var approvalDecided bool
+	var opened *turn
 	err = e.st.Write(ctx, "inbound", func(tx *store.Tx) error {
 		state := inboundApplied
 		if ev.Type == protocol.InboundUserMessage || isDelegation(parsed) {
@@ -389,6 +395,12 @@ func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
 		fresh, err := InsertInbound(ctx, tx, ev.ID, ev.Type, ev.TS, ev.Data, state)
 		if err != nil || !fresh {
 			return err
+		}
+		if state == inboundPending {
+			opened, err = e.openOnAccept(ctx, tx)
+			if err != nil {
+				return err
+			}
 		}
 		switch d := parsed.(type) {
 		case *protocol.TaskCreated:
@@ -446,7 +458,13 @@ func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
 		return nil
 	})
 	if err != nil {
+		if opened != nil {
+			e.dropOpened(opened)
+		}
 		return err
+	}
+	if opened != nil {
+		e.launch(opened)
 	}
 	e.mu.Lock()
 	e.sleeping = false // a new inbound event lifts a prepare-sleep (ref 5.3)
@@ -465,6 +483,69 @@ func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
 	e.Kick()
 	return nil
 }
+
+// openOnAccept opens the chat's turn in the transaction that accepts a
+// message for it, when the chat is free and would start that turn next
+// (nextChat: no decided approval of the chat to tell first): the message
+// goes into the transcript and THINKING is emitted with it, so the turn's
+// opening costs no commit of its own. The turn holds the chat from here;
+// Accept starts it once the transaction committed, or lets go of it
+// (dropOpened) if it did not. nil when the chat's turn is left to schedule.
+func (e *Engine) openOnAccept(ctx context.Context, tx *store.Tx) (*turn, error) {
+	e.mu.Lock()
+	free := e.readyLocked() && e.chat == nil
+	e.mu.Unlock()
+	if !free {
+		return nil, nil
+	}
+	var decided int
+	if err := tx.QueryRow(ctx, chatDecidedQuery, chatSession).Scan(&decided); err != nil {
+		return nil, fmt.Errorf("read the chat's decided approvals: %w", err)
+	}
+	if decided > 0 {
+		return nil, nil
+	}
+	t := newTurn(context.Background(), &plan{session: chatSession, kind: "input"})
+	e.mu.Lock()
+	if !e.readyLocked() || e.chat != nil {
+		e.mu.Unlock()
+		t.reqEnd()
+		t.cancel(nil)
+		return nil, nil
+	}
+	e.chat, t.opened, t.stateBeforeEnd = t, true, e.state
+	e.mu.Unlock()
+	proceed, err := e.openTurn(ctx, tx, t)
+	if err == nil && proceed {
+		err = e.transition(ctx, tx)
+	}
+	if err != nil || !proceed {
+		e.dropOpened(t)
+		return nil, err
+	}
+	return t, nil
+}
+
+// dropOpened lets go of a turn openOnAccept opened whose transaction did
+// not commit: it never ran, and the state it emitted was not recorded
+// (openOnAccept kept the state before it in t.stateBeforeEnd).
+func (e *Engine) dropOpened(t *turn) {
+	e.mu.Lock()
+	if e.chat == t {
+		e.chat = nil
+	}
+	if e.state == protocol.StateThinking {
+		e.state = t.stateBeforeEnd
+	}
+	e.mu.Unlock()
+	t.reqEnd()
+	t.cancel(errStopping)
+	close(t.done)
+}
+
+// chatDecidedQuery counts the chat's decided approvals, which a turn tells
+// before anything else.
+const chatDecidedQuery = "SELECT COUNT(*) FROM dots_approvals WHERE session = ? AND status IN ('approved','rejected','granted','told')"
 
 var keyRe = regexp.MustCompile(protocol.OpenRouterKeyPattern)
 
@@ -601,7 +682,7 @@ func cloneSecrets(in map[string]map[string]string) map[string]map[string]string 
 func (e *Engine) State(ctx context.Context) (protocol.State, error) {
 	e.mu.Lock()
 	out := protocol.State{State: e.state}
-	if e.task != nil {
+	if e.task != nil && !e.task.ended {
 		id := e.task.taskID
 		out.CurrentTaskID = &id
 	}

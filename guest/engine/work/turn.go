@@ -49,6 +49,17 @@ type turn struct {
 	// taint is the session's taint (taint.go), read when the turn opens and
 	// kept by the turn's goroutine as its calls taint it.
 	taint taintState
+	// opened says the turn's opening committed before it started: the
+	// chat's turn that Accept opened with the message (openOnAccept).
+	opened bool
+
+	// ended is set, under the engine's mu, by the transaction that ends the
+	// turn (endTurn): from then on the turn is not counted as running,
+	// though it holds its session until its goroutine is done (its
+	// conversation file written). stateBeforeEnd and endState are the state
+	// before and after that transaction, for reopen.
+	ended                    bool
+	stateBeforeEnd, endState protocol.AgentState
 }
 
 // offeredTools are the tools the model is offered under cfg: every tool
@@ -117,23 +128,49 @@ const (
 )
 
 func (e *Engine) startTurn(ctx context.Context, p *plan) {
+	t := newTurn(ctx, p)
+	e.mu.Lock()
+	slot := &e.chat
+	if p.taskID != "" {
+		slot = &e.task
+	}
+	if *slot != nil {
+		// A turn of the session started meanwhile (Accept opens the chat's
+		// turn itself when the chat is free): it does the work.
+		e.mu.Unlock()
+		t.reqEnd()
+		t.cancel(nil)
+		return
+	}
+	*slot = t
+	e.mu.Unlock()
+	e.launch(t)
+}
+
+// newTurn is the turn of p, not started.
+func newTurn(ctx context.Context, p *plan) *turn {
 	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	rctx, rcancel := context.WithCancel(tctx)
-	t := &turn{session: p.session, taskID: p.taskID, kind: p.kind, ctx: tctx, cancel: cancel, req: rctx, reqEnd: rcancel,
+	return &turn{session: p.session, taskID: p.taskID, kind: p.kind, ctx: tctx, cancel: cancel, req: rctx, reqEnd: rcancel,
 		done: make(chan struct{})}
-	e.mu.Lock()
-	if p.taskID != "" {
-		e.task = t
-	} else {
-		e.chat = t
-	}
-	e.mu.Unlock()
+}
+
+// launch runs t, which holds its session's slot (e.chat or e.task), in a
+// goroutine of its own.
+func (e *Engine) launch(t *turn) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		defer close(t.done)
-		defer rcancel()
+		defer t.reqEnd()
 		e.runTurn(t)
+		// The turn's end state is committed before the turn lets go of its
+		// session, so no turn started after this one is counted as running
+		// when it is computed (usually the transaction that ended the turn
+		// committed it already).
+		if err := e.finishTurn(context.Background(), t); err != nil {
+			e.log.Error("record agent state", "err", err)
+		}
 		e.mu.Lock()
 		if e.task == t {
 			e.task = nil
@@ -142,8 +179,8 @@ func (e *Engine) startTurn(ctx context.Context, p *plan) {
 			e.chat = nil
 		}
 		e.mu.Unlock()
-		if err := e.transition(context.Background(), nil); err != nil {
-			e.log.Error("record agent state", "err", err)
+		if e.released != nil {
+			e.released()
 		}
 		e.Kick()
 	}()
@@ -162,35 +199,63 @@ func (e *Engine) runTurn(t *turn) {
 	var err error
 	out, reason := e.turnBody(t)
 	bg := context.WithoutCancel(ctx)
+	// Each transaction that ends the turn records its end state too (a
+	// commit less a turn; see endTurn); the answer's transaction already did
+	// when it ended the turn.
 	switch out {
 	case outcomeFailed:
-		err = e.st.Write(bg, "fail", func(tx *store.Tx) error { return e.endFailed(bg, tx, t, reason) })
+		err = e.st.Write(bg, "fail", func(tx *store.Tx) error {
+			if err := e.endFailed(bg, tx, t, reason); err != nil {
+				return err
+			}
+			return e.endTurn(bg, tx, t)
+		})
 	case outcomeCancelled:
 		err = e.st.Write(bg, "cancelled", func(tx *store.Tx) error {
 			if err := e.closeOpenCalls(bg, tx, t.session); err != nil {
 				return err
 			}
-			return endApprovals(bg, tx, t.session)
+			if err := endApprovals(bg, tx, t.session); err != nil {
+				return err
+			}
+			return e.endTurn(bg, tx, t)
 		})
 	case outcomeAbandoned:
 		if t.taskID != "" {
 			// The attempt a stop cut is given back (ref 8.7) and the next
 			// start says it was interrupted.
 			err = e.st.Write(bg, "give-back", func(tx *store.Tx) error {
-				_, err := tx.Exec(bg, `UPDATE dots_tasks SET starts = MAX(starts - 1, 0), interrupted = 1
-					WHERE task_id = ? AND status = 'running'`, t.taskID)
-				return err
+				if _, err := tx.Exec(bg, `UPDATE dots_tasks SET starts = MAX(starts - 1, 0), interrupted = 1
+					WHERE task_id = ? AND status = 'running'`, t.taskID); err != nil {
+					return err
+				}
+				return e.endTurn(bg, tx, t)
 			})
 		}
 	case outcomeAnswered, outcomeParked:
-		err = e.st.Write(bg, "turn-end", func(tx *store.Tx) error { return endApprovals(bg, tx, t.session) })
+		if !e.hasEnded(t) {
+			err = e.st.Write(bg, "turn-end", func(tx *store.Tx) error {
+				if err := endApprovals(bg, tx, t.session); err != nil {
+					return err
+				}
+				return e.endTurn(bg, tx, t)
+			})
+		}
 	}
 	if err != nil {
+		e.reopen(t)
 		e.log.Error("end turn", "session", t.session, "err", err)
 	}
 	if out != outcomeNothing && out != outcomeAbandoned {
 		e.transcribe(bg, t)
 	}
+}
+
+// hasEnded says whether a transaction that ended t committed.
+func (e *Engine) hasEnded(t *turn) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return t.ended
 }
 
 // endApprovals ends the approvals a turn was telling (ref 8.8: granted or
@@ -246,17 +311,23 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		return outcomeNothing, ""
 	}
 	l := limits{cfg: *cfg, key: key}
-	proceed := false
-	if err := e.st.Write(ctx, "turn-open", func(tx *store.Tx) error {
-		var err error
-		proceed, err = e.openTurn(ctx, tx, t)
-		return err
-	}); err != nil {
-		if e.st != nil && ctx.Err() != nil {
-			return outcomeAbandoned, ""
+	proceed := t.opened
+	if !t.opened {
+		if err := e.st.Write(ctx, "turn-open", func(tx *store.Tx) error {
+			var err error
+			proceed, err = e.openTurn(ctx, tx, t)
+			if err != nil || !proceed {
+				return err
+			}
+			// The run starts: THINKING commits with the turn's opening.
+			return e.transition(ctx, tx)
+		}); err != nil {
+			if e.st != nil && ctx.Err() != nil {
+				return outcomeAbandoned, ""
+			}
+			e.log.Error("open turn", "session", t.session, "err", err)
+			return outcomeNothing, ""
 		}
-		e.log.Error("open turn", "session", t.session, "err", err)
-		return outcomeNothing, ""
 	}
 	if !proceed {
 		return outcomeNothing, ""
@@ -278,9 +349,6 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		e.mcp.Ready(ctx)
 	}
 	l.offered = e.offeredTools(*cfg)
-	if err := e.transition(ctx, nil); err != nil {
-		e.log.Error("record agent state", "err", err)
-	}
 	ml, err := modelLimits()
 	if err != nil {
 		if out, ok := e.interrupted(t); ok {
@@ -297,7 +365,9 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		if out, ok := e.interrupted(t); ok {
 			return out, ""
 		}
-		if t.taskID == "" {
+		// The inputs waiting are injected before every request of the chat,
+		// but the first of a turn that opened by injecting them.
+		if t.taskID == "" && (steps > 0 || t.kind != "input") {
 			if err := e.st.Write(ctx, "inject", func(tx *store.Tx) error {
 				if err := e.injectInputs(ctx, tx); err != nil {
 					return err
@@ -411,7 +481,14 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 					return err
 				}
 				out = outcomeAnswered
-				return e.finalAnswer(ctx, tx, t, id, resp.Content)
+				if err := e.finalAnswer(ctx, tx, t, id, resp.Content); err != nil {
+					return err
+				}
+				// The turn ends with its answer, in its transaction.
+				if err := endApprovals(ctx, tx, t.session); err != nil {
+					return err
+				}
+				return e.endTurn(ctx, tx, t)
 			}
 			for _, c := range resp.ToolCalls {
 				calls = append(calls, Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
@@ -436,6 +513,7 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 			return nil
 		})
 		if err != nil {
+			e.reopen(t) // its endTurn, if it ran, did not commit
 			if out, ok := e.interrupted(t); ok {
 				return out, ""
 			}

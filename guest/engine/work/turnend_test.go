@@ -1,0 +1,137 @@
+package work
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/invisible-dots/invisible-dots/guest/engine/openrouter"
+	"github.com/invisible-dots/invisible-dots/guest/engine/store"
+	"github.com/invisible-dots/invisible-dots/guest/protocol"
+)
+
+// instantModel answers every request at once, and costs a little.
+type instantModel struct{}
+
+func (instantModel) Complete(ctx context.Context, key string, req openrouter.Request) (openrouter.Response, error) {
+	cost := 0.001
+	return openrouter.Response{Content: "ok", FinishReason: "stop", Usage: openrouter.Usage{PromptTokens: 10, CostUSD: &cost}}, nil
+}
+
+func (instantModel) ModelLimits(ctx context.Context, key, model string) (openrouter.Limits, error) {
+	return openrouter.Limits{ContextLength: 100000, MaxCompletionTokens: 4000, Providers: []string{"fake"}}, nil
+}
+
+// noTools is an empty tool table.
+type noTools struct{}
+
+func (noTools) Tools() []Tool { return nil }
+func (noTools) Validate(name string, raw json.RawMessage) (map[string]any, error) {
+	return nil, fmt.Errorf("no tool %s", name)
+}
+func (noTools) Target(string, map[string]any) string                    { return "" }
+func (noTools) ApprovalArguments(string, map[string]any) map[string]any { return nil }
+func (noTools) Run(context.Context, string, json.RawMessage) ToolResult { return ToolResult{} }
+
+// startTestEngine is an engine over a new store, configured and keyed.
+func startTestEngine(t *testing.T) (*Engine, *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(Options{Store: st, Model: instantModel{}, Tools: noTools{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg, err := json.Marshal(protocol.RuntimeConfig{
+		Name: "helper", Model: protocol.ModelRef{Provider: "openrouter", ID: "fake/model"},
+		Permissions: protocol.ResolvePermissions(nil, nil),
+		Limits:      protocol.Limits{MaxStepsPerTask: 10, MaxCostPerTaskUSD: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.PutConfig(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetSecrets(protocol.SecretsRequest{OpenRouterAPIKey: "sk-or-v1-" + strings.Repeat("a", 64)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Stop(context.Background(), false)
+		st.Close()
+	})
+	return e, st
+}
+
+func (e *Engine) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestNextTurnStartsAfterTheLastOnesEnd: a turn that starts the moment the
+// one before let go of the chat comes after that one's DONE and IDLE (ref
+// 8.1). The end of a turn once let go of the chat before it computed its
+// end state: a turn started in between was counted as running then, and
+// the DONE and IDLE of the turn before were never sent.
+func TestNextTurnStartsAfterTheLastOnesEnd(t *testing.T) {
+	e, st := startTestEngine(t)
+	ctx := context.Background()
+	var once atomic.Bool
+	e.released = func() {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		// The next message comes now, and its turn starts before the
+		// released turn goes on.
+		if err := e.Accept(ctx, protocol.InboundEvent{ID: "m2", Type: protocol.InboundUserMessage,
+			Data: json.RawMessage(`{"text":"again"}`)}); err != nil {
+			t.Error(err)
+		}
+		e.waitFor(t, "the next turn", func() bool {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return e.chat != nil
+		})
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Accept(ctx, protocol.InboundEvent{ID: "m1", Type: protocol.InboundUserMessage,
+		Data: json.RawMessage(`{"text":"hello"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var seq []string
+	e.waitFor(t, "two answers and IDLE", func() bool {
+		evs, err := st.EventsAfter(ctx, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq = seq[:0]
+		for _, ev := range evs {
+			switch ev.Type {
+			case protocol.EventAgentState:
+				var s protocol.AgentStateChanged
+				json.Unmarshal(ev.Data, &s)
+				seq = append(seq, string(s.State))
+			case protocol.EventMessageAssistant:
+				seq = append(seq, "answer")
+			}
+		}
+		return strings.Count(strings.Join(seq, " "), "answer") == 2 && seq[len(seq)-1] == "IDLE"
+	})
+	want := "IDLE THINKING answer DONE IDLE THINKING answer DONE IDLE"
+	if got := strings.Join(seq, " "); got != want {
+		t.Errorf("states and answers = %s, want %s", got, want)
+	}
+}
