@@ -194,7 +194,8 @@ func TestComputerCrashLoopBackoff(t *testing.T) {
 
 // BenchmarkReconcile100Computers measures one reconcile of each of 100
 // running Computers (observe, health, status patch) against the in-memory
-// fake host and controller-runtime's fake client: the reconciler's own cost,
+// fake host, reading as from the manager's cache (fakeCachedClient) and
+// writing to controller-runtime's fake client: the reconciler's own cost,
 // without the API server's round trips (test/integration has those).
 func BenchmarkReconcile100Computers(b *testing.B) {
 	h := fake.NewHost()
@@ -202,7 +203,8 @@ func BenchmarkReconcile100Computers(b *testing.B) {
 	for i := range 100 {
 		objs = append(objs, testComputer(fmt.Sprintf("vm-%03d", i), dotsv1.RunAlways))
 	}
-	r, _ := newTestReconciler(h, objs...)
+	r, c := newTestReconciler(h, objs...)
+	r.Client = newFakeCachedClient(c)
 	ctx := context.Background()
 	reconcileAll := func() {
 		for i := range 100 {
