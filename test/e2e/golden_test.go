@@ -191,6 +191,7 @@ func TestGoldenDotReady(t *testing.T) {
 	// checked after it.
 	var pidBeforeGrow int32
 	t.Run("a larger disk is taken and waits for the next start", func(t *testing.T) {
+		k := w.on(t).k
 		k.run("patch", "dot", name, "--type", "merge", "-p", `{"spec":{"computer":{"disk":"24Gi"}}}`)
 		k.waitComputer(name, time.Minute, func(c *dotsv1.Computer) bool { return c.Spec.Disk.String() == "24Gi" })
 		pidBeforeGrow = k.getComputer(name).Status.PID
