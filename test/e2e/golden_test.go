@@ -102,7 +102,7 @@ func TestGoldenDotReady(t *testing.T) {
 	start := time.Now()
 	// Two vCPUs: under tcg each is a host thread, and the desktop and
 	// Chromium (several processes) on one took most of the test's time.
-	dot := strings.Replace(smallDot(name, ""), "cpu: 1\n", "cpu: 2\n", 1)
+	dot := dotWithCPUs(name, "", 2)
 	k.apply(dot)
 	d := k.waitDot(name, goldenReadyTimeout, readyDot)
 	t.Logf("FIGURE golden apply-to-READY %s (tcg, 2 vCPUs)", time.Since(start).Round(time.Millisecond))
@@ -239,6 +239,7 @@ func TestGoldenDotReady(t *testing.T) {
 
 	t.Run("the larger disk grew at that reboot; a smaller one is refused", func(t *testing.T) {
 		w := w.on(t)
+		k := w.k
 		if c := k.getComputer(name); c.Status.PID == pidBeforeGrow || c.Status.State != dotsv1.ComputerRunning {
 			w.fail("the computer was not restarted since the disk was grown (PID %d, was %d; %s): the browser identity's reboot did not happen", c.Status.PID, pidBeforeGrow, c.Status.State)
 		}

@@ -48,7 +48,10 @@ func vmHome(t testing.TB) home.Layout {
 
 // smallDot is a Dot with a small computer, pinned to host unless it is
 // empty.
-func smallDot(name, host string) string {
+func smallDot(name, host string) string { return dotWithCPUs(name, host, 1) }
+
+// dotWithCPUs is smallDot with cpus vCPUs.
+func dotWithCPUs(name, host string, cpus int) string {
 	m := fmt.Sprintf(`apiVersion: dots.invisible.dev/v1alpha1
 kind: Dot
 metadata:
@@ -58,10 +61,10 @@ spec:
   model:
     id: z-ai/glm-5.3-flash
   computer:
-    cpu: 1
+    cpu: %d
     memory: 2Gi
     disk: 20Gi
-`, name)
+`, name, cpus)
 	if host != "" {
 		m += "    host: " + host + "\n"
 	}
