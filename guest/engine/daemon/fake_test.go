@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -46,14 +48,18 @@ import (
 type fakeOpenRouter struct {
 	srv *httptest.Server
 
-	mu       sync.Mutex
-	requests []fakeRequest
-	status   []int // statuses to answer the next chat requests with, in order (429, 500)
-	cutNext  int   // chat requests whose stream is cut mid-way
-	faults   []fault
-	cost     float64
-	byok     bool // usage is BYOK: cost is OpenRouter's fee, upstream is twice it
-	window   int  // context_length the endpoints list (default 100000)
+	mu sync.Mutex
+	// bodies are the requests' bodies as sent, decoded only when a test asks
+	// for them (Requests): the log keeps no pointers for the collector to
+	// walk, and a long chat (the turn benchmarks) does not pay for a full
+	// decode of every request it sends.
+	bodies  [][]byte
+	status  []int // statuses to answer the next chat requests with, in order (429, 500)
+	cutNext int   // chat requests whose stream is cut mid-way
+	faults  []fault
+	cost    float64
+	byok    bool // usage is BYOK: cost is OpenRouter's fee, upstream is twice it
+	window  int  // context_length the endpoints list (default 100000)
 	// holdMemoryAfter holds the memory requests after this many until the
 	// request ends (a pass cut by a sleep); 0 holds none. memoryCut counts
 	// the held requests that ended.
@@ -163,8 +169,97 @@ func (f *fakeOpenRouter) client() *openrouter.Client {
 
 func (f *fakeOpenRouter) Requests() []fakeRequest {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]fakeRequest(nil), f.requests...)
+	bodies := slices.Clone(f.bodies)
+	f.mu.Unlock()
+	out := make([]fakeRequest, len(bodies))
+	for i, b := range bodies {
+		if err := json.Unmarshal(b, &out[i]); err != nil {
+			panic(fmt.Sprintf("the engine sent a request that does not decode: %v", err))
+		}
+	}
+	return out
+}
+
+// fakeView is what the stand-in model reads of a request: its messages
+// decoded one by one as the script looks at them. The script reads the
+// first messages and the last few; decoding every message of a long chat
+// at every request was the stand-in's cost, not the engine's, and grew
+// with the chat.
+type fakeView struct {
+	raw []json.RawMessage
+	dec []*fakeMessage
+}
+
+func (v *fakeView) n() int { return len(v.raw) }
+
+func (v *fakeView) msg(i int) fakeMessage {
+	if v.dec[i] == nil {
+		var m fakeMessage
+		// What the engine sends decodes; Requests fails loudly on what does
+		// not, so a test never reads a request the script misread.
+		_ = json.Unmarshal(v.raw[i], &m)
+		v.dec[i] = &m
+	}
+	return *v.dec[i]
+}
+
+// splitMessages cuts the messages of a request's body apart without
+// decoding them: the body is the engine's json.Marshal of its wire request,
+// whose first "messages": key is the request's own (a JSON string holds no
+// bare quote, and the model's name comes before it). A byte walk that
+// follows strings and nesting is many times cheaper than encoding/json,
+// which scans a body twice before it hands out a json.RawMessage.
+func splitMessages(body []byte) ([]json.RawMessage, error) {
+	key := []byte(`"messages":[`)
+	at := bytes.Index(body, key)
+	if at < 0 {
+		return nil, errors.New("the request has no messages")
+	}
+	var out []json.RawMessage
+	depth, start, inString := 0, -1, false
+	for i := at + len(key); i < len(body); i++ {
+		c := body[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth == 0 {
+				start = i
+			}
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				if len(out) == 0 {
+					return nil, errors.New("the request has no messages")
+				}
+				return out, nil
+			}
+			depth--
+			if depth == 0 {
+				out = append(out, body[start:i+1])
+			}
+		}
+	}
+	return nil, errors.New("the request's messages do not end")
+}
+
+// firstUser is the text of the view's first user message.
+func (v *fakeView) firstUser() string {
+	for i := 0; i < v.n(); i++ {
+		if m := v.msg(i); m.Role == "user" {
+			return m.text()
+		}
+	}
+	return ""
 }
 
 var runRe = regexp.MustCompile(`(fake_[a-z]+|cron|write_file|read_file|add_mcp_server|delegate_task|computer_screenshot|browser_[a-z_]+|mcp__[a-z0-9-]+__[a-z_]+) (\{[^}]*\})`)
@@ -175,15 +270,20 @@ type fakeCall struct{ name, args string }
 const fakeTypedPassword = "pw-hunter2-typed-into-a-page"
 
 func (f *fakeOpenRouter) complete(w http.ResponseWriter, r *http.Request) {
-	var req fakeRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+	body, err := io.ReadAll(r.Body)
+	var msgs []json.RawMessage
+	if err == nil {
+		msgs, err = splitMessages(body)
+	}
+	if err != nil {
 		http.Error(w, err.Error(), 400)
 		return
 	}
-	summary := strings.Contains(req.Messages[0].text(), "You write a handoff summary")
+	req := &fakeView{raw: msgs, dec: make([]*fakeMessage, len(msgs))}
+	summary := strings.Contains(req.msg(0).text(), "You write a handoff summary")
 	f.mu.Lock()
-	f.requests = append(f.requests, req)
-	if strings.HasPrefix(req.Messages[0].text(), "You keep MEMORY.md") {
+	f.bodies = append(f.bodies, body)
+	if strings.HasPrefix(req.msg(0).text(), "You keep MEMORY.md") {
 		f.memorySeen++
 		if f.holdMemoryAfter > 0 && f.memorySeen > f.holdMemoryAfter {
 			f.mu.Unlock()
@@ -232,7 +332,8 @@ func (f *fakeOpenRouter) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if needReasoning {
-		for _, m := range req.Messages {
+		for i := 0; i < req.n(); i++ {
+			m := req.msg(i)
 			// The signature rides with the first call of a message, as
 			// Gemini's thought signature does.
 			if len(m.ToolCalls) > 0 {
@@ -248,7 +349,7 @@ func (f *fakeOpenRouter) complete(w http.ResponseWriter, r *http.Request) {
 		text, calls, finish = "", nil, "stop"
 	}
 	costp := &cost
-	if strings.Contains(firstUser(req), "NOCOST") {
+	if strings.Contains(req.firstUser(), "NOCOST") {
 		costp = nil
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -345,30 +446,30 @@ func firstUser(req fakeRequest) string {
 }
 
 // script is the fake model: it reads the conversation and answers.
-func script(req fakeRequest) (text string, calls []fakeCall, finish string) {
-	msgs := req.Messages
-	last := msgs[len(msgs)-1]
-	if len(last.images()) > 0 && len(msgs) > 1 {
+func script(req *fakeView) (text string, calls []fakeCall, finish string) {
+	n := req.n()
+	last := req.msg(n - 1)
+	if len(last.images()) > 0 && n > 1 {
 		// The turn's images follow its last tool message: the model
 		// answers the tool round.
-		last = msgs[len(msgs)-2]
+		last = req.msg(n - 2)
 	}
-	if strings.Contains(msgs[0].text(), "You write a handoff summary") {
+	if strings.Contains(req.msg(0).text(), "You write a handoff summary") {
 		return "SUMMARY: the person sent long texts", nil, "stop"
 	}
-	opening := firstUser(req)
+	opening := req.firstUser()
 	// The latest person's message with a directive.
 	var person string
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == "user" && !strings.HasPrefix(msgs[i].text(), "[") {
-			person = msgs[i].text()
+	for i := n - 1; i >= 0; i-- {
+		if m := req.msg(i); m.Role == "user" && !strings.HasPrefix(m.text(), "[") {
+			person = m.text()
 			break
 		}
 	}
 	if strings.Contains(opening, "LENGTH") {
 		cuts := 0
-		for _, m := range msgs {
-			if m.Role == "user" && strings.Contains(m.text(), "cut at the output limit") {
+		for i := 0; i < n; i++ {
+			if m := req.msg(i); m.Role == "user" && strings.Contains(m.text(), "cut at the output limit") {
 				cuts++
 			}
 		}
