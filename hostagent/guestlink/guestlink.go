@@ -95,6 +95,13 @@ const (
 	retryPoll = 5 * time.Second
 	// firstRetry is the wait after the first failed call.
 	firstRetry = 250 * time.Millisecond
+	// enginePoll: a guest whose dot-agentd answers and whose engine does
+	// not listen yet is asked again this soon, for at most enginePollFor
+	// (then as any failure, from firstRetry). An engine starts a few
+	// hundred milliseconds after dot-agentd under KVM, a few seconds under
+	// TCG; a try costs the guest one refused connect to a Unix socket.
+	enginePoll    = 100 * time.Millisecond
+	enginePollFor = 30 * time.Second
 	// startingPoll: the engine said it is starting.
 	startingPoll = time.Second
 	// defaultCallTimeout bounds one call to the guest.
@@ -145,7 +152,10 @@ type Reconciler struct {
 	// failures counts each Dot's calls to its guest that failed in a row
 	// since it was last ready: the next try waits retryWait(failures).
 	failures map[types.NamespacedName]int
-	requests chan event.GenericEvent
+	// engineWait is when each Dot's guest first answered that its engine
+	// does not listen, since it was last ready (failed).
+	engineWait map[types.NamespacedName]time.Time
+	requests   chan event.GenericEvent
 }
 
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=dots,verbs=get;list;watch
@@ -186,6 +196,7 @@ func (r *Reconciler) init() {
 		r.pushed = map[types.NamespacedName]record{}
 		r.stale = map[types.NamespacedName]bool{}
 		r.failures = map[types.NamespacedName]int{}
+		r.engineWait = map[types.NamespacedName]time.Time{}
 	}
 	if r.requests == nil {
 		r.requests = make(chan event.GenericEvent, 1024)

@@ -677,6 +677,48 @@ func TestRetryWait(t *testing.T) {
 	}
 }
 
+// TestEngineNotUpYet: a guest whose dot-agentd answers while its engine
+// does not listen yet (502 agent_unavailable) is one that just booted or
+// woke, and the Dot's first answer waits on the push: it is asked again
+// every enginePoll, uncounted, for enginePollFor, then as any failure.
+// Any other failure doubles from firstRetry as before, and a guest that
+// became ready starts the window afresh at its next start.
+func TestEngineNotUpYet(t *testing.T) {
+	var j journal
+	notUp := &guestclient.StatusError{Method: http.MethodPost, Path: "/v1/agent/secrets", Status: http.StatusBadGateway, Code: protocol.ErrAgentUnavailable}
+	other := &guestclient.StatusError{Method: http.MethodPost, Path: "/v1/agent/secrets", Status: http.StatusBadGateway, Code: "bad_gateway"}
+	var answer error
+	guest := recording(&j, fakeguest.GuestFns{SecretsFn: func(context.Context, guestclient.Target, protocol.SecretsRequest) error { return answer }})
+	r, _ := newReconciler(t, guest, testDot(nil), testComputer(true, 1001), tokenSecret(), defaultKeySecret(defaultKey))
+	clk := r.Clock.(*clocktesting.FakePassiveClock)
+	steps := []struct {
+		reason  string
+		advance time.Duration
+		answer  error
+		want    time.Duration
+	}{
+		{"the engine does not listen yet: asked again soon", 0, notUp, enginePoll},
+		{"and again, uncounted", enginePoll, notUp, enginePoll},
+		{"still within the window", enginePollFor - 2*enginePoll, notUp, enginePoll},
+		{"past the window it is a failure like any other", 2 * enginePoll, notUp, firstRetry},
+		{"and the next doubles", firstRetry, notUp, 2 * firstRetry},
+		{"the engine answers: ready", time.Second, nil, steadyPoll},
+		{"the guest's next start is given the window afresh", time.Minute, notUp, enginePoll},
+		{"a failure of another kind is counted from the first wait", enginePoll, other, firstRetry},
+	}
+	for _, st := range steps {
+		clk.SetTime(clk.Now().Add(st.advance))
+		answer = st.answer
+		if got := reconcileOnce(t, r).RequeueAfter; got != st.want {
+			t.Errorf("%s: requeue after %s; want %s", st.reason, got, st.want)
+		}
+		if st.answer == nil {
+			// The guest stops: the next one holds nothing.
+			r.forget(dotKey)
+		}
+	}
+}
+
 // TestTargetIsTheVMRecord: every guest this agent reaches is built from the
 // VM's own record, with the QEMU's start time and boot id, and a record
 // that cannot be read, or that names another QEMU than the Computer's

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -67,9 +68,9 @@ func (r *Reconciler) ready(ctx context.Context, s *scope, key types.NamespacedNa
 			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
 			return ctrl.Result{RequeueAfter: keyPoll}
 		}
-		pushed, failed := r.push(ctx, s, key, target, want)
+		pushed, failed, err := r.push(ctx, s, key, target, want)
 		if failed {
-			return ctrl.Result{RequeueAfter: r.failed(key)}
+			return ctrl.Result{RequeueAfter: r.failed(key, err)}
 		}
 		if !pushed {
 			break
@@ -100,15 +101,15 @@ func (r *Reconciler) ready(ctx context.Context, s *scope, key types.NamespacedNa
 // push sends what the guest does not hold yet: the secrets when they are not
 // the ones it took, the configuration when its generation is not the one it
 // took. It reports whether it sent anything, and whether a push failed (the
-// conditions then say which and why).
-func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedName, target guestclient.Target, want desired) (pushed, failed bool) {
+// conditions then say which and why) with the call's error, if a call failed.
+func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedName, target guestclient.Target, want desired) (pushed, failed bool, err error) {
 	rec := r.record(key, target)
 	if !rec.keyPushed || rec.secrets != want.secrets.digest {
 		if err := r.call(ctx, target, http.MethodPost, protocol.RouteSecrets, want.secrets.req, nil); err != nil {
 			s.set(&s.key, metav1.ConditionFalse, dotsv1.PushFailedReason, guestclient.DescribeFailure("the guest did not take the OpenRouter key", http.MethodPost, protocol.RouteSecrets, err, r.callTimeout()))
 			s.set(&s.config, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
 			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the OpenRouter key (KeyPushed)")
-			return pushed, true
+			return pushed, true, err
 		}
 		rec.keyPushed, rec.secrets = true, want.secrets.digest
 		r.store(key, rec)
@@ -128,14 +129,14 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 	if want.configErr != nil {
 		s.set(&s.config, metav1.ConditionFalse, dotsv1.ConfigInvalidReason, fmt.Sprintf("generation %d: %v", want.generation, want.configErr))
 		s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the configuration (ConfigApplied)")
-		return pushed, true
+		return pushed, true, nil
 	}
 	if rec.generation != want.generation {
 		if err := r.call(ctx, target, http.MethodPut, protocol.RouteConfig, want.config, nil); err != nil {
 			s.set(&s.config, metav1.ConditionFalse, dotsv1.PushFailedReason,
 				guestclient.DescribeFailure(fmt.Sprintf("the guest did not take the configuration of generation %d", want.generation), http.MethodPut, protocol.RouteConfig, err, r.callTimeout()))
 			s.set(&s.agent, metav1.ConditionFalse, dotsv1.WaitingReason, "waits for the configuration (ConfigApplied)")
-			return pushed, true
+			return pushed, true, err
 		}
 		rec.generation = want.generation
 		r.store(key, rec)
@@ -143,7 +144,7 @@ func (r *Reconciler) push(ctx context.Context, s *scope, key types.NamespacedNam
 	}
 	s.set(&s.config, metav1.ConditionTrue, dotsv1.ConfigAppliedReason, fmt.Sprintf("the guest applied the configuration of generation %d", want.generation))
 	s.config.generation = want.generation
-	return pushed, false
+	return pushed, false, nil
 }
 
 // health requires the engine's own health: status ok, the key configured,
@@ -152,7 +153,7 @@ func (r *Reconciler) health(ctx context.Context, s *scope, key types.NamespacedN
 	var h protocol.Health
 	if err := r.call(ctx, target, http.MethodGet, protocol.RouteHealth, nil, &h); err != nil {
 		s.set(&s.agent, metav1.ConditionFalse, dotsv1.AgentNotAnsweringReason, guestclient.DescribeFailure("the engine's health did not answer", http.MethodGet, protocol.RouteHealth, err, r.callTimeout()))
-		return ctrl.Result{RequeueAfter: r.failed(key)}
+		return ctrl.Result{RequeueAfter: r.failed(key, err)}
 	}
 	if !h.OpenRouterConfigured {
 		// It took the key, and holds none now: the engine restarted since
@@ -182,6 +183,7 @@ func (r *Reconciler) health(ctx context.Context, s *scope, key types.NamespacedN
 	s.set(&s.agent, metav1.ConditionTrue, dotsv1.AgentReadyReason, fmt.Sprintf("the engine is ready (state %s)", safeWord(string(h.State))))
 	r.mu.Lock()
 	delete(r.failures, key)
+	delete(r.engineWait, key)
 	r.mu.Unlock()
 	return ctrl.Result{RequeueAfter: steadyPoll}
 }
@@ -244,15 +246,39 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	defer r.mu.Unlock()
 	delete(r.pushed, key)
 	delete(r.failures, key)
+	delete(r.engineWait, key)
 }
 
 // failed counts a failed call to the Dot's guest and says when to try
 // again: firstRetry, doubling with each failure in a row, up to retryPoll.
-func (r *Reconciler) failed(key types.NamespacedName) time.Duration {
+// A guest whose dot-agentd answers while its engine does not listen yet
+// (engineNotUp) is one that just booted or woke: it is asked every
+// enginePoll for enginePollFor, not counted, since the Dot's first answer
+// waits on the push (a doubling wait would add up to half the engine's
+// start to every wake).
+func (r *Reconciler) failed(key types.NamespacedName, err error) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if engineNotUp(err) {
+		now := r.Clock.Now()
+		since, ok := r.engineWait[key]
+		if !ok {
+			since = now
+			r.engineWait[key] = now
+		}
+		if now.Sub(since) < enginePollFor {
+			return enginePoll
+		}
+	}
 	r.failures[key]++
 	return retryWait(r.failures[key])
+}
+
+// engineNotUp: dot-agentd answered, and the engine behind it did not
+// (502 agent_unavailable: its socket is not there yet, or not listening).
+func engineNotUp(err error) bool {
+	var se *guestclient.StatusError
+	return errors.As(err, &se) && se.Status == http.StatusBadGateway && se.Code == protocol.ErrAgentUnavailable
 }
 
 // retryWait is the wait after n failures in a row.
