@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -176,9 +177,72 @@ type serverSide struct {
 	Group          string // the resource's API group, for the store's histogram
 }
 
-// measured is one load's share of the server's histograms.
+// measured is one load's share of the server's histograms, and the writes
+// it caused.
 type measured struct {
 	Request, Store histogram
+	// Writes counts the API server's write requests (create, update,
+	// patch, delete) by resource ("tasks", "tasks/status"): the load's own
+	// and the controllers' it woke, so a load's write amplification shows.
+	Writes map[string]float64
+}
+
+// writeVerbs are the verbs of apiserver_request_total that write.
+var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true}
+
+// findWrites sums apiserver_request_total's write requests by resource and
+// subresource.
+func findWrites(text string) (map[string]float64, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("parse /metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		l := map[string]string{}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		if !writeVerbs[l["verb"]] {
+			continue
+		}
+		key := l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+// writesLine lists the writes of m, most first ("tasks 2000 (1.00 each),
+// tasks/status 1990 (0.99 each)"), each also per load unit when per > 0.
+func (m measured) writesLine(per float64) string {
+	keys := make([]string, 0, len(m.Writes))
+	for k, v := range m.Writes {
+		if v >= 1 {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if c := cmp.Compare(m.Writes[b], m.Writes[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, k := range keys {
+		if per > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f (%.2f each)", k, m.Writes[k], m.Writes[k]/per))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, m.Writes[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // scrape reads /metrics and returns the summed histograms of the request
@@ -203,7 +267,11 @@ func (srv *server) scrape(ctx context.Context, s serverSide) (measured, error) {
 	// status writes with the rest: read it as the store's cost of a write
 	// of that resource during the load.
 	store, err := findHistogram(text, "etcd_request_duration_seconds", map[string]string{"operation": s.StoreOp, "group": s.Group, "resource": s.Resource})
-	return measured{Request: req, Store: store}, err
+	if err != nil {
+		return measured{}, err
+	}
+	writes, err := findWrites(text)
+	return measured{Request: req, Store: store, Writes: writes}, err
 }
 
 // envProfile=DIR starts the server with --profiling and takes a CPU profile
@@ -240,7 +308,11 @@ func (srv *server) measure(ctx context.Context, name string, s serverSide, load 
 	if err != nil {
 		return measured{}, err
 	}
-	return measured{Request: after.Request.minus(before.Request), Store: after.Store.minus(before.Store)}, nil
+	writes := map[string]float64{}
+	for k, v := range after.Writes {
+		writes[k] = v - before.Writes[k]
+	}
+	return measured{Request: after.Request.minus(before.Request), Store: after.Store.minus(before.Store), Writes: writes}, nil
 }
 
 // cpuProfile writes seconds of the server's CPU profile to path.
