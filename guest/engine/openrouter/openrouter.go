@@ -80,6 +80,9 @@ type Client struct {
 	// StreamIdleTimeout ends a stream that sends nothing (not even OpenRouter's
 	// keep-alive comments) for this long: a stalled stream, ref 8.2.
 	StreamIdleTimeout time.Duration
+
+	// wire holds the encodings of recent requests' messages (encodeRequest).
+	wire wireCache
 }
 
 // New returns a client of baseURL (DefaultBaseURL when empty). httpClient may
@@ -277,7 +280,7 @@ var ErrUnknownModel = errors.New("openrouter does not know this model")
 // streams text to a person decides there what a retry means for it). The key
 // is used only in the Authorization header and is masked out of every error.
 func (c *Client) Complete(ctx context.Context, key string, req Request) (Response, error) {
-	body, err := json.Marshal(wireRequestOf(req))
+	body, err := encodeRequest(&c.wire, req)
 	if err != nil {
 		return Response{}, fmt.Errorf("encode the chat request: %w", err)
 	}

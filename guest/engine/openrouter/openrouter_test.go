@@ -229,6 +229,53 @@ func TestRequestShapes(t *testing.T) {
 	}
 }
 
+// TestEncodeRequest: the body Complete sends, its messages' encodings taken
+// from cache, is json.Marshal of the wire request byte for byte, whatever
+// the cache held before.
+func TestEncodeRequest(t *testing.T) {
+	details := json.RawMessage(`[{"type":"reasoning.text","text":"<b>&</b>","signature":"sig"}]`)
+	thread := []Message{
+		{Role: "system", Content: "You are a Dot. <tags> & \u2028 \"quotes\" \x01 \xff tab\t"},
+		{Role: "user", Content: "run it"},
+		{Role: "assistant", Content: "", Reasoning: "thinking", ReasoningDetails: details,
+			ToolCalls: []ToolCall{{ID: "c1", Name: "exec", Arguments: `{"command":"ls <dir>"}`}, {ID: "c2", Name: "list"}}},
+		{Role: "tool", ToolCallID: "c1", Content: "a.txt\nb.txt"},
+		{Role: "tool", ToolCallID: "c2", Content: ""},
+		{Role: "user", Content: "[The newest images]", ImageURLs: []string{"data:image/png;base64,AA=="}},
+		{Role: "assistant", Content: "done", Reasoning: "r"},
+		// The same calls split otherwise between the fields: another message.
+		{Role: "assistant", ToolCalls: []ToolCall{{ID: "c1e", Name: "xec", Arguments: `{"command":"ls <dir>"}`}}},
+		{Role: "user", Content: "run it"},
+	}
+	var cache wireCache
+	for i := 0; i <= len(thread); i++ {
+		req := Request{Model: "m/x", Messages: thread[:i], MaxTokens: 100, ProviderOnly: []string{"p"}, ReasoningEffort: "high",
+			Tools: []ToolDef{{Name: "exec", Description: "runs <it>", Parameters: json.RawMessage(`{"type":"object"}`)}}}
+		want, err := json.Marshal(wireRequestOf(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for try := 0; try < 2; try++ {
+			got, err := encodeRequest(&cache, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(string(want), string(got)); d != "" {
+				t.Errorf("%d messages, try %d (-want +got):\n%s", i, try, d)
+			}
+		}
+	}
+	// A cache that moved to a new generation still answers the same.
+	cache.curBytes = wireCacheBytes
+	req := Request{Model: "m", Messages: thread}
+	want, _ := json.Marshal(wireRequestOf(req))
+	for try := 0; try < 3; try++ {
+		if got, err := encodeRequest(&cache, req); err != nil || string(got) != string(want) {
+			t.Errorf("after a new generation, try %d: %v\n%s", try, err, got)
+		}
+	}
+}
+
 func TestCompleteCost(t *testing.T) {
 	tests := map[string]struct {
 		usage string

@@ -1,10 +1,13 @@
 package openrouter
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 // The JSON of OpenRouter's OpenAI-compatible chat API, as far as the engine
@@ -101,35 +104,159 @@ func wireRequestOf(req Request) wireRequest {
 		w.ToolChoice = "auto"
 	}
 	for _, m := range req.Messages {
-		wm := wireMessage{Role: m.Role, ToolCallID: m.ToolCallID}
-		if m.Role == "assistant" {
-			wm.Reasoning = m.Reasoning
-			if len(m.ReasoningDetails) > 0 {
-				wm.ReasoningDetails = m.ReasoningDetails
-			}
-		}
-		switch {
-		case len(m.ImageURLs) > 0:
-			parts := []wirePart{{Type: "text", Text: m.Content}}
-			for _, u := range m.ImageURLs {
-				parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: u}})
-			}
-			wm.Content = parts
-		case m.Content == "" && len(m.ToolCalls) > 0:
-			wm.Content = nil
-		default:
-			wm.Content = m.Content
-		}
-		for _, tc := range m.ToolCalls {
-			args := tc.Arguments
-			if args == "" {
-				args = "{}"
-			}
-			wm.ToolCalls = append(wm.ToolCalls, wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: args}})
-		}
-		w.Messages = append(w.Messages, wm)
+		w.Messages = append(w.Messages, wireMessageOf(m))
 	}
 	return w
+}
+
+// wireMessageOf is one message as the wire carries it.
+func wireMessageOf(m Message) wireMessage {
+	wm := wireMessage{Role: m.Role, ToolCallID: m.ToolCallID}
+	if m.Role == "assistant" {
+		wm.Reasoning = m.Reasoning
+		if len(m.ReasoningDetails) > 0 {
+			wm.ReasoningDetails = m.ReasoningDetails
+		}
+	}
+	switch {
+	case len(m.ImageURLs) > 0:
+		parts := []wirePart{{Type: "text", Text: m.Content}}
+		for _, u := range m.ImageURLs {
+			parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: u}})
+		}
+		wm.Content = parts
+	case m.Content == "" && len(m.ToolCalls) > 0:
+		wm.Content = nil
+	default:
+		wm.Content = m.Content
+	}
+	for _, tc := range m.ToolCalls {
+		args := tc.Arguments
+		if args == "" {
+			args = "{}"
+		}
+		wm.ToolCalls = append(wm.ToolCalls, wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: args}})
+	}
+	return wm
+}
+
+// messagesKey opens the messages array in the encoding of a request whose
+// messages are left out (an empty, not a nil, list): the first such bytes
+// are the key's, since the one field before it is the model's name, a JSON
+// string, which holds no bare quote.
+var messagesKey = []byte(`"messages":[]`)
+
+// encodeRequest is json.Marshal(wireRequestOf(req)), byte for byte. Every
+// request of a thread carries the whole thread, each message encoded as the
+// one before encoded it: the messages' encodings are taken from cache, and
+// only the new ones are encoded. Encoding the whole thread at every request
+// made a request's cost grow with the conversation.
+func encodeRequest(cache *wireCache, req Request) ([]byte, error) {
+	msgs := req.Messages
+	req.Messages = nil
+	head, err := json.Marshal(wireRequestOf(req))
+	if err != nil {
+		return nil, err
+	}
+	at := bytes.Index(head, messagesKey)
+	if at < 0 {
+		return nil, fmt.Errorf("the request's encoding has no messages")
+	}
+	at += len(messagesKey) - 1 // at the list's ]
+	encoded := make([][]byte, len(msgs))
+	size := len(head)
+	for i, m := range msgs {
+		if encoded[i], err = cache.encode(m); err != nil {
+			return nil, err
+		}
+		size += len(encoded[i]) + 1
+	}
+	body := make([]byte, 0, size)
+	body = append(body, head[:at]...)
+	for i, raw := range encoded {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, raw...)
+	}
+	return append(body, head[at:]...), nil
+}
+
+// wireCache holds the encodings of the messages of recent requests, by
+// what a message's encoding is made of. Two generations bound it: the
+// messages encoded or used since the current one began, and those of the
+// one before, which a message moves out of when a request uses it again.
+// A generation ends when it holds wireCacheBytes, so what is kept is about
+// twice the longest thread's encoding at most, besides the message texts
+// the threads hold anyway.
+type wireCache struct {
+	mu       sync.Mutex
+	cur      map[wireKey][]byte
+	prev     map[wireKey][]byte
+	curBytes int
+}
+
+const wireCacheBytes = 16 << 20
+
+// wireKey is everything a message's encoding is made of; a message with
+// images is not kept (its images are the turn's, shown once).
+type wireKey struct {
+	role, content, toolCallID, reasoning, details string
+	// calls are the tool calls, each field prefixed with its length.
+	calls string
+}
+
+func keyOf(m Message) wireKey {
+	k := wireKey{role: m.Role, content: m.Content, toolCallID: m.ToolCallID, reasoning: m.Reasoning, details: string(m.ReasoningDetails)}
+	if len(m.ToolCalls) > 0 {
+		var b strings.Builder
+		for _, c := range m.ToolCalls {
+			for _, f := range []string{c.ID, c.Name, c.Arguments} {
+				b.WriteString(strconv.Itoa(len(f)))
+				b.WriteByte(':')
+				b.WriteString(f)
+			}
+		}
+		k.calls = b.String()
+	}
+	return k
+}
+
+// encode is json.Marshal(wireMessageOf(m)), from cache when it holds it.
+func (c *wireCache) encode(m Message) ([]byte, error) {
+	if c == nil || len(m.ImageURLs) > 0 {
+		return json.Marshal(wireMessageOf(m))
+	}
+	k := keyOf(m)
+	c.mu.Lock()
+	raw, ok := c.cur[k]
+	if !ok {
+		if raw, ok = c.prev[k]; ok {
+			c.keepLocked(k, raw)
+		}
+	}
+	c.mu.Unlock()
+	if ok {
+		return raw, nil
+	}
+	raw, err := json.Marshal(wireMessageOf(m))
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.keepLocked(k, raw)
+	c.mu.Unlock()
+	return raw, nil
+}
+
+func (c *wireCache) keepLocked(k wireKey, raw []byte) {
+	if c.cur == nil || c.curBytes >= wireCacheBytes {
+		c.prev, c.cur, c.curBytes = c.cur, map[wireKey][]byte{}, 0
+	}
+	if _, ok := c.cur[k]; !ok {
+		c.cur[k] = raw
+		c.curBytes += len(raw) + len(k.content) + len(k.details) + len(k.calls)
+	}
 }
 
 type wireError struct {
