@@ -60,6 +60,11 @@ func TestTurnQueryPlans(t *testing.T) {
 			query:  chatWorkQuery, args: []any{chatSession, inboundPending, inboundTranscript},
 			want: "SEARCH dots_approvals USING COVERING INDEX dots_approvals_session (session=? AND status=?); SCALAR SUBQUERY 2; SEARCH dots_inbound USING COVERING INDEX dots_inbound_state (state=?); SCALAR SUBQUERY 3; SEARCH dots_inbound USING COVERING INDEX dots_inbound_state (state=?); SCALAR SUBQUERY 4; SEARCH dots_approvals USING COVERING INDEX dots_approvals_session (session=? AND status=?)",
 		},
+		"spend": {
+			reason: "a turn reads the session's ledger and its reasoning tokens by their keys, in one statement, twice a turn",
+			query:  spendQuery, args: []any{chatSession},
+			want: "SEARCH dots_spend USING INDEX sqlite_autoindex_dots_spend_1 (session=?); SCALAR SUBQUERY 2; SEARCH dots_spend USING INDEX sqlite_autoindex_dots_spend_1 (session=?); SCALAR SUBQUERY 3; SEARCH dots_spend_tokens USING INDEX sqlite_autoindex_dots_spend_tokens_1 (session=?)",
+		},
 		"granted": {
 			reason: "the gate finds a granted approval among the session's",
 			query:  grantedQuery, args: []any{chatSession, "exec", "{}"},

@@ -241,17 +241,19 @@ func (s spend) reasoning() *int64 {
 	return &n
 }
 
+// spendQuery reads a session's ledger and its reasoning tokens in one
+// statement (a turn reads them twice): a row that is not there reads as
+// NULL, which is nothing spent.
+const spendQuery = `SELECT (SELECT usd FROM dots_spend WHERE session = ?1), (SELECT unpriced FROM dots_spend WHERE session = ?1),
+	(SELECT reasoning FROM dots_spend_tokens WHERE session = ?1)`
+
 func readSpend(ctx context.Context, q querier, session string) (spend, error) {
-	var s spend
-	err := q.QueryRowContext(ctx, "SELECT usd, unpriced FROM dots_spend WHERE session = ?", session).Scan(&s.USD, &s.Unpriced)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	var usd sql.NullFloat64
+	var unpriced, reasoning sql.NullInt64
+	if err := q.QueryRowContext(ctx, spendQuery, session).Scan(&usd, &unpriced, &reasoning); err != nil {
 		return spend{}, fmt.Errorf("read spend of %s: %w", session, err)
 	}
-	err = q.QueryRowContext(ctx, "SELECT reasoning FROM dots_spend_tokens WHERE session = ?", session).Scan(&s.ReasoningTokens)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return spend{}, fmt.Errorf("read reasoning tokens of %s: %w", session, err)
-	}
-	return s, nil
+	return spend{USD: usd.Float64, Unpriced: unpriced.Int64 != 0, ReasoningTokens: reasoning.Int64}, nil
 }
 
 // addSpend adds a response's cost and reasoning tokens to the session's
