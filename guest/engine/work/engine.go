@@ -467,6 +467,7 @@ func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
 		e.launch(opened)
 	}
 	e.mu.Lock()
+	slept := e.sleeping
 	e.sleeping = false // a new inbound event lifts a prepare-sleep (ref 5.3)
 	if cancelTask != "" && e.task != nil && e.task.taskID == cancelTask {
 		e.task.cancel(errTaskCancelled)
@@ -480,7 +481,13 @@ func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
 			return err
 		}
 	}
-	e.Kick()
+	// A message that opened the chat's turn here gave the loop nothing to
+	// start: the chat is that turn's, and no task became ready. Its kick
+	// read the task queue (two queries) at every message, while the turn
+	// read and wrote; the turn kicks when it lets go of the chat.
+	if opened == nil || slept {
+		e.Kick()
+	}
 	return nil
 }
 
