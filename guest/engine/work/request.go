@@ -184,14 +184,20 @@ func (e *Engine) buildRequest(ctx context.Context, t *turn, l limits) (openroute
 		}
 		budget = l.model.ContextLength - room
 	}
-	// size is the measure of msgs (measureRequest), taken once for each
-	// msgs: it reads the whole thread, the tools and the system prompt, and
-	// was taken up to four times for one request. Whatever changes msgs
-	// sets it back to -1.
-	size := -1
+	// size is the measure of msgs (measureRequest) and est their estimate
+	// (estimateTokens), each taken once for each msgs: they read the whole
+	// thread, the tools and the system prompt, and were taken up to five
+	// times for one request. Whatever changes msgs sets both back to -1.
+	size, est := -1, -1
+	estimate := func() int {
+		if est < 0 {
+			est = estimateTokens(msgs, defs)
+		}
+		return est
+	}
 	measure := func() int {
 		if size < 0 {
-			size = measureRequest(t.counted, msgs, defs)
+			size = measureEstimated(t.counted, estimate(), msgs)
 		}
 		return size
 	}
@@ -204,7 +210,7 @@ func (e *Engine) buildRequest(ctx context.Context, t *turn, l limits) (openroute
 			if th, err = e.loadThread(ctx, t.session); err != nil {
 				return openrouter.Request{}, err
 			}
-			msgs, size = renderMessages(system, th), -1
+			msgs, size, est = renderMessages(system, th), -1, -1
 		}
 	}
 	if force || budget > 0 && measure() > budget {
@@ -214,14 +220,14 @@ func (e *Engine) buildRequest(ctx context.Context, t *turn, l limits) (openroute
 		if th, err = e.loadThread(ctx, t.session); err != nil {
 			return openrouter.Request{}, err
 		}
-		msgs, size = renderMessages(system, th), -1
+		msgs, size, est = renderMessages(system, th), -1, -1
 	}
 	shown := t.shownImages()
-	if budget > 0 && fitLatestRound(msgs, defs, budget-imageTokens*len(shown)) {
-		size = -1
+	if budget > 0 && fitEstimated(msgs, defs, budget-imageTokens*len(shown), estimate()) {
+		size, est = -1, -1
 	}
 	if len(shown) > 0 {
-		msgs, size = withImages(msgs, shown), -1
+		msgs, size, est = withImages(msgs, shown), -1, -1
 	}
 	return openrouter.Request{
 		Model:           l.cfg.Model.ID,
@@ -249,7 +255,12 @@ type countedRequest struct {
 // estimate matches on code, JSON, base64 or CJK text (ref 8.6: "the
 // provider's reported usage when it matches").
 func measureRequest(last *countedRequest, msgs []openrouter.Message, tools []openrouter.ToolDef) int {
-	est := estimateTokens(msgs, tools)
+	return measureEstimated(last, estimateTokens(msgs, tools), msgs)
+}
+
+// measureEstimated is measureRequest of msgs whose estimate (with the
+// tools) is est.
+func measureEstimated(last *countedRequest, est int, msgs []openrouter.Message) int {
 	if last == nil || last.promptTokens <= 0 || !opens(last.msgs, msgs) {
 		return est
 	}
@@ -488,7 +499,12 @@ func personTail(th thread) string {
 // request only, to what the window leaves, saying how much came through. It
 // reports whether it cut any.
 func fitLatestRound(msgs []openrouter.Message, defs []openrouter.ToolDef, budget int) bool {
-	over := estimateTokens(msgs, defs) - budget
+	return fitEstimated(msgs, defs, budget, estimateTokens(msgs, defs))
+}
+
+// fitEstimated is fitLatestRound of msgs whose estimate (with defs) is est.
+func fitEstimated(msgs []openrouter.Message, defs []openrouter.ToolDef, budget, est int) bool {
+	over := est - budget
 	if over <= 0 {
 		return false
 	}
