@@ -65,6 +65,11 @@ func TestTurnQueryPlans(t *testing.T) {
 			query:  spendQuery, args: []any{chatSession},
 			want: "SEARCH dots_spend USING INDEX sqlite_autoindex_dots_spend_1 (session=?); SCALAR SUBQUERY 2; SEARCH dots_spend USING INDEX sqlite_autoindex_dots_spend_1 (session=?); SCALAR SUBQUERY 3; SEARCH dots_spend_tokens USING INDEX sqlite_autoindex_dots_spend_tokens_1 (session=?)",
 		},
+		"taint": {
+			reason: "a turn's opening reads the session's taint and its allowances by their keys, in one statement",
+			query:  taintQuery, args: []any{chatSession},
+			want: "SEARCH t USING INDEX sqlite_autoindex_dots_taint_1 (session=?) LEFT-JOIN; SEARCH a USING COVERING INDEX sqlite_autoindex_dots_taint_allowed_1 (session=?) LEFT-JOIN",
+		},
 		"granted": {
 			reason: "the gate finds a granted approval among the session's",
 			query:  grantedQuery, args: []any{chatSession, "exec", "{}"},

@@ -3,7 +3,6 @@ package work
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -241,28 +240,31 @@ func taintSource(by protocol.Taint) string {
 // loadTaint reads a session's taint.
 func loadTaint(ctx context.Context, q store.Querier, session string) (taintState, error) {
 	s := taintState{allowed: map[string]bool{}}
-	var kind, source string
-	err := q.QueryRowContext(ctx, "SELECT kind, source FROM dots_taint WHERE session = ?", session).Scan(&kind, &source)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return s, fmt.Errorf("read taint of %s: %w", session, err)
-	}
-	if err == nil {
-		s.by = &protocol.Taint{Kind: kind, Source: source}
-	}
-	rows, err := q.QueryContext(ctx, "SELECT permission FROM dots_taint_allowed WHERE session = ?", session)
+	rows, err := q.QueryContext(ctx, taintQuery, session)
 	if err != nil {
-		return s, fmt.Errorf("read taint allowances of %s: %w", session, err)
+		return s, fmt.Errorf("read taint of %s: %w", session, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			return s, err
+		var kind, source, permission sql.NullString
+		if err := rows.Scan(&kind, &source, &permission); err != nil {
+			return s, fmt.Errorf("read taint of %s: %w", session, err)
 		}
-		s.allowed[p] = true
+		if kind.Valid && s.by == nil {
+			s.by = &protocol.Taint{Kind: kind.String, Source: source.String}
+		}
+		if permission.Valid {
+			s.allowed[permission.String] = true
+		}
 	}
 	return s, rows.Err()
 }
+
+// taintQuery reads a session's taint and what was allowed under it in one
+// statement, at every turn's opening: one row for each permission allowed,
+// or one with none, each with the taint (NULL when the session has none).
+const taintQuery = `SELECT t.kind, t.source, a.permission FROM (SELECT ?1 AS session) k
+	LEFT JOIN dots_taint t ON t.session = k.session LEFT JOIN dots_taint_allowed a ON a.session = k.session`
 
 // setTaint records a session's first taint; a later one changes nothing.
 func setTaint(ctx context.Context, tx *store.Tx, session string, by protocol.Taint) error {
