@@ -369,7 +369,7 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		// but the first of a turn that opened by injecting them.
 		if t.taskID == "" && (steps > 0 || t.kind != "input") {
 			if err := e.st.Write(ctx, "inject", func(tx *store.Tx) error {
-				if err := e.injectInputs(ctx, tx); err != nil {
+				if _, err := e.injectInputs(ctx, tx); err != nil {
 					return err
 				}
 				if t.taint.by != nil {
@@ -658,8 +658,13 @@ func (e *Engine) openTurn(ctx context.Context, tx *store.Tx, t *turn) (bool, err
 	case "tell":
 		return e.tellApprovals(ctx, tx, t.session)
 	case "input":
-		if err := e.injectInputs(ctx, tx); err != nil {
+		injected, err := e.injectInputs(ctx, tx)
+		if err != nil {
 			return false, err
+		}
+		if injected > 0 {
+			// What it injected is in the transcript, unanswered.
+			return true, nil
 		}
 	}
 	// A chat turn answers what the transcript holds unanswered.
@@ -671,25 +676,27 @@ func (e *Engine) openTurn(ctx context.Context, tx *store.Tx, t *turn) (bool, err
 }
 
 // injectInputs appends the accepted inputs waiting for the chat as user
-// messages, in the order accepted, and marks them in the transcript.
-func (e *Engine) injectInputs(ctx context.Context, tx *store.Tx) error {
+// messages, in the order accepted, and marks them in the transcript; it
+// reports how many it appended.
+func (e *Engine) injectInputs(ctx context.Context, tx *store.Tx) (int, error) {
 	rows, err := pendingInbound(ctx, txq{tx})
 	if err != nil {
-		return err
+		return 0, err
 	}
+	injected := 0
 	for _, r := range rows {
 		var text string
 		switch r.Type {
 		case protocol.InboundUserMessage:
 			var d protocol.UserMessage
 			if err := json.Unmarshal(r.Data, &d); err != nil {
-				return fmt.Errorf("decode input %s: %w", r.ID, err)
+				return 0, fmt.Errorf("decode input %s: %w", r.ID, err)
 			}
 			text = d.Text
 		case TypeAutomationFired:
 			var d AutomationFired
 			if err := json.Unmarshal(r.Data, &d); err != nil {
-				return fmt.Errorf("decode firing %s: %w", r.ID, err)
+				return 0, fmt.Errorf("decode firing %s: %w", r.ID, err)
 			}
 			text = fmt.Sprintf("[Automation %q fired] %s", d.Job, d.Message)
 		case protocol.InboundSystemEvent:
@@ -699,24 +706,25 @@ func (e *Engine) injectInputs(ctx context.Context, tx *store.Tx) error {
 				continue
 			}
 			if err := json.Unmarshal(d.Data, &del); err != nil {
-				return fmt.Errorf("decode delegation %s: %w", r.ID, err)
+				return 0, fmt.Errorf("decode delegation %s: %w", r.ID, err)
 			}
 			text = delegationText(del)
 			// Another Dot's words are untrusted input to the chat.
 			if err := setTaint(ctx, tx, chatSession, protocol.Taint{Kind: protocol.TaintDelegation, Source: "Dot " + del.Dot}); err != nil {
-				return err
+				return 0, err
 			}
 		default:
 			continue
 		}
 		if _, err := appendMessage(ctx, tx, chatSession, Message{Role: "user", Content: text, InboundID: r.ID}); err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := tx.Exec(ctx, "UPDATE dots_inbound SET state = ? WHERE id = ?", inboundTranscript, r.ID); err != nil {
-			return fmt.Errorf("mark input %s in the transcript: %w", r.ID, err)
+			return 0, fmt.Errorf("mark input %s in the transcript: %w", r.ID, err)
 		}
+		injected++
 	}
-	return nil
+	return injected, nil
 }
 
 // tellApprovals appends, for each decided approval of the session, the
