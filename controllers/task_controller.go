@@ -7,9 +7,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -32,20 +35,32 @@ type TaskReconciler struct {
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=dots.invisible.dev,resources=tasks/status,verbs=get;update;patch
 
-// SetupWithManager registers the reconciler; a Dot that appears wakes the
-// Tasks that name it.
+// SetupWithManager registers the reconciler; a Dot that appears, or that
+// goes, wakes the Tasks that name it (bindToDot). Its other changes (its
+// status moves with every turn) are nothing to a Task's binding, and would
+// wake every Task the Dot ever had.
 func (r *TaskReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&dotsv1.Task{}).
-		Watches(&dotsv1.Dot{}, handler.EnqueueRequestsFromMapFunc(r.tasksOfDot)).
+		Watches(&dotsv1.Dot{}, handler.EnqueueRequestsFromMapFunc(r.tasksOfDot), builder.WithPredicates(dotComesOrGoes)).
 		Named(TaskControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrentReconciles}).
 		Complete(r)
 }
 
+// dotComesOrGoes passes a Dot's creation, its deletion, and the update that
+// marks it deleted.
+var dotComesOrGoes = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
 func (r *TaskReconciler) tasksOfDot(ctx context.Context, o client.Object) []reconcile.Request {
 	var tasks dotsv1.TaskList
-	if err := r.Client.List(ctx, &tasks, client.InNamespace(o.GetNamespace())); err != nil {
+	// Only names are read: no copy of every Task of the namespace.
+	if err := r.Client.List(ctx, &tasks, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	var out []reconcile.Request

@@ -121,6 +121,34 @@ var _ = Describe("The Dot reconciler", func() {
 	})
 })
 
+var _ = Describe("A Task made before its Dot", func() {
+	It("waits, bound to nothing, and is bound when the Dot is made", func() {
+		d := validDot()
+		d.Name = "later-" + rand.String(6)
+		t := &dotsv1.Task{ObjectMeta: metav1.ObjectMeta{Name: "t-" + rand.String(6), Namespace: "default"}, Spec: dotsv1.TaskSpec{DotName: d.Name, Description: "x"}}
+		Expect(k8sClient.Create(suiteCtx, t)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(suiteCtx, t) })
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(t), t)).To(Succeed())
+			c := meta.FindStatusCondition(t.Status.Conditions, dotsv1.DotBoundCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(dotsv1.DotMissingReason))
+		}).Should(Succeed())
+		Expect(t.OwnerReferences).To(BeEmpty())
+
+		By("making the Dot: its creation wakes the Task")
+		Expect(k8sClient.Create(suiteCtx, d)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(suiteCtx, d) })
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(t), t)).To(Succeed())
+			g.Expect(metav1.IsControlledBy(t, d)).To(BeTrue())
+			c := meta.FindStatusCondition(t.Status.Conditions, dotsv1.DotBoundCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		}).Should(Succeed())
+	})
+})
+
 var _ = Describe("Cascading deletion", func() {
 	It("deletes a Dot's Computer, Tasks and Approvals with it", func() {
 		d := createDot("default")
