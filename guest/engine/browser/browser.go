@@ -31,6 +31,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,6 +170,15 @@ type Manager struct {
 	// gathered is set once Proxies gathered the proxies of older
 	// identities into dots_masked.
 	gathered atomic.Bool
+	// masked is what Proxies last gave, kept while maskedVersion stays what
+	// it was when dots_masked was read (maskedAt): Proxies runs after every
+	// turn, and the table changes only when an identity is made with a
+	// proxy, whose transaction moves the version on.
+	maskedMu      sync.Mutex
+	maskedVersion uint64
+	maskedAt      uint64
+	masked        []string
+	maskedValid   bool
 }
 
 // session is one open identity: its server and the call in flight on it.
@@ -321,6 +331,11 @@ func (m *Manager) Create(ctx context.Context, name string, proxy *string) (proto
 			if _, err := tx.Exec(ctx, "INSERT INTO dots_masked(value) VALUES (?) ON CONFLICT DO NOTHING", r.proxy.String); err != nil {
 				return fmt.Errorf("keep the proxy for masking: %w", err)
 			}
+			// Before the commit: a Proxies that read the table before it
+			// does not keep what it read.
+			m.maskedMu.Lock()
+			m.maskedVersion++
+			m.maskedMu.Unlock()
 		}
 		_, err := tx.Emit(ctx, protocol.EventBrowserIdentityCreated, protocol.BrowserIdentityEvent{IdentityID: r.id, Name: r.name})
 		return err
@@ -1149,6 +1164,14 @@ func RelayRemover(l mcphost.Launcher) func(ctx context.Context, dir string) erro
 // dots_masked in the transaction that makes it), since this runs after
 // every turn and a write transaction there cost the turn for nothing.
 func (m *Manager) Proxies(ctx context.Context) []string {
+	m.maskedMu.Lock()
+	if m.maskedValid && m.maskedAt == m.maskedVersion {
+		out := slices.Clone(m.masked)
+		m.maskedMu.Unlock()
+		return out
+	}
+	version := m.maskedVersion
+	m.maskedMu.Unlock()
 	var proxies []string
 	read := func(q interface {
 		QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
@@ -1196,5 +1219,10 @@ func (m *Manager) Proxies(ctx context.Context) []string {
 			}
 		}
 	}
+	m.maskedMu.Lock()
+	if m.maskedVersion == version {
+		m.masked, m.maskedAt, m.maskedValid = slices.Clone(out), version, true
+	}
+	m.maskedMu.Unlock()
 	return out
 }

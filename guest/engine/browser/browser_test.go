@@ -885,3 +885,31 @@ func TestCloseAllWithinItsDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestProxiesKept: what Proxies read is kept for the calls after it (they
+// come after every turn) until an identity is made with a proxy, which the
+// next call then gives with its password.
+func TestProxiesKept(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	if got := r.m.Proxies(ctx); len(got) != 0 {
+		t.Fatalf("Proxies with no identity = %q", got)
+	}
+	r.create(t, "no proxy", nil)
+	if got := r.m.Proxies(ctx); len(got) != 0 {
+		t.Fatalf("Proxies after an identity without a proxy = %q", got)
+	}
+	proxy := secretProxy
+	r.create(t, "elsewhere", &proxy)
+	want := []string{secretProxy, "pa55word"}
+	for try := 0; try < 2; try++ {
+		if got := r.m.Proxies(ctx); !slices.Equal(got, want) {
+			t.Errorf("Proxies (call %d) after an identity with a proxy = %q, want %q", try, got, want)
+		}
+	}
+	got := r.m.Proxies(ctx)
+	got[0] = "changed"
+	if again := r.m.Proxies(ctx); !slices.Equal(again, want) {
+		t.Errorf("a caller changing what Proxies gave changed what it gives next: %q", again)
+	}
+}
