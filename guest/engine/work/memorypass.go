@@ -311,7 +311,7 @@ func (p *MemoryPass) pass(ctx context.Context) error {
 		if _, err := tx.Emit(bg, protocol.EventMemoryUpdated, ev); err != nil {
 			return err
 		}
-		if err := resetSpend(bg, tx, memorySession); err != nil {
+		if err := resetSpend(bg, tx, memorySession, sp); err != nil {
 			return err
 		}
 		return tx.SetKV(bg, kvMemoryPass, string(raw))

@@ -229,6 +229,9 @@ type spend struct {
 	USD             float64
 	Unpriced        bool
 	ReasoningTokens int64
+	// heldUSD and heldTokens say which of the session's ledger rows
+	// readSpend found (the money's, the tokens'): resetSpend deletes those.
+	heldUSD, heldTokens bool
 }
 
 // reasoning is the reasoning_tokens an event carries beside spent_usd:
@@ -253,7 +256,8 @@ func readSpend(ctx context.Context, q querier, session string) (spend, error) {
 	if err := q.QueryRowContext(ctx, spendQuery, session).Scan(&usd, &unpriced, &reasoning); err != nil {
 		return spend{}, fmt.Errorf("read spend of %s: %w", session, err)
 	}
-	return spend{USD: usd.Float64, Unpriced: unpriced.Int64 != 0, ReasoningTokens: reasoning.Int64}, nil
+	return spend{USD: usd.Float64, Unpriced: unpriced.Int64 != 0, ReasoningTokens: reasoning.Int64,
+		heldUSD: usd.Valid, heldTokens: reasoning.Valid}, nil
 }
 
 // addSpend adds a response's cost and reasoning tokens to the session's
@@ -281,12 +285,18 @@ func addSpend(ctx context.Context, tx *store.Tx, session string, cost *float64, 
 	return nil
 }
 
-func resetSpend(ctx context.Context, tx *store.Tx, session string) error {
-	if _, err := tx.Exec(ctx, "DELETE FROM dots_spend WHERE session = ?", session); err != nil {
-		return fmt.Errorf("reset spend of %s: %w", session, err)
+// resetSpend empties the session's ledger, whose rows sp, read in tx,
+// found: a row it did not find is not there to delete.
+func resetSpend(ctx context.Context, tx *store.Tx, session string, sp spend) error {
+	if sp.heldUSD {
+		if _, err := tx.Exec(ctx, "DELETE FROM dots_spend WHERE session = ?", session); err != nil {
+			return fmt.Errorf("reset spend of %s: %w", session, err)
+		}
 	}
-	if _, err := tx.Exec(ctx, "DELETE FROM dots_spend_tokens WHERE session = ?", session); err != nil {
-		return fmt.Errorf("reset reasoning tokens of %s: %w", session, err)
+	if sp.heldTokens {
+		if _, err := tx.Exec(ctx, "DELETE FROM dots_spend_tokens WHERE session = ?", session); err != nil {
+			return fmt.Errorf("reset reasoning tokens of %s: %w", session, err)
+		}
 	}
 	return nil
 }

@@ -429,10 +429,25 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 		var reason string
 		var calls []Call
 		var assistantID int64
+		// The chat's answer empties the chat's ledger in its transaction:
+		// its own cost is added to what the ledger holds (own), not written
+		// to the ledger to be deleted again, two rows' pages in the commit
+		// of every answer.
+		answers := t.taskID == "" && resp.Usage.CostUSD != nil && !resp.Cut() && len(resp.ToolCalls) == 0 &&
+			strings.TrimSpace(resp.Content) != ""
+		var own spend
+		if answers {
+			own.USD = *resp.Usage.CostUSD
+			if resp.Usage.ReasoningTokens > 0 {
+				own.ReasoningTokens = int64(resp.Usage.ReasoningTokens)
+			}
+		}
 		err = e.st.Write(ctx, "assistant", func(tx *store.Tx) error {
 			out, reason, calls, assistantID = -1, "", nil, 0
-			if err := addSpend(ctx, tx, t.session, resp.Usage.CostUSD, resp.Usage.ReasoningTokens); err != nil {
-				return err
+			if !answers {
+				if err := addSpend(ctx, tx, t.session, resp.Usage.CostUSD, resp.Usage.ReasoningTokens); err != nil {
+					return err
+				}
 			}
 			if t.taskID != "" {
 				if _, err := tx.Exec(ctx, "UPDATE dots_tasks SET steps = steps + 1 WHERE task_id = ?", t.taskID); err != nil {
@@ -481,7 +496,7 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 					return err
 				}
 				out = outcomeAnswered
-				if err := e.finalAnswer(ctx, tx, t, id, resp.Content); err != nil {
+				if err := e.finalAnswer(ctx, tx, t, id, resp.Content, own); err != nil {
 					return err
 				}
 				// The turn ends with its answer, in its transaction.
@@ -827,7 +842,8 @@ func (e *Engine) checkLimits(ctx context.Context, t *turn, l limits, steps int) 
 
 // finalAnswer records what a final assistant message means (ref 8.8
 // record_transcript_append): the chat's answer, or the task's completion.
-func (e *Engine) finalAnswer(ctx context.Context, tx *store.Tx, t *turn, msgID int64, text string) error {
+// own is what the answer cost that the chat's ledger does not hold.
+func (e *Engine) finalAnswer(ctx context.Context, tx *store.Tx, t *turn, msgID int64, text string, own spend) error {
 	if t.taskID != "" {
 		sp, err := readSpend(ctx, txq{tx}, t.session)
 		if err != nil {
@@ -841,7 +857,7 @@ func (e *Engine) finalAnswer(ctx context.Context, tx *store.Tx, t *turn, msgID i
 			ReasoningTokens: sp.reasoning()})
 		return err
 	}
-	return e.answerChat(ctx, tx, text)
+	return e.answerChat(ctx, tx, text, own)
 }
 
 // answeredQuery reads the newest person's message in the transcript, the
@@ -849,12 +865,15 @@ func (e *Engine) finalAnswer(ctx context.Context, tx *store.Tx, t *turn, msgID i
 const answeredQuery = "SELECT id FROM dots_inbound WHERE state = +? AND type = +? ORDER BY arrival DESC LIMIT 1"
 
 // answerChat emits message.assistant, applies every input the transcript
-// holds and takes the chat's spend with it.
-func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string) error {
+// holds and takes the chat's spend with it: the ledger's and own, what the
+// answer cost that the ledger does not hold (added as the ledger adds).
+func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string, own spend) error {
 	sp, err := readSpend(ctx, txq{tx}, chatSession)
 	if err != nil {
 		return err
 	}
+	sp.USD += own.USD
+	sp.ReasoningTokens += own.ReasoningTokens
 	usd := protocol.RoundUSD(sp.USD)
 	var replyTo sql.NullString
 	err = tx.QueryRow(ctx, answeredQuery, inboundTranscript, protocol.InboundUserMessage).Scan(&replyTo)
@@ -875,7 +894,7 @@ func (e *Engine) answerChat(ctx context.Context, tx *store.Tx, text string) erro
 	if err := clearTaint(ctx, tx, chatSession); err != nil {
 		return err
 	}
-	return resetSpend(ctx, tx, chatSession)
+	return resetSpend(ctx, tx, chatSession, sp)
 }
 
 // endFailed is the transaction that ends a failed turn: its open calls
@@ -894,7 +913,7 @@ func (e *Engine) endFailed(ctx context.Context, tx *store.Tx, t *turn, reason st
 	if _, err := appendMessage(ctx, tx, chatSession, Message{Role: "assistant", Content: text}); err != nil {
 		return err
 	}
-	return e.answerChat(ctx, tx, text)
+	return e.answerChat(ctx, tx, text, spend{})
 }
 
 // failTask fails a task with task.failed, unless it already ended.
