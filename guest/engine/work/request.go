@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -90,10 +91,33 @@ type thread struct {
 }
 
 // chatThread is the chat's messages after its summary, kept between
-// requests (msgTail) while the summary stays the same. A stored message
-// changes only by being cleared (clearOldResults, which forgets what is
-// kept); a new summary moves upto, which makes the next read whole again.
-type chatThread struct{ tail msgTail }
+// requests (msgTail) while the summary stays the same, and the summary. A
+// stored message changes only by being cleared (clearOldResults, which
+// forgets what is kept); a new summary moves upto, which makes the next read
+// whole again.
+type chatThread struct {
+	tail msgTail
+	// summary and upto are the chat's row of sessions as last read, kept
+	// while known: only summarize writes that row, and it forgets them.
+	mu      sync.Mutex
+	known   bool
+	summary string
+	upto    int64
+}
+
+// head returns the chat's summary and the last message id it covers.
+func (c *chatThread) head(ctx context.Context, q querier) (string, int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.known {
+		summary, upto, err := sessionSummary(ctx, q, chatSession)
+		if err != nil {
+			return "", 0, err
+		}
+		c.summary, c.upto, c.known = summary, upto, true
+	}
+	return c.summary, c.upto, nil
+}
 
 // load returns the chat's messages after upto, the summary's last id.
 func (c *chatThread) load(ctx context.Context, q querier, upto int64) ([]Message, error) {
@@ -103,13 +127,25 @@ func (c *chatThread) load(ctx context.Context, q querier, upto int64) ([]Message
 	return c.tail.load(upto, upto, func() ([]Message, error) { return read(upto) }, read)
 }
 
-// forget drops what is kept (a message changed).
-func (c *chatThread) forget() { c.tail.forget() }
+// forget drops what is kept (a message or the summary changed).
+func (c *chatThread) forget() {
+	c.tail.forget()
+	c.mu.Lock()
+	c.known = false
+	c.mu.Unlock()
+}
 
 func (e *Engine) loadThread(ctx context.Context, session string) (thread, error) {
 	var th thread
 	err := e.st.Read(ctx, func(q store.Querier) error {
-		summary, upto, err := sessionSummary(ctx, q, session)
+		var summary string
+		var upto int64
+		var err error
+		if session == chatSession {
+			summary, upto, err = e.chatThread.head(ctx, q)
+		} else {
+			summary, upto, err = sessionSummary(ctx, q, session)
+		}
 		if err != nil {
 			return err
 		}
@@ -434,6 +470,10 @@ func (e *Engine) summarize(ctx context.Context, t *turn, l limits, th thread) er
 	}
 	summary += personTail(th)
 	last := th.msgs[len(th.msgs)-1].ID
+	if t.session == chatSession {
+		// Whether or not the write commits, the summary kept may be stale.
+		defer e.chatThread.forget()
+	}
 	return e.st.Write(ctx, "summary", func(tx *store.Tx) error {
 		if err == nil {
 			if err := addSpend(ctx, tx, t.session, resp.Usage.CostUSD, resp.Usage.ReasoningTokens); err != nil {
