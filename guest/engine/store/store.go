@@ -371,9 +371,16 @@ func (s *Store) Read(ctx context.Context, fn func(q Querier) error) error {
 // database. Outside a transaction a query holds the one connection until its
 // rows close, so no query of a Read can run while another's rows are open:
 // a prepared statement is never used twice at once.
+//
+// A read runs under uninterrupted(ctx), as a transaction's statements do: a
+// query under a context that can end made database/sql and the driver each
+// start a goroutine to watch it (two a query, a dozen queries a turn), to
+// interrupt reads that take microseconds. A context that already ended
+// still fails the read before it begins.
 type reader struct{ s *Store }
 
 func (r reader) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	ctx = uninterrupted(ctx)
 	if st := r.s.stmt(q); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
@@ -381,6 +388,7 @@ func (r reader) QueryContext(ctx context.Context, q string, args ...any) (*sql.R
 }
 
 func (r reader) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	ctx = uninterrupted(ctx)
 	if st := r.s.stmt(q); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
