@@ -215,7 +215,7 @@ func splitMessages(body []byte) ([]json.RawMessage, error) {
 	if at < 0 {
 		return nil, errors.New("the request has no messages")
 	}
-	var out []json.RawMessage
+	out := make([]json.RawMessage, 0, bytes.Count(body, []byte(`{"role":`)))
 	depth, start, inString := 0, -1, false
 	for i := at + len(key); i < len(body); i++ {
 		c := body[i]
@@ -270,7 +270,13 @@ type fakeCall struct{ name, args string }
 const fakeTypedPassword = "pw-hunter2-typed-into-a-page"
 
 func (f *fakeOpenRouter) complete(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
+	// The body read at once into its own size (ReadAll grows its buffer
+	// from 512 bytes).
+	body := make([]byte, max(r.ContentLength, 0))
+	_, err := io.ReadFull(r.Body, body)
+	if r.ContentLength < 0 && err == nil {
+		body, err = io.ReadAll(r.Body)
+	}
 	var msgs []json.RawMessage
 	if err == nil {
 		msgs, err = splitMessages(body)
