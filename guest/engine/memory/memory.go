@@ -272,20 +272,21 @@ func (m *Memory) Transcribe(ctx context.Context, session, title string, msgs []w
 	} else {
 		touched := map[string]bool{}
 		names := make([]string, len(msgs))
-		var y, d int
-		var mo time.Month
+		var day int64
 		for i, msg := range msgs {
-			// The day's name is made when the day changes, not for every
-			// message (they come by id, mostly a day after another).
-			if my, mmo, md := msg.At.UTC().Date(); i == 0 || my != y || mmo != mo || md != d {
-				y, mo, d = my, mmo, md
+			// The day's name is made, and looked up, when the day changes,
+			// not for every message (they come by id, mostly a day after
+			// another): the chat's messages of the day are all read at every
+			// turn.
+			if d := utcDay(msg.At); i == 0 || d != day {
+				day = d
 				names[i] = path.Join(base, "chat", msg.At.UTC().Format("2006-01-02")+".md")
+				if _, seen := files[names[i]]; !seen {
+					order = append(order, names[i])
+					files[names[i]] = nil
+				}
 			} else {
 				names[i] = names[i-1]
-			}
-			if _, seen := files[names[i]]; !seen {
-				order = append(order, names[i])
-				files[names[i]] = nil
 			}
 			if msg.ID > since {
 				touched[names[i]] = true
@@ -338,6 +339,17 @@ func (m *Memory) Transcribe(ctx context.Context, session, title string, msgs []w
 		m.chatFiles = rendered
 	}
 	m.mu.Unlock()
+}
+
+// utcDay numbers t's UTC day: Unix time has no leap seconds, so every UTC
+// day is 86400 of its seconds.
+func utcDay(t time.Time) int64 {
+	s := t.Unix()
+	d := s / 86400
+	if s%86400 < 0 {
+		d--
+	}
+	return d
 }
 
 // Transcribed is the newest message id Transcribe wrote of session.
