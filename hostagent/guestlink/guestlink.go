@@ -317,6 +317,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	res = r.ready(ctx, s, req.NamespacedName, target)
 	notice = guestnotice.Notice{Key: req.NamespacedName, DotUID: dot.UID, Target: target, Ready: s.agent.status == metav1.ConditionTrue}
+	if !notice.Ready {
+		// What the conditions say, as it happens (-v 1): a wake's time to
+		// READY is read from these lines.
+		ctrl.LoggerFrom(ctx).V(1).Info("the guest is not ready yet", "keyPushed", s.key.reason, "configApplied", s.config.reason,
+			"agentReady", s.agent.reason, "why", s.agent.message, "again", res.RequeueAfter)
+	}
 	return res, nil
 }
 
