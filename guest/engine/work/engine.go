@@ -335,33 +335,38 @@ func (e *Engine) nextChat(ctx context.Context) (*plan, error) {
 func (e *Engine) nextTask(ctx context.Context) (*plan, error) {
 	var p *plan
 	err := e.st.Read(ctx, func(q store.Querier) error {
-		// A task whose approval was decided is told first.
+		var tell bool
 		var id string
-		err := q.QueryRowContext(ctx, `SELECT t.task_id FROM dots_tasks t JOIN dots_approvals a ON a.session = 'task:' || t.task_id
-			WHERE t.status IN ('waiting','running') AND a.status IN ('approved','rejected','granted','told')
-			ORDER BY t.priority DESC, t.arrival LIMIT 1`).Scan(&id)
-		if err == nil {
-			p = &plan{session: taskSession(id), taskID: id, kind: "tell"}
+		err := q.QueryRowContext(ctx, nextTaskQuery).Scan(&tell, &id)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
 			return nil
-		} else if !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("read decided approvals: %w", err)
-		}
-		// A running task (resumed after a restart) goes on unless an approval
-		// of its session is open; then the queue by priority, then arrival.
-		err = q.QueryRowContext(ctx, `SELECT task_id FROM dots_tasks t WHERE
-			(status = 'running' AND NOT EXISTS (SELECT 1 FROM dots_approvals a WHERE a.session = 'task:' || t.task_id AND a.status = 'pending'))
-			OR status = 'queued'
-			ORDER BY CASE status WHEN 'running' THEN 0 ELSE 1 END, priority DESC, arrival LIMIT 1`).Scan(&id)
-		if err == nil {
-			p = &plan{session: taskSession(id), taskID: id, kind: "task"}
-			return nil
-		} else if !errors.Is(err, sql.ErrNoRows) {
+		case err != nil:
 			return fmt.Errorf("read task queue: %w", err)
+		case tell:
+			p = &plan{session: taskSession(id), taskID: id, kind: "tell"}
+		default:
+			p = &plan{session: taskSession(id), taskID: id, kind: "task"}
 		}
 		return nil
 	})
 	return p, err
 }
+
+// nextTaskQuery finds, in one statement (it runs at every turn's end), the
+// task to tell of a decided approval first (tell is true), else the task to
+// run: a running task (resumed after a restart) goes on unless an approval
+// of its session is open; then the queue by priority, then arrival.
+const nextTaskQuery = `SELECT tell, task_id FROM (
+	SELECT 1 AS tell, task_id FROM (SELECT t.task_id FROM dots_tasks t JOIN dots_approvals a ON a.session = 'task:' || t.task_id
+		WHERE t.status IN ('waiting','running') AND a.status IN ('approved','rejected','granted','told')
+		ORDER BY t.priority DESC, t.arrival LIMIT 1)
+	UNION ALL
+	SELECT 0, task_id FROM (SELECT task_id FROM dots_tasks t WHERE
+		(status = 'running' AND NOT EXISTS (SELECT 1 FROM dots_approvals a WHERE a.session = 'task:' || t.task_id AND a.status = 'pending'))
+		OR status = 'queued'
+		ORDER BY CASE status WHEN 'running' THEN 0 ELSE 1 END, priority DESC, arrival LIMIT 1)
+) ORDER BY tell DESC LIMIT 1`
 
 func count(ctx context.Context, q store.Querier, query string, args ...any) (int, error) {
 	var n int
