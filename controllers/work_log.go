@@ -29,26 +29,19 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/store"
 )
 
-// DotNameField indexes Tasks and Approvals by spec.dotName.
+// DotNameField indexes Approvals by spec.dotName, and Tasks on a cache that
+// is not client-go's informer (WorkLog.IndexTasks).
 const DotNameField = "spec.dotName"
 
-// IndexDotName registers the spec.dotName index of Tasks and Approvals on a
-// manager's cache.
+// IndexDotName registers the spec.dotName index of Approvals on a manager's
+// cache. Tasks have theirs from WorkLog.IndexTasks, read without copies.
 func IndexDotName(ctx context.Context, mgr ctrl.Manager) error {
-	for _, obj := range []client.Object{&dotsv1.Task{}, &dotsv1.Approval{}} {
-		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, DotNameField, func(o client.Object) []string {
-			switch v := o.(type) {
-			case *dotsv1.Task:
-				return []string{v.Spec.DotName}
-			case *dotsv1.Approval:
-				return []string{v.Spec.DotName}
-			}
-			return nil
-		}); err != nil {
-			return err
+	return mgr.GetFieldIndexer().IndexField(ctx, &dotsv1.Approval{}, DotNameField, func(o client.Object) []string {
+		if a, ok := o.(*dotsv1.Approval); ok {
+			return []string{a.Spec.DotName}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // WorkLog is the Dots' event logs as the controllers of a Dot's work read
@@ -392,9 +385,9 @@ func storeDot(dot *dotsv1.Dot) store.Dot {
 // ("<namespace>/<dotName>"), for WorkLog.dotTasks.
 const taskDotIndex = "invisible-dots/task-dot"
 
-// IndexTasks lets dotTasks read a Dot's Tasks straight from the cache's
-// index. Without it (a cache that is not client-go's informer) they are
-// listed through the client, copied.
+// IndexTasks indexes Tasks by their Dot, once: on client-go's informer,
+// which dotTasks reads straight from; on any other cache, as the client's
+// field index DotNameField, which dotTasks lists through, copied.
 func (l *WorkLog) IndexTasks(ctx context.Context, mgr ctrl.Manager) error {
 	inf, err := mgr.GetCache().GetInformer(ctx, &dotsv1.Task{})
 	if err != nil {
@@ -402,7 +395,12 @@ func (l *WorkLog) IndexTasks(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	shared, ok := inf.(toolscache.SharedIndexInformer)
 	if !ok {
-		return nil
+		return mgr.GetFieldIndexer().IndexField(ctx, &dotsv1.Task{}, DotNameField, func(o client.Object) []string {
+			if t, ok := o.(*dotsv1.Task); ok {
+				return []string{t.Spec.DotName}
+			}
+			return nil
+		})
 	}
 	if err := inf.AddIndexers(toolscache.Indexers{taskDotIndex: func(obj any) ([]string, error) {
 		if t, ok := obj.(*dotsv1.Task); ok {
