@@ -293,3 +293,90 @@ func TestGroupCommitOneWritersErrorIsItsOwn(t *testing.T) {
 		t.Errorf("outbox (-want +got):\n%s", diff)
 	}
 }
+
+// TestRecentIsTheTable: what EventsAfter gives from the rows it keeps is
+// what the outbox table holds, for every cursor and limit: through group
+// commits with a part rolled back, an outbox moved on by CatchUp, and the
+// oldest rows dropped from what is kept.
+func TestRecentIsTheTable(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t)
+	check := func(when string) {
+		t.Helper()
+		last := s.LastSeq()
+		// Every cursor of a short outbox; of a long one, those around the
+		// rows kept and its ends, and some between.
+		var cursors []int64
+		for after := int64(0); after <= last+1; after++ {
+			if last < 100 || after%251 == 0 || after+3 >= last || (after-s.recentFloor)*(after-s.recentFloor) <= 4 {
+				cursors = append(cursors, after)
+			}
+		}
+		for _, after := range cursors {
+			for _, limit := range []int{1, 3, 500} {
+				got, err := s.EventsAfter(ctx, after, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := s.tableAfter(ctx, after, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := cmp.Diff(want, got); d != "" {
+					t.Fatalf("%s: after %d, limit %d (-table +kept):\n%s", when, after, limit, d)
+				}
+			}
+		}
+	}
+	emit := func(n int) func(tx *Tx) error {
+		return func(tx *Tx) error {
+			for i := 0; i < n; i++ {
+				if _, err := tx.Emit(ctx, "agent.state", mark{N: i}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	if err := s.Write(ctx, "one", emit(3)); err != nil {
+		t.Fatal(err)
+	}
+	check("after a commit")
+	boom := errors.New("boom")
+	var wg sync.WaitGroup
+	holdQueue(t, s, 3, func() {
+		for w := 0; w < 3; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = s.Write(ctx, "part", func(tx *Tx) error {
+					if err := emit(2)(tx); err != nil {
+						return err
+					}
+					if w == 1 {
+						return boom
+					}
+					return nil
+				})
+			}()
+		}
+	})
+	wg.Wait()
+	check("after a group commit with a part rolled back")
+	if _, err := s.CatchUp(ctx, s.LastSeq()+5); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, "after the reset", emit(2)); err != nil {
+		t.Fatal(err)
+	}
+	check("after the outbox moved on")
+	for i := 0; i < 3; i++ {
+		if err := s.Write(ctx, "many", emit(maxRecent/2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.recentFloor == 0 {
+		t.Fatal("nothing was dropped from the rows kept")
+	}
+	check("after the oldest rows were dropped")
+}

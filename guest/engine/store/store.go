@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,15 @@ type Store struct {
 
 	mu      sync.Mutex // serializes transactions on the one connection
 	lastSeq int64
+	// recent are the newest committed outbox rows, in seq order: every
+	// committed row with a seq after recentFloor (recentMu guards both).
+	// The streams read them from here, not from SQLite (EventsAfter):
+	// a stream read each commit's rows back from the table it had just
+	// written them to, under the connection's lock that the turns wait on.
+	recentMu    sync.RWMutex
+	recent      []protocol.OutboundEvent
+	recentBytes int
+	recentFloor int64
 	// stmts are the prepared statements by query text, nil for one that
 	// did not prepare; wanted are queries seen but not prepared yet (a
 	// statement is prepared outside a transaction: see stmt). Guarded by mu.
@@ -114,6 +124,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("read outbox of %s: %w", path, err)
 	}
+	s.recentFloor = s.lastSeq
 	return s, nil
 }
 
@@ -169,6 +180,8 @@ type Tx struct {
 	s       *Store
 	emitted int
 	maxSeq  int64 // the highest seq it wrote
+	// rows are the outbox rows it wrote, in seq order, for Store.recent.
+	rows []protocol.OutboundEvent
 	after   []func()
 	// queried are the queries whose prepared statement Query ran in it: its
 	// rows may still be open (see Query).
@@ -317,12 +330,15 @@ func (s *Store) CatchUp(ctx context.Context, cursor int64) (bool, error) {
 			return err
 		}
 		ts := s.now().UTC().Format("2006-01-02T15:04:05.000Z")
+		id := newEventID(s.now())
 		if _, err := tx.Exec(ctx, "INSERT INTO dots_outbox(seq, id, type, ts, data) VALUES (?, ?, ?, ?, ?)",
-			cursor+1, newEventID(s.now()), protocol.EventOutboxReset, ts, string(raw)); err != nil {
+			cursor+1, id, protocol.EventOutboxReset, ts, string(raw)); err != nil {
 			return fmt.Errorf("write %s to the outbox: %w", protocol.EventOutboxReset, err)
 		}
 		tx.emitted++
 		tx.maxSeq = max(tx.maxSeq, cursor+1)
+		tx.rows = append(tx.rows, protocol.OutboundEvent{Seq: cursor + 1, ID: id, Type: protocol.EventOutboxReset, TS: ts,
+			Data: raw})
 		moved = true
 		return nil
 	})
@@ -350,6 +366,7 @@ func (t *Tx) Emit(ctx context.Context, typ string, data any) (int64, error) {
 	}
 	t.emitted++
 	t.maxSeq = max(t.maxSeq, seq)
+	t.rows = append(t.rows, protocol.OutboundEvent{Seq: seq, ID: id, Type: typ, TS: ts, Data: raw})
 	return seq, nil
 }
 
@@ -602,9 +619,54 @@ func (s *Store) commitGroup(group []*write) ([]*write, bool) {
 			// The committed end of the outbox: seqs only grow
 			// (AUTOINCREMENT), so the group's highest is the end.
 			s.lastSeq = max(s.lastSeq, w.tx.maxSeq)
+			// The group's parts ran one after another, each taking the
+			// seqs after the one before: their rows come in seq order.
+			s.keepRecent(w.tx.rows)
 		}
 	}
 	return group, emitted
+}
+
+// The rows recent keeps at most: a stream behind by more reads the rest
+// from SQLite.
+const (
+	maxRecent      = 4096
+	maxRecentBytes = 4 << 20
+)
+
+// keepRecent adds a commit point's rows, just committed, to recent,
+// dropping the oldest half when it holds too many.
+func (s *Store) keepRecent(rows []protocol.OutboundEvent) {
+	s.recentMu.Lock()
+	defer s.recentMu.Unlock()
+	for _, ev := range rows {
+		s.recent = append(s.recent, ev)
+		s.recentBytes += len(ev.ID) + len(ev.Type) + len(ev.TS) + len(ev.Data)
+	}
+	if len(s.recent) > maxRecent || s.recentBytes > maxRecentBytes {
+		drop := len(s.recent) / 2
+		for _, ev := range s.recent[:drop] {
+			s.recentBytes -= len(ev.ID) + len(ev.Type) + len(ev.TS) + len(ev.Data)
+		}
+		s.recentFloor = s.recent[drop-1].Seq
+		s.recent = append([]protocol.OutboundEvent(nil), s.recent[drop:]...)
+	}
+}
+
+// recentAfter is EventsAfter from recent, when recent holds every committed
+// row after after.
+func (s *Store) recentAfter(after int64, limit int) ([]protocol.OutboundEvent, bool) {
+	s.recentMu.RLock()
+	defer s.recentMu.RUnlock()
+	if after < s.recentFloor {
+		return nil, false
+	}
+	i := sort.Search(len(s.recent), func(i int) bool { return s.recent[i].Seq > after })
+	n := min(len(s.recent)-i, max(limit, 0))
+	if n == 0 {
+		return nil, true
+	}
+	return append([]protocol.OutboundEvent(nil), s.recent[i:i+n]...), true
 }
 
 // execTx runs one of the group commit's own statements in sqlTx.
@@ -670,6 +732,17 @@ func (s *Store) wake() {
 // EventsAfter returns committed outbox rows with seq > after, oldest first,
 // at most limit of them.
 func (s *Store) EventsAfter(ctx context.Context, after int64, limit int) ([]protocol.OutboundEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if evs, ok := s.recentAfter(after, limit); ok {
+		return evs, nil
+	}
+	return s.tableAfter(ctx, after, limit)
+}
+
+// tableAfter is EventsAfter read from the outbox table.
+func (s *Store) tableAfter(ctx context.Context, after int64, limit int) ([]protocol.OutboundEvent, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.prepareWanted()
