@@ -81,8 +81,9 @@ func TestChatTurnAnswersOnceAndStatesFollow(t *testing.T) {
 		t.Errorf("request = tool_choice %q stream %v max_tokens %d provider %+v; want auto, streamed, max_tokens from the window, provider.only",
 			r.ToolChoice, r.Stream, r.MaxTokens, r.Provider)
 	}
-	// The conversation file of the day is written after the turn.
-	chatFile := h.files.Under("/home/dot/conversations/chat/")
+	// The conversation file of the day is written after the turn, once its
+	// end (the events just read) committed.
+	chatFile := waitForFile(t, h, "/home/dot/conversations/chat/", "echo: hello")
 	if !strings.Contains(chatFile, "hello") || !strings.Contains(chatFile, "echo: hello") {
 		t.Errorf("conversation file = %q, want the message and the answer", chatFile)
 	}
