@@ -181,8 +181,8 @@ type Tx struct {
 	emitted int
 	maxSeq  int64 // the highest seq it wrote
 	// rows are the outbox rows it wrote, in seq order, for Store.recent.
-	rows []protocol.OutboundEvent
-	after   []func()
+	rows  []protocol.OutboundEvent
+	after []func()
 	// queried are the queries whose prepared statement Query ran in it: its
 	// rows may still be open (see Query).
 	queried map[string]bool
