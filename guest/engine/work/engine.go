@@ -526,7 +526,12 @@ func (e *Engine) openOnAccept(ctx context.Context, tx *store.Tx) (*turn, error) 
 		return nil, nil
 	}
 	e.chat, t.opened, t.stateBeforeEnd = t, true, e.state
+	t.limitsKey, t.limitsModel = e.key, e.cfg.Model.ID
 	e.mu.Unlock()
+	// The turn reads the model's limits first: the read starts now and runs
+	// while this transaction commits. (A turn that does not start ends it,
+	// dropOpened.)
+	t.limits = e.readModelLimits(t, t.limitsKey, t.limitsModel)
 	proceed, err := e.openTurn(ctx, tx, t)
 	if err == nil && proceed {
 		err = e.transition(ctx, tx)

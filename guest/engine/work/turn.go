@@ -52,6 +52,11 @@ type turn struct {
 	// opened says the turn's opening committed before it started: the
 	// chat's turn that Accept opened with the message (openOnAccept).
 	opened bool
+	// limits, when set, waits for the model's limits (readModelLimits)
+	// read with limitsKey for limitsModel: Accept starts the read as it
+	// opens the turn, so that it runs while the opening commits.
+	limits                func() (openrouter.Limits, error)
+	limitsKey, limitsModel string
 
 	// ended is set, under the engine's mu, by the transaction that ends the
 	// turn (endTurn): from then on the turn is not counted as running,
@@ -332,7 +337,10 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 	if !proceed {
 		return outcomeNothing, ""
 	}
-	modelLimits := e.readModelLimits(t, key, cfg.Model.ID)
+	modelLimits := t.limits
+	if modelLimits == nil || t.limitsKey != key || t.limitsModel != cfg.Model.ID {
+		modelLimits = e.readModelLimits(t, key, cfg.Model.ID)
+	}
 	if err := e.st.Read(ctx, func(q store.Querier) error {
 		var err error
 		t.taint, err = loadTaint(ctx, q, t.session)
@@ -548,10 +556,11 @@ func (e *Engine) turnBody(t *turn) (outcome, string) {
 
 // readModelLimits starts reading the model's limits (ref 8.5: at the start
 // of every turn) and returns the function that waits for them. The read is
-// a request to OpenRouter; it runs while the turn's opening goes on (its
-// taint read, the MCP servers it waits for, its THINKING committed), which
-// it waited for before. A turn that ends before it asks for them leaves the
-// read to end with the turn's requests (t.req).
+// a request to OpenRouter; it runs while the turn's opening goes on (the
+// commit of a chat turn Accept opened, its taint read, the MCP servers it
+// waits for, its THINKING committed), which it waited for before. A turn
+// that ends before it asks for them leaves the read to end with the turn's
+// requests (t.req).
 func (e *Engine) readModelLimits(t *turn, key, model string) func() (openrouter.Limits, error) {
 	type result struct {
 		limits openrouter.Limits
