@@ -55,7 +55,7 @@ type turn struct {
 	// limits, when set, waits for the model's limits (readModelLimits)
 	// read with limitsKey for limitsModel: Accept starts the read as it
 	// opens the turn, so that it runs while the opening commits.
-	limits                func() (openrouter.Limits, error)
+	limits                 func() (openrouter.Limits, error)
 	limitsKey, limitsModel string
 
 	// ended is set, under the engine's mu, by the transaction that ends the
