@@ -24,7 +24,10 @@ import (
 const TaskControllerName = "task-controller"
 
 // TaskReconciler binds each Task to its Dot: the Dot becomes the Task's owner
-// (so deleting the Dot deletes its tasks) and a new Task is PENDING. Running
+// (so deleting the Dot deletes its tasks) and a new Task is PENDING. The
+// embedded server makes a Task owned as it is made when its Dot exists
+// (internal/taskowner); the rest (a Task made before its Dot, a cluster
+// without that plugin) are bound here. Running
 // tasks in the guest is the dispatcher's, a later concern.
 type TaskReconciler struct {
 	Client   client.Client

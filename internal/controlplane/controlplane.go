@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/scheme"
 	"github.com/invisible-dots/invisible-dots/internal/store"
 	"github.com/invisible-dots/invisible-dots/internal/tasklabel"
+	"github.com/invisible-dots/invisible-dots/internal/taskowner"
 )
 
 // DefaultListenAddress is where the API listens unless INVISIBLE_DOTS_LISTEN
@@ -94,8 +96,11 @@ type ControlPlane struct {
 	lock *pidlock.Lock
 	log  logr.Logger
 	// loopback is the API server's loopback configuration once it runs,
-	// for the admission plugins that read objects.
+	// for the admission plugins that read objects; reader is the one client
+	// they read through, made at their first read (loopbackReader).
 	loopback atomic.Pointer[rest.Config]
+	readerMu sync.Mutex
+	reader   client.Reader
 	// stopChanges ends the outbox's notifications, before the database.
 	stopChanges func()
 	// stopFeed ends the event log's feed, and with it every live stream,
@@ -199,6 +204,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 			{Name: objectsize.Name, Plugin: objectsize.New()},
 			{Name: approvalonce.Name, Plugin: approvalonce.New()},
 			{Name: tasklabel.Name, Plugin: tasklabel.New()},
+			{Name: taskowner.Name, Plugin: taskowner.New(cp.loopbackReader)},
 			{Name: admitfinalizer.Name, Plugin: admitfinalizer.New()},
 		},
 		Mounts: mounts,
@@ -302,14 +308,26 @@ func dotsAPIMounts(db *postgres.Instance, changes *store.Changes, feed *dotsapi.
 // takes it from here instead of importing the store.
 func (cp *ControlPlane) Store() *store.Store { return store.New(cp.DB.Pool()) }
 
-// loopbackReader is a reader of the API server's objects with its loopback
-// credential, once the server runs.
+// loopbackReader is the admission plugins' reader of the API server's
+// objects, with its loopback credential: one client, made at the first read
+// after the server runs (before, an error: the plugins then let the request
+// through or refuse it, each by its own rule).
 func (cp *ControlPlane) loopbackReader() (client.Reader, error) {
+	cp.readerMu.Lock()
+	defer cp.readerMu.Unlock()
+	if cp.reader != nil {
+		return cp.reader, nil
+	}
 	loopback := cp.loopback.Load()
 	if loopback == nil {
 		return nil, errors.New("the API server is not running yet")
 	}
-	return client.New(loopback, client.Options{Scheme: scheme.Scheme})
+	r, err := client.New(loopback, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	cp.reader = r
+	return r, nil
 }
 
 // clientAddress turns a listen address into one a client can dial: a

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,21 +37,18 @@ import (
 const Name = "InvisibleDotsHostRestriction"
 
 // Plugin is the admission plugin. Reader is asked for a reader of
-// Computers once a Dot's status is written (the server's loopback client,
-// which exists once the server runs).
+// Computers each time a Dot's status is written (the server's loopback
+// client, which exists once the server runs).
 type Plugin struct {
 	*admission.Handler
-	newReader func() (client.Reader, error)
-
-	mu     sync.Mutex
-	reader client.Reader
+	reader func() (client.Reader, error)
 }
 
 var _ admission.ValidationInterface = (*Plugin)(nil)
 
 // New returns the plugin.
-func New(newReader func() (client.Reader, error)) *Plugin {
-	return &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete), newReader: newReader}
+func New(reader func() (client.Reader, error)) *Plugin {
+	return &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete), reader: reader}
 }
 
 // Factory registers the plugin with an admission.Plugins.
@@ -105,7 +101,7 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 // computerHost is the host the Dot's Computer (same name) is placed on; ""
 // when it has none yet.
 func (p *Plugin) computerHost(ctx context.Context, namespace, name string) (string, error) {
-	r, err := p.readerOf()
+	r, err := p.reader()
 	if err != nil {
 		return "", err
 	}
@@ -117,21 +113,6 @@ func (p *Plugin) computerHost(ctx context.Context, namespace, name string) (stri
 		return "", err
 	}
 	return c.Spec.NodeName, nil
-}
-
-// readerOf makes the reader of Computers at its first use, and again after
-// a failure (the server may not have been running yet).
-func (p *Plugin) readerOf() (client.Reader, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.reader == nil {
-		r, err := p.newReader()
-		if err != nil {
-			return nil, err
-		}
-		p.reader = r
-	}
-	return p.reader, nil
 }
 
 // nodeName is spec.nodeName of a Computer as the server holds it (custom

@@ -121,8 +121,19 @@ var _ = Describe("The Dot reconciler", func() {
 	})
 })
 
-var _ = Describe("A Task made before its Dot", func() {
-	It("waits, bound to nothing, and is bound when the Dot is made", func() {
+var _ = Describe("A Task's binding to its Dot", func() {
+	It("is made at the Task's admission when the Dot exists", func() {
+		d := createDot("default")
+		DeferCleanup(func() { _ = k8sClient.Delete(suiteCtx, d) })
+		t := &dotsv1.Task{ObjectMeta: metav1.ObjectMeta{Name: "t-" + rand.String(6), Namespace: "default"}, Spec: dotsv1.TaskSpec{DotName: d.Name, Description: "x"}}
+		Expect(k8sClient.Create(suiteCtx, t)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(suiteCtx, t) })
+		// The object the create answered with: no controller has run yet.
+		Expect(metav1.IsControlledBy(t, d)).To(BeTrue(), "owner references %v", t.OwnerReferences)
+		Expect(t.Status.Phase).To(BeEmpty())
+	})
+
+	It("waits, bound to nothing, for a Dot not made yet, and is bound when it is", func() {
 		d := validDot()
 		d.Name = "later-" + rand.String(6)
 		t := &dotsv1.Task{ObjectMeta: metav1.ObjectMeta{Name: "t-" + rand.String(6), Namespace: "default"}, Spec: dotsv1.TaskSpec{DotName: d.Name, Description: "x"}}
