@@ -6,6 +6,7 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +27,9 @@ import (
 // Files is the Dot's file system as dot sees it.
 type Files interface {
 	Read(ctx context.Context, p string) ([]byte, error)
+	// Write writes data as the file p. It does not keep data after it
+	// returns (as io.Writer does not): Transcribe goes on appending to the
+	// buffer it hands it.
 	Write(ctx context.Context, p string, data []byte) error
 	List(ctx context.Context, p string) ([]protocol.ListEntry, error)
 }
@@ -74,7 +78,11 @@ type renderedFile struct {
 	heading     string
 	first, last int64 // the ids of its first and last message
 	count       int   // its messages
-	text        string
+	// text is appended to, never changed: the next file of the same
+	// messages and more is text with the newer ones' after it, in the same
+	// buffer when it has room, so that the day's text is not copied whole
+	// at every turn, nor again to be written when nothing in it is masked.
+	text []byte
 }
 
 // renderFile renders the file of msgs, from the rendered file when msgs
@@ -83,10 +91,10 @@ func renderFile(heading string, msgs []work.Message, was renderedFile, target fu
 	f := renderedFile{heading: heading, first: msgs[0].ID, last: msgs[len(msgs)-1].ID, count: len(msgs)}
 	if was.heading == heading && was.count > 0 && was.count <= len(msgs) &&
 		msgs[0].ID == was.first && msgs[was.count-1].ID == was.last {
-		f.text = was.text + renderMessages(msgs[was.count:], target)
+		f.text = append(was.text, renderMessages(msgs[was.count:], target)...)
 		return f
 	}
-	f.text = render(heading, msgs, target)
+	f.text = []byte(render(heading, msgs, target))
 	return f
 }
 
@@ -271,32 +279,37 @@ func (m *Memory) Transcribe(ctx context.Context, session, title string, msgs []w
 		files[name], order = msgs, []string{name}
 	} else {
 		touched := map[string]bool{}
-		names := make([]string, len(msgs))
+		// dayFile names the file of each message's day. The name is made
+		// when the day changes, not for every message (they come by id,
+		// mostly a day after another): the chat's messages of the day are
+		// all read at every turn.
 		var day int64
-		for i, msg := range msgs {
-			// The day's name is made, and looked up, when the day changes,
-			// not for every message (they come by id, mostly a day after
-			// another): the chat's messages of the day are all read at every
-			// turn.
+		var name string
+		dayFile := func(i int, msg work.Message) string {
 			if d := utcDay(msg.At); i == 0 || d != day {
-				day = d
-				names[i] = path.Join(base, "chat", msg.At.UTC().Format("2006-01-02")+".md")
-				if _, seen := files[names[i]]; !seen {
-					order = append(order, names[i])
-					files[names[i]] = nil
+				day, name = d, path.Join(base, "chat", msg.At.UTC().Format("2006-01-02")+".md")
+			}
+			return name
+		}
+		last := ""
+		for i, msg := range msgs {
+			if n := dayFile(i, msg); n != last {
+				last = n
+				if _, seen := files[n]; !seen {
+					order = append(order, n)
+					files[n] = nil
 				}
-			} else {
-				names[i] = names[i-1]
 			}
 			if msg.ID > since {
-				touched[names[i]] = true
+				touched[last] = true
 			}
 		}
 		if len(order) == 1 {
 			files[order[0]] = msgs // one day, the usual: its messages are msgs
 		} else {
 			for i, msg := range msgs {
-				files[names[i]] = append(files[names[i]], msg)
+				n := dayFile(i, msg)
+				files[n] = append(files[n], msg)
 			}
 		}
 		var keep []string
@@ -317,16 +330,16 @@ func (m *Memory) Transcribe(ctx context.Context, session, title string, msgs []w
 	m.mu.Unlock()
 	rendered := map[string]renderedFile{}
 	for _, name := range order {
-		var text string
+		var text []byte
 		if chat {
 			// Masked whole at every write: a secret gathered since masks
 			// what was said before it too.
 			f := renderFile("Chat, "+strings.TrimSuffix(path.Base(name), ".md"), files[name], was[name], m.Target)
 			rendered[name], text = f, f.text
 		} else {
-			text = render(title, files[name], m.Target)
+			text = []byte(render(title, files[name], m.Target))
 		}
-		if err := m.Files.Write(ctx, name, []byte(mask(text, secrets))); err != nil {
+		if err := m.Files.Write(ctx, name, maskBytes(text, secrets)); err != nil {
 			m.log().Warn("write conversation file", "file", name, "err", err)
 			return
 		}
@@ -404,6 +417,16 @@ func renderMessages(msgs []work.Message, target func(string, map[string]any) str
 		}
 	}
 	return b.String()
+}
+
+// maskBytes is mask of b: b itself when it holds no secret, else a copy.
+func maskBytes(b []byte, secrets []string) []byte {
+	for _, s := range secrets {
+		if len(s) >= 4 && bytes.Contains(b, []byte(s)) {
+			b = bytes.ReplaceAll(b, []byte(s), []byte("***"))
+		}
+	}
+	return b
 }
 
 func mask(text string, secrets []string) string {
