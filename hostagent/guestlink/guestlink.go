@@ -259,6 +259,15 @@ func (s *scope) set(c *cond, status metav1.ConditionStatus, reason, message stri
 // three conditions once at the end.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
 	r.init()
+	// The conditions are written once the procedure ends (s, once the Dot
+	// and its Computer are read), after the listeners heard: a guest that
+	// became ready is pumped and sent to without waiting for that write.
+	var s *scope
+	defer func() {
+		if s != nil {
+			res, reterr = r.writeStatus(ctx, s, res, reterr)
+		}
+	}()
 	// What the listeners hear once this reconcile ends: no guest, unless
 	// the procedure below reaches one.
 	notice := guestnotice.Notice{Key: req.NamespacedName}
@@ -284,10 +293,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, nil
 	}
 
-	s := &scope{dot: dot, decided: true}
-	defer func() {
-		res, reterr = r.writeStatus(ctx, s, res, reterr)
-	}()
+	s = &scope{dot: dot, decided: true}
 	if why := computerNotReady(c); why != "" {
 		r.forget(req.NamespacedName)
 		msg := fmt.Sprintf("Computer %s is not Ready (%s): everything is pushed when it is", c.Name, why)
