@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -379,4 +380,21 @@ func TestRecentIsTheTable(t *testing.T) {
 		t.Fatal("nothing was dropped from the rows kept")
 	}
 	check("after the oldest rows were dropped")
+	// One row larger than all that is kept: nothing is kept after it, and
+	// the rows are read from the table.
+	big := strings.Repeat("x", maxRecentBytes+1)
+	if err := s.Write(ctx, "big", func(tx *Tx) error {
+		_, err := tx.Emit(ctx, "tool.called", map[string]string{"output": big})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if s.recentBytes > maxRecentBytes || s.recentFloor != s.LastSeq() {
+		t.Fatalf("after a row of %d bytes: %d bytes kept, floor %d of %d", len(big), s.recentBytes, s.recentFloor, s.LastSeq())
+	}
+	check("after a row larger than what is kept")
+	if err := s.Write(ctx, "after the big one", emit(2)); err != nil {
+		t.Fatal(err)
+	}
+	check("after rows that follow it")
 }

@@ -635,23 +635,29 @@ const (
 )
 
 // keepRecent adds a commit point's rows, just committed, to recent,
-// dropping the oldest half when it holds too many.
+// dropping the oldest half while it holds too many (all of them for one row
+// larger than maxRecentBytes: a tool's output can be).
 func (s *Store) keepRecent(rows []protocol.OutboundEvent) {
 	s.recentMu.Lock()
 	defer s.recentMu.Unlock()
 	for _, ev := range rows {
 		s.recent = append(s.recent, ev)
-		s.recentBytes += len(ev.ID) + len(ev.Type) + len(ev.TS) + len(ev.Data)
+		s.recentBytes += rowBytes(ev)
 	}
-	if len(s.recent) > maxRecent || s.recentBytes > maxRecentBytes {
-		drop := len(s.recent) / 2
-		for _, ev := range s.recent[:drop] {
-			s.recentBytes -= len(ev.ID) + len(ev.Type) + len(ev.TS) + len(ev.Data)
-		}
-		s.recentFloor = s.recent[drop-1].Seq
-		s.recent = append([]protocol.OutboundEvent(nil), s.recent[drop:]...)
+	if len(s.recent) <= maxRecent && s.recentBytes <= maxRecentBytes {
+		return
 	}
+	drop := 0
+	for drop < len(s.recent) && (len(s.recent)-drop > maxRecent || s.recentBytes > maxRecentBytes || drop < len(s.recent)/2) {
+		s.recentBytes -= rowBytes(s.recent[drop])
+		drop++
+	}
+	s.recentFloor = s.recent[drop-1].Seq
+	s.recent = append([]protocol.OutboundEvent(nil), s.recent[drop:]...)
 }
+
+// rowBytes is what a kept row is counted for against maxRecentBytes.
+func rowBytes(ev protocol.OutboundEvent) int { return len(ev.ID) + len(ev.Type) + len(ev.TS) + len(ev.Data) }
 
 // recentAfter is EventsAfter from recent, when recent holds every committed
 // row after after.
