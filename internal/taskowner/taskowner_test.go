@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,14 +19,18 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/scheme"
 )
 
+// task is a Task as admission sees it: unstructured, as every custom
+// resource reaches the plugins.
 func task(dot string, owners ...metav1.OwnerReference) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": dotsv1.GroupVersion.String(), "kind": "Task",
-		"metadata": map[string]any{"name": "t", "namespace": "team-a"},
-		"spec":     map[string]any{"dotName": dot, "description": "d"},
-	}}
-	u.SetOwnerReferences(owners)
-	return u
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&dotsv1.Task{
+		TypeMeta:   metav1.TypeMeta{APIVersion: dotsv1.GroupVersion.String(), Kind: "Task"},
+		ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "team-a", OwnerReferences: owners},
+		Spec:       dotsv1.TaskSpec{DotName: dot, Description: "d"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return &unstructured.Unstructured{Object: obj}
 }
 
 // TestAdmitMakesTheDotTheController: a new Task of a Dot that exists is

@@ -143,22 +143,10 @@ type answers struct {
 }
 
 func countAnswers(b *testing.B, c *http.Client) *answers {
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http://engine/events/stream?after=0", nil)
-	resp, err := c.Do(req)
-	if err != nil {
-		cancel()
-		b.Fatalf("open the event stream: %v", err)
-	}
-	a := &answers{wake: make(chan struct{}, 1), done: make(chan struct{})}
-	b.Cleanup(func() { cancel(); <-a.done })
+	a := &answers{wake: make(chan struct{}, 1)}
 	// The event's own type: a string of its data holds no bare quote.
 	mark := []byte(`"type":"` + protocol.EventMessageAssistant + `"`)
-	go func() {
-		defer close(a.done)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<22)
+	a.done = followStream(b, c, 0, false, func(sc *bufio.Scanner) {
 		for sc.Scan() {
 			if line := sc.Bytes(); bytes.HasPrefix(line, []byte("data: ")) && bytes.Contains(line, mark) {
 				a.mu.Lock()
@@ -170,7 +158,7 @@ func countAnswers(b *testing.B, c *http.Client) *answers {
 				}
 			}
 		}
-	}()
+	})
 	return a
 }
 

@@ -722,27 +722,8 @@ type streamReader struct {
 }
 
 func openStream(t testing.TB, c *http.Client, after int64, header bool) *streamReader {
-	ctx, cancel := context.WithCancel(context.Background())
-	url := "http://engine/events/stream"
-	if !header {
-		url += fmt.Sprintf("?after=%d", after)
-	}
-	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-	if header {
-		req.Header.Set("Last-Event-ID", fmt.Sprint(after))
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		cancel()
-		t.Fatalf("open the event stream: %v", err)
-	}
-	s := &streamReader{wake: make(chan struct{}, 1), done: make(chan struct{})}
-	t.Cleanup(func() { cancel(); <-s.done })
-	go func() {
-		defer close(s.done)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<22)
+	s := &streamReader{wake: make(chan struct{}, 1)}
+	s.done = followStream(t, c, after, header, func(sc *bufio.Scanner) {
 		for sc.Scan() {
 			line := sc.Text()
 			switch {
@@ -770,8 +751,39 @@ func openStream(t testing.TB, c *http.Client, after int64, header bool) *streamR
 		s.mu.Lock()
 		s.err = sc.Err()
 		s.mu.Unlock()
-	}()
+	})
 	return s
+}
+
+// followStream opens the engine's event stream after a cursor (as a query,
+// or as Last-Event-ID when header) and gives its lines to read, in a
+// goroutine, until the stream ends or the test does; done closes when read
+// returns.
+func followStream(t testing.TB, c *http.Client, after int64, header bool, read func(*bufio.Scanner)) (done chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	url := "http://engine/events/stream"
+	if !header {
+		url += fmt.Sprintf("?after=%d", after)
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if header {
+		req.Header.Set("Last-Event-ID", fmt.Sprint(after))
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("open the event stream: %v", err)
+	}
+	done = make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<22)
+		read(sc)
+	}()
+	return done
 }
 
 func (s *streamReader) Events() []protocol.OutboundEvent {
