@@ -148,12 +148,12 @@ func (r *DelegationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 
 // children are the Tasks the asker asked for, in its namespace.
 func (r *DelegationReconciler) children(ctx context.Context, asker *dotsv1.Dot) ([]dotsv1.Task, error) {
-	var list dotsv1.TaskList
-	if err := r.Client.List(ctx, &list, client.InNamespace(asker.Namespace), client.MatchingLabels{dotsv1.RequestedByLabel: asker.Name}); err != nil {
+	tasks, err := r.Log.requestedBy(ctx, r.Client, asker)
+	if err != nil {
 		return nil, err
 	}
-	out := list.Items[:0]
-	for _, t := range list.Items {
+	out := tasks[:0]
+	for _, t := range tasks {
 		if t.Spec.RequestedBy != nil && t.Spec.RequestedBy.Dot == asker.Name && t.DeletionTimestamp.IsZero() {
 			out = append(out, t)
 		}

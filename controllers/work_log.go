@@ -382,8 +382,13 @@ func storeDot(dot *dotsv1.Dot) store.Dot {
 }
 
 // taskDotIndex indexes the cache's Tasks by namespace and spec.dotName
-// ("<namespace>/<dotName>"), for WorkLog.dotTasks.
-const taskDotIndex = "invisible-dots/task-dot"
+// ("<namespace>/<dotName>"), for WorkLog.dotTasks; taskRequesterIndex by
+// namespace and the Dot that asked for them (spec.requestedBy.dot), for
+// WorkLog.requestedBy.
+const (
+	taskDotIndex       = "invisible-dots/task-dot"
+	taskRequesterIndex = "invisible-dots/task-requester"
+)
 
 // IndexTasks indexes Tasks by their Dot, once: on client-go's informer,
 // which dotTasks reads straight from; on any other cache, as the client's
@@ -402,12 +407,20 @@ func (l *WorkLog) IndexTasks(ctx context.Context, mgr ctrl.Manager) error {
 			return nil
 		})
 	}
-	if err := inf.AddIndexers(toolscache.Indexers{taskDotIndex: func(obj any) ([]string, error) {
-		if t, ok := obj.(*dotsv1.Task); ok {
-			return []string{t.Namespace + "/" + t.Spec.DotName}, nil
-		}
-		return nil, nil
-	}}); err != nil {
+	if err := inf.AddIndexers(toolscache.Indexers{
+		taskDotIndex: func(obj any) ([]string, error) {
+			if t, ok := obj.(*dotsv1.Task); ok {
+				return []string{t.Namespace + "/" + t.Spec.DotName}, nil
+			}
+			return nil, nil
+		},
+		taskRequesterIndex: func(obj any) ([]string, error) {
+			if t, ok := obj.(*dotsv1.Task); ok && t.Labels[dotsv1.RequestedByLabel] != "" {
+				return []string{t.Namespace + "/" + t.Labels[dotsv1.RequestedByLabel]}, nil
+			}
+			return nil, nil
+		},
+	}); err != nil {
 		return err
 	}
 	l.tasks = shared.GetIndexer()
@@ -445,6 +458,29 @@ func (l *WorkLog) dotTasks(ctx context.Context, c client.Client, dot *dotsv1.Dot
 		out[i] = &list.Items[i]
 	}
 	return out, nil
+}
+
+// requestedBy are the Tasks labelled as asked for by the Dot
+// (dotsv1.RequestedByLabel), as copies the caller may change. From the
+// cache's index when there is one: a label selector is a scan of every Task
+// of the namespace, at every reconcile of every Dot that delegates.
+func (l *WorkLog) requestedBy(ctx context.Context, c client.Client, asker *dotsv1.Dot) ([]dotsv1.Task, error) {
+	if l.tasks != nil {
+		objs, err := l.tasks.ByIndex(taskRequesterIndex, asker.Namespace+"/"+asker.Name)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]dotsv1.Task, 0, len(objs))
+		for _, o := range objs {
+			if t, ok := o.(*dotsv1.Task); ok {
+				out = append(out, *t.DeepCopy())
+			}
+		}
+		return out, nil
+	}
+	var list dotsv1.TaskList
+	err := c.List(ctx, &list, client.InNamespace(asker.Namespace), client.MatchingLabels{dotsv1.RequestedByLabel: asker.Name})
+	return list.Items, err
 }
 
 func dotApprovals(ctx context.Context, c client.Client, dot *dotsv1.Dot) ([]dotsv1.Approval, error) {
