@@ -657,7 +657,9 @@ func (s *Store) keepRecent(rows []protocol.OutboundEvent) {
 }
 
 // rowBytes is what a kept row is counted for against maxRecentBytes.
-func rowBytes(ev protocol.OutboundEvent) int { return len(ev.ID) + len(ev.Type) + len(ev.TS) + len(ev.Data) }
+func rowBytes(ev protocol.OutboundEvent) int {
+	return len(ev.ID) + len(ev.Type) + len(ev.TS) + len(ev.Data)
+}
 
 // recentAfter is EventsAfter from recent, when recent holds every committed
 // row after after.
