@@ -419,7 +419,9 @@ func renderMessages(msgs []work.Message, target func(string, map[string]any) str
 	return b.String()
 }
 
-// maskBytes is mask of b: b itself when it holds no secret, else a copy.
+// maskBytes replaces every secret of four bytes or more in b with ***
+// (a shorter one would mask common words): b itself when it holds none,
+// else a copy.
 func maskBytes(b []byte, secrets []string) []byte {
 	for _, s := range secrets {
 		if len(s) >= 4 && bytes.Contains(b, []byte(s)) {
@@ -429,13 +431,9 @@ func maskBytes(b []byte, secrets []string) []byte {
 	return b
 }
 
+// mask is maskBytes of a string: the one rule of what is masked and how.
 func mask(text string, secrets []string) string {
-	for _, s := range secrets {
-		if len(s) >= 4 {
-			text = strings.ReplaceAll(text, s, "***")
-		}
-	}
-	return text
+	return string(maskBytes([]byte(text), secrets))
 }
 
 // Skills lists the built-in skills and the Dot's own by name; one of the
