@@ -84,9 +84,7 @@ func (r *ActivityStatusReconciler) writeStatuses(ctx context.Context, dot *dotsv
 		want := tasks[i].Status
 		want.Phase, want.Summary, want.Error = v.Phase, v.Summary, v.Error
 		want.Progress, want.SpentUSD = v.Progress, protocol.RoundUSD(v.SpentUSD)
-		if len(v.RunTimes) > 0 {
-			want.Runs, want.StartTime, want.CompletionTime = taskRuns(v)
-		}
+		want.Runs, want.StartTime, want.CompletionTime = taskRuns(v)
 		if equality.Semantic.DeepEqual(want, tasks[i].Status) {
 			continue // most of a busy Dot's tasks ended long ago
 		}
@@ -127,7 +125,10 @@ func (r *ActivityStatusReconciler) writeStatuses(ctx context.Context, dot *dotsv
 
 // taskRuns is a task's runs and times as its Task's status says them,
 // to the second, the newest runs kept when there are more than the status
-// holds.
+// holds. A task that ended has its completion time whether or not it ran:
+// one cancelled while PENDING, or one the guest ended before the host's
+// task.created was logged, ended all the same, and the lists of ended tasks
+// (the Inbox's failures of the day) read that time.
 func taskRuns(v *projection.TaskView) (runs []dotsv1.TaskRun, start, completion *metav1.Time) {
 	at := func(t time.Time) *metav1.Time {
 		if t.IsZero() {
@@ -142,7 +143,10 @@ func taskRuns(v *projection.TaskView) (runs []dotsv1.TaskRun, start, completion 
 	if len(runs) > maxTaskRuns {
 		runs = runs[len(runs)-maxTaskRuns:]
 	}
-	return runs, at(v.RunTimes[0].Started), at(v.Ended)
+	if len(v.RunTimes) > 0 {
+		start = at(v.RunTimes[0].Started)
+	}
+	return runs, start, at(v.Ended)
 }
 
 // maxTaskRuns is the most runs a Task's status holds (its CRD's bound).

@@ -154,9 +154,10 @@ export interface Skill {
 export const taskStarted = (t: Task): string | undefined => t.status?.startTime ?? t.status?.runs?.[0]?.started;
 
 /**
- * When the task ended: status.completionTime. A task that was never given
- * to its Dot and is cancelled before the controllers wrote an end has none;
- * then its creation stands in, so it still has a place in the History.
+ * When the task ended: status.completionTime, which the controllers write
+ * for every ended task, run or not. Until they have, a moment after the
+ * end, its last run's end or its creation stands in, so it still has a
+ * place in the History.
  */
 export const taskEnded = (t: Task): string | undefined =>
   t.status?.completionTime ?? t.status?.runs?.at(-1)?.finished ?? t.metadata.creationTimestamp;
