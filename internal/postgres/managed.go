@@ -3,6 +3,7 @@ package postgres
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -222,6 +223,12 @@ func (m *managed) start(binDir string, acct account) error {
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	cmd.Stderr = pw
+	// Every process postgres starts inherits its output: Wait, which waits
+	// for that output's end, would wait for the last of them, and a
+	// postmaster killed with SIGKILL can leave one running for minutes (a
+	// backend in COPY TO PROGRAM waits for its program). The postmaster's
+	// own exit is what counts; its output is read for a moment more.
+	cmd.WaitDelay = orphanOutputWait
 	go m.relay(pr)
 
 	started := make(chan error, 1)
@@ -237,6 +244,20 @@ func (m *managed) start(binDir string, acct account) error {
 		}
 		started <- nil
 		m.err = cmd.Wait()
+		if errors.Is(m.err, exec.ErrWaitDelay) {
+			m.err = nil // exited well; only its output was held
+		}
+		// A postmaster that exits on a shutdown has stopped its processes
+		// first; one that was killed or crashed leaves them to us. Most
+		// end by themselves on its death, but one that waits on something
+		// else (a program) holds the shared memory and stops the next
+		// start ("pre-existing shared memory block is still in use") for
+		// as long as it waits. They are of no use without it, so they are
+		// killed, as the postmaster itself kills its processes when one
+		// crashes.
+		if n := killLeftBackends(cmd.Path, m.dataDir); n > 0 {
+			m.log.Info("killed the processes the exited PostgreSQL left running on its data directory", "processes", n)
+		}
 		_ = pw.Close()
 		close(m.exited)
 	}()
@@ -246,6 +267,10 @@ func (m *managed) start(binDir string, acct account) error {
 	m.cmd = cmd
 	return nil
 }
+
+// orphanOutputWait is how long the postmaster's output is read after it
+// exited, while processes it left still hold it.
+const orphanOutputWait = time.Second
 
 // relay turns postgres's output into log lines and keeps the last ones for
 // error messages.
@@ -408,6 +433,32 @@ func stopOrphanNamedIn(ctx context.Context, file, dataDir string, log logr.Logge
 		}
 	}
 	return fmt.Errorf("a PostgreSQL (pid %d) left by an earlier server still runs on %s and did not stop: stop it and start again", pid, dataDir)
+}
+
+// killLeftBackends kills the processes of the postgres program at bin that
+// run on dataDir (a backend's working directory is its data directory),
+// and says how many. Each backend leads its own process group, so the
+// postmaster's group does not name them.
+func killLeftBackends(bin, dataDir string) int {
+	bin, errBin := filepath.EvalSymlinks(bin)
+	dir, errDir := filepath.EvalSymlinks(dataDir)
+	entries, err := os.ReadDir("/proc")
+	if errBin != nil || errDir != nil || err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+		if exe == bin && cwd == dir && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // exited reports whether pid is gone or a zombie: a zombie holds no files and

@@ -3,12 +3,17 @@ package postgres
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/invisible-dots/invisible-dots/internal/home"
 )
 
 // waitFor polls cond until it holds or the bound passes (a bound on a wait,
@@ -81,6 +86,82 @@ func TestManagedPostgresKilledComesBack(t *testing.T) {
 	case err := <-inst.Failed():
 		t.Errorf("Failed after a restart: %v", err)
 	default:
+	}
+}
+
+// A postmaster killed while one of its backends waits on a program (COPY
+// TO PROGRAM, which keeps the postmaster's output open and the shared
+// memory attached) comes back at once: its exit is what is waited for, not
+// the end of its output, and the processes it left are stopped so the new
+// one can start. The program sleeps far longer than the wait allows.
+func TestManagedPostgresKilledLeavingABackend(t *testing.T) {
+	ctx := context.Background()
+	log := &lines{}
+	h, err := home.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := Start(ctx, Options{Home: h.Root, Logger: log.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := inst.Stop(ctx); err != nil {
+			t.Errorf("stop after a restart: %v", err)
+		}
+	}()
+	// The program holds its backend's client socket too, so the COPY's
+	// answer waits for the program: it is ended when the test ends.
+	t.Cleanup(func() { killProcessesIn(t, h.DB()) })
+	conn, err := pgx.Connect(ctx, inst.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	copying := make(chan error, 1)
+	go func() {
+		q, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		_, err := conn.Exec(q, "COPY (SELECT 1) TO PROGRAM 'sleep 600'")
+		copying <- err
+	}()
+	waitFor(t, "the backend running its program", time.Minute, func() bool {
+		var n int
+		err := inst.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY%' AND state = 'active'").Scan(&n)
+		return err == nil && n == 1
+	})
+	first := inst.ManagedPID()
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if r, _ := inst.Recoveries(); r == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			log.mu.Lock()
+			t.Fatalf("no new postmaster within 30 s of the kill; the log:\n%s", strings.Join(log.all, "\n"))
+		}
+	}
+	waitFor(t, "the pool answering after the kill", 30*time.Second, func() bool {
+		q, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return inst.Pool().Ping(q) == nil
+	})
+	if !log.contains("killed the processes the exited PostgreSQL left running") {
+		t.Error("the log does not say the backend left running was killed")
+	}
+}
+
+// killProcessesIn kills what still runs with dir as its working directory.
+func killProcessesIn(t *testing.T, dir string) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && cwd == dir {
+			if pid, err := strconv.Atoi(e.Name()); err == nil {
+				t.Logf("ending pid %d, left running in %s", pid, dir)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 	}
 }
 
