@@ -32,6 +32,7 @@ import (
 	"github.com/invisible-dots/invisible-dots/internal/hostidentity"
 	"github.com/invisible-dots/invisible-dots/internal/scheme"
 	"github.com/invisible-dots/invisible-dots/internal/store"
+	"github.com/invisible-dots/invisible-dots/internal/upstreamlog"
 )
 
 // defaultShutdownTimeout bounds how long the manager waits for running
@@ -109,8 +110,12 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 	}
 	o.Log.Info("central controllers: waiting for the leader Lease", "lease", dotsv1.SystemNamespace+"/"+LeaderElectionID, "identity", identity)
 	opts := ctrl.Options{
-		Scheme:                              scheme.Scheme,
-		Logger:                              o.Log,
+		Scheme: scheme.Scheme,
+		// The manager gives up the Lease when it stops (release on
+		// cancel), and its elector then reports the lead lost, which the
+		// manager logs as an error at every clean stop.
+		Logger: upstreamlog.Quiet(o.Log, 0, upstreamlog.NotError{
+			Msg: "error received after stop sequence was engaged", Err: "leader election lost"}),
 		Metrics:                             metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:              "0",
 		LeaderElection:                      true,

@@ -50,6 +50,7 @@ import (
 	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
 
 	"github.com/invisible-dots/invisible-dots/internal/objectsize"
+	"github.com/invisible-dots/invisible-dots/internal/upstreamlog"
 )
 
 // AdminUser is the user the API token authenticates as. It is in
@@ -187,8 +188,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, fmt.Errorf("listen address %q is not host:port: %w", o.ListenAddress, err)
 	}
 	// The upstream server logs every controller's start and stop at info;
-	// those show at -v 1 and up. Errors always show.
-	klog.SetLogger(o.Log.WithName("apiserver").V(1))
+	// those show at -v 1 and up. Errors always show, but for one it logs
+	// at every start: no metric's labels are limited here, and it then
+	// looks for an allow-list file that was never given
+	// (k8s.io/component-base/metrics, Apply).
+	klog.SetLogger(upstreamlog.Quiet(o.Log.WithName("apiserver"), 1,
+		upstreamlog.NotError{Msg: "The manifest file is empty, ignoring."}).V(1))
 	pki := PKI{Dir: o.PKIDir}
 	if err := pki.Ensure(host); err != nil {
 		return nil, err
