@@ -188,12 +188,16 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, fmt.Errorf("listen address %q is not host:port: %w", o.ListenAddress, err)
 	}
 	// The upstream server logs every controller's start and stop at info;
-	// those show at -v 1 and up. Errors always show, but for one it logs
-	// at every start: no metric's labels are limited here, and it then
-	// looks for an allow-list file that was never given
-	// (k8s.io/component-base/metrics, Apply).
+	// those show at -v 1 and up. Errors always show, but for two a healthy
+	// server logs: at every start, no metric's labels are limited here, and
+	// it then looks for an allow-list file that was never given
+	// (k8s.io/component-base/metrics, Apply); at a home's first start, its
+	// identity Lease is asked for before the system namespaces are made,
+	// and is made at the next try.
 	klog.SetLogger(upstreamlog.Quiet(o.Log.WithName("apiserver"), 1,
-		upstreamlog.NotError{Msg: "The manifest file is empty, ignoring."}).V(1))
+		upstreamlog.NotError{Msg: "The manifest file is empty, ignoring."},
+		upstreamlog.NotError{Msg: "Failed to ensure lease exists, will retry", Err: `namespaces "kube-system" not found`},
+	).V(1))
 	pki := PKI{Dir: o.PKIDir}
 	if err := pki.Ensure(host); err != nil {
 		return nil, err
