@@ -100,8 +100,8 @@ func (r *ActivityStatusReconciler) writeStatuses(ctx context.Context, dot *dotsv
 	dot.Status.AgentState = string(view.AgentState)
 	dot.Status.CurrentTask = names[view.CurrentTask()]
 	dot.Status.PendingApprovals = int32(view.PendingApprovals())
-	if !view.LastActivity.IsZero() {
-		dot.Status.LastActivityTime = &metav1.Time{Time: view.LastActivity.Truncate(time.Second)}
+	if !view.LastWork.IsZero() {
+		dot.Status.LastActivityTime = &metav1.Time{Time: view.LastWork.Truncate(time.Second)}
 	}
 	if _, err := helper.Patch(ctx, dot); err != nil && !apierrors.IsNotFound(err) {
 		return err

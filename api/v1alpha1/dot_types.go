@@ -339,7 +339,9 @@ type DotStatus struct {
 	// +optional
 	PendingApprovals int32 `json:"pendingApprovals,omitempty"`
 
-	// lastActivityTime is when the Dot last did something.
+	// lastActivityTime is when the Dot last did something: the newest event
+	// of its log but those of a change made to it, its computer or its
+	// channels (a spec change, a start).
 	// +optional
 	LastActivityTime *metav1.Time `json:"lastActivityTime,omitempty"`
 

@@ -106,10 +106,16 @@ type View struct {
 	// Tasks by task id (the Task's UID, as task.created carries it).
 	Tasks map[string]*TaskView
 	// Approvals by approval id, in the order asked.
-	Approvals      map[string]*ApprovalView
-	ApprovalOrder  []string
-	AgentState     protocol.AgentState
+	Approvals     map[string]*ApprovalView
+	ApprovalOrder []string
+	AgentState    protocol.AgentState
+	// LastActivity is the newest event of any kind: the idle clock.
+	// LastWork is the newest event of the Dot's work, its
+	// lastActivityTime: every event but the records of changes made to
+	// the Dot, its computer and its channels (notWork), so a spec patch or
+	// a start is not taken for something the Dot did.
 	LastActivity   time.Time
+	LastWork       time.Time
 	NextAutomation *time.Time
 	// LastID is the last event folded in.
 	LastID int64
@@ -185,6 +191,12 @@ func (v *View) task(id string) *TaskView {
 	return t
 }
 
+// notWork are the host's events that record a change made to the Dot, its
+// computer or its channels, not something it did.
+var notWork = map[string]bool{
+	wire.EventDotCreated: true, wire.EventDotUpdated: true, wire.EventComputerState: true, wire.EventChannelStatus: true,
+}
+
 // Fold applies events, in id order, to the view. An event whose data does
 // not parse changes nothing but the activity time: the log keeps it, and
 // ingestion stored what the protocol refused as guest.event.refused.
@@ -196,6 +208,9 @@ func (v *View) Fold(events ...Event) {
 		v.LastID = e.ID
 		if e.At.After(v.LastActivity) {
 			v.LastActivity = e.At
+		}
+		if e.At.After(v.LastWork) && !(e.Host && notWork[e.Type]) {
+			v.LastWork = e.At
 		}
 		if e.Host {
 			v.foldHost(e)

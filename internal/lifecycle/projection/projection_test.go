@@ -87,6 +87,27 @@ func TestProjectionFromARecordedLog(t *testing.T) {
 	}
 }
 
+// The Dot's last work is its newest event but a change made to it, its
+// computer or its channels: a spec patch or a start after its work moves
+// the idle clock (LastActivity), not lastActivityTime (LastWork).
+func TestLastWorkIsNotAChangeMadeToTheDot(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	v := NewView()
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	v.Fold(Event{ID: 1, Host: true, Type: wire.EventDotCreated, Data: json.RawMessage(`{"generation":1}`), At: at(0)},
+		Event{ID: 2, Host: true, Type: wire.EventComputerState, Data: json.RawMessage(`{"state":"RUNNING"}`), At: at(1)})
+	if !v.LastWork.IsZero() || !v.LastActivity.Equal(at(1)) {
+		t.Errorf("after the create and the start: last work %v, last activity %v; want none, %v", v.LastWork, v.LastActivity, at(1))
+	}
+	v.Fold(Event{ID: 3, Host: true, Type: wire.EventMessageUser, Data: json.RawMessage(`{"text":"hi"}`), At: at(2)},
+		Event{ID: 4, Host: false, Type: protocol.EventAgentState, Data: json.RawMessage(`{"state":"IDLE"}`), At: at(3)},
+		Event{ID: 5, Host: true, Type: wire.EventDotUpdated, Data: json.RawMessage(`{"generation":2}`), At: at(4)},
+		Event{ID: 6, Host: true, Type: wire.EventChannelStatus, Data: json.RawMessage(`{}`), At: at(5)})
+	if !v.LastWork.Equal(at(3)) || !v.LastActivity.Equal(at(5)) {
+		t.Errorf("last work %v, last activity %v; want %v (the guest's), %v", v.LastWork, v.LastActivity, at(3), at(5))
+	}
+}
+
 // An approval asked for a task that ended without an answer, before or
 // after the request was read, waits for nobody: it is expired and not
 // counted; one asked in the chat, or for a running task, waits.
