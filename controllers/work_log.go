@@ -383,7 +383,8 @@ func storeDot(dot *dotsv1.Dot) store.Dot {
 
 // taskDotIndex indexes the cache's Tasks by namespace and spec.dotName
 // ("<namespace>/<dotName>"), for WorkLog.dotTasks; taskRequesterIndex by
-// namespace and the Dot that asked for them (spec.requestedBy.dot), for
+// namespace and the Dot their dotsv1.RequestedByLabel names (the label, as
+// the selector it replaces read, not spec.requestedBy.dot), for
 // WorkLog.requestedBy.
 const (
 	taskDotIndex       = "invisible-dots/task-dot"
