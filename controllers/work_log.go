@@ -234,8 +234,9 @@ func (l *WorkLog) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A wake-up only (nothing kept): what was stored is read from the table.
-	stored := l.Store.NewChanges(store.EventsChannel, 0, ctrl.LoggerFrom(ctx).WithName("log-follower"))
+	// A wake-up only (nothing kept; the Store's one listener, shared):
+	// what was stored is read from the table.
+	stored := l.Store.Wakeups(store.EventsChannel, ctrl.LoggerFrom(ctx).WithName("log-follower"))
 	listened := make(chan struct{})
 	go func() {
 		defer close(listened)

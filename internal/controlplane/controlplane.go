@@ -95,6 +95,9 @@ type ControlPlane struct {
 	home home.Layout
 	lock *pidlock.Lock
 	log  logr.Logger
+	// store is the one Store of the event log and outbox this process uses
+	// (Store), so its readers share its one listener (store.Wakeups).
+	store *store.Store
 	// loopback is the API server's loopback configuration once it runs,
 	// for the admission plugins that read objects; reader is the one client
 	// they read through, made at their first read (loopbackReader).
@@ -145,7 +148,8 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 
 	// The outbox's notifications, for the host agents' long poll: a row
 	// reaches its guest as soon as its transaction commits.
-	changes := store.New(cp.DB.Pool()).NewChanges(store.OutboxChannel, 4096, log.WithName("outbox-changes"))
+	cp.store = store.New(cp.DB.Pool())
+	changes := cp.store.NewChanges(store.OutboxChannel, 4096, log.WithName("outbox-changes"))
 	changesCtx, cancelChanges := context.WithCancel(context.WithoutCancel(ctx))
 	changesDone := make(chan struct{})
 	go func() {
@@ -158,7 +162,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	}
 	// The event log's feed, for the live streams: one reader of the log
 	// for every stream, woken by the log's notifications.
-	feed := dotsapi.NewFeed(dotsapi.FeedOptions{Store: store.New(cp.DB.Pool()), Log: log.WithName("stream")})
+	feed := dotsapi.NewFeed(dotsapi.FeedOptions{Store: cp.store, Log: log.WithName("stream")})
 	feedCtx, cancelFeed := context.WithCancel(context.WithoutCancel(ctx))
 	feedDone := make(chan struct{})
 	go func() {
@@ -169,7 +173,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		cancelFeed()
 		<-feedDone
 	}
-	mounts := dotsAPIMounts(cp.DB, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, channels: o.Channels, links: o.ChannelLinks, webURL: o.WebURL})
+	mounts := dotsAPIMounts(cp.DB, cp.store, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, channels: o.Channels, links: o.ChannelLinks, webURL: o.WebURL})
 
 	if o.ExternalKubeconfig != "" {
 		if err := cp.startExternal(ctx, o, mounts); err != nil {
@@ -247,7 +251,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 // server's authorizer let the caller through. One handler serves both: the
 // first mount made makes it, the other takes it (both are given the same
 // loopback and authorizer).
-func dotsAPIMounts(db *postgres.Instance, changes *store.Changes, feed *dotsapi.Feed, log logr.Logger, x dotsAPIExtras) []apiserver.Mount {
+func dotsAPIMounts(db *postgres.Instance, st *store.Store, changes *store.Changes, feed *dotsapi.Feed, log logr.Logger, x dotsAPIExtras) []apiserver.Mount {
 	var (
 		made    *dotsapi.Handler
 		madeErr error
@@ -262,7 +266,7 @@ func dotsAPIMounts(db *postgres.Instance, changes *store.Changes, feed *dotsapi.
 			return nil, madeErr
 		}
 		made, madeErr = dotsapi.New(dotsapi.Options{
-			Store:      store.New(db.Pool()),
+			Store:      st,
 			Changes:    changes,
 			Feed:       feed,
 			Reader:     reader,
@@ -306,7 +310,7 @@ func dotsAPIMounts(db *postgres.Instance, changes *store.Changes, feed *dotsapi.
 // Store is the event log and outbox on the control plane's database, for
 // the central controllers the server command starts beside it: the command
 // takes it from here instead of importing the store.
-func (cp *ControlPlane) Store() *store.Store { return store.New(cp.DB.Pool()) }
+func (cp *ControlPlane) Store() *store.Store { return cp.store }
 
 // loopbackReader is the admission plugins' reader of the API server's
 // objects, with its loopback credential: one client, made at the first read

@@ -103,8 +103,8 @@ func NewFeed(o FeedOptions) *Feed {
 	if f.maxBytes <= 0 {
 		f.maxBytes = defaultStreamBufferBytes
 	}
-	// keep 0: the notifications are a wake-up alone.
-	f.changes = o.Store.NewChanges(store.EventsChannel, 0, f.log.WithName("events-changes"))
+	// A wake-up alone (nothing kept), the Store's one listener shared.
+	f.changes = o.Store.Wakeups(store.EventsChannel, f.log.WithName("events-changes"))
 	return f
 }
 

@@ -212,6 +212,13 @@ func (m *managed) start(binDir string, acct account) error {
 		// Nothing here replicates: without workers for it PostgreSQL starts
 		// no logical replication launcher, a process (about 1 MiB) fewer.
 		"-c", "max_logical_replication_workers=0",
+		// A single person's control plane: a database of tens of MiB
+		// (1000 Dots and their logs are about 60), read mostly by its
+		// recent rows. initdb's 128 MB of shared buffers fill with
+		// whatever a start's lists read and stay, counted in every
+		// PostgreSQL process's memory; the kernel's page cache, which
+		// gives memory back when the machine needs it, keeps the rest.
+		"-c", "shared_buffers="+sharedBuffers,
 	)
 	cmd.Dir = "/"
 	cmd.Env = childEnv()
@@ -267,6 +274,9 @@ func (m *managed) start(binDir string, acct account) error {
 	m.cmd = cmd
 	return nil
 }
+
+// sharedBuffers is the managed PostgreSQL's shared_buffers (see start).
+const sharedBuffers = "16MB"
 
 // orphanOutputWait is how long the postmaster's output is read after it
 // exited, while processes it left still hold it.

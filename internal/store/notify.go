@@ -53,6 +53,72 @@ type Changes struct {
 	next      int64 // the number of the next payload
 	kept      []string
 	changed   chan struct{} // closed and replaced on each payload or epoch
+
+	// shared is set on a Store's Wakeups: its readers share one listener.
+	shared *sharing
+}
+
+// Wakeups is the Store's one follower of channel that keeps nothing: a
+// wake-up alone, as NewChanges with keep 0, shared by every reader of this
+// Store. Each reader calls its Run as it would its own; one connection
+// listens however many do (each is a PostgreSQL backend of about 2 MiB
+// that waits). log names it in the log, as the first reader calls it.
+func (s *Store) Wakeups(channel string, log logr.Logger) *Changes {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.wakeups[channel]; ok {
+		return c
+	}
+	if s.wakeups == nil {
+		s.wakeups = map[string]*Changes{}
+	}
+	c := s.NewChanges(channel, 0, log)
+	c.shared = &sharing{}
+	s.wakeups[channel] = c
+	return c
+}
+
+// sharing counts the readers running a shared Changes.
+type sharing struct {
+	mu   sync.Mutex
+	runs int
+	stop context.CancelFunc
+	done chan struct{} // closed when the listener stopped
+}
+
+func (s *sharing) run(ctx context.Context, c *Changes) error {
+	s.mu.Lock()
+	if s.runs == 0 {
+		if s.done != nil {
+			// The last listener may still be stopping: two must never
+			// follow at once, or its end would mark the new one's epoch
+			// as not listening.
+			<-s.done
+		}
+		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		s.stop, s.done = cancel, done
+		go func() {
+			defer close(done)
+			_ = c.follow(lctx)
+		}()
+	}
+	s.runs++
+	s.mu.Unlock()
+
+	<-ctx.Done()
+	s.mu.Lock()
+	s.runs--
+	var stopped chan struct{}
+	if s.runs == 0 {
+		s.stop()
+		stopped = s.done
+	}
+	s.mu.Unlock()
+	if stopped != nil {
+		<-stopped
+	}
+	return nil
 }
 
 // Cursor is where a reader of Changes stands: an epoch and a count.
@@ -125,8 +191,16 @@ func (c *Changes) Listening() bool {
 // Run listens until ctx ends, on a connection of its own from the pool, and
 // listens again after a lost connection. When it ends, the readers waiting
 // on a changed channel are woken (an epoch nothing listens in), so none
-// waits for its own timeout.
+// waits for its own timeout. A Store's Wakeups is followed while any of its
+// readers runs it: the first Run listens, the last to end stops.
 func (c *Changes) Run(ctx context.Context) error {
+	if c.shared != nil {
+		return c.shared.run(ctx, c)
+	}
+	return c.follow(ctx)
+}
+
+func (c *Changes) follow(ctx context.Context) error {
 	defer c.newEpoch(false)
 	backoff := 100 * time.Millisecond
 	for {

@@ -153,3 +153,77 @@ func TestChangesEndWakesWaiters(t *testing.T) {
 		t.Error("Listening() is true after Run ended")
 	}
 }
+
+// TestWakeupsShareOneListener: every reader of a Store's Wakeups is woken
+// by a notification, through one listening connection whatever their
+// number, which closes when the last reader stops and opens again for the
+// next.
+func TestWakeupsShareOneListener(t *testing.T) {
+	ctx := context.Background()
+	const channel = "wakeups_test"
+	s := New(testStore.pool)
+	w := s.Wakeups(channel, logr.Discard())
+	if again := s.Wakeups(channel, logr.Discard()); again != w {
+		t.Fatal("a second Wakeups of the same channel is another follower")
+	}
+	listeners := func() int {
+		t.Helper()
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'LISTEN `+channel+`'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitListeners := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); listeners() != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d connections listen on %s, want %d", listeners(), channel, want)
+			}
+		}
+		if want > 0 {
+			for deadline := time.Now().Add(10 * time.Second); !w.Listening(); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("Wakeups did not say it listens")
+				}
+			}
+		}
+	}
+	wakes := func(what string) {
+		t.Helper()
+		_, _, _, changed := w.Since(Cursor{})
+		if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, 'x')", channel); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: a notification did not wake the readers within 10 s", what)
+		}
+	}
+	run := func() (stop func()) {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = w.Run(rctx)
+		}()
+		return func() { cancel(); <-done }
+	}
+
+	stopA, stopB := run(), run()
+	waitListeners(1)
+	wakes("two readers")
+	stopA()
+	if n := listeners(); n != 1 {
+		t.Fatalf("after one of two readers stopped, %d connections listen, want 1", n)
+	}
+	wakes("the reader left")
+	stopB()
+	waitListeners(0)
+	stopC := run()
+	defer stopC()
+	waitListeners(1)
+	wakes("a reader after the last one stopped")
+}

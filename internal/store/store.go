@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,6 +65,9 @@ type Event struct {
 // Store reads and writes the tables through a pgx pool.
 type Store struct {
 	pool *pgxpool.Pool
+
+	mu      sync.Mutex
+	wakeups map[string]*Changes // Wakeups, by channel
 }
 
 // New returns a Store on pool (postgres.Instance.Pool).

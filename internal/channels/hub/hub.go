@@ -82,8 +82,9 @@ func (h *Hub) Start(ctx context.Context) error {
 	if poll == 0 {
 		poll = 5 * time.Second
 	}
-	// A wake-up only: each link reads its Dot's log from its cursor.
-	stored := h.Store.NewChanges(store.EventsChannel, 0, h.Log.WithName("channel-log-follower"))
+	// A wake-up only (the Store's one listener, shared): each link reads
+	// its Dot's log from its cursor.
+	stored := h.Store.Wakeups(store.EventsChannel, h.Log.WithName("channel-log-follower"))
 	listened := make(chan struct{})
 	go func() {
 		defer close(listened)
