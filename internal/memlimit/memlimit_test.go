@@ -94,14 +94,17 @@ func TestTheRealTunerRunsAfterCollections(t *testing.T) {
 }
 
 func TestReleaseStartAfterFreesOnceAfterTheDelay(t *testing.T) {
-	freed := make(chan struct{}, 2)
-	defer func(f func()) { freeOSMemory = f }(freeOSMemory)
+	freed, pagedOut := make(chan struct{}, 2), make(chan struct{}, 2)
+	defer func(f func(), p func() (int64, error)) { freeOSMemory, pageOut = f, p }(freeOSMemory, pageOut)
 	freeOSMemory = func() { freed <- struct{}{} }
+	pageOut = func() (int64, error) { pagedOut <- struct{}{}; return 0, nil }
 	ReleaseStartAfter(20 * time.Millisecond)
-	select {
-	case <-freed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the start's memory was not released")
+	for what, done := range map[string]chan struct{}{"the heap the start used": freed, "the program's pages": pagedOut} {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s were not released", what)
+		}
 	}
 	cancel := ReleaseStartAfter(time.Hour)
 	if !cancel() {
