@@ -348,11 +348,13 @@ const MaxRequestBodyBytes = objectsize.MaxBytes
 // The mounts are served by the aggregator, the head of the chain, whose
 // handler runs the server's filters before its mux.
 func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregatorapiserver.APIAggregator, error) {
+	resources := controlplane.DefaultGenericAPIResourceConfigSource()
 	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
 		opts,
 		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
-		controlplane.DefaultGenericAPIResourceConfigSource(),
-		generatedopenapi.GetOpenAPIDefinitions,
+		resources,
+		servedDefinitions(generatedopenapi.GetOpenAPIDefinitions, enabledIn(resources),
+			legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme),
 		nil,
 	)
 	if err != nil {
