@@ -65,6 +65,15 @@ type turn struct {
 	// before and after that transaction, for reopen.
 	ended                    bool
 	stateBeforeEnd, endState protocol.AgentState
+	// writing is set, under the engine's mu, once the turn's end and its
+	// state committed: all it does from then on is write its conversation
+	// file, so the chat's next turn may be opened over it (openOnAccept);
+	// gone once it let go of its session. after is the chat's turn that was
+	// writing when this one was opened over it: this one runs once that one
+	// is done, so a session's turns still run (and write their files) one
+	// at a time.
+	writing, gone bool
+	after         *turn
 }
 
 // offeredTools are the tools the model is offered under cfg: every tool
@@ -168,13 +177,29 @@ func (e *Engine) launch(t *turn) {
 		defer e.wg.Done()
 		defer close(t.done)
 		defer t.reqEnd()
-		e.runTurn(t)
+		if t.after != nil {
+			<-t.after.done
+			t.after = nil // not a chain of every turn the chat had
+		}
+		out := e.runTurn(t)
 		// The turn's end state is committed before the turn lets go of its
 		// session, so no turn started after this one is counted as running
 		// when it is computed (usually the transaction that ended the turn
 		// committed it already).
-		if err := e.finishTurn(context.Background(), t); err != nil {
+		err := e.finishTurn(context.Background(), t)
+		if err != nil {
 			e.log.Error("record agent state", "err", err)
+		}
+		if out != outcomeNothing && out != outcomeAbandoned {
+			// The chat's next message may open its turn while this file
+			// is written (openOnAccept): a message that finds the chat
+			// taken waits for the schedule, and its turn's opening is a
+			// commit of its own, a third a turn, which every message that
+			// came before the file was written paid.
+			e.mu.Lock()
+			t.writing = err == nil
+			e.mu.Unlock()
+			e.transcribe(context.WithoutCancel(t.ctx), t)
 		}
 		e.mu.Lock()
 		if e.task == t {
@@ -183,6 +208,7 @@ func (e *Engine) launch(t *turn) {
 		if e.chat == t {
 			e.chat = nil
 		}
+		t.gone = true
 		e.mu.Unlock()
 		if e.released != nil {
 			e.released()
@@ -199,7 +225,9 @@ type limits struct {
 	offered []Tool
 }
 
-func (e *Engine) runTurn(t *turn) {
+// runTurn runs t to its end and commits it; the outcome says whether it did
+// anything (its conversation file is then written).
+func (e *Engine) runTurn(t *turn) outcome {
 	ctx := t.ctx
 	var err error
 	out, reason := e.turnBody(t)
@@ -251,9 +279,7 @@ func (e *Engine) runTurn(t *turn) {
 		e.reopen(t)
 		e.log.Error("end turn", "session", t.session, "err", err)
 	}
-	if out != outcomeNothing && out != outcomeAbandoned {
-		e.transcribe(bg, t)
-	}
+	return out
 }
 
 // hasEnded says whether a transaction that ended t committed.
