@@ -532,10 +532,11 @@ func (e *Engine) openOnAccept(ctx context.Context, tx *store.Tx) (*turn, error) 
 	e.chat, t.opened, t.stateBeforeEnd = t, true, e.state
 	t.limitsKey, t.limitsModel = e.key, e.cfg.Model.ID
 	e.mu.Unlock()
-	// The turn reads the model's limits first: the read starts now and runs
-	// while this transaction commits. (A turn that does not start ends it,
-	// dropOpened.)
+	// The turn reads the model's limits first, and what its prompt shows of
+	// the Dot's files: the reads start now and run while this transaction
+	// commits. (A turn that does not start ends them, dropOpened.)
 	t.limits = e.readModelLimits(t, t.limitsKey, t.limitsModel)
+	t.prompt = e.readPrompt(t)
 	proceed, err := e.openTurn(ctx, tx, t)
 	if err == nil && proceed {
 		err = e.transition(ctx, tx)

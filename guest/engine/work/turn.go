@@ -57,6 +57,10 @@ type turn struct {
 	// opens the turn, so that it runs while the opening commits.
 	limits                 func() (openrouter.Limits, error)
 	limitsKey, limitsModel string
+	// prompt, when set, waits for what the system prompt shows of the
+	// Dot's files, read as the turn opened (readPrompt); the turn's first
+	// request builds its prompt from it, and every later one reads again.
+	prompt func() PromptBuilder
 
 	// ended is set, under the engine's mu, by the transaction that ends the
 	// turn (endTurn): from then on the turn is not counted as running,
@@ -601,6 +605,21 @@ func (e *Engine) readModelLimits(t *turn, key, model string) func() (openrouter.
 		r := <-ch
 		return r.limits, r.err
 	}
+}
+
+// readPrompt starts reading what the system prompt shows of the Dot's files
+// (PromptReader) and returns the function that waits for it; nil when the
+// Memory reads them only as it builds the prompt. Like readModelLimits it
+// runs while the turn's opening commits, and a turn that ends first leaves
+// it to end with the turn's requests (t.req).
+func (e *Engine) readPrompt(t *turn) func() PromptBuilder {
+	r, ok := e.mem.(PromptReader)
+	if !ok {
+		return nil
+	}
+	ch := make(chan PromptBuilder, 1)
+	go func() { ch <- r.ReadPrompt(t.req) }()
+	return func() PromptBuilder { return <-ch }
 }
 
 // emptyAnswerNote asks again after an answer with neither text nor a call.

@@ -244,3 +244,89 @@ func TestMessageWhileTheFileIsWrittenOpensItsTurn(t *testing.T) {
 		t.Errorf("commit points = %s, want %s", got, want)
 	}
 }
+
+// readAheadMemory is a Memory that reads its prompt's files ahead
+// (PromptReader), counting how the prompts were made.
+type readAheadMemory struct {
+	slowFiles
+	mu                  sync.Mutex
+	readAhead, readLate int
+	built               []string
+}
+
+func (m *readAheadMemory) ReadPrompt(ctx context.Context) PromptBuilder {
+	m.mu.Lock()
+	m.readAhead++
+	m.mu.Unlock()
+	return func(cfg protocol.RuntimeConfig, tools []Tool, now time.Time) string {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.built = append(m.built, "ahead")
+		return "system read ahead"
+	}
+}
+
+func (m *readAheadMemory) SystemPrompt(context.Context, protocol.RuntimeConfig, []Tool, time.Time) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.readLate++
+	m.built = append(m.built, "late")
+	return "system"
+}
+
+func (*readAheadMemory) Transcribe(context.Context, string, string, []Message) {}
+
+// promptModel is instantModel that records each request's system prompt.
+type promptModel struct {
+	instantModel
+	mu      sync.Mutex
+	systems []string
+}
+
+func (m *promptModel) Complete(ctx context.Context, key string, req openrouter.Request) (openrouter.Response, error) {
+	m.mu.Lock()
+	m.systems = append(m.systems, req.Messages[0].Content)
+	m.mu.Unlock()
+	return m.instantModel.Complete(ctx, key, req)
+}
+
+// TestTheTurnAMessageOpensReadsItsPromptAhead: the chat's turn that a
+// message opens as it is accepted reads its prompt's files while the
+// message commits (PromptReader), and its first request's prompt is built
+// from that read, not read again.
+func TestTheTurnAMessageOpensReadsItsPromptAhead(t *testing.T) {
+	e, _ := startTestEngine(t)
+	ctx := context.Background()
+	mem := &readAheadMemory{}
+	model := &promptModel{}
+	e.mem, e.model = mem, model
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, text := range []string{"hello", "again"} {
+		if err := e.Accept(ctx, protocol.InboundEvent{ID: fmt.Sprintf("m%d", i), Type: protocol.InboundUserMessage,
+			Data: json.RawMessage(`{"text":"` + text + `"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor(t, "the answer", func() bool {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return e.chat == nil
+		})
+	}
+	mem.mu.Lock()
+	defer mem.mu.Unlock()
+	model.mu.Lock()
+	defer model.mu.Unlock()
+	if got, want := strings.Join(mem.built, " "), "ahead ahead"; got != want {
+		t.Errorf("prompts built = %s, want %s", got, want)
+	}
+	if mem.readAhead != 2 || mem.readLate != 0 {
+		t.Errorf("prompt files read ahead %d times and at the request %d times, want 2 and 0", mem.readAhead, mem.readLate)
+	}
+	for _, s := range model.systems {
+		if !strings.HasPrefix(s, "system read ahead") {
+			t.Errorf("a request's system prompt = %q, want the one read ahead", s)
+		}
+	}
+}
