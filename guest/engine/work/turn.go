@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -203,6 +204,11 @@ func (e *Engine) launch(t *turn) {
 			e.mu.Lock()
 			t.writing = err == nil
 			e.mu.Unlock()
+			// The commit that ended the turn woke the event streams, whose
+			// goroutines run on this one's processor once it yields: they
+			// send the turn's events (the answer the person waits for)
+			// before the file is written, not after it (about 0.1 ms).
+			runtime.Gosched()
 			e.transcribe(context.WithoutCancel(t.ctx), t)
 		}
 		e.mu.Lock()
