@@ -155,6 +155,26 @@ var _ work.Memory = (*Memory)(nil)
 // SystemPrompt builds the Dot's system prompt for a turn. A listing that
 // fails (dot-agentd not answering) leaves its part out; the turn goes on.
 func (m *Memory) SystemPrompt(ctx context.Context, cfg protocol.RuntimeConfig, tools []work.Tool, now time.Time) string {
+	return m.ReadPrompt(ctx)(cfg, tools, now)
+}
+
+// ReadPrompt reads what the system prompt shows of the Dot's files (its
+// notes, MEMORY.md, its skills: dot-agentd calls, a few a prompt) and
+// returns what builds the prompt from them (work.PromptReader): the chat's
+// turn reads them while the message that opened it commits, not after.
+func (m *Memory) ReadPrompt(ctx context.Context) work.PromptBuilder {
+	notes := m.readNotes(ctx)
+	skills, err := m.Skills(ctx)
+	if err != nil {
+		skills = nil
+	}
+	return func(cfg protocol.RuntimeConfig, tools []work.Tool, now time.Time) string {
+		return m.buildPrompt(cfg, tools, now, notes, skills)
+	}
+}
+
+// buildPrompt is the system prompt of the notes and skills read.
+func (m *Memory) buildPrompt(cfg protocol.RuntimeConfig, tools []work.Tool, now time.Time, notes notes, skills []protocol.Skill) string {
 	home := m.home()
 	var b strings.Builder
 	fmt.Fprintf(&b, "You are %s, a Dot: a persistent agent that owns a computer, a Linux machine of your own, and works for one person.\n", cfg.Name)
@@ -177,10 +197,10 @@ func (m *Memory) SystemPrompt(ctx context.Context, cfg protocol.RuntimeConfig, t
 		"where relative paths start. What you install or write stays between conversations.\n", home, home)
 	b.WriteString(m.browserSection(tools))
 	b.WriteString(m.mcpSection(cfg))
-	b.WriteString(m.memorySection(ctx, now))
+	b.WriteString(m.memorySection(notes))
 	fmt.Fprintf(&b, "\n# Past conversations\nWhat was said before is in %s/conversations: chat/<day>.md, one file a day of the chat, "+
 		"and tasks/, one file a task. Search there with grep when something said before matters, and before advice or a recommendation for the person.\n", home)
-	if skills, err := m.Skills(ctx); err == nil && len(skills) > 0 {
+	if len(skills) > 0 {
 		b.WriteString("\n# Skills\nHow to do a kind of task, one SKILL.md each. Read the file before a task it covers. " +
 			"Write your own as " + home + "/skills/<name>/SKILL.md (frontmatter with name and description, then the steps); one of yours replaces a built-in one of the same name.\n")
 		for _, s := range skills {
@@ -222,35 +242,53 @@ func boundInstructions(text string) string {
 	return text
 }
 
-func (m *Memory) memorySection(ctx context.Context, now time.Time) string {
-	dir := path.Join(m.home(), "memory")
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n# Your memory\nYour long-term notes are files in %s, which you keep yourself with the file tools. "+
-		"MEMORY.md is given to you in every prompt: what you should always know about the person, each fact with its day, "+
-		"and one line for every other note. Put longer matters in other notes. Change or delete a note that is no longer true.\n", dir)
+// notes is what the prompt shows of the Dot's notes: the newest names and
+// MEMORY.md (memory, false when it could not be read).
+type notes struct {
+	recent    []string
+	memory    string
+	hasMemory bool
+}
+
+// readNotes reads the notes the prompt shows.
+func (m *Memory) readNotes(ctx context.Context) notes {
+	var n notes
 	if m.Files == nil {
-		return b.String()
+		return n
 	}
+	dir := path.Join(m.home(), "memory")
 	entries, err := m.Files.List(ctx, dir)
 	if err != nil {
 		m.log().Debug("list memory notes", "err", err)
 	} else {
 		sort.Slice(entries, func(i, j int) bool { return entries[i].Mtime > entries[j].Mtime })
-		var names []string
 		for _, e := range entries {
-			if e.Type == "file" && len(names) < recentNotes {
-				names = append(names, e.Name)
+			if e.Type == "file" && len(n.recent) < recentNotes {
+				n.recent = append(n.recent, e.Name)
 			}
-		}
-		if len(names) > 0 {
-			fmt.Fprintf(&b, "Notes changed most recently: %s.\n", strings.Join(names, ", "))
 		}
 	}
 	data, err := m.Files.Read(ctx, path.Join(dir, "MEMORY.md"))
 	if err != nil {
+		return n
+	}
+	n.memory, n.hasMemory = string(data), true
+	return n
+}
+
+func (m *Memory) memorySection(n notes) string {
+	dir := path.Join(m.home(), "memory")
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n# Your memory\nYour long-term notes are files in %s, which you keep yourself with the file tools. "+
+		"MEMORY.md is given to you in every prompt: what you should always know about the person, each fact with its day, "+
+		"and one line for every other note. Put longer matters in other notes. Change or delete a note that is no longer true.\n", dir)
+	if len(n.recent) > 0 {
+		fmt.Fprintf(&b, "Notes changed most recently: %s.\n", strings.Join(n.recent, ", "))
+	}
+	if !n.hasMemory {
 		return b.String()
 	}
-	text := string(data)
+	text := n.memory
 	if utf8.RuneCountInString(text) > memoryFileMax {
 		text = string([]rune(text)[:memoryFileMax]) + "\n[MEMORY.md is cut here: it is longer than 25000 characters. Shorten it, moving details to other notes.]"
 	}

@@ -108,6 +108,31 @@ func TestSystemPrompt(t *testing.T) {
 	}
 }
 
+// TestReadPromptReadsTheFilesWhenCalled: ReadPrompt reads the notes, MEMORY.md
+// and the skills when it is called, and what it returns builds the prompt
+// SystemPrompt makes from those files; a file changed after the read does
+// not change that prompt.
+func TestReadPromptReadsTheFilesWhenCalled(t *testing.T) {
+	files := &fakeFiles{files: map[string]string{
+		"/home/dot/memory/MEMORY.md":      "- 2026-11-30: the person likes window seats\n",
+		"/home/dot/skills/fares/SKILL.md": "---\nname: fares\ndescription: Watch fares\n---\n1. look\n",
+	}, mtime: map[string]string{}}
+	m := &Memory{Files: files, Home: "/home/dot"}
+	cfg := protocol.RuntimeConfig{Name: "fare-watch"}
+	tools := []work.Tool{{Name: "exec"}}
+	now := time.Date(2026, 11, 30, 9, 30, 0, 0, time.UTC)
+	want := m.SystemPrompt(context.Background(), cfg, tools, now)
+	build := m.ReadPrompt(context.Background())
+	files.files["/home/dot/memory/MEMORY.md"] = "- 2026-12-01: the person moved to aisle seats\n"
+	delete(files.files, "/home/dot/skills/fares/SKILL.md")
+	if got := build(cfg, tools, now); got != want {
+		t.Errorf("prompt built from the files read =\n%s\nwant (SystemPrompt before the change)\n%s", got, want)
+	}
+	if got := m.SystemPrompt(context.Background(), cfg, tools, now); !strings.Contains(got, "aisle seats") || strings.Contains(got, "fares") {
+		t.Errorf("SystemPrompt after the change = %s, want the new MEMORY.md and no skill", got)
+	}
+}
+
 func TestTranscribeMasksSecretsAndWritesCallsAsLines(t *testing.T) {
 	files := &fakeFiles{files: map[string]string{}}
 	m := &Memory{Files: files, Home: "/home/dot", Secrets: func() []string { return []string{"sk-or-secret-1"} },

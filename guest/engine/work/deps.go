@@ -102,6 +102,18 @@ type Toolbox interface {
 	Run(ctx context.Context, name string, args json.RawMessage) ToolResult
 }
 
+// PromptBuilder builds a system prompt from what was read of the Dot's files
+// beforehand (PromptReader).
+type PromptBuilder func(cfg protocol.RuntimeConfig, tools []Tool, now time.Time) string
+
+// PromptReader is a Memory that reads what its system prompt shows of the
+// Dot's files apart from building it: the chat's turn that a message opens
+// as it is accepted reads them while that message commits, and builds its
+// first request's prompt from them.
+type PromptReader interface {
+	ReadPrompt(ctx context.Context) PromptBuilder
+}
+
 // Memory is what the engine asks of the Dot's memory and context (ref 8.6).
 type Memory interface {
 	// SystemPrompt is the Dot's section of the system prompt for a turn.

@@ -497,15 +497,16 @@ func (e *Engine) Accept(ctx context.Context, ev protocol.InboundEvent) error {
 }
 
 // openOnAccept opens the chat's turn in the transaction that accepts a
-// message for it, when the chat is free and would start that turn next
-// (nextChat: no decided approval of the chat to tell first): the message
-// goes into the transcript and THINKING is emitted with it, so the turn's
-// opening costs no commit of its own. The turn holds the chat from here;
-// Accept starts it once the transaction committed, or lets go of it
+// message for it, when the chat is free (or its turn only writes its
+// conversation file, after which the new one runs) and would start that
+// turn next (nextChat: no decided approval of the chat to tell first): the
+// message goes into the transcript and THINKING is emitted with it, so the
+// turn's opening costs no commit of its own. The turn holds the chat from
+// here; Accept starts it once the transaction committed, or lets go of it
 // (dropOpened) if it did not. nil when the chat's turn is left to schedule.
 func (e *Engine) openOnAccept(ctx context.Context, tx *store.Tx) (*turn, error) {
 	e.mu.Lock()
-	free := e.readyLocked() && e.chat == nil
+	free := e.readyLocked() && (e.chat == nil || e.chat.writing)
 	e.mu.Unlock()
 	if !free {
 		return nil, nil
@@ -519,19 +520,23 @@ func (e *Engine) openOnAccept(ctx context.Context, tx *store.Tx) (*turn, error) 
 	}
 	t := newTurn(context.Background(), &plan{session: chatSession, kind: "input"})
 	e.mu.Lock()
-	if !e.readyLocked() || e.chat != nil {
+	if !e.readyLocked() || e.chat != nil && !e.chat.writing {
 		e.mu.Unlock()
 		t.reqEnd()
 		t.cancel(nil)
 		return nil, nil
 	}
+	// A turn still writing its conversation file keeps the chat until it
+	// is done: this one runs after it (launch).
+	t.after = e.chat
 	e.chat, t.opened, t.stateBeforeEnd = t, true, e.state
 	t.limitsKey, t.limitsModel = e.key, e.cfg.Model.ID
 	e.mu.Unlock()
-	// The turn reads the model's limits first: the read starts now and runs
-	// while this transaction commits. (A turn that does not start ends it,
-	// dropOpened.)
+	// The turn reads the model's limits first, and what its prompt shows of
+	// the Dot's files: the reads start now and run while this transaction
+	// commits. (A turn that does not start ends them, dropOpened.)
 	t.limits = e.readModelLimits(t, t.limitsKey, t.limitsModel)
+	t.prompt = e.readPrompt(t)
 	proceed, err := e.openTurn(ctx, tx, t)
 	if err == nil && proceed {
 		err = e.transition(ctx, tx)
@@ -550,6 +555,11 @@ func (e *Engine) dropOpened(t *turn) {
 	e.mu.Lock()
 	if e.chat == t {
 		e.chat = nil
+		if t.after != nil && !t.after.gone {
+			// The turn it was opened over holds the chat again until it
+			// is done.
+			e.chat = t.after
+		}
 	}
 	if e.state == protocol.StateThinking {
 		e.state = t.stateBeforeEnd

@@ -71,8 +71,12 @@ func toolDefs(tools []Tool) []openrouter.ToolDef {
 	return out
 }
 
-func (e *Engine) systemPrompt(ctx context.Context, l limits) string {
+func (e *Engine) systemPrompt(ctx context.Context, t *turn, l limits) string {
 	if e.mem != nil {
+		if read := t.prompt; read != nil {
+			t.prompt = nil
+			return read()(l.cfg, l.offered, e.now())
+		}
 		return e.mem.SystemPrompt(ctx, l.cfg, l.offered, e.now())
 	}
 	var b strings.Builder
@@ -205,7 +209,7 @@ func renderMessages(system string, th thread) []openrouter.Message {
 // cleared, then a summary, then the latest round's results cut for this
 // request only.
 func (e *Engine) buildRequest(ctx context.Context, t *turn, l limits) (openrouter.Request, error) {
-	system := e.systemPrompt(ctx, l)
+	system := e.systemPrompt(ctx, t, l)
 	defs := toolDefs(l.offered)
 	th, err := e.loadThread(ctx, t.session)
 	if err != nil {

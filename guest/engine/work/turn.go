@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,10 @@ type turn struct {
 	// opens the turn, so that it runs while the opening commits.
 	limits                 func() (openrouter.Limits, error)
 	limitsKey, limitsModel string
+	// prompt, when set, waits for what the system prompt shows of the
+	// Dot's files, read as the turn opened (readPrompt); the turn's first
+	// request builds its prompt from it, and every later one reads again.
+	prompt func() PromptBuilder
 
 	// ended is set, under the engine's mu, by the transaction that ends the
 	// turn (endTurn): from then on the turn is not counted as running,
@@ -65,6 +70,15 @@ type turn struct {
 	// before and after that transaction, for reopen.
 	ended                    bool
 	stateBeforeEnd, endState protocol.AgentState
+	// writing is set, under the engine's mu, once the turn's end and its
+	// state committed: all it does from then on is write its conversation
+	// file, so the chat's next turn may be opened over it (openOnAccept);
+	// gone once it let go of its session. after is the chat's turn that was
+	// writing when this one was opened over it: this one runs once that one
+	// is done, so a session's turns still run (and write their files) one
+	// at a time.
+	writing, gone bool
+	after         *turn
 }
 
 // offeredTools are the tools the model is offered under cfg: every tool
@@ -168,13 +182,34 @@ func (e *Engine) launch(t *turn) {
 		defer e.wg.Done()
 		defer close(t.done)
 		defer t.reqEnd()
-		e.runTurn(t)
+		if t.after != nil {
+			<-t.after.done
+			t.after = nil // not a chain of every turn the chat had
+		}
+		out := e.runTurn(t)
 		// The turn's end state is committed before the turn lets go of its
 		// session, so no turn started after this one is counted as running
 		// when it is computed (usually the transaction that ended the turn
 		// committed it already).
-		if err := e.finishTurn(context.Background(), t); err != nil {
+		err := e.finishTurn(context.Background(), t)
+		if err != nil {
 			e.log.Error("record agent state", "err", err)
+		}
+		if out != outcomeNothing && out != outcomeAbandoned {
+			// The chat's next message may open its turn while this file
+			// is written (openOnAccept): a message that finds the chat
+			// taken waits for the schedule, and its turn's opening is a
+			// commit of its own, a third a turn, which every message that
+			// came before the file was written paid.
+			e.mu.Lock()
+			t.writing = err == nil
+			e.mu.Unlock()
+			// The commit that ended the turn woke the event streams, whose
+			// goroutines run on this one's processor once it yields: they
+			// send the turn's events (the answer the person waits for)
+			// before the file is written, not after it (about 0.1 ms).
+			runtime.Gosched()
+			e.transcribe(context.WithoutCancel(t.ctx), t)
 		}
 		e.mu.Lock()
 		if e.task == t {
@@ -183,6 +218,7 @@ func (e *Engine) launch(t *turn) {
 		if e.chat == t {
 			e.chat = nil
 		}
+		t.gone = true
 		e.mu.Unlock()
 		if e.released != nil {
 			e.released()
@@ -199,7 +235,9 @@ type limits struct {
 	offered []Tool
 }
 
-func (e *Engine) runTurn(t *turn) {
+// runTurn runs t to its end and commits it; the outcome says whether it did
+// anything (its conversation file is then written).
+func (e *Engine) runTurn(t *turn) outcome {
 	ctx := t.ctx
 	var err error
 	out, reason := e.turnBody(t)
@@ -251,9 +289,7 @@ func (e *Engine) runTurn(t *turn) {
 		e.reopen(t)
 		e.log.Error("end turn", "session", t.session, "err", err)
 	}
-	if out != outcomeNothing && out != outcomeAbandoned {
-		e.transcribe(bg, t)
-	}
+	return out
 }
 
 // hasEnded says whether a transaction that ended t committed.
@@ -575,6 +611,21 @@ func (e *Engine) readModelLimits(t *turn, key, model string) func() (openrouter.
 		r := <-ch
 		return r.limits, r.err
 	}
+}
+
+// readPrompt starts reading what the system prompt shows of the Dot's files
+// (PromptReader) and returns the function that waits for it; nil when the
+// Memory reads them only as it builds the prompt. Like readModelLimits it
+// runs while the turn's opening commits, and a turn that ends first leaves
+// it to end with the turn's requests (t.req).
+func (e *Engine) readPrompt(t *turn) func() PromptBuilder {
+	r, ok := e.mem.(PromptReader)
+	if !ok {
+		return nil
+	}
+	ch := make(chan PromptBuilder, 1)
+	go func() { ch <- r.ReadPrompt(t.req) }()
+	return func() PromptBuilder { return <-ch }
 }
 
 // emptyAnswerNote asks again after an answer with neither text nor a call.
