@@ -112,27 +112,8 @@ func TestNextTurnStartsAfterTheLastOnesEnd(t *testing.T) {
 		Data: json.RawMessage(`{"text":"hello"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	var seq []string
-	e.waitFor(t, "two answers and IDLE", func() bool {
-		evs, err := st.EventsAfter(ctx, 0, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq = seq[:0]
-		for _, ev := range evs {
-			switch ev.Type {
-			case protocol.EventAgentState:
-				var s protocol.AgentStateChanged
-				json.Unmarshal(ev.Data, &s)
-				seq = append(seq, string(s.State))
-			case protocol.EventMessageAssistant:
-				seq = append(seq, "answer")
-			}
-		}
-		return strings.Count(strings.Join(seq, " "), "answer") == 2 && seq[len(seq)-1] == "IDLE"
-	})
 	want := "IDLE THINKING answer DONE IDLE THINKING answer DONE IDLE"
-	if got := strings.Join(seq, " "); got != want {
+	if got := twoAnswers(ctx, t, e, st); got != want {
 		t.Errorf("states and answers = %s, want %s", got, want)
 	}
 }
@@ -214,27 +195,8 @@ func TestMessageWhileTheFileIsWrittenOpensItsTurn(t *testing.T) {
 	close(files.hold)
 	<-files.writing
 
-	var seq []string
-	e.waitFor(t, "two answers and IDLE", func() bool {
-		evs, err := st.EventsAfter(ctx, 0, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq = seq[:0]
-		for _, ev := range evs {
-			switch ev.Type {
-			case protocol.EventAgentState:
-				var s protocol.AgentStateChanged
-				json.Unmarshal(ev.Data, &s)
-				seq = append(seq, string(s.State))
-			case protocol.EventMessageAssistant:
-				seq = append(seq, "answer")
-			}
-		}
-		return strings.Count(strings.Join(seq, " "), "answer") == 2 && seq[len(seq)-1] == "IDLE"
-	})
 	want := "IDLE THINKING answer DONE IDLE THINKING answer DONE IDLE"
-	if got := strings.Join(seq, " "); got != want {
+	if got := twoAnswers(ctx, t, e, st); got != want {
 		t.Errorf("states and answers = %s, want %s", got, want)
 	}
 	mu.Lock()
@@ -329,4 +291,30 @@ func TestTheTurnAMessageOpensReadsItsPromptAhead(t *testing.T) {
 			t.Errorf("a request's system prompt = %q, want the one read ahead", s)
 		}
 	}
+}
+
+// twoAnswers waits until the outbox holds two answers and ends IDLE, and
+// returns its agent states and answers in order ("answer" for each).
+func twoAnswers(ctx context.Context, t *testing.T, e *Engine, st *store.Store) string {
+	t.Helper()
+	var seq []string
+	e.waitFor(t, "two answers and IDLE", func() bool {
+		evs, err := st.EventsAfter(ctx, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq = seq[:0]
+		for _, ev := range evs {
+			switch ev.Type {
+			case protocol.EventAgentState:
+				var s protocol.AgentStateChanged
+				json.Unmarshal(ev.Data, &s)
+				seq = append(seq, string(s.State))
+			case protocol.EventMessageAssistant:
+				seq = append(seq, "answer")
+			}
+		}
+		return strings.Count(strings.Join(seq, " "), "answer") == 2 && seq[len(seq)-1] == "IDLE"
+	})
+	return strings.Join(seq, " ")
 }
