@@ -95,25 +95,33 @@ func (i *Instance) watch(ctx context.Context) {
 			if !i.restartManaged(ctx) {
 				return
 			}
-			if !i.retakeLock(ctx) {
+			switch i.retakeLock(ctx, i.current().exited) {
+			case lockEnded:
 				return
+			case lockServerExited:
+				continue // died again: the exit's own branch brings it back
 			}
 			i.log.Info("PostgreSQL is back", "after", time.Since(down).Round(time.Millisecond).String())
 		case <-tick.C:
 			if i.lockHeld(ctx) {
 				continue
 			}
-			if m := i.current(); m != nil {
-				select {
-				case <-m.exited:
-					continue // the exit's own branch brings it back
-				default:
-				}
+			select {
+			case <-exited:
+				continue // the exit's own branch brings it back
+			default:
 			}
+			// The lock's session also ends when the managed server dies,
+			// often before its exit is seen (the exit waits a moment for
+			// its processes' output). Retaking must then give way to the
+			// restart, or nothing would start the server again.
 			down := time.Now()
 			i.log.Info("the control-plane lock's database session was lost; taking the lock again", "database", i.target)
-			if !i.retakeLock(ctx) {
+			switch i.retakeLock(ctx, exited) {
+			case lockEnded:
 				return
+			case lockServerExited:
+				continue // the exit's own branch brings it back
 			}
 			i.log.Info("the control-plane lock is held again", "after", time.Since(down).Round(time.Millisecond).String())
 		}
@@ -163,10 +171,21 @@ func (i *Instance) restartManaged(ctx context.Context) bool {
 	}
 }
 
+// How a retake of the control-plane lock ended.
+type lockRetake int
+
+const (
+	lockTaken        lockRetake = iota // held again
+	lockServerExited                   // the managed server exited meanwhile
+	lockEnded                          // the watch ends: stopped, or the lock is another's
+)
+
 // retakeLock takes the control-plane lock on a new session until it holds
-// it or ctx ends. Another control plane holding it is final: Failed says
-// so and the watcher ends.
-func (i *Instance) retakeLock(ctx context.Context) bool {
+// it, ctx ends, or exited (the managed server's exit; nil for an external
+// database) closes: a dead server cannot give the lock, and the watcher
+// has to start it again first. Another control plane holding it is
+// final: Failed says so and the watcher ends.
+func (i *Instance) retakeLock(ctx context.Context, exited <-chan struct{}) lockRetake {
 	holder := i.lock.holder
 	if i.lock.conn != nil {
 		conn := i.lock.conn
@@ -185,21 +204,23 @@ func (i *Instance) retakeLock(ctx context.Context) bool {
 				i.mu.Lock()
 				i.lockRetaken++
 				i.mu.Unlock()
-				return true
+				return lockTaken
 			}
 			_ = l.Release(context.WithoutCancel(ctx))
 		}
 		if errors.Is(err, ErrLocked) {
 			i.failed <- fmt.Errorf("%w: %v", ErrLockTaken, err)
-			return false
+			return lockEnded
 		}
 		if ctx.Err() != nil {
-			return false
+			return lockEnded
 		}
 		i.log.Info("the control-plane lock could not be taken again yet; trying once more", "attempt", attempt, "in", wait.String(), "error", err.Error())
 		select {
 		case <-ctx.Done():
-			return false
+			return lockEnded
+		case <-exited:
+			return lockServerExited
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, restartBackoffMax)

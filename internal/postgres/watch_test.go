@@ -227,3 +227,24 @@ func TestLockSessionLost(t *testing.T) {
 		}
 	})
 }
+
+// A lock retake that starts while the managed server is dying (its session
+// ended before its exit was seen) gives way once the exit is seen: only the
+// restart can bring the lock back, and a retake that went on trying would
+// keep the watcher from ever starting the server again.
+func TestLockRetakeGivesWayToTheRestart(t *testing.T) {
+	// A socket directory with nothing listening: every try is refused, as
+	// while the server is down.
+	dsn := "postgres://postgres@/invisible_dots?host=" + t.TempDir() + "&connect_timeout=2"
+	i := &Instance{dsn: dsn, lock: &InstanceLock{holder: Holder{PID: 1, Host: "here"}}, log: (&lines{}).logger(), failed: make(chan error, 1)}
+	exited := make(chan struct{})
+	time.AfterFunc(300*time.Millisecond, func() { close(exited) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if got := i.retakeLock(ctx, exited); got != lockServerExited {
+		t.Fatalf("retakeLock returned %d; want lockServerExited (%d)", got, lockServerExited)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("retakeLock kept trying until its context ended instead of giving way to the restart")
+	}
+}

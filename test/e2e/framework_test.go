@@ -223,6 +223,24 @@ func (s *server) exited(d time.Duration) bool {
 	}
 }
 
+// logLinesSince returns the first max lines of the log stamped at or after
+// since that contain word (case-insensitive): what one part of the server
+// said after an event, which the log's tail has long scrolled past.
+func (s *server) logLinesSince(since time.Time, word string, max int) string {
+	var out []string
+	for _, line := range strings.Split(readFile(s.logPath), "\n") {
+		stamp, _, _ := strings.Cut(line, " ")
+		at, err := time.Parse(time.RFC3339Nano, stamp)
+		if err != nil || at.Before(since) || !strings.Contains(strings.ToLower(line), word) {
+			continue
+		}
+		if out = append(out, line); len(out) == max {
+			break
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 func (s *server) logTail(lines int) string {
 	data, _ := os.ReadFile(s.logPath)
 	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")

@@ -454,7 +454,8 @@ func TestDotWork(t *testing.T) {
 		// counts is an answer after the server says its PostgreSQL is back.
 		for !strings.Contains(readFile(sw.k.s.logPath), "PostgreSQL is back") {
 			if time.Since(killed) > 2*time.Minute || sw.k.s.exited(0) {
-				sw.fail("the server did not start its PostgreSQL again within 2 minutes of the kill:\n%s", sw.k.s.logTail(40))
+				sw.fail("the server did not start its PostgreSQL again within 2 minutes of the kill; what its log says of PostgreSQL since:\n%s\nits last lines:\n%s",
+					sw.k.s.logLinesSince(killed, "postgres", 60), sw.k.s.logTail(15))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
