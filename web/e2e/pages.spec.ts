@@ -32,6 +32,32 @@ test('Chat posts a message and shows it logged', async ({ page }) => {
   await expect(box).toHaveValue('');
 });
 
+test("a sent message shows once when the stream brings the logged one before the POST's answer", async ({ page }) => {
+  await applyDot('twin-dot');
+  // The POST reaches the server, which logs the message; its answer is held
+  // until the stream has brought the logged message to the page.
+  let release = () => {};
+  const released = new Promise<void>((r) => (release = r));
+  await page.route('**/dots/v1/namespaces/default/dots/twin-dot/messages', async (route) => {
+    if (route.request().method() !== 'POST') return route.continue();
+    const response = await route.fetch();
+    await released;
+    await route.fulfill({ response });
+  });
+  await page.goto(harness().url + '/dots/default/twin-dot/chat');
+  const box = page.getByLabel('Message to twin-dot');
+  await box.fill('say this once');
+  await box.press('Enter');
+  await expect(page.locator('[data-testid=message-user][data-event-id]', { hasText: 'say this once' })).toBeVisible();
+  await expect(page.getByText('say this once')).toHaveCount(1);
+  await expect(page.getByTestId('message-pending')).toHaveCount(0);
+  const answered = page.waitForResponse((r) => r.url().endsWith('/twin-dot/messages') && r.request().method() === 'POST');
+  release();
+  await answered;
+  // The answer names the message already shown: still one.
+  await expect(page.getByText('say this once')).toHaveCount(1);
+});
+
 test('the page works at 375 px', async ({ page }) => {
   await applyDot('narrow-dot');
   await page.setViewportSize({ width: 375, height: 740 });

@@ -12,7 +12,7 @@ import { CHANNEL_NAMES } from '../lib/generated';
 type Row =
   | { kind: 'message'; id: number; role: 'user' | 'assistant'; text: string; at: string; via?: string }
   | { kind: 'tool'; id: number; tool: string; target?: string; ok: boolean; decision?: string; ms: number }
-  | { kind: 'pending'; id: number; text: string; failed?: string }
+  | { kind: 'pending'; id: number; text: string; failed?: string; after: number }
   | { kind: 'approval'; id: number; requestId: string; tool: string; permission: string };
 
 /** How a person answered an approval, from the log's approval.resolved. */
@@ -124,9 +124,19 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
   }, [ns, name]);
 
   // A sent message stays as it was typed until the logged one replaces it.
+  // The stream often brings the logged one before the POST answers with its
+  // id: a person's message logged after the send, with the same text, takes
+  // the place of the typed one then, so the message never shows twice.
   const thread = useMemo(() => {
     const logged = [...rows.values()].sort((a, b) => a.id - b.id);
-    return [...logged, ...pending.filter((p) => !rows.has(p.id))];
+    const taken = new Set<number>();
+    const typed = pending.filter((p) => {
+      if (p.kind !== 'pending' || p.failed) return true;
+      const twin = logged.find((r) => r.kind === 'message' && r.role === 'user' && r.id > p.after && r.text === p.text && !taken.has(r.id));
+      if (twin) taken.add(twin.id);
+      return !twin;
+    });
+    return [...logged, ...typed];
   }, [rows, pending]);
   // An approval the log placed between messages is answered there; the
   // rest (one made by hand, or asked before the loaded page) below the thread.
@@ -152,7 +162,7 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
     const text = draft.trim();
     if (!text || sending) return;
     setSending(true);
-    const temp: Row = { kind: 'pending', id: Number.MAX_SAFE_INTEGER - pending.length, text };
+    const temp: Row = { kind: 'pending', id: Number.MAX_SAFE_INTEGER - pending.length, text, after: Math.max(0, ...rows.keys()) };
     setPending((p) => [...p, temp]);
     setDraft('');
     try {
