@@ -223,10 +223,11 @@ func (s *server) exited(d time.Duration) bool {
 	}
 }
 
-// logLinesSince returns the first max lines of the log stamped at or after
+// logLinesSince returns the first limit lines of the log stamped at or after
 // since that contain word (case-insensitive): what one part of the server
 // said after an event, which the log's tail has long scrolled past.
-func (s *server) logLinesSince(since time.Time, word string, max int) string {
+func (s *server) logLinesSince(since time.Time, word string, limit int) string {
+	word = strings.ToLower(word)
 	var out []string
 	for _, line := range strings.Split(readFile(s.logPath), "\n") {
 		stamp, _, _ := strings.Cut(line, " ")
@@ -234,7 +235,7 @@ func (s *server) logLinesSince(since time.Time, word string, max int) string {
 		if err != nil || at.Before(since) || !strings.Contains(strings.ToLower(line), word) {
 			continue
 		}
-		if out = append(out, line); len(out) == max {
+		if out = append(out, line); len(out) == limit {
 			break
 		}
 	}
