@@ -15,6 +15,13 @@
 // means work is under way, and the limit is lifted, so GOGC alone paces the
 // collector while the server is busy.
 //
+// A burst ends without a collection to say so: an idle server's next one is
+// the runtime's forced collection, up to two minutes later, and until then
+// the heap the burst grew stays. So a busy spell's collections each put off a
+// release; when none has come for idleGap, the burst is over, and one
+// collection and scavenge (debug.FreeOSMemory) sets the idle limit and gives
+// the rest back at once.
+//
 // GOMEMLIMIT set in the environment is the operator's choice: it is kept and
 // nothing is tuned.
 package memlimit
@@ -25,6 +32,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -53,6 +61,12 @@ type Tuner struct {
 	now   func() time.Time
 	read  func() (live, outsideHeap uint64)
 	set   func(int64) int64
+	// release is debug.FreeOSMemory; after runs f d from now.
+	release func()
+	after   func(d time.Duration, f func()) *time.Timer
+
+	mu    sync.Mutex
+	quiet *time.Timer // the release a busy spell put off; nil when none waits
 }
 
 // Start tunes the limit after every collection from now on, unless
@@ -61,7 +75,7 @@ func Start() *Tuner {
 	if os.Getenv(EnvVar) != "" {
 		return nil
 	}
-	t := &Tuner{now: time.Now, read: readRuntime, set: debug.SetMemoryLimit}
+	t := &Tuner{now: time.Now, read: readRuntime, set: debug.SetMemoryLimit, release: debug.FreeOSMemory, after: time.AfterFunc}
 	t.lastGC.Store(t.now().UnixNano())
 	t.limit.Store(math.MaxInt64)
 	t.arm()
@@ -73,6 +87,11 @@ func (t *Tuner) Stop() {
 	if t == nil || t.stopped.Swap(true) {
 		return
 	}
+	t.mu.Lock()
+	if t.quiet != nil {
+		t.quiet.Stop()
+	}
+	t.mu.Unlock()
 	t.set(math.MaxInt64)
 }
 
@@ -100,11 +119,34 @@ func (t *Tuner) afterGC() {
 	if gap >= idleGap {
 		live, outside := t.read()
 		limit = max(int64(float64(live)*(1+headroom))+int64(outside), floor)
+	} else {
+		t.releaseWhenQuiet()
 	}
 	if limit != t.limit.Load() {
 		t.set(limit)
 		t.limit.Store(limit)
 	}
+}
+
+// releaseWhenQuiet puts the release off to idleGap after this collection.
+func (t *Tuner) releaseWhenQuiet() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.quiet != nil && t.quiet.Stop() {
+		t.quiet.Reset(idleGap)
+		return
+	}
+	t.quiet = t.after(idleGap, t.releaseIfQuiet)
+}
+
+// releaseIfQuiet gives the heap a burst left back, unless a collection came
+// since (its own release then waits) or the tuner stopped. Its collection
+// finds the server idle, so the limit follows the live heap from then on.
+func (t *Tuner) releaseIfQuiet() {
+	if t.stopped.Load() || time.Duration(t.now().UnixNano()-t.lastGC.Load()) < idleGap {
+		return
+	}
+	t.release()
 }
 
 // readRuntime reads the live heap and the runtime's memory that is not the

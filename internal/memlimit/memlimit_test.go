@@ -16,6 +16,10 @@ func fakeTuner(live, outside uint64) (*Tuner, *time.Time, *[]int64) {
 		now:  func() time.Time { return clock },
 		read: func() (uint64, uint64) { return live, outside },
 		set:  func(l int64) int64 { set = append(set, l); return 0 },
+		// A release is never due on its own in these tests (see
+		// TestABurstsHeapGoesBackOnceItIsOver, which calls it).
+		release: func() {},
+		after:   func(time.Duration, func()) *time.Timer { return time.NewTimer(time.Hour) },
 	}
 	t.lastGC.Store(clock.UnixNano())
 	t.limit.Store(math.MaxInt64)
@@ -109,5 +113,52 @@ func TestReleaseStartAfterFreesOnceAfterTheDelay(t *testing.T) {
 	cancel := ReleaseStartAfter(time.Hour)
 	if !cancel() {
 		t.Error("a release not yet run could not be cancelled")
+	}
+}
+
+// After a busy spell, the heap it grew goes back once no collection has come
+// for idleGap: an idle server's next collection may be two minutes away.
+func TestABurstsHeapGoesBackOnceItIsOver(t *testing.T) {
+	tu, clock, _ := fakeTuner(100<<20, 20<<20)
+	released := 0
+	tu.release = func() { released++ }
+	var due func()
+	var delay time.Duration
+	tu.after = func(d time.Duration, f func()) *time.Timer {
+		delay, due = d, f
+		return time.NewTimer(time.Hour) // fired by hand below
+	}
+
+	// Idle collections put nothing off.
+	*clock = clock.Add(2 * time.Minute)
+	tu.afterGC()
+	if due != nil {
+		t.Fatal("an idle collection scheduled a release")
+	}
+	// A busy one does, idleGap ahead.
+	*clock = clock.Add(time.Second)
+	tu.afterGC()
+	if due == nil || delay != idleGap {
+		t.Fatalf("a busy collection scheduled %v after %s; want a release after %s", due != nil, delay, idleGap)
+	}
+	// Another collection came before it was due: nothing yet.
+	*clock = clock.Add(time.Second)
+	tu.lastGC.Store(clock.UnixNano())
+	*clock = clock.Add(idleGap / 2)
+	due()
+	if released != 0 {
+		t.Fatalf("released %d times while collections still came", released)
+	}
+	// None came for idleGap: the heap goes back, once.
+	*clock = clock.Add(idleGap)
+	due()
+	if released != 1 {
+		t.Fatalf("released %d times after a quiet idleGap; want 1", released)
+	}
+	// A stopped tuner releases nothing.
+	tu.Stop()
+	due()
+	if released != 1 {
+		t.Errorf("a stopped tuner released")
 	}
 }
