@@ -61,7 +61,7 @@ type Tuner struct {
 	now   func() time.Time
 	read  func() (live, outsideHeap uint64)
 	set   func(int64) int64
-	// release is debug.FreeOSMemory; after runs f d from now.
+	// release is releaseBurst; after runs f d from now.
 	release func()
 	after   func(d time.Duration, f func()) *time.Timer
 
@@ -75,7 +75,7 @@ func Start() *Tuner {
 	if os.Getenv(EnvVar) != "" {
 		return nil
 	}
-	t := &Tuner{now: time.Now, read: readRuntime, set: debug.SetMemoryLimit, release: debug.FreeOSMemory, after: time.AfterFunc}
+	t := &Tuner{now: time.Now, read: readRuntime, set: debug.SetMemoryLimit, release: releaseBurst, after: time.AfterFunc}
 	t.lastGC.Store(t.now().UnixNano())
 	t.limit.Store(math.MaxInt64)
 	t.arm()
@@ -172,6 +172,13 @@ func readRuntime() (live, outsideHeap uint64) {
 		outsideHeap = total - heap
 	}
 	return v(0), outsideHeap
+}
+
+// releaseBurst gives back what a burst of work left: the free heap, and the
+// program's pages its code paths brought in (read back when used again).
+func releaseBurst() {
+	freeOSMemory()
+	_, _ = pageOut()
 }
 
 // freeOSMemory and pageOut are debug.FreeOSMemory and pageOutProgram,
