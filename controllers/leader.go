@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 )
@@ -24,16 +28,16 @@ import (
 const embeddedPrefix = "embedded/"
 
 // leaderLock is the central controllers' leader Lease, held as identity.
-func leaderLock(cfg *rest.Config, identity string) (resourcelock.Interface, error) {
+func leaderLock(cfg *rest.Config, identity string) (*renewals, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &resourcelock.LeaseLock{
+	return &renewals{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: dotsv1.SystemNamespace, Name: LeaderElectionID},
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-	}, nil
+	}}, nil
 }
 
 // leaderIdentity names this process: its host name and a unique id, after
@@ -73,4 +77,65 @@ func releaseStaleEmbedded(ctx context.Context, cfg *rest.Config, identity string
 		return fmt.Errorf("release the leader Lease of a server that is gone: %w", err)
 	}
 	return nil
+}
+
+// renewals is the leader lock that remembers why it last failed, so a
+// manager that stops because its Lease ran out can say why (the elector's
+// own error says only "leader election lost").
+type renewals struct {
+	resourcelock.Interface
+	mu      sync.Mutex
+	lastErr error // the last failed read or write of the Lease; nil after one that worked
+}
+
+func (r *renewals) record(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastErr = err
+	return err
+}
+
+func (r *renewals) failure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastErr
+}
+
+func (r *renewals) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	rec, raw, err := r.Interface.Get(ctx)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return rec, raw, r.record(err)
+	}
+	r.record(nil)
+	return rec, raw, err
+}
+
+func (r *renewals) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return r.record(r.Interface.Create(ctx, ler))
+}
+
+func (r *renewals) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return r.record(r.Interface.Update(ctx, ler))
+}
+
+// leading is a manager whose Start says why the lead was lost: while the
+// process runs, the only cause is a Lease it could not renew within the
+// renew deadline, and the last error of its lock names what failed.
+type leading struct {
+	ctrl.Manager
+	lock    *renewals
+	renewal time.Duration
+}
+
+func (m leading) Start(ctx context.Context) error {
+	err := m.Manager.Start(ctx)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	why := m.lock.failure()
+	if why == nil {
+		return err
+	}
+	return fmt.Errorf("the central controllers could not renew their leader Lease %s/%s for %s, so they stop rather than risk acting beside another server (the last attempt: %v); start the server again once its API server answers: %w",
+		dotsv1.SystemNamespace, LeaderElectionID, m.renewal, why, err)
 }

@@ -133,6 +133,7 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 			},
 		},
 	}
+	renewal := 10 * time.Second // controller-runtime's default RenewDeadline
 	if o.Embedded {
 		// One server per database (it holds the database's advisory lock),
 		// so no other process can take the Lease: a PostgreSQL that dies
@@ -142,6 +143,7 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		// (releaseStaleEmbedded), so the longer Lease delays nothing.
 		opts.LeaseDuration = ptr.To(embeddedLeaseDuration)
 		opts.RenewDeadline = ptr.To(embeddedRenewDeadline)
+		renewal = embeddedRenewDeadline
 	}
 	mgr, err := ctrl.NewManager(o.Config, opts)
 	if err != nil {
@@ -281,5 +283,5 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	return mgr, nil
+	return leading{Manager: mgr, lock: lock, renewal: renewal}, nil
 }
