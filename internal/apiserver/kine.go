@@ -69,26 +69,73 @@ var kineSettings = struct {
 // kine is the etcd v3 API over PostgreSQL, served as gRPC on a unix socket
 // that only the API server in this process talks to.
 type kine struct {
-	socket string
-	cancel context.CancelFunc
-	grpc   *grpc.Server
-	wg     sync.WaitGroup
+	socket  string
+	cancel  context.CancelFunc
+	grpc    *grpc.Server
+	wg      sync.WaitGroup
+	pending *pendingBackend
 }
 
-// startKine wires kine's Postgres driver alone (endpoint.Listen would link
-// every driver kine has) and serves it on socket. dsn must already be known
-// to reach the database: kine retries an unreachable one for minutes.
-func startKine(ctx context.Context, dsn, socket string) (*kine, error) {
+// startKine serves kine's etcd API on socket at once and opens its store
+// (kine's Postgres driver alone: endpoint.Listen would link every driver kine
+// has) once dsn answers, which waits for the database. Meanwhile every call
+// waits for the store, so the API server is built while the database
+// starts: about a second each on a warm start, one after the other before.
+// dsn must give a database that is reachable: kine retries an unreachable
+// one for minutes.
+func startKine(ctx context.Context, dsn func(context.Context) (string, error), socket string) (*kine, error) {
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	k := &kine{socket: socket, cancel: cancel}
+	k := &kine{socket: socket, cancel: cancel, pending: newPendingBackend()}
 	ok := false
 	defer func() {
 		if !ok {
 			cancel()
 		}
 	}()
-	_, backend, err := pgsql.New(bctx, &k.wg, &drivers.Config{
-		DataSourceName: dsn,
+	k.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(3*1024*1024),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		// The API server's etcd client pings every 30 s, with or without a
+		// call under way; gRPC's default policy allows one every 5 minutes
+		// and answers more with GOAWAY "too_many_pings", which drops the
+		// connection and every request on it. etcd itself allows one every
+		// 5 s (--grpc-keepalive-min-time): so does this.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	server.New(k.pending, "unix", kineSettings.NotifyInterval, kineSettings.EmulatedVersion).Register(k.grpc)
+	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale resource store socket %s: %w", socket, err)
+	}
+	lis, err := (&net.ListenConfig{}).Listen(bctx, "unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listen on resource store socket %s: %w", socket, err)
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("make resource store socket private: %w", err)
+	}
+	k.wg.Add(2)
+	go func() {
+		defer k.wg.Done()
+		_ = k.grpc.Serve(lis)
+	}()
+	go func() {
+		defer k.wg.Done()
+		b, err := k.open(bctx, dsn)
+		k.pending.settle(b, err)
+	}()
+	ok = true
+	return k, nil
+}
+
+// open opens and starts the store once the database answers.
+func (k *kine) open(ctx context.Context, dsn func(context.Context) (string, error)) (server.Backend, error) {
+	d, err := dsn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the resource store's database: %w", err)
+	}
+	_, backend, err := pgsql.New(ctx, &k.wg, &drivers.Config{
+		DataSourceName: d,
 		ConnectionPoolConfig: generic.ConnectionPoolConfig{
 			MaxIdle:     kineSettings.MaxIdleConns,
 			MaxOpen:     kineSettings.MaxOpenConns,
@@ -105,40 +152,16 @@ func startKine(ctx context.Context, dsn, socket string) (*kine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the resource store in PostgreSQL: %w", err)
 	}
-	if err := backend.Start(bctx); err != nil {
+	if err := backend.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start the resource store: %w", err)
 	}
-	k.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(3*1024*1024),
-		grpc.MaxSendMsgSize(math.MaxInt32),
-		// The API server's etcd client pings every 30 s, with or without a
-		// call under way; gRPC's default policy allows one every 5 minutes
-		// and answers more with GOAWAY "too_many_pings", which drops the
-		// connection and every request on it. etcd itself allows one every
-		// 5 s (--grpc-keepalive-min-time): so does this.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
-	limited := newWriteLimitedBackend(backend, kineSettings.WriteSlots)
-	server.New(limited, "unix", kineSettings.NotifyInterval, kineSettings.EmulatedVersion).Register(k.grpc)
-	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale resource store socket %s: %w", socket, err)
-	}
-	lis, err := (&net.ListenConfig{}).Listen(bctx, "unix", socket)
-	if err != nil {
-		return nil, fmt.Errorf("listen on resource store socket %s: %w", socket, err)
-	}
-	if err := os.Chmod(socket, 0o600); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("make resource store socket private: %w", err)
-	}
-	k.wg.Add(1)
-	go func() {
-		defer k.wg.Done()
-		_ = k.grpc.Serve(lis)
-	}()
-	ok = true
-	return k, nil
+	return newWriteLimitedBackend(backend, kineSettings.WriteSlots), nil
 }
+
+// failed is closed when the store could not be opened; err says why.
+func (k *kine) failed() <-chan struct{} { return k.pending.failed }
+
+func (k *kine) err() error { return k.pending.err }
 
 // endpoint is the etcd server address the API server is given.
 func (k *kine) endpoint() string { return "unix://" + k.socket }
@@ -146,6 +169,18 @@ func (k *kine) endpoint() string { return "unix://" + k.socket }
 // stop ends the gRPC server, then the driver's background work (polling,
 // compaction), and waits for both.
 func (k *kine) stop() {
+	select {
+	case <-k.failed():
+		// A start that failed for want of the database: the API server's
+		// storage clients its start made are never closed, and would each
+		// log their retries if their connections ended, so they are left
+		// waiting on the calls that will never be answered
+		// (pendingBackend.wait) until the process, which fails, exits.
+		k.cancel()
+		_ = os.Remove(k.socket)
+		return
+	default:
+	}
 	done := make(chan struct{})
 	go func() {
 		k.grpc.GracefulStop()
@@ -222,4 +257,139 @@ func (w *writeLimitedBackend) Compact(ctx context.Context, revision int64) (int6
 	}
 	defer w.release()
 	return w.Backend.Compact(ctx, revision)
+}
+
+// pendingBackend is kine's store before it is open: each call waits until
+// it is (or fails with why it could not be), then goes to it.
+type pendingBackend struct {
+	ready   chan struct{} // closed once backend or err is set
+	failed  chan struct{} // closed too when err is set
+	backend server.Backend
+	err     error
+}
+
+func newPendingBackend() *pendingBackend {
+	return &pendingBackend{ready: make(chan struct{}), failed: make(chan struct{})}
+}
+
+// settle gives the calls the open store, or the reason there is none.
+func (p *pendingBackend) settle(b server.Backend, err error) {
+	p.backend, p.err = b, err
+	if err != nil {
+		close(p.failed)
+	}
+	close(p.ready)
+}
+
+func (p *pendingBackend) wait(ctx context.Context) (server.Backend, error) {
+	select {
+	case <-p.ready:
+		if p.err != nil {
+			// The start fails with it (Server.waitReady) and stops kine,
+			// which ends this call; an answer now would only be retried
+			// and logged by every client of the API server until then.
+			<-ctx.Done()
+			return nil, p.err
+		}
+		return p.backend, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Start does nothing: the store is started once it is open (kine.open).
+func (p *pendingBackend) Start(context.Context) error { return nil }
+
+func (p *pendingBackend) Get(ctx context.Context, key string, revision int64, keysOnly bool) (int64, *server.KeyValue, error) {
+	b, err := p.wait(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	return b.Get(ctx, key, revision, keysOnly)
+}
+
+func (p *pendingBackend) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {
+	b, err := p.wait(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return b.Create(ctx, key, value, lease)
+}
+
+func (p *pendingBackend) Delete(ctx context.Context, key string, revision int64) (int64, *server.KeyValue, bool, error) {
+	b, err := p.wait(ctx)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	return b.Delete(ctx, key, revision)
+}
+
+func (p *pendingBackend) List(ctx context.Context, key, end string, limit, revision int64, keysOnly bool) (int64, []*server.KeyValue, error) {
+	b, err := p.wait(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	return b.List(ctx, key, end, limit, revision, keysOnly)
+}
+
+func (p *pendingBackend) ListStream(ctx context.Context, key, end string, limit, revision int64, keysOnly bool) server.ListResult {
+	b, err := p.wait(ctx)
+	if err != nil {
+		kvs, errs := make(chan *server.KeyValue), make(chan error, 1)
+		close(kvs)
+		errs <- err
+		return server.ListResult{KVc: kvs, Errorc: errs}
+	}
+	return b.ListStream(ctx, key, end, limit, revision, keysOnly)
+}
+
+func (p *pendingBackend) Count(ctx context.Context, key, end string, revision int64) (int64, int64, error) {
+	b, err := p.wait(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	return b.Count(ctx, key, end, revision)
+}
+
+func (p *pendingBackend) Update(ctx context.Context, key string, value []byte, revision, lease int64) (int64, *server.KeyValue, bool, error) {
+	b, err := p.wait(ctx)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	return b.Update(ctx, key, value, revision, lease)
+}
+
+func (p *pendingBackend) Watch(ctx context.Context, revision int64) server.WatchResult {
+	b, err := p.wait(ctx)
+	if err != nil {
+		events, errs := make(chan server.EventBatch), make(chan error, 1)
+		close(events)
+		errs <- err
+		return server.WatchResult{Eventc: events, Errorc: errs}
+	}
+	return b.Watch(ctx, revision)
+}
+
+func (p *pendingBackend) DbSize(ctx context.Context) (int64, error) {
+	b, err := p.wait(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return b.DbSize(ctx)
+}
+
+func (p *pendingBackend) CurrentRevision(ctx context.Context) (int64, error) {
+	b, err := p.wait(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return b.CurrentRevision(ctx)
+}
+
+func (p *pendingBackend) Compact(ctx context.Context, revision int64) (int64, error) {
+	b, err := p.wait(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return b.Compact(ctx, revision)
 }

@@ -80,8 +80,10 @@ type Options struct {
 	// EncryptionKey is the 32-byte key that encrypts Secrets at rest
 	// (config/master.key).
 	EncryptionKey []byte
-	// KineDSN is the PostgreSQL data source in kine's form (no scheme).
-	KineDSN string
+	// KineDSN waits for the PostgreSQL database and gives its data source
+	// in kine's form (no scheme). The API server is built while it waits
+	// (see startKine).
+	KineDSN func(context.Context) (string, error)
 	// KineSocket is the unix socket kine serves the etcd API on.
 	KineSocket string
 	// EtcdServers, when set, stores the resources in these etcd servers
@@ -279,13 +281,18 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if errs := completed.Validate(); len(errs) != 0 {
 		return nil, fmt.Errorf("validate API server options: %w", utilerrors.NewAggregate(errs))
 	}
-	chain, err := buildServerChain(completed, o.Mounts)
+	chain, authz, err := buildServerChain(completed, o.Mounts)
 	if err != nil {
 		return nil, err
 	}
 	prepared, err := chain.PrepareRun()
 	if err != nil {
 		return nil, fmt.Errorf("prepare the API server: %w", err)
+	}
+	// After the rest of the server is built: a mount's handler may wait
+	// for the database, which starts meanwhile.
+	if err := mount(chain, authz, o.Mounts); err != nil {
+		return nil, err
 	}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -347,7 +354,7 @@ const MaxRequestBodyBytes = objectsize.MaxBytes
 // 1), so a new CRD is Established at once instead of after five seconds.
 // The mounts are served by the aggregator, the head of the chain, whose
 // handler runs the server's filters before its mux.
-func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregatorapiserver.APIAggregator, error) {
+func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregatorapiserver.APIAggregator, authorizer.Authorizer, error) {
 	resources := controlplane.DefaultGenericAPIResourceConfigSource()
 	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
 		opts,
@@ -358,7 +365,7 @@ func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregato
 		nil,
 	)
 	if err != nil {
-		return nil, fmt.Errorf("build the API server configuration: %w", err)
+		return nil, nil, fmt.Errorf("build the API server configuration: %w", err)
 	}
 	// Before the configurations below copy it: every server of the chain
 	// builds its filters from it.
@@ -367,24 +374,24 @@ func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregato
 	resolver := webhook.NewDefaultServiceResolver()
 	cpConfig, initializers, err := controlplaneapiserver.CreateConfig(opts, genericConfig, informers, nil, storageFactory, resolver, nil)
 	if err != nil {
-		return nil, fmt.Errorf("build the control plane configuration: %w", err)
+		return nil, nil, fmt.Errorf("build the control plane configuration: %w", err)
 	}
 	authResolver := webhook.NewDefaultAuthenticationInfoResolverWrapper(cpConfig.ProxyTransport, cpConfig.Generic.EgressSelector, cpConfig.Generic.LoopbackClientConfig, cpConfig.Generic.TracerProvider)
 	const masterCount = 1
 	extConfig, err := controlplaneapiserver.CreateAPIExtensionsConfig(*cpConfig.Generic, cpConfig.VersionedInformers, initializers, opts, masterCount, resolver, authResolver)
 	if err != nil {
-		return nil, fmt.Errorf("build the apiextensions configuration: %w", err)
+		return nil, nil, fmt.Errorf("build the apiextensions configuration: %w", err)
 	}
 	aggConfig, err := controlplaneapiserver.CreateAggregatorConfig(*cpConfig.Generic, opts, cpConfig.VersionedInformers, resolver, cpConfig.ProxyTransport, cpConfig.Extra.PeerProxy, initializers)
 	if err != nil {
-		return nil, fmt.Errorf("build the aggregator configuration: %w", err)
+		return nil, nil, fmt.Errorf("build the aggregator configuration: %w", err)
 	}
 	aggConfig.ExtraConfig.DisableRemoteAvailableConditionController = true
 
 	notFound := notfoundhandler.New(cpConfig.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
 	ext, err := extConfig.Complete().New(genericapiserver.NewEmptyDelegateWithCustomHandler(notFound))
 	if err != nil {
-		return nil, fmt.Errorf("create the apiextensions server: %w", err)
+		return nil, nil, fmt.Errorf("create the apiextensions server: %w", err)
 	}
 	crdEnabled := extConfig.GenericConfig.MergedResourceConfig.ResourceEnabled(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"))
 	// The default RBAC policy is reconciled by our hook around upstream's
@@ -393,41 +400,50 @@ func buildServerChain(opts options.CompletedOptions, mounts []Mount) (*aggregato
 	cpCompleted := cpConfig.Complete()
 	native, err := cpCompleted.New("invisible-dots", ext.GenericAPIServer)
 	if err != nil {
-		return nil, fmt.Errorf("create the control plane server: %w", err)
+		return nil, nil, fmt.Errorf("create the control plane server: %w", err)
 	}
 	rbacHook, err := rbacBootstrapHook()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := native.GenericAPIServer.AddPostStartHook(rbacBootstrapHookName, rbacHook); err != nil {
-		return nil, fmt.Errorf("add the RBAC bootstrap hook: %w", err)
+		return nil, nil, fmt.Errorf("add the RBAC bootstrap hook: %w", err)
 	}
 	client, err := kubernetes.NewForConfig(cpCompleted.Generic.LoopbackClientConfig)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	providers, err := cpCompleted.GenericStorageProviders(client.Discovery())
 	if err != nil {
-		return nil, fmt.Errorf("create storage providers: %w", err)
+		return nil, nil, fmt.Errorf("create storage providers: %w", err)
 	}
 	if err := native.InstallAPIs(providers...); err != nil {
-		return nil, fmt.Errorf("install the built-in APIs: %w", err)
+		return nil, nil, fmt.Errorf("install the built-in APIs: %w", err)
 	}
 	agg, err := controlplaneapiserver.CreateAggregatorServer(aggConfig.Complete(), native.GenericAPIServer, ext.Informers.Apiextensions().V1().CustomResourceDefinitions(), crdEnabled, controlplaneapiserver.DefaultGenericAPIServicePriorities())
 	if err != nil {
-		return nil, fmt.Errorf("create the aggregator: %w", err)
+		return nil, nil, fmt.Errorf("create the aggregator: %w", err)
 	}
 	for _, m := range mounts {
 		if !strings.HasPrefix(m.Prefix, "/") || !strings.HasSuffix(m.Prefix, "/") {
-			return nil, fmt.Errorf("mount prefix %q must begin and end with a slash", m.Prefix)
+			return nil, nil, fmt.Errorf("mount prefix %q must begin and end with a slash", m.Prefix)
 		}
-		h, err := m.New(jsonLoopback(cpCompleted.Generic.LoopbackClientConfig), genericConfig.Authorization.Authorizer)
-		if err != nil {
-			return nil, fmt.Errorf("make the handler of %s: %w", m.Prefix, err)
-		}
-		agg.GenericAPIServer.Handler.NonGoRestfulMux.HandlePrefix(m.Prefix, h)
 	}
-	return agg, nil
+	return agg, genericConfig.Authorization.Authorizer, nil
+}
+
+// mount makes the mounts' handlers and serves them at their prefixes, from
+// the head of the chain (the server's filters run before them).
+func mount(agg *aggregatorapiserver.APIAggregator, authz authorizer.Authorizer, mounts []Mount) error {
+	g := agg.GenericAPIServer
+	for _, m := range mounts {
+		h, err := m.New(jsonLoopback(g.LoopbackClientConfig), authz)
+		if err != nil {
+			return fmt.Errorf("make the handler of %s: %w", m.Prefix, err)
+		}
+		g.Handler.NonGoRestfulMux.HandlePrefix(m.Prefix, h)
+	}
+	return nil
 }
 
 // withLongRunningMounts adds the mounts' long-running paths to the upstream
@@ -521,6 +537,8 @@ func (s *Server) waitReady(ctx context.Context) error {
 		select {
 		case <-s.done:
 			return false, fmt.Errorf("the API server stopped while starting: %w", s.err)
+		case <-s.kineFailed():
+			return false, s.kine.err()
 		default:
 		}
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
@@ -534,6 +552,15 @@ func (s *Server) waitReady(ctx context.Context) error {
 		return fmt.Errorf("the API server did not become ready: %w (last: %v)", err, last)
 	}
 	return err
+}
+
+// kineFailed is closed when kine's store could not be opened; nil (never)
+// when kine is not started.
+func (s *Server) kineFailed() <-chan struct{} {
+	if s.kine == nil {
+		return nil
+	}
+	return s.kine.failed()
 }
 
 // Done is closed when the API server has stopped.

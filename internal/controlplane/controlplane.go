@@ -98,6 +98,10 @@ type ControlPlane struct {
 	// store is the one Store of the event log and outbox this process uses
 	// (Store), so its readers share its one listener (store.Wakeups).
 	store *store.Store
+	// changes are the outbox's notifications and feed the event log's, for
+	// the Dots API.
+	changes *store.Changes
+	feed    *dotsapi.Feed
 	// loopback is the API server's loopback configuration once it runs,
 	// for the admission plugins that read objects; reader is the one client
 	// they read through, made at their first read (loopbackReader).
@@ -140,42 +144,22 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	}
 
 	started := time.Now()
-	cp.DB, err = postgres.Start(ctx, postgres.Options{Home: o.Home.Root, DatabaseURL: o.DatabaseURL, Logger: log.WithName("postgres")})
-	if err != nil {
-		return nil, err
-	}
-	log.Info("database ready", "at", cp.DB.Target(), "managed", cp.DB.Managed(), "elapsed", time.Since(started).Round(time.Millisecond))
-
-	// The outbox's notifications, for the host agents' long poll: a row
-	// reaches its guest as soon as its transaction commits.
-	cp.store = store.New(cp.DB.Pool())
-	changes := cp.store.NewChanges(store.OutboxChannel, 4096, log.WithName("outbox-changes"))
-	changesCtx, cancelChanges := context.WithCancel(context.WithoutCancel(ctx))
-	changesDone := make(chan struct{})
-	go func() {
-		defer close(changesDone)
-		_ = changes.Run(changesCtx)
+	// The database starts while the API server is built (about a second
+	// each on a warm start, and they were one after the other): what needs
+	// the database waits for it (database.wait).
+	db := cp.startDatabase(ctx, o, started)
+	defer func() {
+		if err != nil {
+			// Stop, deferred above, stops what the start made.
+			_ = db.wait(context.WithoutCancel(ctx))
+		}
 	}()
-	cp.stopChanges = func() {
-		cancelChanges()
-		<-changesDone
-	}
-	// The event log's feed, for the live streams: one reader of the log
-	// for every stream, woken by the log's notifications.
-	feed := dotsapi.NewFeed(dotsapi.FeedOptions{Store: cp.store, Log: log.WithName("stream")})
-	feedCtx, cancelFeed := context.WithCancel(context.WithoutCancel(ctx))
-	feedDone := make(chan struct{})
-	go func() {
-		defer close(feedDone)
-		_ = feed.Run(feedCtx)
-	}()
-	cp.stopFeed = func() {
-		cancelFeed()
-		<-feedDone
-	}
-	mounts := dotsAPIMounts(cp.DB, cp.store, changes, feed, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, channels: o.Channels, links: o.ChannelLinks, webURL: o.WebURL})
+	mounts := dotsAPIMounts(cp, db, log.WithName("dotsapi"), dotsAPIExtras{home: o.Home, channels: o.Channels, links: o.ChannelLinks, webURL: o.WebURL})
 
 	if o.ExternalKubeconfig != "" {
+		if err := db.wait(ctx); err != nil {
+			return nil, err
+		}
 		if err := cp.startExternal(ctx, o, mounts); err != nil {
 			return nil, err
 		}
@@ -197,7 +181,12 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		StateDir:       o.Home.Run() + "/apiserver",
 		Token:          token,
 		EncryptionKey:  key,
-		KineDSN:        cp.DB.KineDSN(),
+		KineDSN: func(ctx context.Context) (string, error) {
+			if err := db.wait(ctx); err != nil {
+				return "", err
+			}
+			return cp.DB.KineDSN(), nil
+		},
 		KineSocket:     o.Home.Run() + "/kine.sock",
 		EtcdServers:    o.EtcdServers,
 		Log:            log,
@@ -214,6 +203,14 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		Mounts: mounts,
 	})
 	if err != nil {
+		// A database that did not start is the cause, said as it is.
+		if dbErr := db.wait(ctx); dbErr != nil {
+			return nil, dbErr
+		}
+		return nil, err
+	}
+	// With an external etcd nothing of the API server waited for it.
+	if err := db.wait(ctx); err != nil {
 		return nil, err
 	}
 	cp.Config = cp.API.Loopback
@@ -251,7 +248,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 // server's authorizer let the caller through. One handler serves both: the
 // first mount made makes it, the other takes it (both are given the same
 // loopback and authorizer).
-func dotsAPIMounts(db *postgres.Instance, st *store.Store, changes *store.Changes, feed *dotsapi.Feed, log logr.Logger, x dotsAPIExtras) []apiserver.Mount {
+func dotsAPIMounts(cp *ControlPlane, db *database, log logr.Logger, x dotsAPIExtras) []apiserver.Mount {
 	var (
 		made    *dotsapi.Handler
 		madeErr error
@@ -260,15 +257,19 @@ func dotsAPIMounts(db *postgres.Instance, st *store.Store, changes *store.Change
 		if made != nil || madeErr != nil {
 			return made, madeErr
 		}
+		if err := db.wait(db.ctx); err != nil {
+			madeErr = err
+			return nil, madeErr
+		}
 		reader, err := client.New(loopback, client.Options{Scheme: scheme.Scheme})
 		if err != nil {
 			madeErr = fmt.Errorf("make the Dots API's client of the API server: %w", err)
 			return nil, madeErr
 		}
 		made, madeErr = dotsapi.New(dotsapi.Options{
-			Store:      st,
-			Changes:    changes,
-			Feed:       feed,
+			Store:      cp.store,
+			Changes:    cp.changes,
+			Feed:       cp.feed,
 			Reader:     reader,
 			Authorizer: authz,
 			Log:        log,
@@ -276,7 +277,7 @@ func dotsAPIMounts(db *postgres.Instance, st *store.Store, changes *store.Change
 			// host agent's endpoint.
 			Guests:       &dotsapi.HostGuests{Reader: reader, Writer: reader},
 			Client:       reader,
-			Server:       x.serverInfo(db),
+			Server:       x.serverInfo(cp.DB),
 			Doctor:       serverDoctor(x.home, reader),
 			Channels:     x.channels,
 			ChannelLinks: x.channelLinks(),
@@ -305,6 +306,74 @@ func dotsAPIMounts(db *postgres.Instance, st *store.Store, changes *store.Change
 			return h.OpenAI(), nil
 		},
 	}}
+}
+
+// database is the control plane's database as it starts: DB, the event
+// log's store, and the feeds of its notifications.
+type database struct {
+	ctx   context.Context // the start's, for waits that have none of their own
+	ready chan struct{}   // closed once the start ended; err says how
+	err   error
+}
+
+// startDatabase starts the database, and over it the event log and the
+// feeds of its notifications, in the background.
+func (cp *ControlPlane) startDatabase(ctx context.Context, o Options, started time.Time) *database {
+	db := &database{ctx: ctx, ready: make(chan struct{})}
+	go func() {
+		defer close(db.ready)
+		db.err = cp.openDatabase(ctx, o, started)
+	}()
+	return db
+}
+
+// wait waits until the database is up, and says why when it is not.
+func (db *database) wait(ctx context.Context) error {
+	select {
+	case <-db.ready:
+		return db.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (cp *ControlPlane) openDatabase(ctx context.Context, o Options, started time.Time) error {
+	log := cp.log
+	var err error
+	cp.DB, err = postgres.Start(ctx, postgres.Options{Home: o.Home.Root, DatabaseURL: o.DatabaseURL, Logger: log.WithName("postgres")})
+	if err != nil {
+		return err
+	}
+	log.Info("database ready", "at", cp.DB.Target(), "managed", cp.DB.Managed(), "elapsed", time.Since(started).Round(time.Millisecond))
+
+	// The outbox's notifications, for the host agents' long poll: a row
+	// reaches its guest as soon as its transaction commits.
+	cp.store = store.New(cp.DB.Pool())
+	cp.changes = cp.store.NewChanges(store.OutboxChannel, 4096, log.WithName("outbox-changes"))
+	changesCtx, cancelChanges := context.WithCancel(context.WithoutCancel(ctx))
+	changesDone := make(chan struct{})
+	go func() {
+		defer close(changesDone)
+		_ = cp.changes.Run(changesCtx)
+	}()
+	cp.stopChanges = func() {
+		cancelChanges()
+		<-changesDone
+	}
+	// The event log's feed, for the live streams: one reader of the log
+	// for every stream, woken by the log's notifications.
+	cp.feed = dotsapi.NewFeed(dotsapi.FeedOptions{Store: cp.store, Log: log.WithName("stream")})
+	feedCtx, cancelFeed := context.WithCancel(context.WithoutCancel(ctx))
+	feedDone := make(chan struct{})
+	go func() {
+		defer close(feedDone)
+		_ = cp.feed.Run(feedCtx)
+	}()
+	cp.stopFeed = func() {
+		cancelFeed()
+		<-feedDone
+	}
+	return nil
 }
 
 // Store is the event log and outbox on the control plane's database, for
