@@ -175,18 +175,19 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	routeKineLogs(log.WithName("kine"))
+	kineDSN := func(ctx context.Context) (string, error) {
+		if err := db.wait(ctx); err != nil {
+			return "", err
+		}
+		return cp.DB.KineDSN(), nil
+	}
 	cp.API, err = apiserver.Start(ctx, apiserver.Options{
 		ListenAddress:  o.ListenAddress,
 		PKIDir:         o.Home.PKI(),
 		StateDir:       o.Home.Run() + "/apiserver",
 		Token:          token,
 		EncryptionKey:  key,
-		KineDSN: func(ctx context.Context) (string, error) {
-			if err := db.wait(ctx); err != nil {
-				return "", err
-			}
-			return cp.DB.KineDSN(), nil
-		},
+		KineDSN:        kineDSN,
 		KineSocket:     o.Home.Run() + "/kine.sock",
 		EtcdServers:    o.EtcdServers,
 		Log:            log,
