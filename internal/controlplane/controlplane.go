@@ -351,30 +351,27 @@ func (cp *ControlPlane) openDatabase(ctx context.Context, o Options, started tim
 	// reaches its guest as soon as its transaction commits.
 	cp.store = store.New(cp.DB.Pool())
 	cp.changes = cp.store.NewChanges(store.OutboxChannel, 4096, log.WithName("outbox-changes"))
-	changesCtx, cancelChanges := context.WithCancel(context.WithoutCancel(ctx))
-	changesDone := make(chan struct{})
-	go func() {
-		defer close(changesDone)
-		_ = cp.changes.Run(changesCtx)
-	}()
-	cp.stopChanges = func() {
-		cancelChanges()
-		<-changesDone
-	}
+	cp.stopChanges = runUntilStopped(ctx, cp.changes.Run)
 	// The event log's feed, for the live streams: one reader of the log
 	// for every stream, woken by the log's notifications.
 	cp.feed = dotsapi.NewFeed(dotsapi.FeedOptions{Store: cp.store, Log: log.WithName("stream")})
-	feedCtx, cancelFeed := context.WithCancel(context.WithoutCancel(ctx))
-	feedDone := make(chan struct{})
-	go func() {
-		defer close(feedDone)
-		_ = cp.feed.Run(feedCtx)
-	}()
-	cp.stopFeed = func() {
-		cancelFeed()
-		<-feedDone
-	}
+	cp.stopFeed = runUntilStopped(ctx, cp.feed.Run)
 	return nil
+}
+
+// runUntilStopped runs run in the background, past ctx's end, until the
+// stop it returns is called; the stop waits for run to return.
+func runUntilStopped(ctx context.Context, run func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // Store is the event log and outbox on the control plane's database, for
