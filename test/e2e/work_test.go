@@ -372,6 +372,18 @@ func TestDotWork(t *testing.T) {
 		}
 		data := regexp.MustCompile(`ap1:y:[^"\\]+`).FindString(prompt.Fields["reply_markup"])
 		tg.Press(ada, 1, data)
+		// What the phone is told of its press: "Approved." (a press that
+		// came before its Approval was made was once told the request did
+		// not exist, and lost).
+		var told []string
+		for deadline := time.Now().Add(time.Minute); len(told) == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			for _, c := range tg.Calls("answerCallbackQuery") {
+				told = append(told, c.Field("text"))
+			}
+		}
+		if len(told) != 1 || told[0] != "Approved." {
+			w.fail("the press was answered %q; want one \"Approved.\"", told)
+		}
 		got := w.waitTask(task, 3*time.Minute)
 		if got.Status.Phase != dotsv1.TaskCompleted {
 			w.fail("task %s ended %s (%s); want COMPLETED after the press", task, got.Status.Phase, got.Status.Error)

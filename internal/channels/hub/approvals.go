@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -311,12 +312,32 @@ func (p *Prompts) Press(ctx context.Context, press channels.Press) (string, erro
 	return p.answer(ctx, peer, id, approve)
 }
 
+// A prompt goes out as the Dot's log asks, and the Approval it answers is
+// made from the log a moment later (a few seconds on a busy server): a
+// press on a prompt this chat was sent waits for it, up to
+// approvalMadeWait, asking every approvalMadeEvery. Without the wait, a
+// quick press was told the request did not exist, and was lost.
+var (
+	approvalMadeWait  = 15 * time.Second
+	approvalMadeEvery = 200 * time.Millisecond
+)
+
 // answer decides approval id for peer, in words for the person.
 func (p *Prompts) answer(ctx context.Context, peer store.Peer, id string, approve bool) (string, error) {
 	if !p.On || p.Approvals == nil {
 		return saidApprovalsOff, nil
 	}
-	o, err := p.Approvals.Answer(ctx, p.Binding.Dot, id, approve, p.Binding.Kind+":"+peer.ID)
+	by := p.Binding.Kind + ":" + peer.ID
+	o, err := p.Approvals.Answer(ctx, p.Binding.Dot, id, approve, by)
+	if o == OutcomeUnknown && errors.Is(err, ErrAnswered) {
+		asked, askErr := p.Store.HasPrompt(ctx, p.Binding.UID, id, peer.ID)
+		if askErr != nil {
+			return "", askErr
+		}
+		if asked {
+			o, err = p.answerOnceMade(ctx, id, approve, by)
+		}
+	}
 	switch {
 	case errors.Is(err, ErrAnswered):
 		if o == OutcomeExpired {
@@ -334,6 +355,28 @@ func (p *Prompts) answer(ctx context.Context, peer store.Peer, id string, approv
 		return saidRejected, nil
 	}
 	return saidNoSuch, nil
+}
+
+// answerOnceMade answers approval id as soon as its Approval is made, or
+// says it is unknown after approvalMadeWait.
+func (p *Prompts) answerOnceMade(ctx context.Context, id string, approve bool, by string) (Outcome, error) {
+	deadline := time.NewTimer(approvalMadeWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(approvalMadeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return OutcomeUnknown, ctx.Err()
+		case <-deadline.C:
+			return OutcomeUnknown, ErrAnswered
+		case <-tick.C:
+		}
+		o, err := p.Approvals.Answer(ctx, p.Binding.Dot, id, approve, by)
+		if o != OutcomeUnknown || !errors.Is(err, ErrAnswered) {
+			return o, err
+		}
+	}
 }
 
 // Words reads a message that is exactly an answer in words ("yes

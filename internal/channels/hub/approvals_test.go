@@ -21,10 +21,13 @@ type fakeApprovals struct {
 	asked   []Asked
 	outcome map[string]Outcome
 	by      map[string]string
+	// unmade counts the answers to an id that find no Approval yet (the
+	// log asked; the controller has not made it).
+	unmade map[string]int
 }
 
 func newFakeApprovals(asked ...Asked) *fakeApprovals {
-	f := &fakeApprovals{outcome: map[string]Outcome{}, by: map[string]string{}}
+	f := &fakeApprovals{outcome: map[string]Outcome{}, by: map[string]string{}, unmade: map[string]int{}}
 	for _, a := range asked {
 		f.ask(a)
 	}
@@ -60,7 +63,8 @@ func (f *fakeApprovals) Answer(_ context.Context, _ store.Dot, id string, approv
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	o, ok := f.outcome[id]
-	if !ok {
+	if !ok || f.unmade[id] > 0 {
+		f.unmade[id]--
 		return OutcomeUnknown, ErrAnswered
 	}
 	if o != OutcomePending {
@@ -213,6 +217,59 @@ func TestPromptsAreBroughtUpToDate(t *testing.T) {
 	}
 	if approvals.outcome["a3"] != OutcomePending {
 		t.Fatal("a press with approvals off decided")
+	}
+}
+
+// TestAPressBeforeItsApprovalIsMadeWaitsForIt: a prompt goes out from the
+// log before the Approval it answers is made; a quick press waits for it
+// instead of being told the request does not exist (and lost). A press on
+// a request never asked in the chat is told at once.
+func TestAPressBeforeItsApprovalIsMadeWaitsForIt(t *testing.T) {
+	defer func(wait, every time.Duration) { approvalMadeWait, approvalMadeEvery = wait, every }(approvalMadeWait, approvalMadeEvery)
+	approvalMadeWait, approvalMadeEvery = 5*time.Second, 10*time.Millisecond
+	ctx := context.Background()
+	send := &recordingSender{}
+	a1 := Asked{ID: "a1", Tool: "exec", Permission: "computer.exec"}
+	approvals := newFakeApprovals(a1)
+	p, _ := pairedPrompts(t, send, approvals)
+	if sent, err := p.Ask(ctx, a1); err != nil || !sent {
+		t.Fatalf("the prompt: sent %v, %v", sent, err)
+	}
+	approvals.unmade["a1"] = 3
+	press := func(id string) string {
+		t.Helper()
+		data, err := channels.ButtonData(true, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		notice, err := p.Press(ctx, channels.Press{Peer: "42", Chat: "42", Private: true, Data: data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return notice
+	}
+	if notice := press("a1"); notice != saidApproved || approvals.outcome["a1"] != OutcomeApproved {
+		t.Fatalf("a press before the Approval was made: told %q, the approval stands %v", notice, approvals.outcome["a1"])
+	}
+
+	approvalMadeWait = time.Minute
+	began := time.Now()
+	if notice := press("never-asked"); notice != saidNoSuch {
+		t.Fatalf("a press on a request never asked here: told %q", notice)
+	}
+	if took := time.Since(began); took > 10*time.Second {
+		t.Fatalf("a press on a request never asked here waited %s", took)
+	}
+
+	approvalMadeWait = 100 * time.Millisecond
+	a2 := Asked{ID: "a2", Tool: "exec", Permission: "computer.exec"}
+	approvals.ask(a2)
+	if _, err := p.Ask(ctx, a2); err != nil {
+		t.Fatal(err)
+	}
+	approvals.unmade["a2"] = 1 << 20
+	if notice := press("a2"); notice != saidNoSuch {
+		t.Fatalf("a press whose Approval never comes: told %q", notice)
 	}
 }
 
