@@ -236,7 +236,7 @@ clean:
 # (test/bench): cold and warm start to a ready API, create/patch latency for
 # 1000 Dots (the client's p99 beside the API server's own and its store's),
 # create-to-watch-event latency, the server's and postgres's memory idle (10
-# s after the warm start, and 20 s after that) and with 1000 Dots, the Computers made after the last create, and the database
+# s and a minute after the warm start) and with 1000 Dots, the Computers made after the last create, and the database
 # after 1000 create/patch/delete cycles and after kine's first compaction,
 # and, since the bench's home has no image, the database, the server's
 # memory and the writes a minute while the 1000 Computers wait for a host, 1
