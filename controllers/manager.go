@@ -52,6 +52,10 @@ const (
 	embeddedRenewDeadline = 60 * time.Second
 )
 
+// renewDeadline is the renew deadline against another cluster: the
+// elector's own default (with its default 15 s Lease).
+const renewDeadline = 10 * time.Second
+
 // LeaderElectionID names the central controllers' leader Lease in
 // dotsv1.SystemNamespace.
 const LeaderElectionID = "invisible-dots-controllers"
@@ -133,7 +137,9 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 			},
 		},
 	}
-	renewal := 10 * time.Second // controller-runtime's default RenewDeadline
+	// Set, not left to controller-runtime's default, so the error of a lost
+	// lead names the deadline the elector used (leading).
+	opts.RenewDeadline = ptr.To(renewDeadline)
 	if o.Embedded {
 		// One server per database (it holds the database's advisory lock),
 		// so no other process can take the Lease: a PostgreSQL that dies
@@ -143,7 +149,6 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 		// (releaseStaleEmbedded), so the longer Lease delays nothing.
 		opts.LeaseDuration = ptr.To(embeddedLeaseDuration)
 		opts.RenewDeadline = ptr.To(embeddedRenewDeadline)
-		renewal = embeddedRenewDeadline
 	}
 	mgr, err := ctrl.NewManager(o.Config, opts)
 	if err != nil {
@@ -283,5 +288,5 @@ func NewManager(ctx context.Context, o Options) (ctrl.Manager, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	return leading{Manager: mgr, lock: lock, renewal: renewal}, nil
+	return leading{Manager: mgr, lock: lock, renewal: *opts.RenewDeadline}, nil
 }
