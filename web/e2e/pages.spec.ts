@@ -58,6 +58,39 @@ test("a sent message shows once when the stream brings the logged one before the
   await expect(page.getByText('say this once')).toHaveCount(1);
 });
 
+test('a message logged before the page\'s stream began is shown', async ({ page }) => {
+  await applyDot('late-stream-dot');
+  // The page's first stream (no event id to resume from) is held until the
+  // message is logged, and the POST's answer until the end: the message can
+  // come from neither, only from the read the stream's start calls for.
+  let openStream = () => {};
+  const streamOpened = new Promise<void>((r) => (openStream = r));
+  await page.route('**/web/v1/live?**', async (route) => {
+    if (!new URL(route.request().url()).searchParams.has('after')) await streamOpened;
+    await route.continue();
+  });
+  let logged = () => {};
+  const wasLogged = new Promise<void>((r) => (logged = r));
+  let answer = () => {};
+  const answered = new Promise<void>((r) => (answer = r));
+  await page.route('**/dots/v1/namespaces/default/dots/late-stream-dot/messages', async (route) => {
+    if (route.request().method() !== 'POST') return route.continue();
+    const response = await route.fetch();
+    logged();
+    await answered;
+    await route.fulfill({ response });
+  });
+  await page.goto(harness().url + '/dots/default/late-stream-dot/chat');
+  const box = page.getByLabel('Message to late-stream-dot');
+  await box.fill('logged in the gap');
+  await box.press('Enter');
+  await wasLogged;
+  openStream();
+  await expect(page.locator('[data-testid=message-user][data-event-id]', { hasText: 'logged in the gap' })).toBeVisible();
+  await expect(page.getByText('logged in the gap')).toHaveCount(1);
+  answer();
+});
+
 test('the page works at 375 px', async ({ page }) => {
   await applyDot('narrow-dot');
   await page.setViewportSize({ width: 375, height: 740 });

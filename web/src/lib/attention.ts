@@ -4,7 +4,7 @@
 // and the Channels to link again (a revoked token: nobody can talk to the Dot
 // from that chat until someone gives it a new one, so it is not dismissed).
 import { getJSON, says } from './api';
-import { Cell, approvals, channels, dots, inView, onStreamEvent, onUnpark, scopedDotsPath, useCell, viewNamespace, waiting } from './live';
+import { Cell, approvals, channels, dots, inView, onCatchUp, onStreamEvent, scopedDotsPath, useCell, viewNamespace, waiting } from './live';
 import { taskEnded, type Approval, type Channel, type Dot, type Task } from './types';
 import { needsRelink } from './channels';
 
@@ -49,7 +49,7 @@ function start() {
   started = true;
   void readFailed();
   onStreamEvent((e) => e.type === 'task.failed' && void readFailed());
-  onUnpark(() => void readFailed());
+  onCatchUp(() => void readFailed());
 }
 
 export interface Attention {

@@ -39,6 +39,7 @@ function setParked(p: boolean) {
   if (parked === p) return;
   parked = p;
   parkListeners.forEach((l) => l());
+  if (!parked) catchUp();
 }
 let hideTimer: ReturnType<typeof setTimeout> | undefined;
 document.addEventListener('visibilitychange', () => {
@@ -47,11 +48,25 @@ document.addEventListener('visibilitychange', () => {
   else setParked(false);
 });
 
-/** Calls fn each time a parked tab takes its connections again (what came meanwhile may need a read). */
-export function onUnpark(fn: () => void) {
-  const l = () => !parked && fn();
-  parkListeners.add(l);
-  return () => void parkListeners.delete(l);
+// Those a view gave to onCatchUp.
+const catchUpListeners = new Set<() => void>();
+
+/**
+ * Calls fn each time the stream starts where the view may have missed
+ * events, so that it reads what it shows again: when a parked tab takes its
+ * connection again, and when a stream begins with no event id to resume from
+ * (the page's first). Such a stream starts at the end of the log as it
+ * stands then, and a view's first read may have come before that: what was
+ * logged in between (a message the person just sent, the Dot's answer) comes
+ * from neither.
+ */
+export function onCatchUp(fn: () => void) {
+  catchUpListeners.add(fn);
+  return () => void catchUpListeners.delete(fn);
+}
+
+function catchUp() {
+  catchUpListeners.forEach((l) => l());
 }
 
 /** Resolves once the tab is not parked. */
@@ -196,6 +211,9 @@ async function runLive() {
       for (const w of watched) q.append('watch', `${w.kind}${w.selector ? `@${w.selector}` : ''}:${w.rv}`);
       if (scope()) q.set('namespace', scope());
       q.set('types', STREAM_TYPES.join(','));
+      // Without an id the stream starts at the log's end: once it has
+      // told where that is, the views read again what came before it.
+      let fresh = !lastEventId;
       if (lastEventId) q.set('after', lastEventId);
       const res = await fetch(`/web/v1/live?${q}`, { headers: { Accept: 'text/event-stream' }, signal: ctl.signal });
       if (!res.ok || !res.body) {
@@ -235,6 +253,10 @@ async function runLive() {
           }
           // The stream's first message is an id alone, the resume point.
           if (id) lastEventId = id;
+          if (id && fresh) {
+            fresh = false;
+            catchUp();
+          }
           if (data && event !== 'message') {
             const ev = JSON.parse(data) as LogEvent;
             streamListeners.forEach((l) => l(ev));

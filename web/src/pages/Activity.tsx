@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { dotPath, getJSON, says } from '../lib/api';
-import { onStreamEvent, onUnpark } from '../lib/live';
+import { onCatchUp, onStreamEvent } from '../lib/live';
 import { btn, input } from '../lib/ui';
 import type { ActivityEvent, ActivityFamily } from '../lib/types';
 
@@ -89,10 +89,10 @@ export function Activity({ ns, name }: { ns: string; name: string }) {
       }
     };
     const stop = onStreamEvent((e) => e.namespace === ns && e.dot === name && void newer());
-    const stopUnpark = onUnpark(() => void newer());
+    const stopCatchUp = onCatchUp(() => void newer());
     return () => {
       stop();
-      stopUnpark();
+      stopCatchUp();
     };
   }, [ns, name, types, nothingChosen]);
 

@@ -1,6 +1,6 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ApiError, dotPath, getJSON, postJSON, says } from '../lib/api';
-import { approvals, computers, isWaiting, onStreamEvent, onUnpark, useCell, waiting } from '../lib/live';
+import { approvals, computers, isWaiting, onCatchUp, onStreamEvent, useCell, waiting } from '../lib/live';
 import { ApprovalCard } from './Inbox';
 import { endedWhy } from '../lib/approvals';
 import type { Approval, LogEvent, Message } from '../lib/types';
@@ -91,8 +91,9 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
         setLoaded(true);
       });
     void load();
-    // A tab that let its stream go reads the newest page again on its return.
-    const stopUnpark = onUnpark(() => void load());
+    // What the stream may not have brought (a tab back from parking, the
+    // page's first stream starting after this read) is read again.
+    const stopCatchUp = onCatchUp(() => void load());
     const stop = onStreamEvent((ev) => {
       if (ev.namespace !== ns || ev.dot !== name) return;
       switch (ev.type) {
@@ -119,7 +120,7 @@ export function Chat({ ns, name }: { ns: string; name: string }) {
     return () => {
       ctl.abort();
       stop();
-      stopUnpark();
+      stopCatchUp();
     };
   }, [ns, name]);
 

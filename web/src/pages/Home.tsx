@@ -2,7 +2,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { GROUP, dotPath, getJSON, mergePatch } from '../lib/api';
 import { SPEND_EVENT_TYPES } from '../lib/generated';
 import { SetupChecklist } from '../components/SetupChecklist';
-import { approvals, computers, dots, inView, onStreamEvent, scopedPath, useCell, viewNamespace, waiting } from '../lib/live';
+import { approvals, computers, dots, inView, onCatchUp, onStreamEvent, scopedPath, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
 import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
 import { key, type Computer, type Dot, type LogEvent } from '../lib/types';
@@ -203,9 +203,11 @@ function useSpentToday(ns: string, name: string): number | undefined {
     const stop = onStreamEvent((e) => {
       if (e.namespace === ns && e.dot === name && SPEND_EVENT_TYPES.includes(e.type)) read();
     });
+    const stopCatchUp = onCatchUp(read);
     return () => {
       live = false;
       stop();
+      stopCatchUp();
     };
   }, [ns, name]);
   return spent;
@@ -250,15 +252,19 @@ function useLastActivity(ns: string, name: string): Last | undefined {
         if (e && (!held || e.id > held.id)) return e;
         return held ?? null;
       });
-    getJSON<{ events: LogEvent[] }>(`${dotPath(ns, name)}/events?order=desc&limit=1&types=${ACTIVITY_TYPES}`)
-      .then((a) => live && newer(a.events[0]))
-      .catch(() => live && setLast((prev) => (prev && prev !== 'unread' ? prev : 'unread')));
+    const read = () =>
+      void getJSON<{ events: LogEvent[] }>(`${dotPath(ns, name)}/events?order=desc&limit=1&types=${ACTIVITY_TYPES}`)
+        .then((a) => live && newer(a.events[0]))
+        .catch(() => live && setLast((prev) => (prev && prev !== 'unread' ? prev : 'unread')));
+    read();
     const stop = onStreamEvent((e) => {
       if (e.namespace === ns && e.dot === name && e.type in ACTIVITY) newer(e);
     });
+    const stopCatchUp = onCatchUp(read);
     return () => {
       live = false;
       stop();
+      stopCatchUp();
     };
   }, [ns, name]);
   return last;

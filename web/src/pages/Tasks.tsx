@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { GROUP, dotPath, getJSON, mergePatch, postJSON, says } from '../lib/api';
-import { approvals, onStreamEvent, onUnpark, useCell, useDotTasks, useRequestedTasks, waiting } from '../lib/live';
+import { approvals, onCatchUp, onStreamEvent, useCell, useDotTasks, useRequestedTasks, waiting } from '../lib/live';
 import { dotHref, navigate, taskHref } from '../lib/router';
 import { ago } from '../lib/format';
 import { Markdown } from '../lib/markdown';
@@ -335,11 +335,11 @@ function TaskDrawer({ ns, name, id, task, loaded, asks }: { ns: string; name: st
     const stop = onStreamEvent((e) => {
       if (e.namespace === ns && e.dot === name && e.data?.task_id === uid) void read();
     });
-    const stopUnpark = onUnpark(() => void read());
+    const stopCatchUp = onCatchUp(() => void read());
     return () => {
       live = false;
       stop();
-      stopUnpark();
+      stopCatchUp();
     };
   }, [uid, ns, name]);
 
