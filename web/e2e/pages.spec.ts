@@ -1,4 +1,4 @@
-import { expect, test } from '@playwright/test';
+import { expect, test, type Page } from '@playwright/test';
 import { applyDot, guestSays, harness } from './harness';
 
 test('Home lists an applied Dot, live', async ({ page }) => {
@@ -32,18 +32,30 @@ test('Chat posts a message and shows it logged', async ({ page }) => {
   await expect(box).toHaveValue('');
 });
 
+/**
+ * Lets the page's message POST to the Dot reach the server, which logs the
+ * message (logged resolves then), and holds its answer until release().
+ */
+async function holdMessagePost(page: Page, dot: string) {
+  let release = () => {};
+  const released = new Promise<void>((r) => (release = r));
+  let taken = () => {};
+  const logged = new Promise<void>((r) => (taken = r));
+  await page.route(`**/dots/v1/namespaces/default/dots/${dot}/messages`, async (route) => {
+    if (route.request().method() !== 'POST') return route.continue();
+    const response = await route.fetch();
+    taken();
+    await released;
+    await route.fulfill({ response });
+  });
+  return { logged, release };
+}
+
 test("a sent message shows once when the stream brings the logged one before the POST's answer", async ({ page }) => {
   await applyDot('twin-dot');
   // The POST reaches the server, which logs the message; its answer is held
   // until the stream has brought the logged message to the page.
-  let release = () => {};
-  const released = new Promise<void>((r) => (release = r));
-  await page.route('**/dots/v1/namespaces/default/dots/twin-dot/messages', async (route) => {
-    if (route.request().method() !== 'POST') return route.continue();
-    const response = await route.fetch();
-    await released;
-    await route.fulfill({ response });
-  });
+  const post = await holdMessagePost(page, 'twin-dot');
   await page.goto(harness().url + '/dots/default/twin-dot/chat');
   const box = page.getByLabel('Message to twin-dot');
   await box.fill('say this once');
@@ -52,7 +64,7 @@ test("a sent message shows once when the stream brings the logged one before the
   await expect(page.getByText('say this once')).toHaveCount(1);
   await expect(page.getByTestId('message-pending')).toHaveCount(0);
   const answered = page.waitForResponse((r) => r.url().endsWith('/twin-dot/messages') && r.request().method() === 'POST');
-  release();
+  post.release();
   await answered;
   // The answer names the message already shown: still one.
   await expect(page.getByText('say this once')).toHaveCount(1);
@@ -69,26 +81,16 @@ test('a message logged before the page\'s stream began is shown', async ({ page 
     if (!new URL(route.request().url()).searchParams.has('after')) await streamOpened;
     await route.continue();
   });
-  let logged = () => {};
-  const wasLogged = new Promise<void>((r) => (logged = r));
-  let answer = () => {};
-  const answered = new Promise<void>((r) => (answer = r));
-  await page.route('**/dots/v1/namespaces/default/dots/late-stream-dot/messages', async (route) => {
-    if (route.request().method() !== 'POST') return route.continue();
-    const response = await route.fetch();
-    logged();
-    await answered;
-    await route.fulfill({ response });
-  });
+  const post = await holdMessagePost(page, 'late-stream-dot');
   await page.goto(harness().url + '/dots/default/late-stream-dot/chat');
   const box = page.getByLabel('Message to late-stream-dot');
   await box.fill('logged in the gap');
   await box.press('Enter');
-  await wasLogged;
+  await post.logged;
   openStream();
   await expect(page.locator('[data-testid=message-user][data-event-id]', { hasText: 'logged in the gap' })).toBeVisible();
   await expect(page.getByText('logged in the gap')).toHaveCount(1);
-  answer();
+  post.release();
 });
 
 test('the page works at 375 px', async ({ page }) => {

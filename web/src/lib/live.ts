@@ -39,7 +39,7 @@ function setParked(p: boolean) {
   if (parked === p) return;
   parked = p;
   parkListeners.forEach((l) => l());
-  if (!parked) catchUp();
+  if (!parked) unparkListeners.forEach((l) => l());
 }
 let hideTimer: ReturnType<typeof setTimeout> | undefined;
 document.addEventListener('visibilitychange', () => {
@@ -48,25 +48,64 @@ document.addEventListener('visibilitychange', () => {
   else setParked(false);
 });
 
-// Those a view gave to onCatchUp.
-const catchUpListeners = new Set<() => void>();
+// What a view reads again when a parked tab takes its connection again,
+// and when the page's stream begins (once).
+const unparkListeners = new Set<() => void>();
+const beginListeners = new Set<() => void>();
+// Whether the page's stream has begun: said where in the log it starts.
+let begun = false;
+// How long readInStep waits for the stream to begin before it reads anyway.
+const BEGIN_WAIT_MS = 1500;
 
 /**
  * Calls fn each time the stream starts where the view may have missed
  * events, so that it reads what it shows again: when a parked tab takes its
- * connection again, and when a stream begins with no event id to resume from
- * (the page's first). Such a stream starts at the end of the log as it
- * stands then, and a view's first read may have come before that: what was
- * logged in between (a message the person just sent, the Dot's answer) comes
- * from neither.
+ * connection again, and when the page's first stream begins. That stream
+ * starts at the end of the log as it stands then, and the view's first read
+ * may have come before: what was logged in between (a message the person
+ * just sent, the Dot's answer) comes from neither.
  */
 export function onCatchUp(fn: () => void) {
-  catchUpListeners.add(fn);
-  return () => void catchUpListeners.delete(fn);
+  unparkListeners.add(fn);
+  if (!begun) beginListeners.add(fn);
+  return () => {
+    unparkListeners.delete(fn);
+    beginListeners.delete(fn);
+  };
 }
 
-function catchUp() {
-  catchUpListeners.forEach((l) => l());
+/**
+ * Calls read in step with the stream: at once when the page's stream has
+ * begun, else when it begins (or after BEGIN_WAIT_MS, and again when it
+ * begins), and when a parked tab takes its connection again. For a view
+ * of many reads (Home's cards), which onCatchUp would make read twice at
+ * the page's load. Returns the stop.
+ */
+export function readInStep(read: () => void) {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let begin: (() => void) | undefined;
+  if (begun) read();
+  else {
+    begin = () => {
+      clearTimeout(timer);
+      read();
+    };
+    beginListeners.add(begin);
+    timer = setTimeout(read, BEGIN_WAIT_MS);
+  }
+  unparkListeners.add(read);
+  return () => {
+    clearTimeout(timer);
+    if (begin) beginListeners.delete(begin);
+    unparkListeners.delete(read);
+  };
+}
+
+function streamBegan() {
+  begun = true;
+  const ls = [...beginListeners];
+  beginListeners.clear();
+  ls.forEach((l) => l());
 }
 
 /** Resolves once the tab is not parked. */
@@ -211,9 +250,6 @@ async function runLive() {
       for (const w of watched) q.append('watch', `${w.kind}${w.selector ? `@${w.selector}` : ''}:${w.rv}`);
       if (scope()) q.set('namespace', scope());
       q.set('types', STREAM_TYPES.join(','));
-      // Without an id the stream starts at the log's end: once it has
-      // told where that is, the views read again what came before it.
-      let fresh = !lastEventId;
       if (lastEventId) q.set('after', lastEventId);
       const res = await fetch(`/web/v1/live?${q}`, { headers: { Accept: 'text/event-stream' }, signal: ctl.signal });
       if (!res.ok || !res.body) {
@@ -253,10 +289,10 @@ async function runLive() {
           }
           // The stream's first message is an id alone, the resume point.
           if (id) lastEventId = id;
-          if (id && fresh) {
-            fresh = false;
-            catchUp();
-          }
+          // Without an id to resume from, the stream starts at the log's
+          // end: once it has said where that is, the views read what came
+          // before it.
+          if (id && !begun) streamBegan();
           if (data && event !== 'message') {
             const ev = JSON.parse(data) as LogEvent;
             streamListeners.forEach((l) => l(ev));

@@ -2,7 +2,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { GROUP, dotPath, getJSON, mergePatch } from '../lib/api';
 import { SPEND_EVENT_TYPES } from '../lib/generated';
 import { SetupChecklist } from '../components/SetupChecklist';
-import { approvals, computers, dots, inView, onCatchUp, onStreamEvent, scopedPath, useCell, viewNamespace, waiting } from '../lib/live';
+import { approvals, computers, dots, inView, onStreamEvent, readInStep, scopedPath, useCell, viewNamespace, waiting } from '../lib/live';
 import { chatHref } from '../lib/router';
 import { ago, phaseLabel, phaseTone, reason, toneRing, toneText } from '../lib/format';
 import { key, type Computer, type Dot, type LogEvent } from '../lib/types';
@@ -199,15 +199,14 @@ function useSpentToday(ns: string, name: string): number | undefined {
       void getJSON<{ spent_usd: number }>(`${dotPath(ns, name)}/usage?since=${encodeURIComponent(startOfToday())}`)
         .then((u) => live && setSpent(u.spent_usd))
         .catch(() => live && setSpent(undefined));
-    read();
+    const stopRead = readInStep(read);
     const stop = onStreamEvent((e) => {
       if (e.namespace === ns && e.dot === name && SPEND_EVENT_TYPES.includes(e.type)) read();
     });
-    const stopCatchUp = onCatchUp(read);
     return () => {
       live = false;
       stop();
-      stopCatchUp();
+      stopRead();
     };
   }, [ns, name]);
   return spent;
@@ -237,10 +236,10 @@ const ACTIVITY_TYPES = Object.keys(ACTIVITY).join(',');
 type Last = { id: number; type: string; created_at: string } | null | 'unread';
 
 /**
- * The Dot's newest activity: one read of its log, newest first and one
- * event long, then the shared stream keeps it (whichever is newer wins, so
- * a live event that beats the read is kept). undefined until read, null for
- * a Dot that has done nothing yet.
+ * The Dot's newest activity: one read of its log (in step with the
+ * stream), newest first and one event long, then the shared stream keeps
+ * it (whichever is newer wins, so a live event that beats the read is
+ * kept). undefined until read, null for a Dot that has done nothing yet.
  */
 function useLastActivity(ns: string, name: string): Last | undefined {
   const [last, setLast] = useState<Last>();
@@ -256,15 +255,14 @@ function useLastActivity(ns: string, name: string): Last | undefined {
       void getJSON<{ events: LogEvent[] }>(`${dotPath(ns, name)}/events?order=desc&limit=1&types=${ACTIVITY_TYPES}`)
         .then((a) => live && newer(a.events[0]))
         .catch(() => live && setLast((prev) => (prev && prev !== 'unread' ? prev : 'unread')));
-    read();
+    const stopRead = readInStep(read);
     const stop = onStreamEvent((e) => {
       if (e.namespace === ns && e.dot === name && e.type in ACTIVITY) newer(e);
     });
-    const stopCatchUp = onCatchUp(read);
     return () => {
       live = false;
       stop();
-      stopCatchUp();
+      stopRead();
     };
   }, [ns, name]);
   return last;
