@@ -28,16 +28,13 @@ import (
 //   - the same version: the start is ready without waiting for it. The
 //     policy is in the store already, and the hook runs on behind readiness,
 //     putting back within seconds a default role someone deleted;
-//   - no marker (the first start of a home): the same policy, from the same
-//     upstream tables and reconciliation, is made at once, several objects
-//     at a time (internal/rbacpolicy), then the hook runs on behind
-//     readiness as above. Upstream's hook would sleep a second first, then
-//     send its 280 or so requests one after another (and /readyz itself is
-//     refused to anonymous callers until the policy is made): a first start
-//     is about 0.4 s sooner ready this way. What upstream's hook does
-//     besides, copying the rules of roles renamed in old Kubernetes
-//     versions, has nothing to copy in a store that had no policy. Should
-//     it fail, the hook is waited for;
+//   - no marker (the first start of a home): internal/rbacpolicy makes the
+//     same policy at once, without the hook's second of sleep (and /readyz
+//     is refused to anonymous callers until the policy is made), then the
+//     hook runs on behind readiness as above. What the hook does besides,
+//     copying the rules of roles renamed in old Kubernetes versions, has
+//     nothing to copy in a store that had no policy. Should it fail, the
+//     hook is waited for;
 //   - another version (an upgrade, whose policy may rename roles): the
 //     start waits for the hook as upstream does.
 // Then the marker is written.
