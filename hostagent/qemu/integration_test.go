@@ -88,6 +88,22 @@ func registerManifest(t testing.TB, h home.Layout, kind home.ImageKind, version,
 	}
 }
 
+// settledCwd reads a process's working directory until it is want or
+// qemuTimeout passes. QEMU's own start leaves it elsewhere for a moment: a
+// library it links (libndctl, through libpmem) walks sysfs by fchdir and
+// comes back, and CI once read "/sys/bus/nd/devices" in that moment. QEMU
+// never moves to the home by itself, so a wrong cmd.Dir still fails.
+func settledCwd(pid int, want string) string {
+	deadline := time.Now().Add(qemuTimeout)
+	for {
+		cwd, _ := os.Readlink("/proc/" + itoa(pid) + "/cwd")
+		if cwd == want || time.Now().After(deadline) {
+			return cwd
+		}
+		time.Sleep(observePoll)
+	}
+}
+
 func blankSpec(id home.VMID) driver.Spec {
 	return driver.Spec{ID: id, CPUs: 1, MemoryMiB: 128, GoldenImage: blankGolden, RuntimeImage: blankRuntime, Token: testToken}
 }
@@ -122,7 +138,7 @@ func TestRealQEMULifecycle(t *testing.T) {
 	if f := hasForbiddenFlag(args); f != "" || args[0] != d.bin.System || !filepath.IsAbs(args[0]) {
 		t.Errorf("running QEMU argv %q: forbidden %q, want the absolute %s", args, f, d.bin.System)
 	}
-	if cwd, _ := os.Readlink("/proc/" + itoa(obs.PID) + "/cwd"); cwd != d.home.Root {
+	if cwd := settledCwd(obs.PID, d.home.Root); cwd != d.home.Root {
 		t.Errorf("QEMU's working directory = %q, want the home %q", cwd, d.home.Root)
 	}
 	environ, _ := os.ReadFile("/proc/" + itoa(obs.PID) + "/environ")
