@@ -10,10 +10,16 @@
 // pause. So the limit follows what the server holds: after each collection
 // that comes long after the one before (the server is idle: at rest the
 // runtime collects every two minutes), the limit is set to the live heap
-// plus a quarter, plus the runtime's own memory outside the heap; the
+// plus a quarter, plus what the runtime holds and cannot give back (the
+// heap's unused slack within its spans, its memory outside the heap); the
 // scavenger then returns the rest. A collection soon after the one before
 // means work is under way, and the limit is lifted, so GOGC alone paces the
 // collector while the server is busy.
+//
+// Only the runtime's own (automatic) collections say whether the server is
+// busy. A collection this package forces to give memory back is no sign of
+// work: counting it as one made every release schedule the next, and an
+// idle server collected and paged its program out every idleGap for ever.
 //
 // A burst ends without a collection to say so: an idle server's next one is
 // the runtime's forced collection, up to two minutes later, and until then
@@ -54,12 +60,14 @@ const (
 // Tuner is a running tuner; Stop ends it and lifts the limit it set.
 type Tuner struct {
 	stopped atomic.Bool
-	// lastGC is when the previous collection ended, in Unix nanoseconds.
-	lastGC atomic.Int64
+	// lastGC is when the previous automatic collection ended, in Unix
+	// nanoseconds; automatic is the runtime's count of them then.
+	lastGC    atomic.Int64
+	automatic atomic.Uint64
 	// Limit is the last limit set (math.MaxInt64: none), for tests and logs.
 	limit atomic.Int64
 	now   func() time.Time
-	read  func() (live, outsideHeap uint64)
+	read  func() figures
 	set   func(int64) int64
 	// release is releaseBurst; after runs f d from now.
 	release func()
@@ -77,6 +85,7 @@ func Start() *Tuner {
 	}
 	t := &Tuner{now: time.Now, read: readRuntime, set: debug.SetMemoryLimit, release: releaseBurst, after: time.AfterFunc}
 	t.lastGC.Store(t.now().UnixNano())
+	t.automatic.Store(t.read().automatic)
 	t.limit.Store(math.MaxInt64)
 	t.arm()
 	return t
@@ -111,16 +120,18 @@ func (t *Tuner) arm() {
 	}, t)
 }
 
-// afterGC sets the limit from the collection that just ended.
+// afterGC sets the limit from the collection that just ended: the idle
+// limit after a forced collection (a release) or an automatic one long
+// after the last, none after an automatic one soon after the last.
 func (t *Tuner) afterGC() {
-	now := t.now().UnixNano()
-	gap := time.Duration(now - t.lastGC.Swap(now))
-	limit := int64(math.MaxInt64)
-	if gap >= idleGap {
-		live, outside := t.read()
-		limit = max(int64(float64(live)*(1+headroom))+int64(outside), floor)
-	} else {
-		t.releaseWhenQuiet()
+	f := t.read()
+	limit := idleLimit(f)
+	if f.automatic != t.automatic.Swap(f.automatic) {
+		now := t.now().UnixNano()
+		if gap := time.Duration(now - t.lastGC.Swap(now)); gap < idleGap {
+			limit = math.MaxInt64
+			t.releaseWhenQuiet()
+		}
 	}
 	if limit != t.limit.Load() {
 		t.set(limit)
@@ -149,9 +160,28 @@ func (t *Tuner) releaseIfQuiet() {
 	t.release()
 }
 
-// readRuntime reads the live heap and the runtime's memory that is not the
-// heap (stacks, its own structures), from runtime/metrics.
-func readRuntime() (live, outsideHeap uint64) {
+// figures are the runtime's, as the tuner reads them after a collection.
+type figures struct {
+	// live is the heap the last collection found live.
+	live uint64
+	// unused is the heap's slack within its spans: reserved for objects,
+	// holding none, and not returnable while the spans hold others.
+	unused uint64
+	// outsideHeap is the runtime's memory that is not the heap (stacks,
+	// its own structures).
+	outsideHeap uint64
+	// automatic counts the runtime's own collections, not forced ones.
+	automatic uint64
+}
+
+// idleLimit is the limit for an idle server holding f: the live heap and a
+// quarter, what the runtime cannot give back, and never under floor.
+func idleLimit(f figures) int64 {
+	return max(int64(float64(f.live)*(1+headroom))+int64(f.unused)+int64(f.outsideHeap), floor)
+}
+
+// readRuntime reads the figures from runtime/metrics.
+func readRuntime() figures {
 	s := []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
 		{Name: "/memory/classes/total:bytes"},
@@ -159,6 +189,7 @@ func readRuntime() (live, outsideHeap uint64) {
 		{Name: "/memory/classes/heap/unused:bytes"},
 		{Name: "/memory/classes/heap/free:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/gc/cycles/automatic:gc-cycles"},
 	}
 	metrics.Read(s)
 	v := func(i int) uint64 {
@@ -167,11 +198,11 @@ func readRuntime() (live, outsideHeap uint64) {
 		}
 		return s[i].Value.Uint64()
 	}
-	heap := v(2) + v(3) + v(4) + v(5)
-	if total := v(1); total > heap {
-		outsideHeap = total - heap
+	f := figures{live: v(0), unused: v(3), automatic: v(6)}
+	if heap, total := v(2)+v(3)+v(4)+v(5), v(1); total > heap {
+		f.outsideHeap = total - heap
 	}
-	return v(0), outsideHeap
+	return f
 }
 
 // releaseBurst gives back what a burst of work left: the free heap, and the

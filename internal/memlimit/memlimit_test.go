@@ -8,13 +8,35 @@ import (
 )
 
 // fakeTuner is a Tuner on a fake clock and fake runtime figures, with the
-// limits it set recorded instead of given to the runtime.
+// limits it set recorded instead of given to the runtime. Its afterGC
+// follows an automatic collection; fakeRuntime.forced one forced.
 func fakeTuner(live, outside uint64) (*Tuner, *time.Time, *[]int64) {
+	tu, clock, set, _ := fakeTunerWith(figures{live: live, outsideHeap: outside})
+	return tu, clock, set
+}
+
+// fakeRuntime counts the fake collections: collect is an automatic one,
+// forced one the tuner's own release ran.
+type fakeRuntime struct {
+	figures
+	forcedNext bool
+}
+
+func (r *fakeRuntime) read() figures {
+	if !r.forcedNext {
+		r.automatic++
+	}
+	r.forcedNext = false
+	return r.figures
+}
+
+func fakeTunerWith(f figures) (*Tuner, *time.Time, *[]int64, *fakeRuntime) {
 	clock := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
 	var set []int64
+	rt := &fakeRuntime{figures: f}
 	t := &Tuner{
 		now:  func() time.Time { return clock },
-		read: func() (uint64, uint64) { return live, outside },
+		read: rt.read,
 		set:  func(l int64) int64 { set = append(set, l); return 0 },
 		// A release is never due on its own in these tests (see
 		// TestABurstsHeapGoesBackOnceItIsOver, which calls it).
@@ -22,8 +44,9 @@ func fakeTuner(live, outside uint64) (*Tuner, *time.Time, *[]int64) {
 		after:   func(time.Duration, func()) *time.Timer { return time.NewTimer(time.Hour) },
 	}
 	t.lastGC.Store(clock.UnixNano())
+	t.automatic.Store(rt.automatic)
 	t.limit.Store(math.MaxInt64)
-	return t, &clock, &set
+	return t, &clock, &set, rt
 }
 
 func TestTheLimitFollowsTheLiveHeapWhenIdleAndLiftsWhenBusy(t *testing.T) {
@@ -91,9 +114,8 @@ func TestTheRealTunerRunsAfterCollections(t *testing.T) {
 	if tu.Limit() == math.MaxInt64 || tu.Limit() < floor {
 		t.Fatalf("after collections the limit is %d; want one set from the live heap", tu.Limit())
 	}
-	live, outside := readRuntime()
-	if live == 0 || outside == 0 {
-		t.Errorf("readRuntime() = %d, %d; want both above 0", live, outside)
+	if f := readRuntime(); f.live == 0 || f.outsideHeap == 0 {
+		t.Errorf("readRuntime() = %+v; want the live heap and the runtime's own memory above 0", f)
 	}
 }
 
@@ -160,5 +182,56 @@ func TestABurstsHeapGoesBackOnceItIsOver(t *testing.T) {
 	due()
 	if released != 1 {
 		t.Errorf("a stopped tuner released")
+	}
+}
+
+// The tuner's own release forces a collection; that is no sign of work. When
+// it counted as one, every release put off the next, and an idle server
+// collected and paged its program out every idleGap for ever.
+func TestAReleasesOwnCollectionSchedulesNoOther(t *testing.T) {
+	tu, clock, _, rt := fakeTunerWith(figures{live: 40 << 20, unused: 6 << 20, outsideHeap: 20 << 20})
+	scheduled := 0
+	tu.after = func(time.Duration, func()) *time.Timer {
+		scheduled++
+		return time.NewTimer(time.Hour)
+	}
+	// A busy spell: one release scheduled.
+	*clock = clock.Add(time.Second)
+	tu.afterGC()
+	if scheduled != 1 {
+		t.Fatalf("a busy collection scheduled %d releases; want 1", scheduled)
+	}
+	// The release, idleGap later, forces a collection, and the runtime may
+	// run one more right after: neither is work.
+	*clock = clock.Add(idleGap)
+	rt.forcedNext = true
+	tu.afterGC()
+	want := int64(50<<20 + 6<<20 + 20<<20)
+	if tu.Limit() != want {
+		t.Errorf("after the release's collection the limit is %d MiB; want the idle limit %d MiB", tu.Limit()>>20, want>>20)
+	}
+	*clock = clock.Add(50 * time.Millisecond)
+	rt.forcedNext = true
+	tu.afterGC()
+	if scheduled != 1 {
+		t.Errorf("the release's own collections scheduled %d more releases; want none", scheduled-1)
+	}
+	// The runtime's next automatic one, long after the last automatic:
+	// idle, nothing scheduled, the limit kept.
+	*clock = clock.Add(2 * time.Minute)
+	tu.afterGC()
+	if scheduled != 1 || tu.Limit() != want {
+		t.Errorf("an idle automatic collection: %d releases scheduled, limit %d MiB; want 1 and %d MiB", scheduled, tu.Limit()>>20, want>>20)
+	}
+}
+
+// The idle limit leaves room for the heap's slack within its spans, which
+// the scavenger cannot give back: without it the limit sat just above the
+// heap after a release, the next allocations forced an automatic collection
+// at once, and the server seemed busy.
+func TestTheIdleLimitCountsTheHeapsSlack(t *testing.T) {
+	got := idleLimit(figures{live: 40 << 20, unused: 8 << 20, outsideHeap: 16 << 20})
+	if want := int64(50<<20 + 8<<20 + 16<<20); got != want {
+		t.Errorf("idleLimit() = %d MiB, want %d MiB", got>>20, want>>20)
 	}
 }
