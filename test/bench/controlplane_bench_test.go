@@ -295,10 +295,10 @@ func BenchmarkControlPlane(b *testing.B) {
 			return m, nil
 		}},
 		{"memory/idle", func() ([]metric, error) { return mem("idle after warm start", settle) }},
-		// The server gives back what its start took once no collection has
-		// come for memlimit's idleGap (10 s) after its start's last, about
-		// 36 s after ready here: a reading well after that, the server as it
-		// idles from then on.
+		// The server gives back what its start took 5 s after ready
+		// (memlimit.ReleaseStartAfter); then the code its idle work runs is
+		// read back into memory over the next minute: a reading well after
+		// that, the server as it idles from then on.
 		{"memory/idle-later", func() ([]metric, error) { return mem("idle a minute after warm start", idleLater) }},
 		{"dots/create", func() ([]metric, error) {
 			if err := createNamespace(ctx, client, benchNS); err != nil {
