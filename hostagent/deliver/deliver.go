@@ -380,7 +380,9 @@ func (d *Deliverer) send(ctx context.Context, log logr.Logger, key types.Namespa
 	timeout := cmp.Or(d.SendTimeout, DefaultSendTimeout)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	var accepted protocol.Accepted
+	began := d.Clock.Now()
 	err := d.Guest.Agent(sctx, t, http.MethodPost, protocol.RouteEvents, row.Event, &accepted)
+	took := d.Clock.Since(began)
 	cancel()
 	if ctx.Err() != nil {
 		return held{}, false // the agent stops: the next one sends it again
@@ -395,7 +397,9 @@ func (d *Deliverer) send(ctx context.Context, log logr.Logger, key types.Namespa
 		// the row again with the same id (it is still "sent"), and the
 		// guest ignores an id it has seen (ref 5.4).
 		crashpoint.Hit(crashpoint.DeliverSent)
-		log.V(1).Info("delivered", "row", id, "type", row.Event.Type)
+		// took is the guest's share of a delivery: under tcg most of a
+		// chat's time before the model (BenchmarkDotChat).
+		log.V(1).Info("delivered", "row", id, "type", row.Event.Type, "took", took)
 		if ack(wire.Ack{Outcome: wire.OutcomeDelivered}) != nil {
 			// The guest has it; sent again later, it ignores the repeat.
 			return held{}, false
