@@ -382,7 +382,8 @@ func (d *Deliverer) send(ctx context.Context, log logr.Logger, key types.Namespa
 	var accepted protocol.Accepted
 	began := d.Clock.Now()
 	err := d.Guest.Agent(sctx, t, http.MethodPost, protocol.RouteEvents, row.Event, &accepted)
-	took := d.Clock.Since(began)
+	answered := d.Clock.Now()
+	took := answered.Sub(began)
 	cancel()
 	if ctx.Err() != nil {
 		return held{}, false // the agent stops: the next one sends it again
@@ -400,7 +401,7 @@ func (d *Deliverer) send(ctx context.Context, log logr.Logger, key types.Namespa
 		// took is the guest's share of a delivery: under tcg most of a
 		// chat's time before the model (BenchmarkDotChat).
 		log.V(1).Info("delivered", "row", id, "type", row.Event.Type, "took", took)
-		if ack(wire.Ack{Outcome: wire.OutcomeDelivered}) != nil {
+		if ack(wire.Ack{Outcome: wire.OutcomeDelivered, At: &answered}) != nil {
 			// The guest has it; sent again later, it ignores the repeat.
 			return held{}, false
 		}

@@ -108,6 +108,11 @@ func (o *fakeOutbox) Ack(_ context.Context, _, _, _, id string, a wire.Ack) (wir
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.acks = append(o.acks, id+" "+string(a.Outcome))
+	if (a.Outcome == wire.OutcomeDelivered) != (a.At != nil) {
+		// The deliverer says when the guest answered, and only then.
+		return wire.Acked{}, &dotsclient.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalidRequest,
+			Message: fmt.Sprintf("outcome %s with at %v: only delivered, and always", a.Outcome, a.At)}
+	}
 	for _, r := range o.rows {
 		if r.row.Event.ID != id {
 			continue

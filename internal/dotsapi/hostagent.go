@@ -330,7 +330,7 @@ func (h *Handler) ackOutbox(w http.ResponseWriter, r *http.Request) error {
 			return apiErrorf(http.StatusConflict, wire.CodeNotPending, "outbox row %q was delivered or dropped meanwhile: do not send it", id)
 		}
 	case wire.OutcomeDelivered:
-		err = h.store.MarkDelivered(r.Context(), id, now)
+		err = h.store.MarkDelivered(r.Context(), id, deliveredAt(ack, row, now))
 	case wire.OutcomeFailed:
 		out.Failures, err = h.store.RecordFailure(r.Context(), id, ack.Reason, *ack.RetryAt)
 	case wire.OutcomeDropped:
@@ -355,9 +355,21 @@ func (h *Handler) ackOutbox(w http.ResponseWriter, r *http.Request) error {
 
 // checkAck refuses an acknowledgement that lacks what its outcome needs or
 // carries what it does not take.
+// deliveredAt is the delivery's time: the guest's answer as the deliverer
+// saw it, when it falls between the send's start and now; now otherwise.
+func deliveredAt(a wire.Ack, row store.Inbound, now time.Time) time.Time {
+	if a.At == nil || row.SentAt == nil || a.At.After(now) || a.At.Before(*row.SentAt) {
+		return now
+	}
+	return *a.At
+}
+
 func checkAck(a wire.Ack) error {
 	if len(a.Reason) > wire.MaxReason {
 		return badRequest("reason is %d bytes; at most %d", len(a.Reason), wire.MaxReason)
+	}
+	if a.At != nil && a.Outcome != wire.OutcomeDelivered {
+		return badRequest("outcome %s takes no at (only delivered does)", a.Outcome)
 	}
 	switch a.Outcome {
 	case wire.OutcomeSent, wire.OutcomeDelivered:

@@ -263,11 +263,17 @@ func TestOutboxAndAcks(t *testing.T) {
 	}
 
 	retryAt := e.clock.Now().Add(time.Minute).UTC()
+	// The guest takes the task a second after its send began; the
+	// acknowledgement arrives a second after that.
+	sent := e.clock.Now()
+	answered := sent.Add(time.Second)
 	acks := []struct {
 		reason string
 		id     string
 		ack    wire.Ack
 		want   wire.Acked
+		// later moves the clock on before the acknowledgement.
+		later time.Duration
 	}{
 		{reason: "a send begins", id: task.ID, ack: wire.Ack{Outcome: wire.OutcomeSent},
 			want: wire.Acked{ID: task.ID, Outcome: wire.OutcomeSent}},
@@ -275,12 +281,13 @@ func TestOutboxAndAcks(t *testing.T) {
 			want: wire.Acked{ID: task.ID, Outcome: wire.OutcomeFailed, Failures: 1}},
 		{reason: "a second failure counts again", id: task.ID, ack: wire.Ack{Outcome: wire.OutcomeFailed, Reason: "POST /v1/agent/events: status 503", RetryAt: &retryAt},
 			want: wire.Acked{ID: task.ID, Outcome: wire.OutcomeFailed, Failures: 2}},
-		{reason: "the guest takes it at last", id: task.ID, ack: wire.Ack{Outcome: wire.OutcomeDelivered},
+		{reason: "the guest takes it at last", id: task.ID, ack: wire.Ack{Outcome: wire.OutcomeDelivered, At: &answered}, later: 2 * time.Second,
 			want: wire.Acked{ID: task.ID, Outcome: wire.OutcomeDelivered, Failures: 2}},
 		{reason: "a row given up", id: msg.ID, ack: wire.Ack{Outcome: wire.OutcomeDropped, Reason: "the guest refused it (status 400, invalid_request)"},
 			want: wire.Acked{ID: msg.ID, Outcome: wire.OutcomeDropped}},
 	}
 	for _, a := range acks {
+		e.clock.SetTime(e.clock.Now().Add(a.later))
 		got, err := agent.Ack(ctx, "host-1", "team-a", "helper", a.id, a.ack)
 		if err != nil {
 			t.Fatalf("%s: %v", a.reason, err)
@@ -296,12 +303,11 @@ func TestOutboxAndAcks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := e.clock.Now()
 	wantRow := struct {
 		Sent, Delivered time.Time
 		LastError       string
 		Failures        int
-	}{now, now, "POST /v1/agent/events: status 503", 2}
+	}{sent, answered, "POST /v1/agent/events: status 503", 2}
 	gotRow := wantRow
 	gotRow.Sent, gotRow.Delivered, gotRow.LastError, gotRow.Failures = *row.SentAt, *row.DeliveredAt, row.LastError, row.Failures
 	if diff := cmp.Diff(wantRow, gotRow, cmpopts.EquateApproxTime(time.Microsecond)); diff != "" {
@@ -337,8 +343,11 @@ func TestOutboxAndAcks(t *testing.T) {
 			body: `{"outcome":"dropped","reason":"` + strings.Repeat("r", wire.MaxReason+1) + `"}`,
 			want: answer{http.StatusBadRequest, wire.CodeInvalidRequest, "at most 1024"}},
 		{reason: "an unknown field is named", who: "agent-1", path: wire.AckPath("host-1", "team-a", "helper", decision.ID),
-			body: `{"outcome":"failed","reason":"x","retry_at":"` + later.Format(time.RFC3339) + `","at":"now"}`,
-			want: answer{http.StatusBadRequest, wire.CodeInvalidRequest, `unknown field "at"`}},
+			body: `{"outcome":"failed","reason":"x","retry_at":"` + later.Format(time.RFC3339) + `","when":"now"}`,
+			want: answer{http.StatusBadRequest, wire.CodeInvalidRequest, `unknown field "when"`}},
+		{reason: "only a delivery says when the guest answered", who: "agent-1", path: wire.AckPath("host-1", "team-a", "helper", decision.ID),
+			body: `{"outcome":"sent","at":"` + later.Format(time.RFC3339) + `"}`,
+			want: answer{http.StatusBadRequest, wire.CodeInvalidRequest, "outcome sent takes no at"}},
 		{reason: "another host's agent may not read the outbox", who: "agent-2", method: http.MethodGet, path: wire.OutboxPath("host-1", "team-a", "helper"),
 			want: answer{http.StatusForbidden, wire.CodeForbidden, "its own host only"}},
 		{reason: "another host's agent may not acknowledge", who: "agent-2", path: wire.AckPath("host-1", "team-a", "helper", decision.ID), body: `{"outcome":"sent"}`,
@@ -359,6 +368,22 @@ func TestOutboxAndAcks(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{decision.ID}, pendingIDs()); diff != "" {
 		t.Errorf("refused acknowledgements changed nothing (-want +got):\n%s", diff)
+	}
+
+	// An answer's time outside the send (a clock astray on another host)
+	// is not kept: the delivery is the acknowledgement's arrival.
+	astray := e.clock.Now().Add(-time.Hour)
+	for _, a := range []wire.Ack{{Outcome: wire.OutcomeSent}, {Outcome: wire.OutcomeDelivered, At: &astray}} {
+		if _, err := agent.Ack(ctx, "host-1", "team-a", "helper", decision.ID, a); err != nil {
+			t.Fatalf("%s: %v", a.Outcome, err)
+		}
+	}
+	row, err = testStore.Inbound(ctx, dot.UID, decision.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.DeliveredAt == nil || !row.DeliveredAt.Equal(e.clock.Now()) {
+		t.Errorf("delivered at %v with an answer time an hour before the send; want the acknowledgement's %v", row.DeliveredAt, e.clock.Now())
 	}
 }
 

@@ -563,6 +563,13 @@ type Ack struct {
 	Outcome Outcome    `json:"outcome"`
 	Reason  string     `json:"reason,omitempty"`
 	RetryAt *time.Time `json:"retry_at,omitempty"`
+	// At is when the guest answered 202, by the deliverer's clock; only
+	// OutcomeDelivered takes it. The row's delivery is then that moment,
+	// not this acknowledgement's arrival, a round trip later, while the
+	// guest already works on the row. The control plane keeps it only
+	// between the send's start and its own now (a clock astray on another
+	// host gives now).
+	At *time.Time `json:"at,omitempty"`
 }
 
 // Acked answers Ack: the row's known failures so far. For OutcomeGivenUp,
