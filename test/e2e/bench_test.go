@@ -50,7 +50,13 @@ func instantModel(modelRequest) modelAnswer { return modelAnswer{Text: chatAnswe
 //     began its send (the outbox row's sent_at): the control plane and the
 //     deliverer alone;
 //   - deliver-p50-ms: until the guest took the user.message (its
-//     delivered_at), the guest's POST /v1/agent/events added;
+//     delivered_at: the guest's answer, by the deliverer's clock), the
+//     guest's POST /v1/agent/events added;
+//   - take-p50-ms, take-p99-ms: of those, from the send's start until the
+//     guest's answer (delivered_at less sent_at): dot-agentd and the
+//     engine taking the row on the emulated processor, behind QEMU's user
+//     network, plus the "sent" acknowledgement's way back to the
+//     deliverer (a loopback answer);
 //   - to-model-p50-ms: from there until the stand-in model got the turn's
 //     request: the engine's turn start inside the guest, on the emulated
 //     processor (its native cost is BenchmarkTurnOverhead's);
@@ -62,6 +68,9 @@ func instantModel(modelRequest) modelAnswer { return modelAnswer{Text: chatAnswe
 //     the host, with the engine's commit of the answer counted in, so an
 //     upper bound. Every time is the host's clock (the database's
 //     timestamps and the stand-in's), never the guest's;
+//   - overhead-less-take-p50-ms, -p99-ms: the same less take, message by
+//     message: the host's own part, with only the engine's commit of the
+//     answer still in (emulated, in back);
 //   - wake-answer-s: the same for a Dot asleep (stopReason idle), the
 //     median of 3;
 //   - boot-s: the same image booted by the host's driver alone in the same
@@ -89,7 +98,7 @@ func BenchmarkDotChat(b *testing.B) {
 		warm = append(warm, d)
 		asked = append(asked, id)
 	}
-	var send, deliver, toModel, back, overhead []time.Duration
+	var send, deliver, take, toModel, back, overhead, hostOverhead []time.Duration
 	for i, dl := range deliveries(b, w.home, asked) {
 		modelAt, ok := clock.of(i)
 		if !ok {
@@ -99,6 +108,8 @@ func BenchmarkDotChat(b *testing.B) {
 		send, deliver = append(send, dl.sent.Sub(dl.asked)), append(deliver, dl.delivered.Sub(dl.asked))
 		toModel, back = append(toModel, modelAt.Sub(dl.delivered)), append(back, answered.Sub(modelAt))
 		overhead = append(overhead, warm[i]-modelAt.Sub(dl.delivered))
+		take = append(take, dl.delivered.Sub(dl.sent))
+		hostOverhead = append(hostOverhead, overhead[i]-take[i])
 	}
 
 	// Asleep: idle after 5 s, then a message wakes it.
@@ -122,11 +133,15 @@ func BenchmarkDotChat(b *testing.B) {
 	b.ReportMetric(ms(percentile(warm, 99)), "chat-p99-ms")
 	b.ReportMetric(ms(percentile(send, 50)), "send-p50-ms")
 	b.ReportMetric(ms(percentile(deliver, 50)), "deliver-p50-ms")
+	b.ReportMetric(ms(percentile(take, 50)), "take-p50-ms")
+	b.ReportMetric(ms(percentile(take, 99)), "take-p99-ms")
 	b.ReportMetric(ms(percentile(toModel, 50)), "to-model-p50-ms")
 	b.ReportMetric(ms(percentile(back, 50)), "back-p50-ms")
 	b.ReportMetric(ms(percentile(back, 99)), "back-p99-ms")
 	b.ReportMetric(ms(percentile(overhead, 50)), "overhead-p50-ms")
 	b.ReportMetric(ms(percentile(overhead, 99)), "overhead-p99-ms")
+	b.ReportMetric(ms(percentile(hostOverhead, 50)), "overhead-less-take-p50-ms")
+	b.ReportMetric(ms(percentile(hostOverhead, 99)), "overhead-less-take-p99-ms")
 	b.ReportMetric(percentile(wake, 50).Seconds(), "wake-answer-s")
 	b.ReportMetric(boot.Seconds(), "boot-s")
 	b.ReportMetric(percentile(wake, 50).Seconds()/boot.Seconds(), "wake-answer/boot")
