@@ -10,9 +10,9 @@
 // pause. So the limit follows what the server holds: after each collection
 // that comes long after the one before (the server is idle: at rest the
 // runtime collects every two minutes), the limit is set to the live heap
-// plus a quarter, plus what the runtime holds and cannot give back (the
-// heap's unused slack within its spans, its memory outside the heap); the
-// scavenger then returns the rest. A collection soon after the one before
+// plus a tenth (8 MiB at least), plus what the runtime holds and cannot
+// give back (the heap's unused slack within its spans, its memory outside
+// the heap); the scavenger then returns the rest. A collection soon after the one before
 // means work is under way, and the limit is lifted, so GOGC alone paces the
 // collector while the server is busy.
 //
@@ -50,8 +50,12 @@ const (
 	// idleGap: a collection this long after the previous one finds the
 	// server idle.
 	idleGap = 10 * time.Second
-	// headroom is the share of the live heap the limit leaves above it.
-	headroom = 0.25
+	// headroom is the share of the live heap the limit leaves above it,
+	// and minHeadroom the least: room for what an idle server allocates
+	// between two collections, tens of seconds apart (more often would
+	// look like work, see idleGap).
+	headroom    = 0.1
+	minHeadroom = 8 << 20
 	// floor is the lowest limit set, so a tiny heap never makes the
 	// collector run on every allocation.
 	floor = 48 << 20
@@ -177,7 +181,8 @@ type figures struct {
 // idleLimit is the limit for an idle server holding f: the live heap and a
 // quarter, what the runtime cannot give back, and never under floor.
 func idleLimit(f figures) int64 {
-	return max(int64(float64(f.live)*(1+headroom))+int64(f.unused)+int64(f.outsideHeap), floor)
+	room := max(int64(float64(f.live)*headroom), minHeadroom)
+	return max(int64(f.live)+room+int64(f.unused)+int64(f.outsideHeap), floor)
 }
 
 // readRuntime reads the figures from runtime/metrics.

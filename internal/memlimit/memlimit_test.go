@@ -58,10 +58,10 @@ func TestTheLimitFollowsTheLiveHeapWhenIdleAndLiftsWhenBusy(t *testing.T) {
 	if tu.Limit() != math.MaxInt64 || len(*set) != 0 {
 		t.Fatalf("busy: limit %d, set %v; want none", tu.Limit(), *set)
 	}
-	// Two minutes later: idle, live + 25% + the runtime's own.
+	// Two minutes later: idle, live + a tenth + the runtime's own.
 	*clock = clock.Add(2 * time.Minute)
 	tu.afterGC()
-	want := int64(125<<20 + 20<<20)
+	want := int64(110<<20 + 20<<20)
 	if tu.Limit() != want {
 		t.Errorf("idle: limit = %d MiB, want %d MiB", tu.Limit()>>20, want>>20)
 	}
@@ -206,7 +206,7 @@ func TestAReleasesOwnCollectionSchedulesNoOther(t *testing.T) {
 	*clock = clock.Add(idleGap)
 	rt.forcedNext = true
 	tu.afterGC()
-	want := int64(50<<20 + 6<<20 + 20<<20)
+	want := int64(40<<20 + minHeadroom + 6<<20 + 20<<20)
 	if tu.Limit() != want {
 		t.Errorf("after the release's collection the limit is %d MiB; want the idle limit %d MiB", tu.Limit()>>20, want>>20)
 	}
@@ -228,10 +228,18 @@ func TestAReleasesOwnCollectionSchedulesNoOther(t *testing.T) {
 // The idle limit leaves room for the heap's slack within its spans, which
 // the scavenger cannot give back: without it the limit sat just above the
 // heap after a release, the next allocations forced an automatic collection
-// at once, and the server seemed busy.
+// at once, and the server seemed busy. Above the live heap and the slack it
+// leaves a tenth of the live heap, and never less than minHeadroom.
 func TestTheIdleLimitCountsTheHeapsSlack(t *testing.T) {
-	got := idleLimit(figures{live: 40 << 20, unused: 8 << 20, outsideHeap: 16 << 20})
-	if want := int64(50<<20 + 8<<20 + 16<<20); got != want {
-		t.Errorf("idleLimit() = %d MiB, want %d MiB", got>>20, want>>20)
+	for _, tc := range []struct {
+		f    figures
+		want int64
+	}{
+		{figures{live: 40 << 20, unused: 8 << 20, outsideHeap: 16 << 20}, 40<<20 + minHeadroom + 8<<20 + 16<<20},
+		{figures{live: 200 << 20, unused: 8 << 20, outsideHeap: 16 << 20}, 220<<20 + 8<<20 + 16<<20},
+	} {
+		if got := idleLimit(tc.f); got != tc.want {
+			t.Errorf("idleLimit(%+v) = %d MiB, want %d MiB", tc.f, got>>20, tc.want>>20)
+		}
 	}
 }
