@@ -26,9 +26,12 @@ import (
 // Defaults.
 const (
 	// DefaultStartingPeriod is the cadence of a guest's probe until it
-	// first answers: a booting guest is seen answering within half a
-	// second, so Ready follows its boot closely.
-	DefaultStartingPeriod = 500 * time.Millisecond
+	// first answers: a booting guest is seen answering within a quarter
+	// of a second, so Ready follows its boot closely (a sleeping Dot's
+	// answer waits on it). Once the guest's kernel is up, a probe before
+	// dot-agentd listens is refused at once, so probing this often costs
+	// a refused connection each time.
+	DefaultStartingPeriod = 250 * time.Millisecond
 	// DefaultAnsweredPeriod is the cadence once it answered: a guest that
 	// stops answering is seen within 10 s, the running guest's cadence of
 	// the Computer's reconcile, without asking a hundred guests ten times a
