@@ -353,8 +353,6 @@ func (h *Handler) ackOutbox(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// checkAck refuses an acknowledgement that lacks what its outcome needs or
-// carries what it does not take.
 // deliveredAt is the delivery's time: the guest's answer as the deliverer
 // saw it, when it falls between the send's start and now; now otherwise.
 func deliveredAt(a wire.Ack, row store.Inbound, now time.Time) time.Time {
@@ -364,6 +362,8 @@ func deliveredAt(a wire.Ack, row store.Inbound, now time.Time) time.Time {
 	return *a.At
 }
 
+// checkAck refuses an acknowledgement that lacks what its outcome needs or
+// carries what it does not take.
 func checkAck(a wire.Ack) error {
 	if len(a.Reason) > wire.MaxReason {
 		return badRequest("reason is %d bytes; at most %d", len(a.Reason), wire.MaxReason)

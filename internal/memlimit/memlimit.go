@@ -12,9 +12,9 @@
 // runtime collects every two minutes), the limit is set to the live heap
 // plus a tenth (8 MiB at least), plus what the runtime holds and cannot
 // give back (the heap's unused slack within its spans, its memory outside
-// the heap); the scavenger then returns the rest. A collection soon after the one before
-// means work is under way, and the limit is lifted, so GOGC alone paces the
-// collector while the server is busy.
+// the heap); the scavenger then returns the rest. A collection soon after
+// the one before means work is under way, and the limit is lifted, so GOGC
+// alone paces the collector while the server is busy.
 //
 // Only the runtime's own (automatic) collections say whether the server is
 // busy. A collection this package forces to give memory back is no sign of
@@ -22,7 +22,7 @@
 // idle server collected and paged its program out every idleGap for ever.
 //
 // A burst ends without a collection to say so: an idle server's next one is
-// the runtime's forced collection, up to two minutes later, and until then
+// the runtime's periodic collection, up to two minutes later, and until then
 // the heap the burst grew stays. So a busy spell's collections each put off a
 // release; when none has come for idleGap, the burst is over, and one
 // collection and scavenge (debug.FreeOSMemory) sets the idle limit and gives
@@ -178,8 +178,8 @@ type figures struct {
 	automatic uint64
 }
 
-// idleLimit is the limit for an idle server holding f: the live heap and a
-// quarter, what the runtime cannot give back, and never under floor.
+// idleLimit is the limit for an idle server holding f: the live heap and
+// its headroom, what the runtime cannot give back, and never under floor.
 func idleLimit(f figures) int64 {
 	room := max(int64(float64(f.live)*headroom), minHeadroom)
 	return max(int64(f.live)+room+int64(f.unused)+int64(f.outsideHeap), floor)

@@ -8,15 +8,15 @@ import (
 )
 
 // fakeTuner is a Tuner on a fake clock and fake runtime figures, with the
-// limits it set recorded instead of given to the runtime. Its afterGC
-// follows an automatic collection; fakeRuntime.forced one forced.
+// limits it set recorded instead of given to the runtime. Each afterGC
+// follows an automatic collection (see fakeRuntime).
 func fakeTuner(live, outside uint64) (*Tuner, *time.Time, *[]int64) {
 	tu, clock, set, _ := fakeTunerWith(figures{live: live, outsideHeap: outside})
 	return tu, clock, set
 }
 
-// fakeRuntime counts the fake collections: collect is an automatic one,
-// forced one the tuner's own release ran.
+// fakeRuntime counts the fake collections: each read follows an automatic
+// one, unless forcedNext says the tuner's own release forced it.
 type fakeRuntime struct {
 	figures
 	forcedNext bool
