@@ -187,7 +187,10 @@ var featureGates = map[string]bool{
 
 // Start brings up kine (unless EtcdServers names another store) and the API
 // server and returns once /readyz answers.
-// The server runs until ctx ends or Stop is called.
+// The server runs until Stop is called: ctx bounds the start alone. A
+// signal ends the controllers first, and they still talk to the API server
+// as they stop (the leader Lease's release, a heartbeat in flight); the
+// server stops after them (controlplane.Stop).
 func Start(ctx context.Context, o Options) (*Server, error) {
 	if len(o.Token) < MinTokenLength {
 		return nil, fmt.Errorf("the API token is shorter than %d characters", MinTokenLength)
@@ -318,13 +321,6 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	go func() {
 		defer close(s.done)
 		s.err = prepared.Run(runCtx)
-	}()
-	go func() {
-		select {
-		case <-ctx.Done():
-			cancel()
-		case <-s.done:
-		}
 	}()
 	if err := s.waitReady(ctx); err != nil {
 		cancel()

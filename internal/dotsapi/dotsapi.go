@@ -320,14 +320,21 @@ func badRequest(format string, args ...any) error {
 
 // writeError answers err. An error that is not an apiError is the server's
 // own: the log gets it, the caller only that it happened (its text may name
-// the database's internals).
+// the database's internals); but for a request whose context ended: its
+// caller went away or the server stops, and nothing failed.
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
-	if !errors.As(err, &ae) {
+	switch {
+	case errors.As(err, &ae):
+		h.log.V(1).Info("a Dots API request was refused", "method", r.Method, "path", r.URL.Path, "status", ae.status, "code", ae.code)
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The caller went away or the server stops (a host agent's long
+		// poll of its outbox, at every stop): nothing failed.
+		h.log.V(1).Info("a Dots API request ended before its answer", "method", r.Method, "path", r.URL.Path)
+		ae = &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable, message: "the request ended before its answer (the caller went away or the server stops); try again"}
+	default:
 		h.log.Error(err, "a Dots API request failed", "method", r.Method, "path", r.URL.Path)
 		ae = &apiError{status: http.StatusInternalServerError, code: wire.CodeInternal, message: "the server failed to answer; its log says why"}
-	} else {
-		h.log.V(1).Info("a Dots API request was refused", "method", r.Method, "path", r.URL.Path, "status", ae.status, "code", ae.code)
 	}
 	writeJSON(w, ae.status, wire.NewError(ae.status, ae.code, ae.message))
 }

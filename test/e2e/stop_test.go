@@ -65,6 +65,14 @@ func TestStopIsOrderedAndLeavesNothing(t *testing.T) {
 				strings.LastIndex(log, "Wait completed, proceeding to shutdown the manager") > at("stopping the control plane") {
 				t.Errorf("a controller manager finished after the control plane began to stop")
 			}
+			// A clean stop logs no error: nothing failed.
+			for _, line := range strings.Split(log, "\n") {
+				stamp, rest, _ := strings.Cut(line, " ")
+				at, err := time.Parse(time.RFC3339Nano, stamp)
+				if err == nil && !at.Before(sent.Add(-time.Second)) && strings.HasPrefix(rest, "ERROR ") {
+					t.Errorf("the stop logged an error: %s", line)
+				}
+			}
 			for _, overrun := range []string{"did not stop", "goroutine profile:", "stopping its storage anyway"} {
 				if strings.Contains(log, overrun) {
 					t.Errorf("the stop overran a bound (%q in the log):\n%s", overrun, s.logTail(60))
