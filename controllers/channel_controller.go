@@ -13,10 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -89,9 +91,29 @@ func (r *ChannelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&dotsv1.Channel{}).
 		WatchesRawSource(source.Channel(r.wakes, &handler.TypedEnqueueRequestForObject[*dotsv1.Channel]{})).
+		// A Channel whose Dot is not there yet (applied before it, or
+		// made just after it, before this cache saw it) links once the
+		// Dot comes; one whose Dot goes is paused at once.
+		Watches(&dotsv1.Dot{}, handler.EnqueueRequestsFromMapFunc(r.channelsOfDot), builder.WithPredicates(dotComesOrGoes)).
 		Named(ChannelControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrentReconciles}).
 		Complete(r)
+}
+
+// channelsOfDot are the Channels bound to the Dot o.
+func (r *ChannelReconciler) channelsOfDot(ctx context.Context, o client.Object) []reconcile.Request {
+	var channels dotsv1.ChannelList
+	// Only names are read: no copy of every Channel of the namespace.
+	if err := r.Client.List(ctx, &channels, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, ch := range channels.Items {
+		if ch.Spec.DotName == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ch.Namespace, Name: ch.Name}})
+		}
+	}
+	return out
 }
 
 // The conditions the Channel reconciler owns.

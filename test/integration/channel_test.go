@@ -271,3 +271,32 @@ var _ = Describe("A Dot's Telegram channel", func() {
 		}, "30s").Should(BeTrue(), "the Secret goes with its Channel")
 	})
 })
+
+var _ = Describe("A Channel applied before its Dot", func() {
+	It("waits with an error that names the Dot, and goes on once the Dot comes", func() {
+		dot := validDot()
+		ch := &dotsv1.Channel{
+			ObjectMeta: metav1.ObjectMeta{Namespace: dot.Namespace, Name: dot.Name + "-telegram"},
+			Spec:       dotsv1.ChannelSpec{DotName: dot.Name, Type: dotsv1.ChannelTelegram},
+		}
+		Expect(k8sClient.Create(suiteCtx, ch)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), ch) })
+		key := client.ObjectKeyFromObject(ch)
+		status := func() dotsv1.ChannelStatus {
+			got := &dotsv1.Channel{}
+			Expect(k8sClient.Get(suiteCtx, key, got)).To(Succeed())
+			return got.Status
+		}
+		Eventually(status).Should(And(
+			HaveField("State", dotsv1.ChannelError),
+			HaveField("Detail", ContainSubstring("there is no Dot "+dot.Name))))
+
+		By("the Dot comes: the Channel is reconciled again, with nothing else changed")
+		Expect(k8sClient.Create(suiteCtx, dot)).To(Succeed())
+		DeferCleanup(func() { _ = k8sClient.Delete(context.Background(), dot) })
+		// Telegram's link takes a token, which this Channel was never given.
+		Eventually(status).Should(And(
+			HaveField("State", dotsv1.ChannelNeedsRelink),
+			HaveField("Detail", ContainSubstring("names no credentials' Secret"))))
+	})
+})
