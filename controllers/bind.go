@@ -6,10 +6,13 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dotsv1 "github.com/invisible-dots/invisible-dots/api/v1alpha1"
 	"github.com/invisible-dots/invisible-dots/internal/patch"
@@ -41,4 +44,21 @@ func bindToDot(ctx context.Context, c client.Client, obj patch.Object, dotName s
 	}
 	patch.SetCondition(obj, now, dotsv1.DotBoundCondition, metav1.ConditionTrue, dotsv1.DotBoundReason, "Dot "+dot.Name+" owns this")
 	return false, nil
+}
+
+// boundTo are the objects of list's kind in the Dot o's namespace whose Dot
+// (dotName) is o, as requests. Only names are read: no copy of every object
+// of the namespace.
+func boundTo(ctx context.Context, c client.Reader, o client.Object, list client.ObjectList, dotName func(client.Object) string) []reconcile.Request {
+	if err := c.List(ctx, list, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	_ = meta.EachListItem(list, func(item runtime.Object) error {
+		if obj, ok := item.(client.Object); ok && dotName(obj) == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+		}
+		return nil
+	})
+	return out
 }

@@ -102,18 +102,7 @@ func (r *ChannelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // channelsOfDot are the Channels bound to the Dot o.
 func (r *ChannelReconciler) channelsOfDot(ctx context.Context, o client.Object) []reconcile.Request {
-	var channels dotsv1.ChannelList
-	// Only names are read: no copy of every Channel of the namespace.
-	if err := r.Client.List(ctx, &channels, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
-	var out []reconcile.Request
-	for _, ch := range channels.Items {
-		if ch.Spec.DotName == o.GetName() {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ch.Namespace, Name: ch.Name}})
-		}
-	}
-	return out
+	return boundTo(ctx, r.Client, o, &dotsv1.ChannelList{}, func(x client.Object) string { return x.(*dotsv1.Channel).Spec.DotName })
 }
 
 // The conditions the Channel reconciler owns.

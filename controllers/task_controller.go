@@ -4,7 +4,6 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -60,19 +59,9 @@ var dotComesOrGoes = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
+// tasksOfDot are the Tasks of the Dot o.
 func (r *TaskReconciler) tasksOfDot(ctx context.Context, o client.Object) []reconcile.Request {
-	var tasks dotsv1.TaskList
-	// Only names are read: no copy of every Task of the namespace.
-	if err := r.Client.List(ctx, &tasks, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
-	var out []reconcile.Request
-	for _, t := range tasks.Items {
-		if t.Spec.DotName == o.GetName() {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Name}})
-		}
-	}
-	return out
+	return boundTo(ctx, r.Client, o, &dotsv1.TaskList{}, func(x client.Object) string { return x.(*dotsv1.Task).Spec.DotName })
 }
 
 // taskWriter owns the binding; the phase is the Task's own field.
