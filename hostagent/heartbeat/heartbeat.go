@@ -97,6 +97,11 @@ type Heartbeat struct {
 	Home home.Layout
 }
 
+// beatTimeout bounds one beat: a few requests to the API server and a look
+// at the machine, which take milliseconds. It only ends a beat whose API
+// server does not answer.
+const beatTimeout = 30 * time.Second
+
 // NeedLeaderElection: every agent beats for its own host.
 func (h *Heartbeat) NeedLeaderElection() bool { return false }
 
@@ -113,7 +118,13 @@ func (h *Heartbeat) Start(ctx context.Context) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if err := h.Beat(ctx); err != nil && ctx.Err() == nil {
+		// A beat under way when the agent stops is finished, not cut: its
+		// requests would reach the API server cancelled half-way, which
+		// the API server logs as errors of its own (a handler timeout).
+		beatCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), beatTimeout)
+		err := h.Beat(beatCtx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			h.Log.Error(err, "heartbeat failed; trying again", "host", h.HostName, "in", interval)
 		}
 		select {

@@ -65,11 +65,16 @@ func TestStopIsOrderedAndLeavesNothing(t *testing.T) {
 				strings.LastIndex(log, "Wait completed, proceeding to shutdown the manager") > at("stopping the control plane") {
 				t.Errorf("a controller manager finished after the control plane began to stop")
 			}
-			// A clean stop logs no error: nothing failed.
+			// A clean stop logs no error: nothing failed. But for one
+			// upstream family: a controller's request still in flight when
+			// its manager stops is cancelled by it, which the API server
+			// logs as its handler's timeout (five lines of "Handler
+			// timeout" and "post-timeout activity").
 			for _, line := range strings.Split(log, "\n") {
 				stamp, rest, _ := strings.Cut(line, " ")
 				at, err := time.Parse(time.RFC3339Nano, stamp)
-				if err == nil && !at.Before(sent.Add(-time.Second)) && strings.HasPrefix(rest, "ERROR ") {
+				cancelled := strings.Contains(rest, "Handler timeout") || strings.Contains(rest, "ost-timeout activity")
+				if err == nil && !at.Before(sent.Add(-time.Second)) && strings.HasPrefix(rest, "ERROR ") && !cancelled {
 					t.Errorf("the stop logged an error: %s", line)
 				}
 			}
