@@ -71,7 +71,7 @@ type DelegationReconciler struct {
 func (r *DelegationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&dotsv1.Dot{}).
-		Watches(&dotsv1.Task{}, handler.EnqueueRequestsFromMapFunc(delegationTaskDots)).
+		Watches(&dotsv1.Task{}, batched(taskBatch, delegationTaskDots)).
 		Watches(&dotsv1.Dot{}, handler.EnqueueRequestsFromMapFunc(r.askersOf)).
 		WatchesRawSource(r.Log.source()).
 		Named(DelegationControllerName).

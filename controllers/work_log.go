@@ -292,7 +292,7 @@ type workWatch struct {
 // setUpWork registers a controller of a Dot's work, keyed by Dot: the Dot,
 // new events in its log, and what w names wake it.
 func setUpWork(mgr ctrl.Manager, l *WorkLog, name string, w workWatch, r reconcile.Reconciler) error {
-	byDot := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+	byDot := func(_ context.Context, o client.Object) []reconcile.Request {
 		var dot string
 		switch v := o.(type) {
 		case *dotsv1.Task:
@@ -301,16 +301,18 @@ func setUpWork(mgr ctrl.Manager, l *WorkLog, name string, w workWatch, r reconci
 			dot = v.Spec.DotName
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: dot}}}
-	})
+	}
 	b := ctrl.NewControllerManagedBy(mgr).For(&dotsv1.Dot{})
 	if w.computers {
 		b = b.Owns(&dotsv1.Computer{})
 	}
 	if w.tasks {
-		b = b.Watches(&dotsv1.Task{}, byDot)
+		// A Dot's Tasks can come by the hundred: their events are batched.
+		b = b.Watches(&dotsv1.Task{}, batched(taskBatch, byDot))
 	}
 	if w.approvals {
-		b = b.Watches(&dotsv1.Approval{}, byDot)
+		// An Approval is a person's answer, awaited: at once.
+		b = b.Watches(&dotsv1.Approval{}, handler.EnqueueRequestsFromMapFunc(byDot))
 	}
 	if w.quotas {
 		c := mgr.GetClient()
