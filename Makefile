@@ -244,7 +244,8 @@ clean:
 # BENCH_SKIP_COMPACTION=1 skips the wait for the compaction,
 # BENCH_WAITING_MINUTES=N replaces the 10 and BENCH_DOTS=N the 1000;
 # BENCH_PROFILE=DIR writes the server's CPU profile of the create and patch
-# loops and its heap at each memory figure into DIR (go tool pprof). Then
+# loops (and of the webhook load below) and its heap at each memory figure
+# into DIR (go tool pprof). Then
 # the same loads on kine/PostgreSQL and on etcd, the ratio of their p99s
 # (BenchmarkStoreBesideEtcd; it needs Debian's etcd-server, and is skipped
 # without it), the webhooks listener's accept latency (BenchmarkWebhookAccept:
